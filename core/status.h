@@ -63,6 +63,9 @@ inline Status ResourceExhaustedError(std::string m) {
   return {StatusCode::kResourceExhausted, std::move(m)};
 }
 inline Status UnavailableError(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status DeadlineExceededError(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status UnimplementedError(std::string m) {
   return {StatusCode::kUnimplemented, std::move(m)};
 }

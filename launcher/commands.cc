@@ -73,7 +73,14 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     {
       StatusOr<std::unique_ptr<runtime::Trainer>> trainer =
           runtime::Trainer::Create(*config, options);
-      status = trainer.ok() ? (*trainer)->Run() : trainer.status();
+      if (trainer.ok()) {
+        // From here on SIGINT and SIGTERM stop the job at the next step boundary, every rank
+        // alike; a second one ends the process at once.
+        runtime::InstallStopSignalHandlers();
+        status = (*trainer)->Run();
+      } else {
+        status = trainer.status();
+      }
     }
     if (status.ok()) {
       *exit_code = 0;

@@ -15,6 +15,8 @@ void AddSampleCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);
 // `hoist launch`, the process supervisor (launcher/launch_command.cc).
 void AddLaunchCommand(CLI::App& app, int* exit_code);
+// `hoist ctl`, the control service's client (launcher/ctl_command.cc).
+void AddCtlCommand(CLI::App& app, int* exit_code);
 
 // Prints `status` as the one-line error of the program and returns the exit code for it.
 int ReportError(const Status& status);

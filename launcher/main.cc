@@ -1,4 +1,5 @@
-// The `hoist` binary: one program, several subcommands (train, data, sample, report, launch).
+// The `hoist` binary: one program, several subcommands (train, data, sample, report, launch,
+// ctl).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
   hoist::launcher::AddSampleCommand(app, &exit_code);
   hoist::launcher::AddReportCommand(app, &exit_code);
   hoist::launcher::AddLaunchCommand(app, &exit_code);
+  hoist::launcher::AddCtlCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -41,6 +41,7 @@ constexpr std::string_view kHoistTopLevelKeys[] = {
     "monitor",
     "comm",
     "metrics",
+    "control",
 };
 
 // Every built-in optimizer name of DeepSpeed other than Adam and AdamW, lower-cased.
@@ -368,6 +369,72 @@ Status ReadComm(const Section& top, CommConfig* comm) {
   return Status::Ok();
 }
 
+// Refuses anything but an IPv4 or IPv6 literal: the servers take address literals only, so a host
+// name is refused at parse time rather than failing on rank 0 at startup.
+Status CheckAddressLiteral(const Section& s, const std::string& bind) {
+  unsigned char address[sizeof(struct in6_addr)];
+  if (inet_pton(AF_INET, bind.c_str(), address) == 1 ||
+      inet_pton(AF_INET6, bind.c_str(), address) == 1) {
+    return Status::Ok();
+  }
+  std::string message =
+      "must be an IPv4 or IPv6 address such as \"127.0.0.1\" (this machine "
+      "only), \"0.0.0.0\" (every interface) or \"::1\", found \"" +
+      bind + "\"";
+  if (Lower(bind) == "localhost") message += "; did you mean \"127.0.0.1\"?";
+  return s.Invalid("bind", message);
+}
+
+Status ReadControl(const Section& top, ControlConfig* control) {
+  HOIST_ASSIGN_OR_RETURN(Section s, top.Child("control"));
+  // Said without the usual "--set ..." attribution, which would repeat the secret.
+  if (s.Find("token") != nullptr) {
+    return InvalidArgumentError(
+        "control.token: the bearer token is never a config value (a config is saved in "
+        "checkpoints, and --set shows in the process list); write it into a file named by "
+        "control.token_file, or set the environment variable HOIST_CONTROL_TOKEN");
+  }
+  HOIST_RETURN_IF_ERROR(s.AllowOnly({"enabled", "bind", "port", "tls", "token_file"}));
+  HOIST_RETURN_IF_ERROR(s.Bool("enabled", &control->enabled));
+  HOIST_RETURN_IF_ERROR(s.String("bind", &control->bind));
+  HOIST_RETURN_IF_ERROR(s.Int("port", &control->port));
+  HOIST_RETURN_IF_ERROR(s.String("token_file", &control->token_file));
+  HOIST_ASSIGN_OR_RETURN(Section tls, s.Child("tls"));
+  HOIST_RETURN_IF_ERROR(tls.AllowOnly({"cert", "key", "client_ca"}));
+  HOIST_RETURN_IF_ERROR(tls.String("cert", &control->tls.cert));
+  HOIST_RETURN_IF_ERROR(tls.String("key", &control->tls.key));
+  HOIST_RETURN_IF_ERROR(tls.String("client_ca", &control->tls.client_ca));
+  if (control->port < 0 || control->port > 65535) {
+    return s.Invalid("port", "must be in [0, 65535] (0: a port of the system's choosing), found " +
+                                 Num(int64_t{control->port}));
+  }
+  HOIST_RETURN_IF_ERROR(CheckAddressLiteral(s, control->bind));
+  const ControlTlsConfig& t = control->tls;
+  if (t.cert.empty() != t.key.empty()) {
+    return tls.Invalid(t.cert.empty() ? "cert" : "key",
+                       "is not set but control.tls." +
+                           std::string(t.cert.empty() ? "key" : "cert") +
+                           " is; TLS needs both the certificate chain (tls.cert) and its private "
+                           "key (tls.key), as PEM files");
+  }
+  if (!t.client_ca.empty() && t.cert.empty()) {
+    return tls.Invalid("client_ca",
+                       "needs control.tls.cert and control.tls.key: client certificates are only "
+                       "checked over TLS");
+  }
+  // A disabled service serves nothing, so only an enabled one is held to the exposure rule.
+  if (control->enabled && !control->loopback() && t.cert.empty()) {
+    return s.Invalid("bind",
+                     "is \"" + control->bind +
+                         "\", which other machines can reach, so the control service needs TLS "
+                         "and a bearer token there: set control.tls.cert and control.tls.key "
+                         "(PEM files) and control.token_file (or the environment variable "
+                         "HOIST_CONTROL_TOKEN); or bind \"127.0.0.1\" and reach it through an "
+                         "SSH tunnel");
+  }
+  return Status::Ok();
+}
+
 Status ReadMetrics(const Section& top, MetricsConfig* metrics) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("metrics"));
   HOIST_RETURN_IF_ERROR(s.AllowOnly({"enabled", "bind", "port"}));
@@ -378,20 +445,7 @@ Status ReadMetrics(const Section& top, MetricsConfig* metrics) {
     return s.Invalid("port", "must be in [0, 65535] (0: an ephemeral port per rank), found " +
                                  Num(int64_t{metrics->port}));
   }
-  // The HTTP server takes address literals only, so a host name is refused here rather than
-  // failing on every rank at startup.
-  unsigned char address[sizeof(struct in6_addr)];
-  const std::string& bind = metrics->bind;
-  if (inet_pton(AF_INET, bind.c_str(), address) != 1 &&
-      inet_pton(AF_INET6, bind.c_str(), address) != 1) {
-    std::string message =
-        "must be an IPv4 or IPv6 address such as \"127.0.0.1\" (this machine "
-        "only), \"0.0.0.0\" (every interface) or \"::1\", found \"" +
-        bind + "\"";
-    if (Lower(bind) == "localhost") message += "; did you mean \"127.0.0.1\"?";
-    return s.Invalid("bind", message);
-  }
-  return Status::Ok();
+  return CheckAddressLiteral(s, metrics->bind);
 }
 
 std::string BatchNumbers(std::optional<int64_t> tbs, std::optional<int64_t> mbs,
@@ -536,6 +590,13 @@ const char* PrecisionName(Precision precision) {
   return "unknown";
 }
 
+bool ControlConfig::loopback() const {
+  in_addr v4{};
+  if (inet_pton(AF_INET, bind.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, bind.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
 Precision Config::precision() const {
   if (fp16.enabled) return Precision::kFloat16;
   if (bf16.enabled) return Precision::kBFloat16;
@@ -577,6 +638,7 @@ StatusOr<Config> ParseConfig(std::string_view text, const std::vector<std::strin
   HOIST_RETURN_IF_ERROR(config_internal::ReadZero(top, &config.zero, &config.notices));
   HOIST_RETURN_IF_ERROR(ReadComm(top, &config.comm));
   HOIST_RETURN_IF_ERROR(ReadMetrics(top, &config.metrics));
+  HOIST_RETURN_IF_ERROR(ReadControl(top, &config.control));
 
   if (config.train.steps == 0) {
     if (config.scheduler.total_num_steps <= 0) {

@@ -1,6 +1,6 @@
 // The job config: one strict JSON file with DeepSpeed's keys (names, meanings and defaults) plus
-// hoist's own sections (model, data, train, checkpoint, monitor, comm, metrics), and `--set a.b=v`
-// overrides.
+// hoist's own sections (model, data, train, checkpoint, monitor, comm, metrics, control), and
+// `--set a.b=v` overrides.
 //
 // Parsing is strict so that a typo never trains the wrong job: an unknown key, a wrong type, a
 // non-integral number for an integer key, a Hugging Face "auto" placeholder, or a DeepSpeed
@@ -170,6 +170,40 @@ struct MetricsConfig {
   int port = 9400;
 };
 
+// `control.tls`: PEM files for the control service's TLS. cert and key are given together;
+// client_ca (optional, needs cert and key) makes the server require and verify client
+// certificates signed by it.
+struct ControlTlsConfig {
+  std::string cert;
+  std::string key;
+  std::string client_ca;
+};
+
+// `control`, hoist's own section: the gRPC JobControl service that rank 0 serves
+// (runtime/control_server.h). Off by default for the same reasons as metrics: a listening port
+// nobody asked for, and collisions between jobs on one machine.
+//
+// Security rules (DESIGN.md, Control): the default bind serves this machine only. Binding any
+// other address (not in 127.0.0.0/8 and not ::1) needs tls.cert and tls.key, refused here when
+// missing, and a bearer token from token_file or the environment variable HOIST_CONTROL_TOKEN,
+// which the server checks when it starts (the environment and the file are read there, not
+// here, so that parsing stays a pure function of the text). The token is never a config value:
+// a config is saved in checkpoints and printed, and `--set` shows up in `ps`.
+struct ControlConfig {
+  bool enabled = false;
+  // An IPv4 or IPv6 address literal (no host names).
+  std::string bind = "127.0.0.1";
+  // In [0, 65535]; 0 lets the system choose (for tests).
+  int port = 7070;
+  ControlTlsConfig tls;
+  // A file holding the bearer token (one line; a trailing newline is ignored). Empty: the token
+  // comes from HOIST_CONTROL_TOKEN, if set.
+  std::string token_file;
+
+  // Whether `bind` is a loopback address (127.0.0.0/8 or ::1); false for anything unparsable.
+  bool loopback() const;
+};
+
 // Besides each key's own rule, ParseConfig refuses a model and micro-batch whose largest
 // activation or parameter tensor (per layer) holds 2^31 or more elements, because the CPU
 // kernels take and multiply sizes as int: micro*seq_len*4*n_embd, micro*seq_len*padded_vocab,
@@ -197,6 +231,7 @@ struct Config {
   ZeroConfig zero;
   CommConfig comm;
   MetricsConfig metrics;
+  ControlConfig control;
   // DeepSpeed's top-level communication_data_type ("fp32", "fp16" or "bf16", any case): the
   // type gradients are reduced in. Unset: the compute precision().
   Precision communication_data_type = Precision::kFloat32;

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/counting_communicator.h"
 #include "core/posix_error.h"
 
 #if HOIST_HAVE_PROMETHEUS
@@ -32,6 +33,18 @@
 #endif
 
 namespace hoist::runtime {
+
+const char* StepPhaseName(StepPhase phase) {
+  switch (phase) {
+    case StepPhase::kData: return "data";
+    case StepPhase::kForward: return "forward";
+    case StepPhase::kBackward: return "backward";
+    case StepPhase::kReduce: return "reduce";
+    case StepPhase::kOptimizer: return "optimizer";
+  }
+  return "unknown";
+}
+
 namespace {
 
 [[maybe_unused]] bool IsIpv6(const std::string& address) {
@@ -323,6 +336,11 @@ struct MetricsExporter::Impl {
   prometheus::Gauge* loss_scale = nullptr;
   prometheus::Gauge* tokens_per_s = nullptr;
   prometheus::Gauge* step_s = nullptr;
+  prometheus::Gauge* paused = nullptr;
+  std::array<prometheus::Gauge*, kNumStepPhases> phase_s{};
+  std::array<prometheus::Counter*, comm::kNumCollectiveOps> comm_bytes{};
+  std::array<std::array<prometheus::Counter*, kNumOffloadTargets>, kNumOffloadDirections>
+      offload_bytes{};
   std::array<std::array<prometheus::Gauge*, kNumCategories>, kNumPlaces> memory{};
   std::array<std::array<prometheus::Gauge*, kNumCategories>, kNumPlaces> memory_peak{};
   std::array<prometheus::Gauge*, kNumPlaces> memory_peak_total{};
@@ -372,6 +390,37 @@ StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(const MetricsC
   impl->tokens_per_s =
       gauge("hoist_tokens_per_second", "Tokens of the global batch per second in the last step");
   impl->step_s = gauge("hoist_step_seconds", "Wall time of the last optimizer step in seconds");
+  impl->paused = gauge("hoist_paused", "1 while the job is paused by its control service, else 0");
+  auto& phases = prometheus::BuildGauge()
+                     .Name("hoist_step_phase_seconds")
+                     .Help("Seconds the last optimizer step spent in each phase")
+                     .Labels(rank_label)
+                     .Register(registry);
+  for (int p = 0; p < kNumStepPhases; ++p) {
+    impl->phase_s[p] = &phases.Add({{"phase", StepPhaseName(static_cast<StepPhase>(p))}});
+  }
+  auto& comm_bytes = prometheus::BuildCounter()
+                         .Name("hoist_comm_bytes_total")
+                         .Help("Bytes of the buffers this rank handed to collectives, by op")
+                         .Labels(rank_label)
+                         .Register(registry);
+  for (int op = 0; op < comm::kNumCollectiveOps; ++op) {
+    impl->comm_bytes[op] =
+        &comm_bytes.Add({{"op", comm::CollectiveOpLabel(static_cast<comm::CollectiveOp>(op))}});
+  }
+  auto& offload_bytes = prometheus::BuildCounter()
+                            .Name("hoist_offload_bytes_total")
+                            .Help("Bytes this rank read from and wrote to offload storage")
+                            .Labels(rank_label)
+                            .Register(registry);
+  static constexpr const char* kDirections[kNumOffloadDirections] = {"read", "write"};
+  static constexpr const char* kTargets[kNumOffloadTargets] = {"host_pinned", "nvme"};
+  for (int d = 0; d < kNumOffloadDirections; ++d) {
+    for (int t = 0; t < kNumOffloadTargets; ++t) {
+      impl->offload_bytes[d][t] =
+          &offload_bytes.Add({{"direction", kDirections[d]}, {"target", kTargets[t]}});
+    }
+  }
 
   auto& memory = prometheus::BuildGauge()
                      .Name("hoist_memory_bytes")
@@ -429,7 +478,18 @@ void MetricsExporter::RecordStep(const StepMetrics& step) {
   impl_->loss_scale->Set(step.loss_scale);
   impl_->tokens_per_s->Set(step.tokens_per_s);
   impl_->step_s->Set(step.step_s);
+  for (int p = 0; p < kNumStepPhases; ++p) impl_->phase_s[p]->Set(step.phase_s[p]);
+  for (int op = 0; op < comm::kNumCollectiveOps; ++op) {
+    AdvanceTo(impl_->comm_bytes[op], step.comm_bytes[op]);
+  }
+  for (int d = 0; d < kNumOffloadDirections; ++d) {
+    for (int t = 0; t < kNumOffloadTargets; ++t) {
+      AdvanceTo(impl_->offload_bytes[d][t], step.offload_bytes[d][t]);
+    }
+  }
 }
+
+void MetricsExporter::RecordPaused(bool paused) { impl_->paused->Set(paused ? 1.0 : 0.0); }
 
 void MetricsExporter::RecordMemory(const MemorySnapshot& memory) {
   for (int p = 0; p < kNumPlaces; ++p) {
@@ -459,6 +519,7 @@ StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(const MetricsC
 
 void MetricsExporter::RecordStep(const StepMetrics&) {}
 void MetricsExporter::RecordMemory(const MemorySnapshot&) {}
+void MetricsExporter::RecordPaused(bool) {}
 
 #endif  // HOIST_HAVE_PROMETHEUS
 

@@ -9,7 +9,12 @@
 //   hoist_steps_total, hoist_skipped_steps_total
 //   hoist_loss, hoist_lr, hoist_grad_norm, hoist_loss_scale    of the last optimizer step
 //   hoist_tokens_per_second, hoist_step_seconds                of the last optimizer step
-//   hoist_process_resident_memory_bytes, hoist_process_threads, hoist_process_cpu_seconds_total
+//   hoist_step_phase_seconds{phase}          the last step's seconds in each phase (StepPhase)
+//   hoist_comm_bytes_total{op}               bytes handed to collectives
+//   (comm/counting_communicator.h) hoist_offload_bytes_total{direction,target}  bytes read from and
+//   written to offload storage hoist_paused                             1 while the job is paused
+//   by its control service hoist_process_resident_memory_bytes, hoist_process_threads,
+//   hoist_process_cpu_seconds_total
 //                                            read from /proc/self/stat when scraped
 //
 // Every series exists from the start (memory rows at 0 until a place holds bytes), so a
@@ -25,15 +30,31 @@
 // destructor blocks until the server thread has stopped (at most a scrape in progress).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "comm/counting_communicator.h"
 #include "core/memory_tracker.h"
 #include "core/status.h"
 #include "runtime/config.h"
 
 namespace hoist::runtime {
+
+// The phases of an optimizer step, as the trainer times them (the metric's `phase` label):
+//   data       the loader filling the micro-batches
+//   forward    forward passes, the loss included
+//   backward   backward passes (with stage 2/3, the reduce-scatters they start overlap them)
+//   reduce     at the accumulation boundary: finishing the gradient reduction, the global norm
+//   optimizer  AdamW on the owned shard and gathering the updated parameters
+enum class StepPhase { kData = 0, kForward, kBackward, kReduce, kOptimizer };
+inline constexpr int kNumStepPhases = 5;
+const char* StepPhaseName(StepPhase phase);
+
+// Offload traffic (the metric's labels): direction read/write, target host_pinned/nvme.
+inline constexpr int kNumOffloadDirections = 2;  // 0 read, 1 write
+inline constexpr int kNumOffloadTargets = 2;     // 0 host_pinned, 1 nvme
 
 // What the exporter publishes after an optimizer step.
 struct StepMetrics {
@@ -45,6 +66,10 @@ struct StepMetrics {
   double loss_scale = 1;
   double tokens_per_s = 0;
   double step_s = 0;
+  std::array<double, kNumStepPhases> phase_s{};  // by StepPhase
+  // Totals since the start of the process; the counters follow them (never down).
+  std::array<int64_t, comm::kNumCollectiveOps> comm_bytes{};  // by comm::CollectiveOp
+  std::array<std::array<int64_t, kNumOffloadTargets>, kNumOffloadDirections> offload_bytes{};
 };
 
 class MetricsExporter {
@@ -73,6 +98,8 @@ class MetricsExporter {
   void RecordStep(const StepMetrics& step);
   // Publishes the memory tracker's current and peak bytes.
   void RecordMemory(const MemorySnapshot& memory);
+  // Publishes whether the job is paused.
+  void RecordPaused(bool paused);
 
  private:
   struct Impl;

@@ -1,13 +1,16 @@
 #include "runtime/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <ostream>
 
 #include "core/logging.h"
 #include "runtime/checkpoint.h"
+#include "runtime/control_server.h"
 #include "runtime/memory_report.h"
 #include "runtime/run_identity.h"
 
@@ -67,7 +70,11 @@ zero::ZeroOptions ZeroOptionsFrom(const Config& config) {
 Trainer::Trainer(const Config& config, const TrainerOptions& options)
     : config_(config), options_(options), device_(Place::kDevice, options.tracker) {}
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  // Requests still waiting (the job failed to start, or Run was never called) end now, before
+  // the control server goes.
+  if (control_ != nullptr) control_->Shutdown(JobState::kFinished);
+}
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                                    const TrainerOptions& options) {
@@ -79,12 +86,15 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
 Status Trainer::Initialize() {
   const int B = static_cast<int>(config_.train_micro_batch_size_per_gpu);
   const int T = config_.model.seq_len;
-  comm_ = options_.comm;
-  if (comm_ == nullptr) {
+  comm::Communicator* group = options_.comm;
+  if (group == nullptr) {
     HOIST_ASSIGN_OR_RETURN(own_group_, comm::ThreadGroup::Create(1, config_.comm.timeout_s));
-    comm_ = &own_group_->comm(0);
+    group = &own_group_->comm(0);
   }
+  counting_ = std::make_unique<comm::CountingCommunicator>(group);
+  comm_ = counting_.get();
   const int rank = comm_->rank(), world_size = comm_->world_size();
+  clip_ = config_.gradient_clipping;
   const int64_t expected_world =
       config_.train_batch_size /
       (config_.train_micro_batch_size_per_gpu * config_.gradient_accumulation_steps);
@@ -98,6 +108,20 @@ Status Trainer::Initialize() {
     HOIST_ASSIGN_OR_RETURN(metrics_,
                            MetricsExporter::Start(config_.metrics, rank, options_.local_rank));
     HOIST_LOG(INFO) << "metrics: serving " << metrics_->url();
+  }
+  if (rank == 0) {
+    control_ = options_.controller;
+    if (control_ == nullptr) {
+      own_controller_ = std::make_unique<JobController>(config_.train.steps, world_size,
+                                                        !config_.checkpoint.dir.empty());
+      control_ = own_controller_.get();
+    }
+    if (config_.control.enabled) {
+      HOIST_ASSIGN_OR_RETURN(control_server_, ControlServer::Start(config_.control, control_));
+      HOIST_LOG(INFO) << "control: serving " << control_server_->address()
+                      << (control_server_->tls() ? " (TLS" : " (plaintext")
+                      << (control_server_->requires_token() ? ", token required)" : ", no token)");
+    }
   }
   const ParamLayout layout = ParamLayout::For(config_.model);
   HOIST_ASSIGN_OR_RETURN(
@@ -143,7 +167,16 @@ Status Trainer::Initialize() {
         [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); }));
   }
   HOIST_ASSIGN_OR_RETURN(log_, JsonlLog::Open(config_.monitor.jsonl_path, rank, log_bytes));
-  if (metrics_ != nullptr) metrics_->RecordMemory(device_.tracker()->Snapshot());
+  if (metrics_ != nullptr) {
+    metrics_->RecordMemory(device_.tracker()->Snapshot());
+    metrics_->RecordPaused(false);
+  }
+  if (control_ != nullptr) {
+    JobStatus status;
+    status.step = step_;
+    control_->Publish(status);
+    control_->SetHyperparams(lr_override_, clip_);
+  }
   return Status::Ok();
 }
 
@@ -161,12 +194,20 @@ StatusOr<StepRecord> Trainer::Step() {
   HOIST_RETURN_IF_ERROR(engine_->ZeroGrads());
   double loss_sum = 0.0;
   const float dloss = record.loss_scale / static_cast<float>(accumulation);
+  auto& phase_s = record.phase_s;
   for (int64_t micro = 0; micro < accumulation; ++micro) {
+    const auto t0 = Clock::now();
     train_loader_->Next(inputs, targets);
+    const auto t1 = Clock::now();
     loss_sum += model_->Forward(inputs, targets, B, T, dloss);
+    const auto t2 = Clock::now();
     model_->Backward();
     HOIST_RETURN_IF_ERROR(engine_->status());
+    phase_s[int(StepPhase::kData)] += std::chrono::duration<double>(t1 - t0).count();
+    phase_s[int(StepPhase::kForward)] += std::chrono::duration<double>(t2 - t1).count();
+    phase_s[int(StepPhase::kBackward)] += SecondsSince(t2);
   }
+  const auto reduce_start = Clock::now();
   // The loss of the whole global batch: every rank's mean, averaged over the ranks.
   float loss = static_cast<float>(loss_sum / static_cast<double>(accumulation));
   HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg));
@@ -178,10 +219,15 @@ StatusOr<StepRecord> Trainer::Step() {
   }
   // DeepSpeed steps its scheduler after each optimizer step, so the k-th step (0-based) runs at
   // the scheduler's iteration k - 1; a skipped step does not advance it.
-  record.lr = static_cast<float>(schedule_->LrAt(engine_->step_count() - 1));
+  // A learning rate set through the control service replaces the schedule.
+  record.lr = lr_override_ ? static_cast<float>(*lr_override_)
+                           : static_cast<float>(schedule_->LrAt(engine_->step_count() - 1));
+  const double loss_reduce_s = SecondsSince(reduce_start);
   HOIST_ASSIGN_OR_RETURN(zero::StepResult result,
-                         engine_->Step(record.lr, record.loss_scale, config_.gradient_clipping));
+                         engine_->Step(record.lr, record.loss_scale, clip_));
   record.grad_norm = result.grad_norm;
+  phase_s[int(StepPhase::kReduce)] = loss_reduce_s + result.reduce_s;
+  phase_s[int(StepPhase::kOptimizer)] = result.optimizer_s;
   if (scaler_ != nullptr) {
     HOIST_ASSIGN_OR_RETURN(record.skipped, scaler_->Update(result.overflow));
   } else if (result.overflow && config_.precision() == Precision::kBFloat16) {
@@ -246,6 +292,15 @@ void Trainer::PrintProgress(const StepRecord& r) {
 }
 
 Status Trainer::Run() {
+  if (control_ != nullptr) control_->SetState(JobState::kRunning);
+  const Status status = RunSteps();
+  if (control_ != nullptr) {
+    control_->Shutdown(status.ok() ? JobState::kFinished : JobState::kFailed);
+  }
+  return status;
+}
+
+Status Trainer::RunSteps() {
   const int64_t total = config_.train.steps;
   std::ostream* out = options_.out;
   const int rank = comm_->rank();
@@ -261,6 +316,10 @@ Status Trainer::Run() {
     HOIST_ASSIGN_OR_RETURN(StepRecord record, Step());
     const bool last = step_ == total;
     const MemorySnapshot memory = device_.tracker()->Snapshot();
+    nlohmann::json phases = nlohmann::json::object();
+    for (int p = 0; p < kNumStepPhases; ++p) {
+      phases[StepPhaseName(static_cast<StepPhase>(p))] = record.phase_s[p];
+    }
     nlohmann::json line = {{"step", record.step},
                            {"rank", rank},
                            {"loss", record.loss},
@@ -270,6 +329,7 @@ Status Trainer::Run() {
                            {"skipped", record.skipped},
                            {"tokens_per_s", record.tokens_per_s},
                            {"step_s", record.step_s},
+                           {"phase_s", std::move(phases)},
                            {"memory", MemoryTableJson(memory.current)},
                            {"peak", MemoryTableJson(memory.peak)}};
     if (!std::isfinite(record.grad_norm)) line["grad_norm"] = nullptr;
@@ -298,12 +358,22 @@ Status Trainer::Run() {
       metrics.loss_scale = record.loss_scale;
       metrics.tokens_per_s = record.tokens_per_s;
       metrics.step_s = record.step_s;
+      metrics.phase_s = record.phase_s;
+      for (int op = 0; op < comm::kNumCollectiveOps; ++op) {
+        metrics.comm_bytes[op] = counting_->bytes(static_cast<comm::CollectiveOp>(op));
+      }
       metrics_->RecordStep(metrics);
       metrics_->RecordMemory(memory);
     }
     const int64_t interval = config_.checkpoint.interval_steps;
-    if (!config_.checkpoint.dir.empty() && ((interval > 0 && step_ % interval == 0) || last)) {
-      HOIST_RETURN_IF_ERROR(SaveCheckpoint());
+    const bool checkpoint_due =
+        !config_.checkpoint.dir.empty() && ((interval > 0 && step_ % interval == 0) || last);
+    if (checkpoint_due) HOIST_RETURN_IF_ERROR(SaveCheckpoint());
+    HOIST_RETURN_IF_ERROR(PublishStatus(record, memory));
+    HOIST_ASSIGN_OR_RETURN(const bool stop, HandleControl(checkpoint_due));
+    if (stop) {
+      stopped_ = true;
+      break;
     }
   }
 
@@ -319,8 +389,13 @@ Status Trainer::Run() {
                         {"peak_total", PeakTotalJson(memory)},
                         {"peak_rss", ProcessPeakResidentBytes()}};
   end["skipped_steps"] = scaler_ != nullptr ? scaler_->skipped_steps() : bf16_skipped_steps_;
+  if (stopped_) end["stopped"] = stop_reason_;
   HOIST_RETURN_IF_ERROR(log_->Write(end));
   if (out != nullptr) {
+    if (stopped_) {
+      *out << "hoist: stopped at step " << step_ << " of " << total << " (" << stop_reason_
+           << ")\n";
+    }
     *out << "hoist: done, " << step_ << " steps, " << tokens_seen_ << " tokens in "
          << train_seconds_ << " s\n\nmemory by place and category (rank " << rank << " of "
          << comm_->world_size() << "):\n"
@@ -328,6 +403,110 @@ Status Trainer::Run() {
     if (log_->enabled()) *out << "JSONL log: " << log_->path() << "\n";
   }
   return Status::Ok();
+}
+
+Status Trainer::PublishStatus(const StepRecord& record, const MemorySnapshot& memory) {
+  // Every rank's memory tables travel bit for bit as fp32 words through an all-gather (a copy,
+  // no arithmetic), so that rank 0 can answer GetStatus with the whole job's memory.
+  constexpr size_t kTableBytes = sizeof(MemorySnapshot::Table);
+  constexpr int64_t kWords = 2 * kTableBytes / sizeof(float);
+  const int world_size = comm_->world_size();
+  gathered_memory_.resize(static_cast<size_t>(kWords * (world_size + 1)));
+  float* mine = gathered_memory_.data() + kWords * world_size;
+  std::memcpy(mine, &memory.current, kTableBytes);
+  std::memcpy(reinterpret_cast<char*>(mine) + kTableBytes, &memory.peak, kTableBytes);
+  HOIST_RETURN_IF_ERROR(
+      comm_->AllGather(mine, gathered_memory_.data(), kWords, comm::DataType::kFloat32));
+  if (control_ == nullptr) return Status::Ok();
+  JobStatus status;
+  status.step = record.step;
+  status.loss = record.loss;
+  status.lr = record.lr;
+  status.grad_norm = record.grad_norm;
+  status.loss_scale = record.loss_scale;
+  status.tokens_per_s = record.tokens_per_s;
+  status.step_s = record.step_s;
+  status.skipped_steps = scaler_ != nullptr ? scaler_->skipped_steps() : bf16_skipped_steps_;
+  status.memory.resize(static_cast<size_t>(world_size));
+  for (int r = 0; r < world_size; ++r) {
+    const char* words = reinterpret_cast<const char*>(gathered_memory_.data() + kWords * r);
+    RankMemory& rank_memory = status.memory[static_cast<size_t>(r)];
+    rank_memory.rank = r;
+    std::memcpy(&rank_memory.current, words, kTableBytes);
+    std::memcpy(&rank_memory.peak, words + kTableBytes, kTableBytes);
+  }
+  control_->Publish(status);
+  return Status::Ok();
+}
+
+Status Trainer::CheckpointForControl(const std::vector<uint64_t>& ids, bool already_written) {
+  Status saved = already_written ? Status::Ok() : SaveCheckpoint();
+  const std::string path = config_.checkpoint.dir + "/" + CheckpointStepDirName(step_);
+  if (!saved.ok() && comm_->rank() == 0) {
+    HOIST_LOG(WARN) << "the requested checkpoint failed; training goes on: " << saved.message();
+  }
+  if (control_ != nullptr) {
+    if (saved.ok()) control_->SetLastCheckpoint(path);
+    for (uint64_t id : ids) control_->Complete(id, saved, saved.ok() ? path : "");
+  }
+  return saved;
+}
+
+StatusOr<bool> Trainer::HandleControl(bool checkpointed) {
+  if (checkpointed && control_ != nullptr) {
+    control_->SetLastCheckpoint(config_.checkpoint.dir + "/" + CheckpointStepDirName(step_));
+  }
+  // While paused, rank 0 renews the exchange at least this often, so that the other ranks,
+  // waiting in it, stay well inside comm.timeout_s.
+  const auto heartbeat = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min(1.0, config_.comm.timeout_s / 4)));
+  bool paused = false;
+  for (;;) {
+    ControlCommands mine;
+    if (control_ != nullptr) mine = control_->TakeCommands();
+    HOIST_ASSIGN_OR_RETURN(AgreedCommands agreed, ExchangeCommands(*comm_, mine, StopSignalled()));
+    const ControlCommands& c = agreed.commands;
+    if (c.lr || c.gradient_clipping) {
+      if (c.lr) lr_override_ = *c.lr;
+      if (c.gradient_clipping) clip_ = static_cast<float>(*c.gradient_clipping);
+      if (comm_->rank() == 0) {
+        HOIST_LOG(INFO) << "control: from step " << step_ + 1 << " lr "
+                        << (lr_override_ ? std::to_string(*lr_override_) : "from the schedule")
+                        << ", gradient_clipping " << clip_;
+      }
+      if (control_ != nullptr) {
+        control_->SetHyperparams(lr_override_, clip_);
+        for (uint64_t id : c.update_ids) control_->Complete(id, Status::Ok());
+      }
+    }
+    if (c.checkpoint || c.stop_checkpoint) {
+      // A failed checkpoint is the requester's answer; the job goes on (every rank agreed on the
+      // failure inside SaveCheckpoint), except for a stop, which does not stop without it.
+      const Status saved = CheckpointForControl(c.checkpoint_ids, checkpointed);
+      checkpointed = checkpointed || saved.ok();
+      if (!saved.ok() && c.stop_checkpoint) continue;
+    }
+    if (c.stop || agreed.signalled) {
+      stop_reason_ = c.stop ? "stopped by the control service" : "stopped by a signal";
+      if (comm_->rank() == 0)
+        HOIST_LOG(INFO) << "control: " << stop_reason_ << " after step " << step_;
+      if (control_ != nullptr) control_->SetState(JobState::kStopping);
+      return true;
+    }
+    if (c.pause && !paused) {
+      paused = true;
+      if (comm_->rank() == 0) HOIST_LOG(INFO) << "control: paused after step " << step_;
+      if (control_ != nullptr) control_->SetState(JobState::kPaused);
+      if (metrics_ != nullptr) metrics_->RecordPaused(true);
+    } else if (c.resume && paused) {
+      paused = false;
+      if (comm_->rank() == 0) HOIST_LOG(INFO) << "control: resumed at step " << step_;
+      if (control_ != nullptr) control_->SetState(JobState::kRunning);
+      if (metrics_ != nullptr) metrics_->RecordPaused(false);
+    }
+    if (!paused) return false;
+    if (control_ != nullptr) control_->WaitForCommand(Clock::now() + heartbeat);
+  }
 }
 
 Status Trainer::SaveCheckpoint() {
@@ -374,6 +553,9 @@ Status Trainer::SaveCheckpoint() {
                                {"zero_stage", config_.zero.stage},
                                {"run", RunIdentity(config_)},
                                {"config", config_.raw}};
+    // Hyperparameters set through the control service hold after a resume.
+    metadata["control"] = {{"lr_override", nullptr}, {"gradient_clipping", clip_}};
+    if (lr_override_) metadata["control"]["lr_override"] = *lr_override_;
     if (scaler_ != nullptr) {
       const LossScalerState state = scaler_->state();
       metadata["loss_scaler"] = {{"scale", state.scale},
@@ -470,6 +652,19 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     state.clean_steps = static_cast<int64_t>(clean);
     state.skipped_steps = static_cast<int64_t>(skipped);
     HOIST_RETURN_IF_ERROR(scaler_->Restore(state));
+  }
+  if (metadata.contains("control")) {
+    const nlohmann::json& control = metadata["control"];
+    const bool lr_ok = control.contains("lr_override") &&
+                       (control["lr_override"].is_null() || control["lr_override"].is_number());
+    if (!control.is_object() || !lr_ok || !control.contains("gradient_clipping") ||
+        !control["gradient_clipping"].is_number()) {
+      return DataLossError("checkpoint " + step_dir +
+                           ": manifest metadata.control needs lr_override (a number or null) and "
+                           "gradient_clipping (a number)");
+    }
+    if (control["lr_override"].is_number()) lr_override_ = control["lr_override"].get<double>();
+    clip_ = control["gradient_clipping"].get<float>();
   }
   step_ = reader.step();
   HOIST_ASSIGN_OR_RETURN(tokens_seen_, counter("tokens"));

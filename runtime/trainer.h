@@ -11,17 +11,22 @@
 // model, the engine and the loaders. Not thread-safe; Run blocks until training ends or fails.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/counting_communicator.h"
 #include "comm/thread_communicator.h"
 #include "core/device.h"
 #include "core/status.h"
 #include "runtime/config.h"
+#include "runtime/control.h"
+#include "runtime/control_server.h"
 #include "runtime/data_loader.h"
 #include "runtime/gpt2.h"
 #include "runtime/jsonl_log.h"
@@ -49,6 +54,9 @@ struct TrainerOptions {
   // This rank's index among the ranks on its node; the metrics endpoint serves on
   // metrics.port + local_rank.
   int local_rank = 0;
+  // Rank 0's job controller, for a caller that drives it in-process (tests); nullptr: the
+  // trainer makes its own. Other ranks ignore it. Must outlive the trainer.
+  JobController* controller = nullptr;
 };
 
 // What one optimizer step did.
@@ -61,6 +69,7 @@ struct StepRecord {
   bool skipped = false;  // fp16 overflow: no update this step
   double step_s = 0;
   double tokens_per_s = 0;
+  std::array<double, kNumStepPhases> phase_s{};  // by StepPhase
 };
 
 class Trainer {
@@ -69,7 +78,9 @@ class Trainer {
                                                    const TrainerOptions& options);
   ~Trainer();
 
-  // Trains until config.train.steps optimizer steps have been taken.
+  // Trains until config.train.steps optimizer steps have been taken, or until the job is
+  // stopped (the control service's Stop, or SIGINT/SIGTERM once InstallStopSignalHandlers ran),
+  // which is not an error. Control commands are applied at each step boundary (control.h).
   Status Run();
   // One optimizer step (exposed for tests and benchmarks).
   StatusOr<StepRecord> Step();
@@ -84,6 +95,13 @@ class Trainer {
   int rank() const { return comm_->rank(); }
   // The Prometheus endpoint; nullptr unless metrics.enabled.
   const MetricsExporter* metrics() const { return metrics_.get(); }
+  // Rank 0's job controller; nullptr on the other ranks.
+  JobController* controller() const { return control_; }
+  // Whether Run ended early on a stop request.
+  bool stopped() const { return stopped_; }
+  // The learning rate and clipping in force for the next step (after control overrides).
+  std::optional<double> lr_override() const { return lr_override_; }
+  float gradient_clipping() const { return clip_; }
 
  private:
   Trainer(const Config& config, const TrainerOptions& options);
@@ -91,11 +109,22 @@ class Trainer {
   // Restores the state saved in `step_dir`; returns the JSONL log's size at that checkpoint.
   StatusOr<int64_t> LoadCheckpoint(const std::string& step_dir);
   void PrintProgress(const StepRecord& record);
+  Status RunSteps();
+  // Rank 0 publishes the status of the step just taken (every rank takes part: the per-rank
+  // memory tables are gathered).
+  Status PublishStatus(const StepRecord& record, const MemorySnapshot& memory);
+  // The step boundary's control exchange, looping while paused. `checkpointed`: this boundary
+  // already wrote a checkpoint (due by interval). Returns whether the job stops here.
+  StatusOr<bool> HandleControl(bool checkpointed);
+  // SaveCheckpoint that reports the outcome to the waiting control requests.
+  Status CheckpointForControl(const std::vector<uint64_t>& ids, bool already_written);
 
   Config config_;
   TrainerOptions options_;
   CpuDevice device_;
   std::unique_ptr<comm::ThreadGroup> own_group_;  // a group of one, when training alone
+  // The group's communicator, counting the bytes of each collective for the metrics.
+  std::unique_ptr<comm::CountingCommunicator> counting_;
   comm::Communicator* comm_ = nullptr;
   std::unique_ptr<zero::ZeroEngine> engine_;
   std::unique_ptr<Gpt2Model> model_;
@@ -110,6 +139,15 @@ class Trainer {
   double train_seconds_ = 0;
   int64_t tokens_seen_ = 0;
   int64_t bf16_skipped_steps_ = 0;
+  std::unique_ptr<JobController> own_controller_;
+  JobController* control_ = nullptr;  // rank 0 only
+  // Declared after the controller: destroyed first, while the controller it serves still exists.
+  std::unique_ptr<ControlServer> control_server_;
+  std::optional<double> lr_override_;
+  float clip_ = 0;
+  bool stopped_ = false;
+  std::string stop_reason_;
+  std::vector<float> gathered_memory_;  // the AllGather buffer of PublishStatus
 };
 
 }  // namespace hoist::runtime

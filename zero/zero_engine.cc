@@ -1,6 +1,7 @@
 #include "zero/zero_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -395,6 +396,8 @@ Status ZeroEngine::GatherUpdatedParams() {
 
 StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm) {
   HOIST_RETURN_IF_ERROR(status_);
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
   if (options_.stage >= 2) {
     HOIST_RETURN_IF_ERROR(DrainReductions(0));
   } else {
@@ -423,6 +426,8 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   StepResult result;
   result.grad_norm = std::sqrt(total);
   result.overflow = !std::isfinite(total);
+  const auto reduced = Clock::now();
+  result.reduce_s = std::chrono::duration<double>(reduced - started).count();
   if (result.overflow) return result;
 
   const float grad_scale = ClipScale(result.grad_norm, max_norm) * inv_scale;
@@ -460,6 +465,7 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     }
   }
   HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
+  result.optimizer_s = std::chrono::duration<double>(Clock::now() - reduced).count();
   return result;
 }
 

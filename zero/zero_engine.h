@@ -75,8 +75,10 @@ float ClipScale(double norm, float max_norm);
 
 // The outcome of one optimizer step.
 struct StepResult {
-  double grad_norm = 0;   // of the unscaled gradient, before clipping; inf/NaN on overflow
-  bool overflow = false;  // some gradient was inf or NaN: the update was skipped on every rank
+  double grad_norm = 0;    // of the unscaled gradient, before clipping; inf/NaN on overflow
+  bool overflow = false;   // some gradient was inf or NaN: the update was skipped on every rank
+  double reduce_s = 0;     // finishing the gradient reduction and the global norm
+  double optimizer_s = 0;  // AdamW on the owned shard and gathering the updated parameters
 };
 
 // Bytes of this rank's model states, by what they are (the ZeRO formula's terms).

@@ -208,6 +208,45 @@ TEST(MetricsExporter, ServesTheLastStepWithTheRankLabel) {
   EXPECT_EQ(Find(samples, "hoist_step_seconds", rank), 0.125);
 }
 
+TEST(MetricsExporter, ServesPhasesCommAndOffloadBytesAndThePausedFlag) {
+  SKIP_WITHOUT_PROMETHEUS();
+  auto exporter = StartOk(OnEphemeralPort(), 1, 0);
+  StepMetrics step = SomeStep();
+  step.phase_s = {0.5, 1.5, 2.5, 0.25, 0.125};
+  step.comm_bytes = {4096, 2048, 1024, 8};
+  step.offload_bytes = {{{10, 20}, {30, 40}}};
+  exporter->RecordStep(step);
+  exporter->RecordPaused(true);
+  std::vector<Sample> samples = ParseSamples(Scrape(*exporter));
+  auto phase = [&](const char* name) {
+    return Find(samples, "hoist_step_phase_seconds", {{"rank", "1"}, {"phase", name}});
+  };
+  EXPECT_EQ(phase("data"), 0.5);
+  EXPECT_EQ(phase("forward"), 1.5);
+  EXPECT_EQ(phase("backward"), 2.5);
+  EXPECT_EQ(phase("reduce"), 0.25);
+  EXPECT_EQ(phase("optimizer"), 0.125);
+  auto comm = [&](const char* op) {
+    return Find(samples, "hoist_comm_bytes_total", {{"rank", "1"}, {"op", op}});
+  };
+  EXPECT_EQ(comm("all_reduce"), 4096.0);
+  EXPECT_EQ(comm("reduce_scatter"), 2048.0);
+  EXPECT_EQ(comm("all_gather"), 1024.0);
+  EXPECT_EQ(comm("broadcast"), 8.0);
+  auto offload = [&](const char* direction, const char* target) {
+    return Find(samples, "hoist_offload_bytes_total",
+                {{"rank", "1"}, {"direction", direction}, {"target", target}});
+  };
+  EXPECT_EQ(offload("read", "host_pinned"), 10.0);
+  EXPECT_EQ(offload("read", "nvme"), 20.0);
+  EXPECT_EQ(offload("write", "host_pinned"), 30.0);
+  EXPECT_EQ(offload("write", "nvme"), 40.0);
+  EXPECT_EQ(Find(samples, "hoist_paused", {{"rank", "1"}}), 1.0);
+  exporter->RecordPaused(false);
+  samples = ParseSamples(Scrape(*exporter));
+  EXPECT_EQ(Find(samples, "hoist_paused", {{"rank", "1"}}), 0.0);
+}
+
 TEST(MetricsExporter, ServesMemoryByPlaceAndCategory) {
   SKIP_WITHOUT_PROMETHEUS();
   auto exporter = StartOk(OnEphemeralPort(), 0, 0);
@@ -268,11 +307,14 @@ TEST(MetricsExporter, EverySeriesHasTheRankLabelAndNoStepLabel) {
       EXPECT_EQ(s.labels.at("rank"), "5") << s.name;
     }
     for (const auto& [name, value] : s.labels) {
-      EXPECT_TRUE(name == "rank" || name == "place" || name == "category") << s.name << " " << name;
+      EXPECT_TRUE(name == "rank" || name == "place" || name == "category" || name == "phase" ||
+                  name == "op" || name == "direction" || name == "target")
+          << s.name << " " << name;
     }
   }
-  // 8 step series, 2 x 24 memory rows, 4 place totals, 3 process facts.
-  EXPECT_EQ(hoist_series, 8 + 48 + 4 + 3);
+  // 8 step series, the paused flag, 5 phases, 4 comm ops, 2 x 2 offload series, 2 x 24 memory
+  // rows, 4 place totals, 3 process facts.
+  EXPECT_EQ(hoist_series, 8 + 1 + 5 + 4 + 4 + 48 + 4 + 3);
 }
 
 TEST(MetricsExporter, CountersFollowTheTotalsAndNeverGoDown) {
@@ -467,6 +509,41 @@ TEST(TrainerMetrics, ServesTheStepCountAndLossOfTheLastStep) {
             static_cast<double>(tracker.Snapshot().Current(Place::kDevice, Category::kParam)));
   EXPECT_GT(*params, 0.0);
   EXPECT_GT(Find(samples, "hoist_tokens_per_second", rank).value_or(0), 0.0);
+}
+
+// The step's phases and the bytes of its collectives reach the metrics: forward, backward and
+// optimizer take time, the phases fit in the step, and the all-gather of the per-rank memory
+// tables (two 4 x 6 tables of int64 per step, gathered after the step's metrics are recorded, so
+// the last step's is not counted yet) shows in hoist_comm_bytes_total.
+TEST(TrainerMetrics, ServesPhaseTimesAndCommBytes) {
+  SKIP_WITHOUT_PROMETHEUS();
+  StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(SmallJob({"metrics.enabled=true", "metrics.port=0"}), {});
+  ASSERT_TRUE(trainer.ok()) << trainer.status().ToString();
+  ASSERT_TRUE((*trainer)->Run().ok());
+  const std::vector<Sample> samples = ParseSamples(Scrape(*(*trainer)->metrics()));
+  const std::map<std::string, std::string> rank = {{"rank", "0"}};
+  double phases = 0;
+  for (const char* name : {"data", "forward", "backward", "reduce", "optimizer"}) {
+    std::optional<double> seconds =
+        Find(samples, "hoist_step_phase_seconds", {{"rank", "0"}, {"phase", name}});
+    ASSERT_TRUE(seconds.has_value()) << name;
+    EXPECT_GE(*seconds, 0.0) << name;
+    phases += *seconds;
+  }
+  EXPECT_GT(*Find(samples, "hoist_step_phase_seconds", {{"rank", "0"}, {"phase", "forward"}}), 0.0);
+  EXPECT_GT(*Find(samples, "hoist_step_phase_seconds", {{"rank", "0"}, {"phase", "backward"}}),
+            0.0);
+  EXPECT_GT(*Find(samples, "hoist_step_phase_seconds", {{"rank", "0"}, {"phase", "optimizer"}}),
+            0.0);
+  EXPECT_LE(phases, *Find(samples, "hoist_step_seconds", rank) * 1.0001);
+  const double memory_tables = 2.0 * kNumPlaces * kNumCategories * sizeof(int64_t);
+  EXPECT_GE(*Find(samples, "hoist_comm_bytes_total", {{"rank", "0"}, {"op", "all_gather"}}),
+            4 * memory_tables);
+  // At least the loss of each step is all-reduced.
+  EXPECT_GE(*Find(samples, "hoist_comm_bytes_total", {{"rank", "0"}, {"op", "all_reduce"}}),
+            5 * sizeof(float));
+  EXPECT_EQ(Find(samples, "hoist_paused", rank), 0.0);
 }
 
 // Scrapes from another thread while the trainer steps: every one answers, and the step counter

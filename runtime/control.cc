@@ -1,0 +1,367 @@
+#include "runtime/control.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+
+namespace hoist::runtime {
+
+const char* JobStateName(JobState state) {
+  switch (state) {
+    case JobState::kStarting: return "starting";
+    case JobState::kRunning: return "running";
+    case JobState::kPaused: return "paused";
+    case JobState::kStopping: return "stopping";
+    case JobState::kFinished: return "finished";
+    case JobState::kFailed: return "failed";
+  }
+  return "unknown";
+}
+
+std::string ValidateHyperparams(const HyperparamUpdate& update) {
+  if (!update.lr && !update.gradient_clipping) {
+    return "nothing to update: give lr or gradient_clipping";
+  }
+  if (update.lr) {
+    const double lr = *update.lr;
+    if (!std::isfinite(lr) || lr <= 0 || lr > 10) {
+      return "lr must be a finite number in (0, 10], got " + std::to_string(lr);
+    }
+  }
+  if (update.gradient_clipping) {
+    const double clip = *update.gradient_clipping;
+    if (!std::isfinite(clip) || clip < 0) {
+      return "gradient_clipping must be a finite number >= 0 (0 disables clipping), got " +
+             std::to_string(clip);
+    }
+  }
+  return "";
+}
+
+bool ControlCommands::empty() const {
+  return !pause && !resume && !checkpoint && !stop && !stop_checkpoint && !lr && !gradient_clipping;
+}
+
+JobController::JobController(int64_t total_steps, int world_size, bool can_checkpoint)
+    : can_checkpoint_(can_checkpoint) {
+  status_.total_steps = total_steps;
+  status_.world_size = world_size;
+}
+
+JobStatus JobController::GetStatus() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return status_;
+}
+
+void JobController::Bump() {
+  ++status_.version;
+  changed_.notify_all();
+}
+
+uint64_t JobController::Enqueue(Request request) {
+  request.id = next_id_++;
+  queue_.push_back(request);
+  changed_.notify_all();
+  return request.id;
+}
+
+Status JobController::Pause() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shut_down_) return UnavailableError("the job has ended; nothing to pause");
+  Enqueue({Request::kPause, 0, {}});
+  return Status::Ok();
+}
+
+Status JobController::Resume() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shut_down_) return UnavailableError("the job has ended; nothing to resume");
+  Enqueue({Request::kResume, 0, {}});
+  return Status::Ok();
+}
+
+StatusOr<std::string> JobController::Await(std::unique_lock<std::mutex>& lock, uint64_t id,
+                                           Clock::time_point deadline, const char* what) {
+  auto it = outcomes_.emplace(id, Outcome{}).first;
+  while (!it->second.done) {
+    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout && !it->second.done) {
+      // The command stays queued (or in progress); only this caller stops waiting.
+      outcomes_.erase(it);
+      return DeadlineExceededError(std::string(what) +
+                                   " was requested but has not completed before the deadline; "
+                                   "it will still be applied at a step boundary");
+    }
+  }
+  Outcome outcome = std::move(it->second);
+  outcomes_.erase(it);
+  if (!outcome.status.ok()) return outcome.status;
+  return outcome.result;
+}
+
+StatusOr<std::string> JobController::Checkpoint(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (shut_down_) return UnavailableError("the job has ended; no checkpoint can be taken");
+  if (!can_checkpoint_) {
+    return FailedPreconditionError(
+        "the job has no checkpoint.dir; start it with checkpoint.dir set to take checkpoints");
+  }
+  const uint64_t id = Enqueue({Request::kCheckpoint, 0, {}});
+  return Await(lock, id, deadline, "the checkpoint");
+}
+
+StatusOr<std::string> JobController::Stop(bool checkpoint, Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (shut_down_) return UnavailableError("the job has already ended");
+  if (checkpoint && !can_checkpoint_) {
+    return FailedPreconditionError(
+        "stop with a checkpoint needs checkpoint.dir, which this job does not have; stop "
+        "without --checkpoint, or restart the job with checkpoint.dir set");
+  }
+  if (!checkpoint) {
+    Enqueue({Request::kStop, 0, {}});
+    return std::string();
+  }
+  const uint64_t id = Enqueue({Request::kStopCheckpoint, 0, {}});
+  return Await(lock, id, deadline, "the stop's checkpoint");
+}
+
+Status JobController::UpdateHyperparams(const HyperparamUpdate& update,
+                                        Clock::time_point deadline) {
+  const std::string invalid = ValidateHyperparams(update);
+  if (!invalid.empty()) return InvalidArgumentError(invalid);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (shut_down_) return UnavailableError("the job has ended; nothing to update");
+  const uint64_t id = Enqueue({Request::kUpdate, 0, update});
+  return Await(lock, id, deadline, "the update").status();
+}
+
+bool JobController::WaitForUpdate(uint64_t* version, Clock::time_point deadline) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait_until(lock, deadline, [&] { return shut_down_ || status_.version != *version; });
+  if (shut_down_) return false;
+  *version = status_.version;
+  return true;
+}
+
+void JobController::Shutdown(JobState final_state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  status_.state = final_state;
+  const Status ended = UnavailableError("the job ended (" + std::string(JobStateName(final_state)) +
+                                        ") before the request was carried out");
+  for (auto& [id, outcome] : outcomes_) {
+    if (!outcome.done) outcome = {true, ended, ""};
+  }
+  queue_.clear();
+  Bump();
+}
+
+bool JobController::shut_down() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shut_down_;
+}
+
+void JobController::Publish(const JobStatus& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  JobStatus next = status;
+  next.state = status_.state;
+  next.lr_override = status_.lr_override;
+  next.gradient_clipping = status_.gradient_clipping;
+  next.last_checkpoint = status_.last_checkpoint;
+  next.total_steps = status_.total_steps;
+  next.world_size = status_.world_size;
+  next.version = status_.version;
+  status_ = std::move(next);
+  Bump();
+}
+
+void JobController::SetState(JobState state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shut_down_ || status_.state == state) return;
+  status_.state = state;
+  Bump();
+}
+
+void JobController::SetLastCheckpoint(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.last_checkpoint = path;
+  Bump();
+}
+
+void JobController::SetHyperparams(std::optional<double> lr_override, double gradient_clipping) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_.lr_override = lr_override;
+  status_.gradient_clipping = gradient_clipping;
+  Bump();
+}
+
+ControlCommands JobController::TakeCommands() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ControlCommands commands;
+  for (const Request& request : queue_) {
+    switch (request.kind) {
+      // The later of pause and resume wins, as if each had been applied in turn.
+      case Request::kPause:
+        commands.pause = true;
+        commands.resume = false;
+        break;
+      case Request::kResume:
+        commands.resume = true;
+        commands.pause = false;
+        break;
+      case Request::kCheckpoint:
+        commands.checkpoint = true;
+        commands.checkpoint_ids.push_back(request.id);
+        break;
+      case Request::kStop: commands.stop = true; break;
+      case Request::kStopCheckpoint:
+        commands.stop = true;
+        commands.stop_checkpoint = true;
+        commands.checkpoint_ids.push_back(request.id);
+        break;
+      case Request::kUpdate:
+        if (request.update.lr) commands.lr = request.update.lr;
+        if (request.update.gradient_clipping) {
+          commands.gradient_clipping = request.update.gradient_clipping;
+        }
+        commands.update_ids.push_back(request.id);
+        break;
+    }
+  }
+  queue_.clear();
+  return commands;
+}
+
+bool JobController::WaitForCommand(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait_until(lock, deadline, [&] { return shut_down_ || !queue_.empty(); });
+  return !queue_.empty();
+}
+
+void JobController::Complete(uint64_t id, Status status, std::string result) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = outcomes_.find(id);
+  if (it == outcomes_.end()) return;  // nobody is waiting any more
+  it->second = {true, std::move(status), std::move(result)};
+  changed_.notify_all();
+}
+
+void JobController::FailPending(const Status& status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& [id, outcome] : outcomes_) {
+    if (!outcome.done) outcome = {true, status, ""};
+  }
+  queue_.clear();
+  changed_.notify_all();
+}
+
+// ---- ExchangeCommands ----
+//
+// One fp32 sum all-reduce over a few slots: rank 0 writes its commands, the other ranks zeros, so
+// the sum is rank 0's values exactly (x + 0 == x) and the signal slot counts the ranks that
+// caught a stop signal. lr and clipping travel as two floats each, the value rounded and what
+// the rounding lost, so that every rank gets the double the operator set (to about 48 bits).
+
+namespace {
+
+enum Slot {
+  kPauseSlot,
+  kResumeSlot,
+  kCheckpointSlot,
+  kStopSlot,
+  kStopCheckpointSlot,
+  kHasLrSlot,
+  kLrSlot,
+  kLrRestSlot,
+  kHasClipSlot,
+  kClipSlot,
+  kClipRestSlot,
+  kSignalSlot,
+  kNumSlots
+};
+
+void Split(double value, float* rounded, float* rest) {
+  *rounded = static_cast<float>(value);
+  *rest = static_cast<float>(value - static_cast<double>(*rounded));
+}
+
+}  // namespace
+
+StatusOr<AgreedCommands> ExchangeCommands(comm::Communicator& comm, const ControlCommands& mine,
+                                          bool signalled) {
+  std::array<float, kNumSlots> slots{};
+  if (comm.rank() == 0) {
+    slots[kPauseSlot] = mine.pause ? 1.0f : 0.0f;
+    slots[kResumeSlot] = mine.resume ? 1.0f : 0.0f;
+    slots[kCheckpointSlot] = mine.checkpoint ? 1.0f : 0.0f;
+    slots[kStopSlot] = mine.stop ? 1.0f : 0.0f;
+    slots[kStopCheckpointSlot] = mine.stop_checkpoint ? 1.0f : 0.0f;
+    slots[kHasLrSlot] = mine.lr ? 1.0f : 0.0f;
+    if (mine.lr) Split(*mine.lr, &slots[kLrSlot], &slots[kLrRestSlot]);
+    slots[kHasClipSlot] = mine.gradient_clipping ? 1.0f : 0.0f;
+    if (mine.gradient_clipping) {
+      Split(*mine.gradient_clipping, &slots[kClipSlot], &slots[kClipRestSlot]);
+    }
+  }
+  slots[kSignalSlot] = signalled ? 1.0f : 0.0f;
+  HOIST_RETURN_IF_ERROR(
+      comm.AllReduce(slots.data(), kNumSlots, comm::DataType::kFloat32, comm::ReduceOp::kSum));
+  AgreedCommands agreed;
+  ControlCommands& c = agreed.commands;
+  c.pause = slots[kPauseSlot] != 0;
+  c.resume = slots[kResumeSlot] != 0;
+  c.checkpoint = slots[kCheckpointSlot] != 0;
+  c.stop = slots[kStopSlot] != 0;
+  c.stop_checkpoint = slots[kStopCheckpointSlot] != 0;
+  auto join = [&](int slot, int rest) {
+    return static_cast<double>(slots[slot]) + static_cast<double>(slots[rest]);
+  };
+  if (slots[kHasLrSlot] != 0) c.lr = join(kLrSlot, kLrRestSlot);
+  if (slots[kHasClipSlot] != 0) c.gradient_clipping = join(kClipSlot, kClipRestSlot);
+  if (comm.rank() == 0) {
+    c.checkpoint_ids = mine.checkpoint_ids;
+    c.update_ids = mine.update_ids;
+  }
+  agreed.signalled = slots[kSignalSlot] != 0;
+  return agreed;
+}
+
+// ---- Stop signals ----
+
+namespace {
+
+std::atomic<int> g_stop_signals{0};
+
+void OnStopSignal(int signo) {
+  if (g_stop_signals.fetch_add(1) == 0) {
+    static const char kMessage[] =
+        "hoist: stop requested; finishing the current step (send it again to exit at once)\n";
+    ssize_t ignored = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+    (void)ignored;
+    return;
+  }
+  // A second request: the default action, at once.
+  std::signal(signo, SIG_DFL);
+  std::raise(signo);
+}
+
+}  // namespace
+
+void InstallStopSignalHandlers() {
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+bool StopSignalled() { return g_stop_signals.load() > 0; }
+
+void ResetStopSignal() { g_stop_signals.store(0); }
+
+}  // namespace hoist::runtime

@@ -1,0 +1,253 @@
+// `hoist ctl` against a real `hoist train` (one rank, and two under `hoist launch`): pausing
+// holds the step, resuming continues it, a checkpoint and an lr set through the service land in
+// the job, and a stop ends every rank with exit code 0.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/launcher/ctl_test_util.h"
+#include "tests/launcher/launch_test_util.h"
+
+extern char** environ;
+
+namespace hoist::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+using testing::CtlResult;
+using testing::RunCtl;
+
+#if HOIST_HAVE_GRPC
+
+std::string ReadAll(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// `hoist ARGS` in the background, its stdout and stderr in files of `dir`. Killed (SIGKILL; the
+// ranks of `hoist launch` die with it) if it is still running when the test ends.
+class Background {
+ public:
+  Background(const fs::path& dir, const std::vector<std::string>& args)
+      : out_(dir / "stdout.txt"), err_(dir / "stderr.txt") {
+    std::vector<std::string> argv = {std::string(HOIST_BINARY_DIR) + "/hoist"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const std::set<std::string> replaced = {"OMP_NUM_THREADS", "HOIST_CONTROL_TOKEN",
+                                            "HOIST_LOG_LEVEL"};
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry(*e);
+      if (replaced.count(entry.substr(0, entry.find('='))) == 0) env.push_back(entry);
+    }
+    env.push_back("OMP_NUM_THREADS=1");
+    std::vector<char*> argv_c, env_c;
+    for (std::string& s : argv) argv_c.push_back(s.data());
+    for (std::string& s : env) env_c.push_back(s.data());
+    argv_c.push_back(nullptr);
+    env_c.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    EXPECT_EQ(posix_spawn(&pid_, argv_c[0], &actions, nullptr, argv_c.data(), env_c.data()), 0);
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Background() {
+    if (exit_code_ == kRunning && pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  std::string out() const { return ReadAll(out_); }
+  std::string err() const { return ReadAll(err_); }
+
+  // The exit code, or -1 while it still runs after `timeout_s`.
+  int Wait(double timeout_s) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (exit_code_ == kRunning) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      if (Clock::now() > deadline) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return exit_code_;
+  }
+
+  // The address of the line "control: serving ADDR" rank 0 logs; "" if none within the time
+  // or if the job ended first.
+  std::string ControlAddress(double timeout_s = 60) {
+    const std::regex serving("control: serving (\\S+)");
+    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (Clock::now() < deadline && Wait(0) == -1) {
+      std::smatch match;
+      const std::string text = err();
+      if (std::regex_search(text, match, serving)) return match[1];
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return "";
+  }
+
+ private:
+  static constexpr int kRunning = -1000;
+  fs::path out_, err_;
+  pid_t pid_ = -1;
+  int exit_code_ = kRunning;
+};
+
+// A small job that would run far longer than any test: the tests end it with a stop.
+std::vector<std::string> JobArgs(const fs::path& dir) {
+  std::vector<std::string> args = {"train"};
+  for (const std::string set :
+       {"model.n_layer=1", "model.n_embd=32", "model.n_head=2", "model.seq_len=32",
+        "train_batch_size=8", "train_micro_batch_size_per_gpu=4",
+        "gradient_accumulation_steps=null", "train.steps=1000000",
+        "scheduler.params.total_num_steps=1000000", "scheduler.params.warmup_num_steps=2",
+        "train.eval_interval=0", "steps_per_print=0", "checkpoint.interval_steps=0",
+        "control.enabled=true", "control.port=0"}) {
+    args.insert(args.end(), {"--set", set});
+  }
+  args.insert(args.end(), {"--set", "checkpoint.dir=" + (dir / "ck").string(), "--set",
+                           "monitor.jsonl.path=" + (dir / "log_{rank}.jsonl").string()});
+  return args;
+}
+
+// The job's status through `hoist ctl status --json`; null when the call failed.
+nlohmann::json Status(const std::string& address) {
+  CtlResult r = RunCtl("--addr " + address + " --json status");
+  if (r.exit_code != 0) {
+    ADD_FAILURE() << r.all;
+    return nullptr;
+  }
+  return nlohmann::json::parse(r.out);
+}
+
+// Polls the status until `pred` holds (up to 60 s); the last status seen.
+template <typename Pred>
+nlohmann::json StatusWhen(const std::string& address, Pred pred) {
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  nlohmann::json status = Status(address);
+  while (!status.is_null() && !pred(status) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    status = Status(address);
+  }
+  return status;
+}
+
+void ExpectOk(const CtlResult& r, const std::string& what) {
+  EXPECT_EQ(r.exit_code, 0) << what << ": " << r.all;
+}
+
+// Pausing holds the step on every rank; resuming continues it.
+void PauseAndResume(const std::string& address) {
+  ExpectOk(RunCtl("--addr " + address + " pause"), "pause");
+  const nlohmann::json paused =
+      StatusWhen(address, [](const nlohmann::json& s) { return s["state"] == "paused"; });
+  ASSERT_EQ(paused["state"], "paused");
+  const int64_t held = paused["step"];
+  // Time passes (several steps' worth) and the step does not move.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const nlohmann::json still = Status(address);
+  EXPECT_EQ(still["state"], "paused");
+  EXPECT_EQ(still["step"], held);
+  ExpectOk(RunCtl("--addr " + address + " resume"), "resume");
+  const nlohmann::json moving = StatusWhen(
+      address, [held](const nlohmann::json& s) { return s["step"].get<int64_t>() >= held + 3; });
+  EXPECT_EQ(moving["state"], "running");
+  EXPECT_GE(moving["step"].get<int64_t>(), held + 3);
+}
+
+TEST(CtlTrain, PauseResumeCheckpointSetAndStopAOneRankJob) {
+  const fs::path dir = testing::TempDir("hoist_ctl_train_", "one");
+  Background job(dir, JobArgs(dir));
+  const std::string address = job.ControlAddress();
+  ASSERT_FALSE(address.empty()) << job.err();
+  EXPECT_THAT(address, ::testing::StartsWith("127.0.0.1:"));
+  StatusWhen(address, [](const nlohmann::json& s) { return s["step"].get<int64_t>() >= 2; });
+
+  PauseAndResume(address);
+
+  // A checkpoint through the service is a real step directory.
+  CtlResult checkpoint = RunCtl("--addr " + address + " --json checkpoint");
+  ExpectOk(checkpoint, "checkpoint");
+  const std::string path = nlohmann::json::parse(checkpoint.out)["path"];
+  EXPECT_TRUE(fs::exists(fs::path(path) / "rank_00000.bin")) << path;
+
+  // The lr set through the service is the one the next steps train with.
+  ExpectOk(RunCtl("--addr " + address + " set lr=1.5e-4 gradient_clipping=0.25"), "set");
+  const nlohmann::json after = Status(address);
+  // The ranks agree on the value in float, the precision the trainer computes in.
+  EXPECT_NEAR(after["lr_override"].get<double>(), 1.5e-4, 1.5e-4 * 1e-6);
+  EXPECT_DOUBLE_EQ(after["gradient_clipping"].get<double>(), 0.25);
+  const int64_t set_at = after["step"];
+  StatusWhen(address, [set_at](const nlohmann::json& s) { return s["step"] > set_at + 2; });
+
+  ExpectOk(RunCtl("--addr " + address + " stop"), "stop");
+  ASSERT_EQ(job.Wait(60), 0) << job.err();
+  EXPECT_THAT(job.err(), HasSubstr("stopped by the control service"));
+
+  std::ifstream log(dir / "log_0.jsonl");
+  int checked = 0;
+  for (std::string line; std::getline(log, line);) {
+    const nlohmann::json record = nlohmann::json::parse(line);
+    if (!record.contains("step") || record["step"].get<int64_t>() <= set_at + 1) continue;
+    EXPECT_NEAR(record["lr"].get<double>(), 1.5e-4, 1.5e-4 * 1e-6) << line;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+TEST(CtlTrain, StopEndsEveryRankOfALaunchedJobWithZero) {
+  const fs::path dir = testing::TempDir("hoist_ctl_train_", "two");
+  std::vector<std::string> args = {"launch", "-n", "2", "--"};
+  const std::vector<std::string> job_args = JobArgs(dir);
+  args.insert(args.end(), job_args.begin(), job_args.end());
+  Background job(dir, args);
+  const std::string address = job.ControlAddress();
+  ASSERT_FALSE(address.empty()) << job.err();
+  const nlohmann::json started =
+      StatusWhen(address, [](const nlohmann::json& s) { return s["step"].get<int64_t>() >= 1; });
+  EXPECT_EQ(started["world_size"], 2);
+  ASSERT_EQ(started["memory"].size(), 2u);
+  EXPECT_EQ(started["memory"][1]["rank"], 1);
+
+  PauseAndResume(address);
+
+  CtlResult stop = RunCtl("--addr " + address + " --json stop --checkpoint");
+  ExpectOk(stop, "stop --checkpoint");
+  const std::string path = nlohmann::json::parse(stop.out)["checkpoint_path"];
+  EXPECT_TRUE(fs::exists(fs::path(path) / "rank_00000.bin")) << path;
+  EXPECT_TRUE(fs::exists(fs::path(path) / "rank_00001.bin")) << path;
+  // hoist launch exits 0 only when every rank did.
+  ASSERT_EQ(job.Wait(60), 0) << job.err();
+}
+
+#else  // !HOIST_HAVE_GRPC
+
+TEST(CtlTrain, NeedsGrpc) {
+  GTEST_SKIP() << "built without gRPC (HOIST_WITH_GRPC): hoist train serves no control service";
+}
+
+#endif  // HOIST_HAVE_GRPC
+
+}  // namespace
+}  // namespace hoist::launcher
