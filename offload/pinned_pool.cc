@@ -1,0 +1,127 @@
+#include "offload/pinned_pool.h"
+
+#include <sys/mman.h>
+#include <sys/resource.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/logging.h"
+#include "offload/block_storage.h"
+
+namespace hoist::offload {
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& other) noexcept { *this = std::move(other); }
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    pool_ = other.pool_;
+    data_ = other.data_;
+    size_bytes_ = other.size_bytes_;
+    category_ = other.category_;
+    locked_ = other.locked_;
+    other.pool_ = nullptr;
+    other.data_ = nullptr;
+    other.size_bytes_ = 0;
+    other.locked_ = false;
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() { Reset(); }
+
+void PinnedBuffer::Reset() {
+  if (data_ == nullptr) return;
+  pool_->Release(*this);
+  pool_ = nullptr;
+  data_ = nullptr;
+  size_bytes_ = 0;
+  locked_ = false;
+}
+
+PinnedHostPool::PinnedHostPool(MemoryTracker& tracker, PinnedHostPoolOptions options)
+    : tracker_(tracker), options_(options) {}
+
+PinnedHostPool::~PinnedHostPool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  HOIST_CHECK_EQ(bytes_in_use_, 0) << "a PinnedBuffer outlives its PinnedHostPool";
+}
+
+bool PinnedHostPool::MayLock(int64_t bytes) const {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return false;
+  if (limit.rlim_cur == RLIM_INFINITY) return true;
+  return bytes_locked_ + bytes <= static_cast<int64_t>(limit.rlim_cur);
+}
+
+StatusOr<void*> PinnedHostPool::AllocatePages(int64_t size, Category category) {
+  void* data = nullptr;
+  if (int rc = ::posix_memalign(&data, kPageBytes, static_cast<size_t>(size)); rc != 0) {
+    return ResourceExhaustedError("offload: allocating " + std::to_string(size) + " bytes (" +
+                                  FormatBytes(size) + ") of pinned host memory for " +
+                                  CategoryName(category) + " failed: " + ErrnoText(rc) +
+                                  "; lower offload buffer_count/buffer_size or free host memory");
+  }
+  return data;
+}
+
+bool PinnedHostPool::LockPages(void* data, int64_t size) {
+  int lock_errno = ENOMEM;
+  if (MayLock(size)) {
+    if (::mlock(data, static_cast<size_t>(size)) == 0) return true;
+    lock_errno = errno;
+  }
+  if (!unlocked_noticed_) {
+    unlocked_noticed_ = true;
+    HOIST_LOG(WARN) << "offload: cannot lock " << FormatBytes(bytes_locked_ + size)
+                    << " of host memory (RLIMIT_MEMLOCK, " << ErrnoText(lock_errno)
+                    << "); using unlocked pages, which the kernel may swap out "
+                       "(raise `ulimit -l` to lock them)";
+  }
+  return false;
+}
+
+void PinnedHostPool::FreePages(void* data, int64_t size, bool locked) {
+  if (locked) ::munlock(data, static_cast<size_t>(size));
+  std::free(data);
+}
+
+StatusOr<PinnedBuffer> PinnedHostPool::Allocate(int64_t bytes, Category category) {
+  HOIST_CHECK_GT(bytes, 0) << "PinnedHostPool::Allocate";
+  const int64_t size = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+  HOIST_ASSIGN_OR_RETURN(void* data, AllocatePages(size, category));
+
+  PinnedBuffer buffer;
+  buffer.pool_ = this;
+  buffer.data_ = data;
+  buffer.size_bytes_ = size;
+  buffer.category_ = category;
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (options_.lock_pages) buffer.locked_ = LockPages(data, size);
+  bytes_in_use_ += size;
+  if (buffer.locked_) bytes_locked_ += size;
+  tracker_.Add(Place::kHostPinned, category, size);
+  return buffer;
+}
+
+void PinnedHostPool::Release(PinnedBuffer& buffer) {
+  FreePages(buffer.data_, buffer.size_bytes_, buffer.locked_);
+  std::lock_guard<std::mutex> lock(mu_);
+  bytes_in_use_ -= buffer.size_bytes_;
+  if (buffer.locked_) bytes_locked_ -= buffer.size_bytes_;
+  tracker_.Remove(Place::kHostPinned, buffer.category_, buffer.size_bytes_);
+}
+
+int64_t PinnedHostPool::bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_in_use_;
+}
+
+int64_t PinnedHostPool::bytes_locked() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_locked_;
+}
+
+}  // namespace hoist::offload

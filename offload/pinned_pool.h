@@ -1,0 +1,99 @@
+// PinnedHostPool: page-aligned host buffers for the transfers of offload (NVMe reads and writes
+// under O_DIRECT, and later host-device copies). Pages are locked with mlock while
+// RLIMIT_MEMLOCK allows, so the kernel neither swaps them out nor moves them during a transfer;
+// past the limit the pool hands out plain pages and says so once.
+//
+// Every buffer reports its bytes to a MemoryTracker as Place::kHostPinned under the caller's
+// Category for as long as it lives. PinnedBuffer is the RAII owner (movable, not copyable); it
+// must not outlive its pool. The pool is thread-safe; Allocate blocks only in the allocator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include "core/memory_tracker.h"
+#include "core/status.h"
+
+namespace hoist::offload {
+
+class PinnedHostPool;
+
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(PinnedBuffer&& other) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer();
+
+  void* data() const { return data_; }
+  std::byte* bytes() const { return static_cast<std::byte*>(data_); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  // The bytes asked for, rounded up to whole pages (all usable).
+  int64_t size_bytes() const { return size_bytes_; }
+  Category category() const { return category_; }
+  // Whether the pages are mlock'd.
+  bool locked() const { return locked_; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+  // Gives the memory back to the pool now; the buffer becomes empty.
+  void Reset();
+
+ private:
+  friend class PinnedHostPool;
+
+  PinnedHostPool* pool_ = nullptr;
+  void* data_ = nullptr;
+  int64_t size_bytes_ = 0;
+  Category category_ = Category::kWorkspace;
+  bool locked_ = false;
+};
+
+struct PinnedHostPoolOptions {
+  // Lock pages while RLIMIT_MEMLOCK allows; false hands out plain pages without a notice.
+  bool lock_pages = true;
+};
+
+class PinnedHostPool {
+ public:
+  explicit PinnedHostPool(MemoryTracker& tracker = MemoryTracker::Global(),
+                          PinnedHostPoolOptions options = {});
+  // Every buffer must have been released (checked).
+  ~PinnedHostPool();
+  PinnedHostPool(const PinnedHostPool&) = delete;
+  PinnedHostPool& operator=(const PinnedHostPool&) = delete;
+
+  // A buffer of at least `bytes` (> 0), aligned to kPageBytes. ResourceExhausted when the host
+  // has no memory left.
+  StatusOr<PinnedBuffer> Allocate(int64_t bytes, Category category);
+
+  // Bytes of the live buffers, and how many of them are locked.
+  int64_t bytes_in_use() const;
+  int64_t bytes_locked() const;
+
+  static constexpr int64_t kPageBytes = 4096;
+
+ private:
+  friend class PinnedBuffer;
+  void Release(PinnedBuffer& buffer);
+  StatusOr<void*> AllocatePages(int64_t size, Category category);
+  // mlock within RLIMIT_MEMLOCK; says once when it cannot. Holds mu_.
+  bool LockPages(void* data, int64_t size);
+  static void FreePages(void* data, int64_t size, bool locked);
+  // Whether RLIMIT_MEMLOCK leaves room for `bytes` more locked bytes. Holds mu_.
+  bool MayLock(int64_t bytes) const;
+
+  MemoryTracker& tracker_;
+  PinnedHostPoolOptions options_;
+  mutable std::mutex mu_;
+  int64_t bytes_in_use_ = 0;       // guarded by mu_
+  int64_t bytes_locked_ = 0;       // guarded by mu_
+  bool unlocked_noticed_ = false;  // guarded by mu_
+};
+
+}  // namespace hoist::offload
