@@ -3,9 +3,9 @@
 // current one and writes the previous one; a batch of requests handed to Submit and completed by
 // Wait is how it overlaps them.
 //
-// Implementations: PosixStorage (pread/pwrite, O_DIRECT where allowed), MemoryStorage (tests),
-// FaultInjectingStorage (wraps any other and makes chosen requests fail). OpenBlockStorage
-// (offload/open_storage.h) picks one.
+// Implementations: UringStorage (io_uring queues), PosixStorage (pread/pwrite, O_DIRECT where
+// allowed), MemoryStorage (tests), FaultInjectingStorage (wraps any other and makes chosen
+// requests fail). OpenBlockStorage (offload/open_storage.h) picks one.
 //
 // Every I/O error is a Status whose message names the file, the offset, the size and errno, e.g.
 //   offload: reading 1048576 bytes at offset 4194304 of /nvme/hoist/rank0.swp failed:

@@ -8,6 +8,9 @@
 
 #include "core/logging.h"
 #include "offload/posix_storage.h"
+#ifdef HOIST_HAVE_URING
+#include "offload/uring_storage.h"
+#endif
 
 namespace hoist::offload {
 
@@ -26,7 +29,13 @@ StatusOr<bool> ProbeIoUring() {
                  ErrnoText(err));
 }
 
-bool UringStorageBuilt() { return false; }
+bool UringStorageBuilt() {
+#ifdef HOIST_HAVE_URING
+  return true;
+#else
+  return false;
+#endif
+}
 
 StatusOr<std::unique_ptr<BlockStorage>> OpenBlockStorage(const std::string& path,
                                                          int64_t size_bytes,
@@ -36,6 +45,10 @@ StatusOr<std::unique_ptr<BlockStorage>> OpenBlockStorage(const std::string& path
         "offload: aio.block_size (" + std::to_string(options.block_size_bytes) +
         ") and aio.queue_depth (" + std::to_string(options.queue_depth) + ") must be positive");
   }
+  ScratchFileOptions file;
+  file.direct_io = options.direct_io;
+  file.preallocate = options.preallocate;
+  file.simulate_direct_io_refused = options.simulate_direct_io_refused;
   if (options.backend != StorageBackend::kPosix) {
     bool allowed = false;
     if (!options.simulate_uring_refused) {
@@ -51,14 +64,20 @@ StatusOr<std::unique_ptr<BlockStorage>> OpenBlockStorage(const std::string& path
             " was asked for, but this build has none (liburing was not found at configure); "
             "rebuild with -DHOIST_WITH_URING=ON or ask for the posix backend");
       }
+    } else {
+#ifdef HOIST_HAVE_URING
+      UringStorageOptions uring;
+      uring.file = file;
+      uring.block_size_bytes = options.block_size_bytes;
+      uring.queue_depth = options.queue_depth;
+      HOIST_ASSIGN_OR_RETURN(std::unique_ptr<UringStorage> storage,
+                             UringStorage::Open(path, size_bytes, uring));
+      return std::unique_ptr<BlockStorage>(std::move(storage));
+#endif
     }
   }
-  PosixStorageOptions posix;
-  posix.direct_io = options.direct_io;
-  posix.preallocate = options.preallocate;
-  posix.simulate_direct_io_refused = options.simulate_direct_io_refused;
   HOIST_ASSIGN_OR_RETURN(std::unique_ptr<PosixStorage> storage,
-                         PosixStorage::Open(path, size_bytes, posix));
+                         PosixStorage::Open(path, size_bytes, file));
   return std::unique_ptr<BlockStorage>(std::move(storage));
 }
 

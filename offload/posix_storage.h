@@ -10,20 +10,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "offload/block_storage.h"
+#include "offload/scratch_file.h"
 
 namespace hoist::offload {
 
-struct PosixStorageOptions {
-  // Open with O_DIRECT (offsets, sizes and buffers then align to 4096); falls back to buffered
-  // I/O with a notice where the file system refuses.
-  bool direct_io = true;
-  // Reserve all blocks at open (fallocate), so a full disk fails here rather than mid-step.
-  bool preallocate = true;
-  // For tests: behave as though open(O_DIRECT) were refused (tmpfs accepts it on new kernels).
-  bool simulate_direct_io_refused = false;
-};
+// The options are those of the scratch file behind it.
+using PosixStorageOptions = ScratchFileOptions;
 
 class PosixStorage final : public BlockStorage {
  public:
@@ -37,30 +32,21 @@ class PosixStorage final : public BlockStorage {
 
   Status Write(int64_t offset, const void* data, int64_t bytes) override;
   Status Read(int64_t offset, void* data, int64_t bytes) override;
-  int64_t alignment() const override { return direct_io_ ? kDirectIoAlignment : 1; }
-  int64_t size_bytes() const override { return size_bytes_; }
-  const std::string& path() const override { return path_; }
+  int64_t alignment() const override { return file_.alignment(); }
+  int64_t size_bytes() const override { return file_.size_bytes(); }
+  const std::string& path() const override { return file_.path(); }
 
   // Whether the file is open with O_DIRECT.
-  bool direct_io() const { return direct_io_; }
+  bool direct_io() const { return file_.direct_io(); }
   // Whether Open created the file (and the destructor will remove it).
-  bool created_file() const { return created_file_; }
+  bool created_file() const { return file_.created_file(); }
 
-  static constexpr int64_t kDirectIoAlignment = 4096;
+  static constexpr int64_t kDirectIoAlignment = ScratchFile::kDirectIoAlignment;
 
  private:
-  PosixStorage(std::string path, int fd, int64_t size_bytes, bool direct_io, bool created_file);
+  explicit PosixStorage(ScratchFile file) : file_(std::move(file)) {}
 
-  std::string path_;
-  int fd_;
-  int64_t size_bytes_;
-  bool direct_io_;
-  bool created_file_;
+  ScratchFile file_;
 };
-
-// The ResourceExhausted Status for a preallocation of `bytes_needed` on `path` that failed with
-// `errno_value` where the file system had `bytes_free` free.
-Status PreallocationFailure(const std::string& path, int64_t bytes_needed, int64_t bytes_free,
-                            int errno_value);
 
 }  // namespace hoist::offload

@@ -1,0 +1,68 @@
+// ScratchFile: the open file descriptor behind a file-backed BlockStorage (PosixStorage,
+// UringStorage), opened the way offload wants it: O_DIRECT where the file system allows it
+// (buffered I/O and a one-line notice where it refuses), all blocks reserved up front, and the
+// file removed again when this object goes if Open created it. An existing file is reused and
+// left in place.
+//
+// Movable, not copyable; the owner closes the descriptor by destroying it. Not thread-safe to
+// move or destroy while another thread uses fd(); Open blocks on the file system.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+
+namespace hoist::offload {
+
+struct ScratchFileOptions {
+  // Open with O_DIRECT (offsets, sizes and buffers then align to 4096); falls back to buffered
+  // I/O with a notice where the file system refuses.
+  bool direct_io = true;
+  // Reserve all blocks at open (fallocate), so a full disk fails here rather than mid-step.
+  bool preallocate = true;
+  // For tests: behave as though open(O_DIRECT) were refused (tmpfs accepts it on new kernels).
+  bool simulate_direct_io_refused = false;
+};
+
+class ScratchFile {
+ public:
+  // Opens or creates `path` with `size_bytes` usable bytes. ResourceExhausted when the file
+  // system lacks the space, naming the bytes needed and the bytes free.
+  static StatusOr<ScratchFile> Open(const std::string& path, int64_t size_bytes,
+                                    const ScratchFileOptions& options);
+  ~ScratchFile();
+  ScratchFile(ScratchFile&& other) noexcept;
+  ScratchFile& operator=(ScratchFile&& other) noexcept;
+  ScratchFile(const ScratchFile&) = delete;
+  ScratchFile& operator=(const ScratchFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  int64_t size_bytes() const { return size_bytes_; }
+  // Whether the file is open with O_DIRECT.
+  bool direct_io() const { return direct_io_; }
+  // Whether Open created the file (and the destructor will remove it).
+  bool created_file() const { return created_file_; }
+  // What offsets, sizes and addresses must be multiples of: 4096 under O_DIRECT, else 1.
+  int64_t alignment() const { return direct_io_ ? kDirectIoAlignment : 1; }
+
+  static constexpr int64_t kDirectIoAlignment = 4096;
+
+ private:
+  ScratchFile(std::string path, int fd, int64_t size_bytes, bool direct_io, bool created_file);
+  void Close();
+
+  std::string path_;
+  int fd_ = -1;
+  int64_t size_bytes_ = 0;
+  bool direct_io_ = false;
+  bool created_file_ = false;
+};
+
+// The ResourceExhausted Status for a preallocation of `bytes_needed` on `path` that failed with
+// `errno_value` where the file system had `bytes_free` free.
+Status PreallocationFailure(const std::string& path, int64_t bytes_needed, int64_t bytes_free,
+                            int errno_value);
+
+}  // namespace hoist::offload
