@@ -439,9 +439,13 @@ Status Trainer::PublishStatus(const StepRecord& record, const MemorySnapshot& me
   return Status::Ok();
 }
 
+std::string Trainer::CheckpointPath() const {
+  return config_.checkpoint.dir + "/" + CheckpointStepDirName(step_);
+}
+
 Status Trainer::CheckpointForControl(const std::vector<uint64_t>& ids, bool already_written) {
   Status saved = already_written ? Status::Ok() : SaveCheckpoint();
-  const std::string path = config_.checkpoint.dir + "/" + CheckpointStepDirName(step_);
+  const std::string path = CheckpointPath();
   if (!saved.ok() && comm_->rank() == 0) {
     HOIST_LOG(WARN) << "the requested checkpoint failed; training goes on: " << saved.message();
   }
@@ -454,7 +458,7 @@ Status Trainer::CheckpointForControl(const std::vector<uint64_t>& ids, bool alre
 
 StatusOr<bool> Trainer::HandleControl(bool checkpointed) {
   if (checkpointed && control_ != nullptr) {
-    control_->SetLastCheckpoint(config_.checkpoint.dir + "/" + CheckpointStepDirName(step_));
+    control_->SetLastCheckpoint(CheckpointPath());
   }
   // While paused, rank 0 renews the exchange at least this often, so that the other ranks,
   // waiting in it, stay well inside comm.timeout_s.

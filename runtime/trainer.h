@@ -116,6 +116,8 @@ class Trainer {
   // The step boundary's control exchange, looping while paused. `checkpointed`: this boundary
   // already wrote a checkpoint (due by interval). Returns whether the job stops here.
   StatusOr<bool> HandleControl(bool checkpointed);
+  // The step directory of the current step's checkpoint.
+  std::string CheckpointPath() const;
   // SaveCheckpoint that reports the outcome to the waiting control requests.
   Status CheckpointForControl(const std::vector<uint64_t>& ids, bool already_written);
 

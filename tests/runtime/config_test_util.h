@@ -1,13 +1,16 @@
-// Helpers shared by the config tests: parse a job text and get its Config or its error.
+// Helpers shared by the config tests (parse a job text and get its Config or its error) and by
+// the trainer tests (a tiny job to train on one or more ranks).
 #pragma once
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "core/logging.h"
 #include "runtime/config.h"
 
 namespace hoist::runtime::testing_util {
@@ -57,6 +60,34 @@ inline void ExpectRefused(const BadValue& bad) {
 
 inline std::string BadValueName(const ::testing::TestParamInfo<BadValue>& info) {
   return info.param.name;
+}
+
+// The demo job shrunk for trainer tests: a 2-layer, 32-channel GPT on sequences of 16, a global
+// batch of 8 sequences for every world size (micro-batches of 2, accumulated 8 / (2 N) times on
+// each of N ranks), `steps` steps with the schedule over them, and no evaluation, log, progress
+// lines or checkpoints; `extra` overrides come last.
+inline Config TinyJob(int world, int64_t steps, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> overrides = {"model.n_layer=2",
+                                        "model.n_head=2",
+                                        "model.n_embd=32",
+                                        "model.seq_len=16",
+                                        "train_batch_size=8",
+                                        "train_micro_batch_size_per_gpu=2",
+                                        "gradient_accumulation_steps=null",
+                                        "train.steps=" + std::to_string(steps),
+                                        "train.eval_interval=0",
+                                        "data.val=\"\"",
+                                        "scheduler.params.total_num_steps=" + std::to_string(steps),
+                                        "scheduler.params.warmup_num_steps=4",
+                                        "monitor.jsonl.path=\"\"",
+                                        "steps_per_print=0",
+                                        "checkpoint.dir=\"\"",
+                                        "checkpoint.interval_steps=0",
+                                        "comm.timeout_s=60"};
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  StatusOr<Config> config = LoadConfig("", overrides, world);
+  HOIST_CHECK(config.ok()) << config.status().ToString();
+  return *config;
 }
 
 }  // namespace hoist::runtime::testing_util

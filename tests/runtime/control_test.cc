@@ -18,6 +18,7 @@
 #include "core/memory_tracker.h"
 #include "runtime/checkpoint.h"
 #include "runtime/trainer.h"
+#include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {
 namespace {
@@ -157,26 +158,7 @@ TEST(JobController, WaitForUpdateSeesPublishedSteps) {
 // ---- The trainer under control ----
 
 Config Job(int world, int64_t steps, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> overrides = {"model.n_layer=2",
-                                        "model.n_head=2",
-                                        "model.n_embd=32",
-                                        "model.seq_len=16",
-                                        "train_batch_size=8",
-                                        "train_micro_batch_size_per_gpu=2",
-                                        "gradient_accumulation_steps=null",
-                                        "train.steps=" + std::to_string(steps),
-                                        "train.eval_interval=0",
-                                        "data.val=\"\"",
-                                        "scheduler.params.warmup_num_steps=4",
-                                        "monitor.jsonl.path=\"\"",
-                                        "steps_per_print=0",
-                                        "checkpoint.dir=\"\"",
-                                        "checkpoint.interval_steps=0",
-                                        "comm.timeout_s=20"};
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  auto config = LoadConfig("", overrides, world);
-  HOIST_CHECK(config.ok()) << config.status().ToString();
-  return *config;
+  return testing_util::TinyJob(world, steps, extra);
 }
 
 struct RankResult {

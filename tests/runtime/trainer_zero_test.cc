@@ -14,6 +14,7 @@
 #include "core/memory_tracker.h"
 #include "runtime/checkpoint_weights.h"
 #include "runtime/trainer.h"
+#include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {
 namespace {
@@ -22,31 +23,8 @@ namespace fs = std::filesystem;
 
 constexpr int kSteps = 20;
 
-// The same global batch of 8 sequences for every world size: micro-batches of 2, accumulated
-// 8 / (2 N) times on each of N ranks.
 Config Job(int world, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> overrides = {
-      "model.n_layer=2",
-      "model.n_head=2",
-      "model.n_embd=32",
-      "model.seq_len=16",
-      "train_batch_size=8",
-      "train_micro_batch_size_per_gpu=2",
-      "gradient_accumulation_steps=null",
-      "train.steps=" + std::to_string(kSteps),
-      "train.eval_interval=0",
-      "data.val=\"\"",
-      "scheduler.params.total_num_steps=" + std::to_string(kSteps),
-      "scheduler.params.warmup_num_steps=4",
-      "monitor.jsonl.path=\"\"",
-      "steps_per_print=0",
-      "checkpoint.dir=\"\"",
-      "checkpoint.interval_steps=0",
-      "comm.timeout_s=60"};
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  auto config = LoadConfig("", overrides, world);
-  HOIST_CHECK(config.ok()) << config.status().ToString();
-  return *config;
+  return testing_util::TinyJob(world, kSteps, extra);
 }
 
 struct RankRun {
