@@ -5,11 +5,13 @@
 // Each fires at the Nth read or write (counted from when it was injected) or on the first request
 // covering a given offset.
 //
-// Thread-safe (one lock guards the faults and counters). `base` must outlive the wrapper.
+// Thread-safe (one lock guards the faults and counters). A `base` passed by reference must
+// outlive the wrapper.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -61,6 +63,9 @@ struct StorageFault {
 class FaultInjectingStorage final : public BlockStorage {
  public:
   explicit FaultInjectingStorage(BlockStorage& base) : base_(base) {}
+  // Wraps `base` and owns it (what a StorageFactory returns).
+  explicit FaultInjectingStorage(std::unique_ptr<BlockStorage> base)
+      : owned_(std::move(base)), base_(*owned_) {}
 
   void Inject(StorageFault fault);
   // Removes every fault.
@@ -85,6 +90,7 @@ class FaultInjectingStorage final : public BlockStorage {
   bool Match(IoOp op, int64_t offset, int64_t bytes, StorageFault* fired);
   Status Transfer(IoOp op, int64_t offset, void* data, int64_t bytes);
 
+  std::unique_ptr<BlockStorage> owned_;  // set when the wrapper owns its base
   BlockStorage& base_;
   mutable std::mutex mu_;
   std::vector<ArmedFault> faults_;  // guarded by mu_

@@ -42,6 +42,7 @@ constexpr std::string_view kHoistTopLevelKeys[] = {
     "comm",
     "metrics",
     "control",
+    "offload",
 };
 
 // Every built-in optimizer name of DeepSpeed other than Adam and AdamW, lower-cased.
@@ -435,6 +436,17 @@ Status ReadControl(const Section& top, ControlConfig* control) {
   return Status::Ok();
 }
 
+Status ReadOffloadLimits(const Section& top, OffloadConfig* offload) {
+  HOIST_ASSIGN_OR_RETURN(Section s, top.Child("offload"));
+  HOIST_RETURN_IF_ERROR(s.AllowOnly({"max_host_bytes"}));
+  HOIST_RETURN_IF_ERROR(s.Int("max_host_bytes", &offload->max_host_bytes));
+  if (offload->max_host_bytes < 0) {
+    return s.Invalid("max_host_bytes",
+                     "must be >= 0 bytes (0: no cap), found " + Num(offload->max_host_bytes));
+  }
+  return Status::Ok();
+}
+
 Status ReadMetrics(const Section& top, MetricsConfig* metrics) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("metrics"));
   HOIST_RETURN_IF_ERROR(s.AllowOnly({"enabled", "bind", "port"}));
@@ -590,6 +602,15 @@ const char* PrecisionName(Precision precision) {
   return "unknown";
 }
 
+const char* OffloadDeviceName(OffloadDevice device) {
+  switch (device) {
+    case OffloadDevice::kNone: return "none";
+    case OffloadDevice::kCpu: return "cpu";
+    case OffloadDevice::kNvme: return "nvme";
+  }
+  return "unknown";
+}
+
 bool ControlConfig::loopback() const {
   in_addr v4{};
   if (inet_pton(AF_INET, bind.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
@@ -636,9 +657,11 @@ StatusOr<Config> ParseConfig(std::string_view text, const std::vector<std::strin
   HOIST_RETURN_IF_ERROR(ReadMonitor(top, &config.monitor));
   HOIST_RETURN_IF_ERROR(config_internal::ReadPrecision(top, &config, &config.notices));
   HOIST_RETURN_IF_ERROR(config_internal::ReadZero(top, &config.zero, &config.notices));
+  HOIST_RETURN_IF_ERROR(config_internal::ReadAio(top, &config.aio, &config.notices));
   HOIST_RETURN_IF_ERROR(ReadComm(top, &config.comm));
   HOIST_RETURN_IF_ERROR(ReadMetrics(top, &config.metrics));
   HOIST_RETURN_IF_ERROR(ReadControl(top, &config.control));
+  HOIST_RETURN_IF_ERROR(ReadOffloadLimits(top, &config.offload));
 
   if (config.train.steps == 0) {
     if (config.scheduler.total_num_steps <= 0) {

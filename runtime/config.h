@@ -1,15 +1,17 @@
 // The job config: one strict JSON file with DeepSpeed's keys (names, meanings and defaults) plus
-// hoist's own sections (model, data, train, checkpoint, monitor, comm, metrics, control), and
-// `--set a.b=v` overrides.
+// hoist's own sections (model, data, train, checkpoint, monitor, comm, metrics, control, offload),
+// and `--set a.b=v` overrides.
 //
 // Parsing is strict so that a typo never trains the wrong job: an unknown key, a wrong type, a
 // non-integral number for an integer key, a Hugging Face "auto" placeholder, or a DeepSpeed
-// training-math feature this build lacks (offloading, activation checkpointing, ZeRO++
-// quantisation, fp16 master weights, ...) is an error naming the key path
-// (`optimizer.params.betas[1]`) and what to do. fp16 (with loss scaling), bf16 and ZeRO stages
-// 0-3 are read into Fp16Config, Bf16Config and ZeroConfig. DeepSpeed keys that do not change the
-// training math (wall_clock_breakdown, tensorboard, zero_optimization.round_robin_gradients, ...)
-// are accepted with one WARN notice each. JSON null means "not set" (the default applies).
+// training-math feature this build lacks (activation checkpointing, ZeRO++ quantisation, fp16
+// master weights, partial optimizer offload, ...) is an error naming the key path
+// (`optimizer.params.betas[1]`) and what to do. fp16 (with loss scaling), bf16, ZeRO stages 0-3
+// and ZeRO-Offload / ZeRO-Infinity (zero_optimization.offload_optimizer and offload_param to cpu
+// or nvme, with the `aio` queue settings) are read into Fp16Config, Bf16Config, ZeroConfig and
+// AioConfig. DeepSpeed keys that do not change the training math (wall_clock_breakdown,
+// tensorboard, zero_optimization.round_robin_gradients, ...) are accepted with one WARN notice
+// each. JSON null means "not set" (the default applies).
 //
 // Config is a plain value type; ParseConfig and LoadConfig are pure functions of their inputs
 // (apart from the notices they log and LoadConfig's file read) and are thread-safe.
@@ -133,6 +135,41 @@ struct Bf16Config {
   bool enabled = false;
 };
 
+// Where `zero_optimization.offload_optimizer` / `offload_param` put their states.
+enum class OffloadDevice { kNone, kCpu, kNvme };
+
+// "none", "cpu" or "nvme".
+const char* OffloadDeviceName(OffloadDevice device);
+
+// `zero_optimization.offload_optimizer` (ZeRO-Offload / ZeRO-Infinity): each rank's optimizer
+// shard (fp32 master weights and both Adam moments) lives in host memory (cpu) or in a scratch
+// file under nvme_path (nvme), and the AdamW step runs on the CPU. Needs stage 1, 2 or 3. The
+// legacy `cpu_offload: true` means device cpu.
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;   // required (non-empty) for nvme
+  bool pin_memory = true;  // host buffers page-locked (within RLIMIT_MEMLOCK)
+  // nvme: how many sub-groups' (master, m, v) the swapper holds in host memory at once; 1 runs
+  // read, update and write one after another, 2 overlaps reading the next sub-group with the
+  // update, 3 or more also overlaps writing the previous one. >= 1.
+  int64_t buffer_count = 4;
+  // DeepSpeed initialises the NVMe states in place of a CPU staging copy; hoist always writes
+  // them straight to the file, so both values behave the same (accepted, read, no effect).
+  bool fast_init = false;
+};
+
+// `zero_optimization.offload_param` (stage 3 only): each rank's compute-type parameter shards
+// live in host memory (cpu) or in a scratch file under nvme_path (nvme) and are brought in one
+// unit ahead of use. The legacy `cpu_offload_param: true` means device cpu.
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;  // required (non-empty) for nvme
+  bool pin_memory = true;
+  int64_t buffer_count = 5;         // >= 1: units' shards in flight from NVMe at once
+  int64_t buffer_size = 100000000;  // elements; >= 1: largest shard a buffer holds
+  int64_t max_in_cpu = 1000000000;  // elements of parameter shards kept in host memory (nvme)
+};
+
 // `zero_optimization`: the ZeRO stage and its tuning, with DeepSpeed's defaults. Sizes count
 // elements, not bytes.
 struct ZeroConfig {
@@ -148,6 +185,28 @@ struct ZeroConfig {
   int64_t stage3_prefetch_bucket_size = 50000000;       // >= 0; 0: no prefetching
   int64_t stage3_param_persistence_threshold = 100000;  // >= 0; smaller params not partitioned
   int64_t stage3_max_live_parameters = 1000000000;      // >= 0
+  // Elements of the optimizer shard updated (and, offloaded to nvme, streamed) at a time. >= 1.
+  int64_t sub_group_size = 1000000000;
+  OffloadOptimizerConfig offload_optimizer;
+  OffloadParamConfig offload_param;
+};
+
+// `aio`: the NVMe queue. block_size and queue_depth shape hoist's io_uring requests;
+// intra_op_parallelism, single_submit and overlap_events tune DeepSpeed's libaio threads and are
+// read, checked and noticed (hoist's queue has no such threads). use_gds is refused.
+struct AioConfig {
+  int64_t block_size = 1048576;      // bytes; a positive multiple of 4096
+  int64_t queue_depth = 8;           // in [1, 4096]
+  int64_t intra_op_parallelism = 1;  // >= 1
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+// `offload`, hoist's own section: limits on what offloading may take from the host.
+struct OffloadConfig {
+  // The host bytes (pageable and pinned) all ranks on one node may use for offloaded states and
+  // their buffers; 0 means no cap beyond MemAvailable and the cgroup limit. >= 0.
+  int64_t max_host_bytes = 0;
 };
 
 // `comm`, hoist's own section: how the ranks talk.
@@ -232,6 +291,8 @@ struct Config {
   CommConfig comm;
   MetricsConfig metrics;
   ControlConfig control;
+  AioConfig aio;
+  OffloadConfig offload;
   // DeepSpeed's top-level communication_data_type ("fp32", "fp16" or "bf16", any case): the
   // type gradients are reduced in. Unset: the compute precision().
   Precision communication_data_type = Precision::kFloat32;

@@ -23,7 +23,6 @@ constexpr std::string_view kNoticeKeys[] = {
     "comms_logger",
     "dump_state",
     "timers",
-    "aio",
     "sparse_gradients",
     "autotuning",
     "dataloader_drop_last",
@@ -49,13 +48,15 @@ constexpr EnabledFeature kUnsupportedSections[] = {
     {"compression_training", "compression training"},
 };
 
-// The DeepSpeed top-level keys read by ReadPrecision and ReadZero, or checked by hand below.
+// The DeepSpeed top-level keys read by ReadPrecision, ReadZero and ReadAio, or checked by hand
+// below.
 constexpr std::string_view kReadKeys[] = {
     "fp16",
     "bf16",
     "bfloat16",
     "communication_data_type",
     "zero_optimization",
+    "aio",
     "gradient_allreduce_op",
 };
 
@@ -222,8 +223,6 @@ constexpr std::string_view kZeroNoticeKeys[] = {
     "stage3_allgather_sequential",
     "allgather_sequential",
     "mics_hierarchical_params_gather",
-    // Tile size of the optimizer step: Adam is elementwise, so the tiling does not change it.
-    "sub_group_size",
     // Memory policy of stage 3: how many parameters stay gathered, and for how long.
     "stage3_model_persistence_threshold",
     "model_persistence_threshold",
@@ -248,7 +247,6 @@ constexpr std::string_view kZeroNoticeKeys[] = {
     "leaf_module",
     "log_trace_cache_warnings",
     "enable_sanity_checks",
-    "cpu_offload_use_pin_memory",
     // Only read with zero_quantized_gradients, which is refused.
     "zeropp_loco_param",
 };
@@ -272,20 +270,175 @@ Status ReadElements(const Section& s, std::string_view key, std::string_view ali
   return Status::Ok();
 }
 
-Status CheckOffload(const Section& zero, std::string_view key,
-                    const std::vector<std::string_view>& keys) {
-  HOIST_ASSIGN_OR_RETURN(Section offload, zero.Child(key));
-  HOIST_RETURN_IF_ERROR(offload.AllowOnly(keys));
-  std::string device = "none";
-  HOIST_RETURN_IF_ERROR(offload.String("device", &device));
-  if (device == "none") return Status::Ok();
-  if (device == "cpu" || device == "nvme") {
-    return zero.errors().Unimplemented(offload.PathOf("device"),
-                                       Unsupported("offloading to \"" + device + "\"") +
-                                           "; set it to \"none\" or remove " + offload.path());
+// ---- offload_optimizer / offload_param ----
+
+// Reads `device` of an offload section: DeepSpeed's spellings, matched exactly as DeepSpeed
+// matches them.
+Status ReadOffloadDevice(const Section& s, OffloadDevice* device) {
+  std::string name = OffloadDeviceName(*device);
+  HOIST_RETURN_IF_ERROR(s.String("device", &name));
+  for (OffloadDevice d : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+    if (name == OffloadDeviceName(d)) {
+      *device = d;
+      return Status::Ok();
+    }
   }
-  return offload.Invalid("device",
-                         "must be \"none\", \"cpu\" or \"nvme\", found \"" + device + "\"");
+  std::string message = "must be \"none\", \"cpu\" or \"nvme\", found \"" + name + "\"";
+  std::string_view guess = ClosestMatch(Lower(name), {"none", "cpu", "nvme"});
+  if (!guess.empty()) message += "; did you mean \"" + std::string(guess) + "\"?";
+  return s.Invalid("device", message);
+}
+
+// nvme keeps the states in scratch files, which need a directory to live in.
+Status CheckNvmePath(const Section& s, OffloadDevice device, const std::string& nvme_path) {
+  if (device != OffloadDevice::kNvme || !nvme_path.empty()) return Status::Ok();
+  return s.Invalid("nvme_path",
+                   "must name a directory when device is \"nvme\": the offloaded states live in "
+                   "scratch files there; set it to a directory on a local NVMe drive");
+}
+
+Status ReadCount(const Section& s, std::string_view key, std::string_view what, int64_t* out) {
+  HOIST_RETURN_IF_ERROR(s.Int(key, out));
+  if (*out < 1) {
+    return s.Invalid(key,
+                     "must be >= 1 (" + std::string(what) + "), found " + std::to_string(*out));
+  }
+  return Status::Ok();
+}
+
+// `enabled_by` names the key that asked for offloading (the section's device, or the legacy
+// cpu_offload), so that the stage error points at what the user wrote.
+Status ReadOffloadOptimizer(const Section& zero, int stage, std::string_view enabled_by,
+                            OffloadOptimizerConfig* opt, std::vector<std::string>* notices) {
+  HOIST_ASSIGN_OR_RETURN(Section s, zero.Child("offload_optimizer"));
+  HOIST_RETURN_IF_ERROR(s.AllowOnly(
+      {"device", "nvme_path", "buffer_count", "pin_memory", "pipeline_read", "pipeline_write",
+       "fast_init", "ratio", "super_offload", "convert_grad_on_cpu", "cpuadam_cores_perc"}));
+  HOIST_RETURN_IF_ERROR(ReadOffloadDevice(s, &opt->device));
+  HOIST_RETURN_IF_ERROR(s.String("nvme_path", &opt->nvme_path));
+  HOIST_RETURN_IF_ERROR(
+      ReadCount(s, "buffer_count", "sub-groups held in host memory", &opt->buffer_count));
+  HOIST_RETURN_IF_ERROR(s.Bool("pin_memory", &opt->pin_memory));
+  HOIST_RETURN_IF_ERROR(s.Bool("fast_init", &opt->fast_init));
+  // DeepSpeed pipelines the NVMe swapper only when asked; hoist's swapper always does, as far as
+  // buffer_count allows, which gives the same states either way.
+  for (std::string_view key : {"pipeline_read", "pipeline_write"}) {
+    bool pipeline = false;
+    HOIST_RETURN_IF_ERROR(s.Bool(key, &pipeline));
+    if (s.Has(key)) {
+      notices->push_back(s.PathOf(key) +
+                         ": hoist always overlaps reading, updating and writing sub-groups when "
+                         "buffer_count allows, so this key has no effect");
+    }
+  }
+  // A ratio below 1 keeps part of the optimizer on the accelerator (ZeRO-Offload++): another
+  // placement of the same step, which hoist does not have.
+  double ratio = 1.0;
+  HOIST_RETURN_IF_ERROR(s.Double("ratio", &ratio));
+  if (!(ratio > 0 && ratio <= 1)) {
+    return s.Invalid(
+        "ratio",
+        "must be in (0, 1] (the fraction of the optimizer offloaded), found " + Num(ratio));
+  }
+  if (ratio < 1) {
+    return zero.errors().Unimplemented(
+        s.PathOf("ratio"),
+        Unsupported("partial optimizer offload (ratio < 1)") + "; set it to 1 or remove it");
+  }
+  HOIST_RETURN_IF_ERROR(RequireBool(s, "super_offload", false, "SuperOffload"));
+  // Where the gradients are converted to fp32 and how many cores DeepSpeedCPUAdam takes: the
+  // step computes the same numbers either way.
+  bool convert = false;
+  HOIST_RETURN_IF_ERROR(s.Bool("convert_grad_on_cpu", &convert));
+  if (s.Has("convert_grad_on_cpu")) notices->push_back(IgnoredNotice(s, "convert_grad_on_cpu"));
+  double cores = 1.0;
+  HOIST_RETURN_IF_ERROR(s.Double("cpuadam_cores_perc", &cores));
+  if (!(cores > 0 && cores <= 1)) {
+    return s.Invalid("cpuadam_cores_perc",
+                     "must be in (0, 1] (a fraction of the cores), found " + Num(cores));
+  }
+  if (s.Has("cpuadam_cores_perc")) {
+    notices->push_back(s.PathOf("cpuadam_cores_perc") +
+                       ": hoist's CPU optimizer step uses OMP_NUM_THREADS threads, not a share "
+                       "of the cores; ignored");
+  }
+  HOIST_RETURN_IF_ERROR(CheckNvmePath(s, opt->device, opt->nvme_path));
+  if (opt->device != OffloadDevice::kNone && stage == 0) {
+    return zero.errors().Invalid(
+        enabled_by,
+        "offloading the optimizer needs ZeRO stage 1, 2 or 3 (as in DeepSpeed), but "
+        "zero_optimization.stage is 0; set zero_optimization.stage");
+  }
+  return Status::Ok();
+}
+
+Status ReadOffloadParam(const Section& zero, int stage, std::string_view enabled_by,
+                        OffloadParamConfig* param) {
+  HOIST_ASSIGN_OR_RETURN(Section s, zero.Child("offload_param"));
+  HOIST_RETURN_IF_ERROR(s.AllowOnly(
+      {"device", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory"}));
+  HOIST_RETURN_IF_ERROR(ReadOffloadDevice(s, &param->device));
+  HOIST_RETURN_IF_ERROR(s.String("nvme_path", &param->nvme_path));
+  HOIST_RETURN_IF_ERROR(
+      ReadCount(s, "buffer_count", "parameter buffers in flight", &param->buffer_count));
+  HOIST_RETURN_IF_ERROR(ReadElements(s, "buffer_size", "", /*positive=*/true, &param->buffer_size));
+  HOIST_RETURN_IF_ERROR(ReadElements(s, "max_in_cpu", "", /*positive=*/false, &param->max_in_cpu));
+  HOIST_RETURN_IF_ERROR(s.Bool("pin_memory", &param->pin_memory));
+  HOIST_RETURN_IF_ERROR(CheckNvmePath(s, param->device, param->nvme_path));
+  if (param->device != OffloadDevice::kNone && stage < 3) {
+    return zero.errors().Invalid(
+        enabled_by,
+        "offloading parameters needs ZeRO stage 3 (as in DeepSpeed), but zero_optimization.stage "
+        "is " +
+            std::to_string(stage) + "; set zero_optimization.stage to 3");
+  }
+  return Status::Ok();
+}
+
+// The legacy spellings `cpu_offload: true` and `cpu_offload_param: true` (device cpu) and
+// `cpu_offload_use_pin_memory` (pin_memory of both sections), then the sections themselves.
+Status ReadOffload(const Section& s, ZeroConfig* zero, std::vector<std::string>* notices) {
+  struct Legacy {
+    std::string_view key;
+    std::string_view section;
+    OffloadDevice* device;
+  };
+  const Legacy legacy[] = {
+      {"cpu_offload", "offload_optimizer", &zero->offload_optimizer.device},
+      {"cpu_offload_param", "offload_param", &zero->offload_param.device},
+  };
+  std::string enabled_by[2];
+  for (int i = 0; i < 2; ++i) {
+    const Legacy& l = legacy[i];
+    bool on = false;
+    HOIST_RETURN_IF_ERROR(s.Bool(l.key, &on));
+    enabled_by[i] = JoinPath(s.PathOf(l.section), "device");
+    if (!on) continue;
+    if (s.Has(l.section)) {
+      return s.Invalid(l.key, "is the legacy spelling of " + s.PathOf(l.section) +
+                                  ".device \"cpu\", and " + s.PathOf(l.section) +
+                                  " is also set; set only one of them");
+    }
+    *l.device = OffloadDevice::kCpu;
+    enabled_by[i] = s.PathOf(l.key);
+  }
+  if (s.Has("cpu_offload_use_pin_memory")) {
+    bool pin = true;
+    HOIST_RETURN_IF_ERROR(s.Bool("cpu_offload_use_pin_memory", &pin));
+    for (std::string_view section : {"offload_optimizer", "offload_param"}) {
+      HOIST_ASSIGN_OR_RETURN(Section child, s.Child(section));
+      if (child.Has("pin_memory")) {
+        return s.Invalid("cpu_offload_use_pin_memory",
+                         "is the legacy spelling of " + child.PathOf("pin_memory") +
+                             ", which is also set; set only one of them");
+      }
+    }
+    zero->offload_optimizer.pin_memory = pin;
+    zero->offload_param.pin_memory = pin;
+  }
+  HOIST_RETURN_IF_ERROR(
+      ReadOffloadOptimizer(s, zero->stage, enabled_by[0], &zero->offload_optimizer, notices));
+  return ReadOffloadParam(s, zero->stage, enabled_by[1], &zero->offload_param);
 }
 
 }  // namespace
@@ -371,6 +524,8 @@ Status ReadZero(const Section& top, ZeroConfig* zero, std::vector<std::string>* 
       "offload_param",
       "cpu_offload",
       "cpu_offload_param",
+      "cpu_offload_use_pin_memory",
+      "sub_group_size",
       "load_from_fp32_weights",
       "zero_hpz_partition_size",
       "zero_quantized_weights",
@@ -404,16 +559,11 @@ Status ReadZero(const Section& top, ZeroConfig* zero, std::vector<std::string>* 
   HOIST_RETURN_IF_ERROR(ReadElements(s, "stage3_max_live_parameters", "max_live_parameters",
                                      /*positive=*/false, &zero->stage3_max_live_parameters));
 
-  // Offloading is another issue's work; asking for it must not silently train without it.
-  HOIST_RETURN_IF_ERROR(CheckOffload(
-      s, "offload_optimizer",
-      {"device", "nvme_path", "buffer_count", "pin_memory", "pipeline_read", "pipeline_write",
-       "fast_init", "ratio", "super_offload", "convert_grad_on_cpu", "cpuadam_cores_perc"}));
-  HOIST_RETURN_IF_ERROR(CheckOffload(
-      s, "offload_param",
-      {"device", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory"}));
-  HOIST_RETURN_IF_ERROR(RequireBool(s, "cpu_offload", false, "CPU offload"));
-  HOIST_RETURN_IF_ERROR(RequireBool(s, "cpu_offload_param", false, "CPU offload"));
+  // Adam is elementwise, so the sub-group size changes how much of the shard is in flight at
+  // once (memory, and the NVMe swapper's reads), not the step's numbers.
+  HOIST_RETURN_IF_ERROR(
+      ReadElements(s, "sub_group_size", "", /*positive=*/true, &zero->sub_group_size));
+  HOIST_RETURN_IF_ERROR(ReadOffload(s, zero, notices));
 
   // Features that change the numbers trained on: quantised weights or gradients (ZeRO++), fp32
   // master weights rebuilt from 16-bit copies on load, ZenFlow's deferred updates.
@@ -452,6 +602,40 @@ Status ReadZero(const Section& top, ZeroConfig* zero, std::vector<std::string>* 
     if (s.Find(key) != nullptr) notices->push_back(IgnoredNotice(s, key));
   }
   return Status::Ok();
+}
+
+Status ReadAio(const Section& top, AioConfig* aio, std::vector<std::string>* notices) {
+  HOIST_ASSIGN_OR_RETURN(Section s, top.Child("aio"));
+  HOIST_RETURN_IF_ERROR(s.AllowOnly({"block_size", "queue_depth", "intra_op_parallelism",
+                                     "single_submit", "overlap_events", "use_gds"}));
+  HOIST_RETURN_IF_ERROR(s.Int("block_size", &aio->block_size));
+  // The scratch files are opened with O_DIRECT, whose transfers must be aligned to the logical
+  // block size; 4096 covers every drive in use.
+  if (aio->block_size <= 0 || aio->block_size % 4096 != 0) {
+    return s.Invalid("block_size",
+                     "must be a positive multiple of 4096 bytes (O_DIRECT reads and writes "
+                     "aligned blocks), found " +
+                         std::to_string(aio->block_size));
+  }
+  HOIST_RETURN_IF_ERROR(s.Int("queue_depth", &aio->queue_depth));
+  if (aio->queue_depth < 1 || aio->queue_depth > 4096) {
+    return s.Invalid("queue_depth", "must be in [1, 4096] (requests in flight), found " +
+                                        std::to_string(aio->queue_depth));
+  }
+  HOIST_RETURN_IF_ERROR(
+      ReadCount(s, "intra_op_parallelism", "I/O threads", &aio->intra_op_parallelism));
+  HOIST_RETURN_IF_ERROR(s.Bool("single_submit", &aio->single_submit));
+  HOIST_RETURN_IF_ERROR(s.Bool("overlap_events", &aio->overlap_events));
+  // DeepSpeed's libaio handle splits each request over threads and submits from them; one
+  // io_uring queue has no such threads, so these are checked but change nothing.
+  for (std::string_view key : {"intra_op_parallelism", "single_submit", "overlap_events"}) {
+    if (s.Has(key)) {
+      notices->push_back(s.PathOf(key) +
+                         ": tunes DeepSpeed's libaio threads, which hoist's io_uring queue has no "
+                         "counterpart for; no effect");
+    }
+  }
+  return RequireBool(s, "use_gds", false, "GPUDirect Storage");
 }
 
 }  // namespace hoist::runtime::config_internal

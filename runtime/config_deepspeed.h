@@ -1,6 +1,6 @@
-// The DeepSpeed sections of the config: the ones hoist reads (fp16, bf16, zero_optimization,
-// communication_data_type) and the top-level keys it knows but does not act on. Internal to
-// runtime/config*.cc.
+// The DeepSpeed sections of the config: the ones hoist reads (fp16, bf16, zero_optimization with
+// its offload sections, communication_data_type, aio) and the top-level keys it knows but does not
+// act on. Internal to runtime/config*.cc.
 #pragma once
 
 #include <string>
@@ -26,7 +26,13 @@ Status CheckDeepSpeedOnlyKeys(const Section& top, std::vector<std::string>* noti
 // Reads `fp16`, `bf16` (or the legacy `bfloat16`) and `communication_data_type` into `config`.
 Status ReadPrecision(const Section& top, Config* config, std::vector<std::string>* notices);
 
-// Reads `zero_optimization` (an object, or the legacy `true` for stage 1) into `zero`.
+// Reads `zero_optimization` (an object, or the legacy `true` for stage 1) into `zero`, with
+// offload_optimizer, offload_param and their legacy spellings (cpu_offload, cpu_offload_param,
+// cpu_offload_use_pin_memory).
 Status ReadZero(const Section& top, ZeroConfig* zero, std::vector<std::string>* notices);
+
+// Reads `aio` (the NVMe queue) into `aio`; the keys that only tune DeepSpeed's libaio threads
+// append one notice each to `notices`.
+Status ReadAio(const Section& top, AioConfig* aio, std::vector<std::string>* notices);
 
 }  // namespace hoist::runtime::config_internal

@@ -1,14 +1,19 @@
 #include "runtime/trainer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <ostream>
 
+#include "comm/agree.h"
 #include "core/logging.h"
+#include "offload/open_storage.h"
 #include "runtime/checkpoint.h"
 #include "runtime/control_server.h"
 #include "runtime/memory_report.h"
@@ -62,7 +67,35 @@ zero::ZeroOptions ZeroOptionsFrom(const Config& config) {
   options.stage3_max_live_parameters = z.stage3_max_live_parameters;
   options.adam = {config.optimizer.beta1, config.optimizer.beta2, config.optimizer.eps,
                   config.optimizer.weight_decay};
+  const OffloadOptimizerConfig& offload = z.offload_optimizer;
+  switch (offload.device) {
+    case OffloadDevice::kNone: options.offload_optimizer.place = zero::StatePlace::kDevice; break;
+    case OffloadDevice::kCpu: options.offload_optimizer.place = zero::StatePlace::kHost; break;
+    case OffloadDevice::kNvme: options.offload_optimizer.place = zero::StatePlace::kNvme; break;
+  }
+  options.offload_optimizer.pin_memory = offload.pin_memory;
+  options.offload_optimizer.sub_group_size = z.sub_group_size;
+  options.offload_optimizer.buffer_count =
+      static_cast<int>(std::min<int64_t>(offload.buffer_count, 1 << 20));
   return options;
+}
+
+// How many ranks of `comm` run on this machine: every rank hashes its host name and all compare.
+StatusOr<int> RanksOnThisNode(comm::Communicator& comm) {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  const uint64_t hash = std::hash<std::string>{}(name);
+  // Three 16-bit pieces, each exact in a float.
+  const float mine[3] = {float(hash & 0xffff), float((hash >> 16) & 0xffff),
+                         float((hash >> 32) & 0xffff)};
+  std::vector<float> all(static_cast<size_t>(3 * comm.world_size()));
+  HOIST_RETURN_IF_ERROR(comm.AllGather(mine, all.data(), 3, comm::DataType::kFloat32));
+  int same = 0;
+  for (int r = 0; r < comm.world_size(); ++r) {
+    const float* theirs = all.data() + 3 * r;
+    if (theirs[0] == mine[0] && theirs[1] == mine[1] && theirs[2] == mine[2]) ++same;
+  }
+  return same;
 }
 
 }  // namespace
@@ -74,6 +107,59 @@ Trainer::~Trainer() {
   // Requests still waiting (the job failed to start, or Run was never called) end now, before
   // the control server goes.
   if (control_ != nullptr) control_->Shutdown(JobState::kFinished);
+}
+
+Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
+                               zero::ZeroOptions* options) {
+  if (config_.zero.offload_param.device != OffloadDevice::kNone) {
+    return UnimplementedError(
+        std::string("zero_optimization.offload_param.device \"") +
+        OffloadDeviceName(config_.zero.offload_param.device) +
+        "\": this build does not offload parameters yet; set it to \"none\" (the optimizer "
+        "states can be offloaded with zero_optimization.offload_optimizer)");
+  }
+  const OffloadOptimizerConfig& optimizer = config_.zero.offload_optimizer;
+  if (optimizer.device == OffloadDevice::kNone) return Status::Ok();
+  const int rank = comm_->rank(), world_size = comm_->world_size();
+  HOIST_ASSIGN_OR_RETURN(zero::PartitionPlan plan,
+                         zero::PartitionPlan::Build(units, config_.zero.stage == 0 ? 1 : world_size,
+                                                    config_.zero.stage == 0 ? 0 : rank));
+  const OffloadFootprint footprint = OffloadFootprintPerRank(config_, plan.total_shard());
+  HOIST_ASSIGN_OR_RETURN(const int local_ranks, RanksOnThisNode(*comm_));
+  Status local = CheckHostMemory(footprint, local_ranks, config_.offload.max_host_bytes,
+                                 options_.host_memory ? *options_.host_memory : ReadHostMemory());
+  if (local.ok() && optimizer.device == OffloadDevice::kNvme) {
+    local = CheckNvmePath(optimizer.nvme_path, "zero_optimization.offload_optimizer.nvme_path",
+                          footprint.nvme_bytes * local_ranks, options_.nvme_check);
+  }
+  // Every rank refuses together, each saying why.
+  HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, local));
+
+  if (optimizer.device == OffloadDevice::kNvme) {
+    // Unique per rank and per process: two jobs may share nvme_path.
+    options->offload_optimizer.nvme_file = optimizer.nvme_path + "/hoist-rank" +
+                                           std::to_string(rank) + "-" + std::to_string(getpid()) +
+                                           ".optimizer.swp";
+    if (options_.offload_storage) {
+      options->offload_optimizer.open_storage = options_.offload_storage;
+    } else {
+      offload::BlockStorageOptions storage;
+      storage.block_size_bytes = config_.aio.block_size;
+      storage.queue_depth = static_cast<int>(config_.aio.queue_depth);
+      options->offload_optimizer.open_storage = [storage](const std::string& path, int64_t bytes) {
+        return offload::OpenBlockStorage(path, bytes, storage);
+      };
+    }
+  }
+  if (rank == 0) {
+    HOIST_LOG(INFO) << "offload: optimizer states on " << OffloadDeviceName(optimizer.device)
+                    << (optimizer.device == OffloadDevice::kNvme ? " (" + optimizer.nvme_path + ")"
+                                                                 : std::string())
+                    << ", per rank " << FormatBytes(footprint.pinned_bytes) << " pinned, "
+                    << FormatBytes(footprint.host_bytes) << " pageable, "
+                    << FormatBytes(footprint.nvme_bytes) << " on disk";
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
@@ -124,8 +210,10 @@ Status Trainer::Initialize() {
     }
   }
   const ParamLayout layout = ParamLayout::For(config_.model);
-  HOIST_ASSIGN_OR_RETURN(
-      engine_, zero::ZeroEngine::Create(layout.Units(), ZeroOptionsFrom(config_), comm_, &device_));
+  zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
+  HOIST_RETURN_IF_ERROR(PrepareOffload(layout.Units(), &zero_options));
+  HOIST_ASSIGN_OR_RETURN(engine_,
+                         zero::ZeroEngine::Create(layout.Units(), zero_options, comm_, &device_));
   HOIST_ASSIGN_OR_RETURN(model_, Gpt2Model::Create(config_.model, B, T, &device_, engine_.get(),
                                                    DataTypeOf(config_.precision())));
   if (config_.precision() == Precision::kFloat16) {
@@ -362,6 +450,11 @@ Status Trainer::RunSteps() {
       for (int op = 0; op < comm::kNumCollectiveOps; ++op) {
         metrics.comm_bytes[op] = counting_->bytes(static_cast<comm::CollectiveOp>(op));
       }
+      const zero::OffloadStats offload = engine_->offload_stats();
+      metrics.offload_bytes[0][0] = offload.from_host_bytes;  // read from host memory
+      metrics.offload_bytes[1][0] = offload.to_host_bytes;
+      metrics.offload_bytes[0][1] = offload.nvme_read_bytes;
+      metrics.offload_bytes[1][1] = offload.nvme_write_bytes;
       metrics_->RecordStep(metrics);
       metrics_->RecordMemory(memory);
     }

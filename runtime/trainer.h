@@ -33,6 +33,7 @@
 #include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/metrics.h"
+#include "runtime/offload_preflight.h"
 #include "zero/zero_engine.h"
 
 namespace hoist::runtime {
@@ -57,6 +58,13 @@ struct TrainerOptions {
   // Rank 0's job controller, for a caller that drives it in-process (tests); nullptr: the
   // trainer makes its own. Other ranks ignore it. Must outlive the trainer.
   JobController* controller = nullptr;
+  // For tests: opens the storage of offloaded states (to wrap it in a fault injector); empty:
+  // the io_uring or POSIX storage that `aio` describes.
+  offload::StorageFactory offload_storage;
+  // For tests: what the host offers offloading (instead of /proc/meminfo and the cgroup), and
+  // how nvme_path probes behave.
+  std::optional<HostMemory> host_memory;
+  NvmeCheckOptions nvme_check;
 };
 
 // What one optimizer step did.
@@ -106,6 +114,9 @@ class Trainer {
  private:
   Trainer(const Config& config, const TrainerOptions& options);
   Status Initialize();
+  // Checks the host memory and nvme_path that offloading needs (agreed by all ranks) and fills
+  // in the engine's offload options.
+  Status PrepareOffload(const std::vector<zero::UnitSpec>& units, zero::ZeroOptions* options);
   // Restores the state saved in `step_dir`; returns the JSONL log's size at that checkpoint.
   StatusOr<int64_t> LoadCheckpoint(const std::string& step_dir);
   void PrintProgress(const StepRecord& record);

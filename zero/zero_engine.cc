@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <span>
 
+#include "comm/agree.h"
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cpu/ops.h"
@@ -84,7 +86,6 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> u
 Status ZeroEngine::Allocate() {
   const int n = plan_.num_units();
   const int stage = options_.stage;
-  const bool mixed = options_.compute_type != DataType::kFloat32;
   const int64_t whole = plan_.total_padded(), shard = plan_.total_shard();
   const auto csize = static_cast<int64_t>(csize_);
 
@@ -105,18 +106,80 @@ Status ZeroEngine::Allocate() {
   }
   HOIST_ASSIGN_OR_RETURN(grads_,
                          device_->Allocate((stage >= 2 ? shard : whole) * csize, Category::kGrad));
-  const int64_t state_bytes = state_plan_.total_shard() * int64_t{sizeof(float)};
-  if (mixed) {
-    HOIST_ASSIGN_OR_RETURN(master_, device_->Allocate(state_bytes, Category::kOptimizer));
-  }
-  HOIST_ASSIGN_OR_RETURN(m_, device_->Allocate(state_bytes, Category::kOptimizer));
-  HOIST_ASSIGN_OR_RETURN(v_, device_->Allocate(state_bytes, Category::kOptimizer));
+  HOIST_RETURN_IF_ERROR(AllocateStates());
 
   work_params_.resize(static_cast<size_t>(n));
   work_grads_.resize(static_cast<size_t>(n));
   acquired_params_.assign(static_cast<size_t>(n), nullptr);
   acquire_count_.assign(static_cast<size_t>(n), 0);
   gathers_.resize(static_cast<size_t>(n));
+  return Status::Ok();
+}
+
+Status ZeroEngine::AllocateStates() {
+  const OptimizerOffload& offload = options_.offload_optimizer;
+  const bool mixed = options_.compute_type != DataType::kFloat32;
+  const int64_t elements = state_plan_.total_shard();
+  const int64_t state_bytes = elements * int64_t{sizeof(float)};
+  MemoryTracker& tracker = *device_->tracker();
+  if (offload.place != StatePlace::kDevice) {
+    if (options_.stage == 0) {
+      return InvalidArgumentError(
+          "offloading the optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps whole optimizer "
+          "states on every rank)");
+    }
+    offload::PinnedHostPoolOptions pool_options;
+    pool_options.lock_pages = offload.pin_memory;
+    pool_ = std::make_unique<offload::PinnedHostPool>(tracker, pool_options);
+  }
+  switch (offload.place) {
+    case StatePlace::kDevice: {
+      if (mixed) {
+        HOIST_ASSIGN_OR_RETURN(master_, device_->Allocate(state_bytes, Category::kOptimizer));
+        state_master_ = master_.as<float>();
+      }
+      HOIST_ASSIGN_OR_RETURN(m_, device_->Allocate(state_bytes, Category::kOptimizer));
+      HOIST_ASSIGN_OR_RETURN(v_, device_->Allocate(state_bytes, Category::kOptimizer));
+      state_m_ = m_.as<float>();
+      state_v_ = v_.as<float>();
+      break;
+    }
+    case StatePlace::kHost: {
+      // The master copy is always separate here: the compute copy stays with the model.
+      if (offload.pin_memory) {
+        HOIST_ASSIGN_OR_RETURN(pinned_master_, pool_->Allocate(state_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(pinned_m_, pool_->Allocate(state_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(pinned_v_, pool_->Allocate(state_bytes, Category::kOptimizer));
+        state_master_ = pinned_master_.as<float>();
+        state_m_ = pinned_m_.as<float>();
+        state_v_ = pinned_v_.as<float>();
+      } else {
+        host_device_ = std::make_unique<CpuDevice>(Place::kHost, &tracker);
+        HOIST_ASSIGN_OR_RETURN(master_, host_device_->Allocate(state_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(m_, host_device_->Allocate(state_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(v_, host_device_->Allocate(state_bytes, Category::kOptimizer));
+        state_master_ = master_.as<float>();
+        state_m_ = m_.as<float>();
+        state_v_ = v_.as<float>();
+      }
+      break;
+    }
+    case StatePlace::kNvme: {
+      if (offload.nvme_file.empty()) {
+        return InvalidArgumentError("offloading the optimizer to nvme needs a scratch file path");
+      }
+      offload::StateSwapperOptions swap;
+      swap.path = offload.nvme_file;
+      swap.elements = elements;
+      swap.arrays = 3;  // master, m, v
+      swap.sub_group_size = offload.sub_group_size;
+      swap.buffer_count = offload.buffer_count;
+      swap.category = Category::kOptimizer;
+      HOIST_ASSIGN_OR_RETURN(
+          swapper_, offload::StateSwapper::Create(swap, offload.open_storage, *pool_, tracker));
+      break;
+    }
+  }
   return Status::Ok();
 }
 
@@ -143,37 +206,71 @@ void* ZeroEngine::whole_grads(int unit) {
 
 float* ZeroEngine::master(int unit) const {
   const UnitPartition& owned = state_plan_.unit(unit);
-  if (options_.compute_type != DataType::kFloat32) {
-    return master_.as<float>() + owned.shard_offset;
-  }
-  // fp32: the compute copy is the master copy.
+  HOIST_CHECK(swapper_ == nullptr) << "the master weights are on NVMe";
+  if (state_master_ != nullptr) return state_master_ + owned.shard_offset;
+  // fp32 on the device: the compute copy is the master copy.
   if (options_.stage == 3) return params_.as<float>() + plan_.unit(unit).shard_offset;
   return params_.as<float>() + plan_.unit(unit).full_offset + owned.owned_begin;
 }
 
 Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& fill) {
   const DataType type = options_.compute_type;
-  const bool mixed = type != DataType::kFloat32;
   std::vector<float> values;
-  for (int u = 0; u < plan_.num_units(); ++u) {
+  // Fills `values` with the unit's weights and writes its compute-type copies.
+  auto init_unit = [&](int u) {
     const UnitPartition& part = plan_.unit(u);
-    const UnitPartition& owned = state_plan_.unit(u);
     values.assign(static_cast<size_t>(part.padded), 0.0f);
     fill(u, values.data());
-    if (mixed) {
-      std::memcpy(master(u), values.data() + owned.owned_begin,
-                  static_cast<size_t>(owned.owned_real) * sizeof(float));
-    }
     if (void* whole = whole_params(u)) FromFloat(values.data(), whole, type, part.padded);
     if (options_.stage == 3) {
       FromFloat(values.data() + part.owned_begin,
                 ElementPtr(params_.data(), type, part.shard_offset), type, part.shard);
     }
-  }
-  std::memset(m_.data(), 0, static_cast<size_t>(m_.bytes()));
-  std::memset(v_.data(), 0, static_cast<size_t>(v_.bytes()));
+  };
   step_count_ = 0;
-  return Status::Ok();
+  if (swapper_ == nullptr) {
+    for (int u = 0; u < plan_.num_units(); ++u) {
+      init_unit(u);
+      if (state_master_ != nullptr) {
+        const UnitPartition& owned = state_plan_.unit(u);
+        std::memcpy(master(u), values.data() + owned.owned_begin,
+                    static_cast<size_t>(owned.owned_real) * sizeof(float));
+      }
+    }
+    const auto state_bytes = static_cast<size_t>(state_plan_.total_shard()) * sizeof(float);
+    std::memset(state_m_, 0, state_bytes);
+    std::memset(state_v_, 0, state_bytes);
+    return Status::Ok();
+  }
+  // NVMe: the master weights go straight to the file, a sub-group at a time. Units are visited
+  // in order (the shard keeps unit order), each filled once even when it spans sub-groups.
+  int filled = -1;
+  Status written = swapper_->ForEachSubGroup(
+      offload::StateSwapper::Access::kWrite,
+      [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+        const auto bytes = static_cast<size_t>(count) * sizeof(float);
+        std::memset(arrays[0], 0, bytes);
+        std::memset(arrays[1], 0, bytes);
+        std::memset(arrays[2], 0, bytes);
+        for (int u = 0; u < plan_.num_units(); ++u) {
+          const UnitPartition& owned = state_plan_.unit(u);
+          const int64_t lo = std::max(begin, owned.shard_offset);
+          const int64_t hi = std::min(begin + count, owned.shard_offset + owned.shard);
+          if (lo >= hi) continue;
+          if (u != filled) {
+            init_unit(u);
+            filled = u;
+          }
+          const int64_t real_hi = std::min(hi, owned.shard_offset + owned.owned_real);
+          if (real_hi > lo) {
+            std::memcpy(arrays[0] + (lo - begin),
+                        values.data() + owned.owned_begin + (lo - owned.shard_offset),
+                        static_cast<size_t>(real_hi - lo) * sizeof(float));
+          }
+        }
+        return Status::Ok();
+      });
+  return AgreeOnFailure(written);
 }
 
 Status ZeroEngine::StartGather(int unit) {
@@ -405,11 +502,6 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   }
   const DataType type = options_.compute_type;
   const float inv_scale = 1.0f / loss_scale;
-  // This rank's owned gradients, in the compute type.
-  auto owned_grads = [&](int u) -> const void* {
-    if (options_.stage >= 2) return ElementPtr(grads_.data(), type, plan_.unit(u).shard_offset);
-    return ElementPtr(whole_grads(u), type, state_plan_.unit(u).owned_begin);
-  };
 
   double local = 0.0;
   for (int u = 0; u < plan_.num_units(); ++u) {
@@ -430,47 +522,146 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   result.reduce_s = std::chrono::duration<double>(reduced - started).count();
   if (result.overflow) return result;
 
-  const float grad_scale = ClipScale(result.grad_norm, max_norm) * inv_scale;
-  ++step_count_;
-  const AdamWParams& adam = options_.adam;
-  std::vector<float> widened;
-  for (int u = 0; u < plan_.num_units(); ++u) {
-    const UnitPartition& owned = state_plan_.unit(u);
-    if (owned.owned_real == 0) continue;
-    const float* grads;
-    if (type == DataType::kFloat32) {
-      grads = static_cast<const float*>(owned_grads(u));
+  kernels::cpu::AdamWHyperparams h;
+  h.lr = lr;
+  h.beta1 = options_.adam.beta1;
+  h.beta2 = options_.adam.beta2;
+  h.eps = options_.adam.eps;
+  h.weight_decay = options_.adam.weight_decay;  // per segment: UpdatePiece zeroes it where off
+  h.grad_scale = ClipScale(result.grad_norm, max_norm) * inv_scale;
+  h.step = ++step_count_;
+  Status updated = Status::Ok();
+  const auto update_started = Clock::now();
+  const double wait_before = swapper_ != nullptr ? swapper_->io_wait_seconds() : 0.0;
+  if (swapper_ == nullptr) {
+    for (int u = 0; u < plan_.num_units(); ++u) {
+      const UnitPartition& owned = state_plan_.unit(u);
+      if (owned.owned_real == 0) continue;
+      UpdatePiece(u, 0, owned.owned_real, master(u), state_m_ + owned.shard_offset,
+                  state_v_ + owned.shard_offset, h);
+    }
+  } else {
+    updated = swapper_->ForEachSubGroup(
+        offload::StateSwapper::Access::kReadWrite,
+        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+          UpdateRange(begin, count, arrays[0], arrays[1], arrays[2], h);
+          return Status::Ok();
+        });
+  }
+  if (options_.offload_optimizer.place != StatePlace::kDevice) {
+    const double update_s = std::chrono::duration<double>(Clock::now() - update_started).count();
+    if (swapper_ != nullptr) {
+      offload_stats_.nvme_wait_s += swapper_->io_wait_seconds() - wait_before;
+      offload_stats_.update_s += update_s - (swapper_->io_wait_seconds() - wait_before);
+      offload_stats_.nvme_read_bytes = swapper_->bytes_read();
+      offload_stats_.nvme_write_bytes = swapper_->bytes_written();
     } else {
-      widened.resize(static_cast<size_t>(owned.owned_real));
-      ToFloat(owned_grads(u), type, widened.data(), owned.owned_real);
-      grads = widened.data();
+      offload_stats_.update_s += update_s;
     }
-    float* weights = master(u);
-    float* m = m_.as<float>() + owned.shard_offset;
-    float* v = v_.as<float>() + owned.shard_offset;
-    const int64_t lo = owned.owned_begin, hi = owned.owned_begin + owned.owned_real;
-    for (const ParamSegment& segment : state_plan_.spec(u).segments) {
-      const int64_t begin = std::max(lo, segment.begin), end = std::min(hi, segment.end);
-      if (begin >= end) continue;
-      const int64_t at = begin - lo;
-      kernels::cpu::AdamW(weights + at, grads + at, m + at, v + at,
-                          static_cast<size_t>(end - begin), lr, adam.beta1, adam.beta2, adam.eps,
-                          segment.decay ? adam.weight_decay : 0.0f, step_count_, grad_scale);
-    }
-    if (type != DataType::kFloat32) {
-      void* compute = options_.stage == 3
-                          ? ElementPtr(params_.data(), type, plan_.unit(u).shard_offset)
-                          : ElementPtr(whole_params(u), type, owned.owned_begin);
-      FromFloat(weights, compute, type, owned.owned_real);
-    }
+    int64_t owned = 0;
+    for (int u = 0; u < plan_.num_units(); ++u) owned += state_plan_.unit(u).owned_real;
+    offload_stats_.to_host_bytes += owned * static_cast<int64_t>(csize_);
+    offload_stats_.from_host_bytes += owned * static_cast<int64_t>(csize_);
+  }
+  if (swapper_ != nullptr) {
+    // An I/O fault on one rank must stop every rank here, not leave the others waiting in the
+    // next collective.
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(updated));
   }
   HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
   result.optimizer_s = std::chrono::duration<double>(Clock::now() - reduced).count();
   return result;
 }
 
+const void* ZeroEngine::owned_grads(int unit) {
+  const DataType type = options_.compute_type;
+  if (options_.stage >= 2) return ElementPtr(grads_.data(), type, plan_.unit(unit).shard_offset);
+  return ElementPtr(whole_grads(unit), type, state_plan_.unit(unit).owned_begin);
+}
+
+void* ZeroEngine::owned_params(int unit) {
+  const DataType type = options_.compute_type;
+  if (options_.stage == 3) return ElementPtr(params_.data(), type, plan_.unit(unit).shard_offset);
+  return ElementPtr(whole_params(unit), type, state_plan_.unit(unit).owned_begin);
+}
+
+void ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
+                             const kernels::cpu::AdamWHyperparams& h) {
+  using kernels::cpu::GradFormat;
+  using kernels::cpu::HalfFormat;
+  const DataType type = options_.compute_type;
+  const UnitPartition& owned = state_plan_.unit(unit);
+  const void* grads = owned_grads(unit);
+  void* compute = owned_params(unit);
+  const int64_t base = owned.owned_begin;  // unit coordinates of owned element 0
+  for (const ParamSegment& segment : state_plan_.spec(unit).segments) {
+    const int64_t begin = std::max(base + lo, segment.begin);
+    const int64_t end = std::min(base + hi, segment.end);
+    if (begin >= end) continue;
+    const int64_t at = begin - base;  // owned-range coordinates
+    kernels::cpu::AdamWShard piece;
+    piece.param = master + (at - lo);
+    piece.m = m + (at - lo);
+    piece.v = v + (at - lo);
+    piece.grad = ElementPtr(grads, type, at);
+    piece.n = static_cast<size_t>(end - begin);
+    switch (type) {
+      case DataType::kFloat32: piece.grad_format = GradFormat::kFp32; break;
+      case DataType::kBFloat16:
+        piece.grad_format = GradFormat::kBf16;
+        piece.param_copy = static_cast<uint16_t*>(ElementPtr(compute, type, at));
+        piece.copy_format = HalfFormat::kBf16;
+        break;
+      case DataType::kFloat16:
+        piece.grad_format = GradFormat::kFp16;
+        piece.param_copy = static_cast<uint16_t*>(ElementPtr(compute, type, at));
+        piece.copy_format = HalfFormat::kFp16;
+        break;
+    }
+    kernels::cpu::AdamWHyperparams segment_h = h;
+    if (!segment.decay) segment_h.weight_decay = 0.0f;
+    kernels::cpu::AdamWFusedStep(piece, segment_h);
+  }
+  // fp32 with the master copy away from the model: the model's copy is the master's bits.
+  float* model = static_cast<float*>(compute) + lo;
+  if (type == DataType::kFloat32 && model != master) {
+    std::memcpy(model, master, static_cast<size_t>(hi - lo) * sizeof(float));
+  }
+}
+
+void ZeroEngine::UpdateRange(int64_t begin, int64_t count, float* master, float* m, float* v,
+                             const kernels::cpu::AdamWHyperparams& h) {
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    const UnitPartition& owned = state_plan_.unit(u);
+    const int64_t lo = std::max(begin, owned.shard_offset);
+    const int64_t hi = std::min(begin + count, owned.shard_offset + owned.owned_real);
+    if (lo >= hi) continue;
+    UpdatePiece(u, lo - owned.shard_offset, hi - owned.shard_offset, master + (lo - begin),
+                m + (lo - begin), v + (lo - begin), h);
+  }
+}
+
+Status ZeroEngine::AgreeOnFailure(const Status& local) const {
+  return comm::AgreeOnStatus(*comm_, local);
+}
+
 StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
   HOIST_RETURN_IF_ERROR(status_);
+  // NVMe: this rank's master shard read back first (flat, state plan layout).
+  std::vector<float> swapped;
+  if (swapper_ != nullptr) {
+    swapped.resize(static_cast<size_t>(state_plan_.total_shard()));
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroup(
+        offload::StateSwapper::Access::kRead,
+        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+          std::memcpy(swapped.data() + begin, arrays[0],
+                      static_cast<size_t>(count) * sizeof(float));
+          return Status::Ok();
+        })));
+  }
+  auto owned_master = [&](int u) -> const float* {
+    return swapper_ != nullptr ? swapped.data() + state_plan_.unit(u).shard_offset : master(u);
+  };
   std::vector<float> out;
   out.reserve(static_cast<size_t>(plan_.total_real()));
   std::vector<float> unit;
@@ -478,10 +669,11 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
     const UnitPartition& owned = state_plan_.unit(u);
     unit.assign(static_cast<size_t>(owned.padded), 0.0f);
     if (state_plan_.world_size() == 1) {
-      std::memcpy(unit.data(), master(u), static_cast<size_t>(owned.size) * sizeof(float));
+      std::memcpy(unit.data(), owned_master(u), static_cast<size_t>(owned.size) * sizeof(float));
     } else {
       std::vector<float> shard(static_cast<size_t>(owned.shard), 0.0f);
-      std::memcpy(shard.data(), master(u), static_cast<size_t>(owned.owned_real) * sizeof(float));
+      std::memcpy(shard.data(), owned_master(u),
+                  static_cast<size_t>(owned.owned_real) * sizeof(float));
       HOIST_RETURN_IF_ERROR(
           comm_->AllGather(shard.data(), unit.data(), owned.shard, DataType::kFloat32));
     }
@@ -491,14 +683,27 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
 }
 
 Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) const {
+  if (swapper_ != nullptr) {
+    // The file holds zeros in the padding, as the outputs must.
+    return AgreeOnFailure(swapper_->ForEachSubGroup(
+        offload::StateSwapper::Access::kRead,
+        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+          const auto bytes = static_cast<size_t>(count) * sizeof(float);
+          std::memcpy(master_out + begin, arrays[0], bytes);
+          std::memcpy(m_out + begin, arrays[1], bytes);
+          std::memcpy(v_out + begin, arrays[2], bytes);
+          return Status::Ok();
+        }));
+  }
   for (int u = 0; u < plan_.num_units(); ++u) {
     const UnitPartition& owned = state_plan_.unit(u);
     float* dst = master_out + owned.shard_offset;
     std::memset(dst, 0, static_cast<size_t>(owned.shard) * sizeof(float));
     std::memcpy(dst, master(u), static_cast<size_t>(owned.owned_real) * sizeof(float));
   }
-  std::memcpy(m_out, m_.data(), static_cast<size_t>(m_.bytes()));
-  std::memcpy(v_out, v_.data(), static_cast<size_t>(v_.bytes()));
+  const auto state_bytes = static_cast<size_t>(state_plan_.total_shard()) * sizeof(float);
+  std::memcpy(m_out, state_m_, state_bytes);
+  std::memcpy(v_out, state_v_, state_bytes);
   return Status::Ok();
 }
 
@@ -507,18 +712,27 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
   const DataType type = options_.compute_type;
   for (int u = 0; u < plan_.num_units(); ++u) {
     const UnitPartition& owned = state_plan_.unit(u);
-    float* weights = master(u);
-    std::memcpy(weights, master_in + owned.shard_offset,
-                static_cast<size_t>(owned.owned_real) * sizeof(float));
-    if (type != DataType::kFloat32) {
-      void* compute = options_.stage == 3
-                          ? ElementPtr(params_.data(), type, plan_.unit(u).shard_offset)
-                          : ElementPtr(whole_params(u), type, owned.owned_begin);
-      FromFloat(weights, compute, type, owned.owned_real);
-    }
+    const float* weights = master_in + owned.shard_offset;
+    const auto bytes = static_cast<size_t>(owned.owned_real) * sizeof(float);
+    if (swapper_ == nullptr && master(u) != owned_params(u)) std::memcpy(master(u), weights, bytes);
+    // The model's copy of the owned range (for fp32 on the device, the master itself).
+    FromFloat(weights, owned_params(u), type, owned.owned_real);
   }
-  std::memcpy(m_.data(), m_in, static_cast<size_t>(m_.bytes()));
-  std::memcpy(v_.data(), v_in, static_cast<size_t>(v_.bytes()));
+  if (swapper_ != nullptr) {
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroup(
+        offload::StateSwapper::Access::kWrite,
+        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+          const auto bytes = static_cast<size_t>(count) * sizeof(float);
+          std::memcpy(arrays[0], master_in + begin, bytes);
+          std::memcpy(arrays[1], m_in + begin, bytes);
+          std::memcpy(arrays[2], v_in + begin, bytes);
+          return Status::Ok();
+        })));
+  } else {
+    const auto state_bytes = static_cast<size_t>(state_plan_.total_shard()) * sizeof(float);
+    std::memcpy(state_m_, m_in, state_bytes);
+    std::memcpy(state_v_, v_in, state_bytes);
+  }
   step_count_ = step_count;
   return GatherUpdatedParams();
 }
@@ -527,8 +741,13 @@ ModelStateBytes ZeroEngine::model_state_bytes() const {
   ModelStateBytes bytes;
   bytes.params = params_.bytes() + persistent_.bytes();
   bytes.grads = grads_.bytes();
-  bytes.optimizer = master_.bytes() + m_.bytes() + v_.bytes();
+  const int64_t state_bytes = state_plan_.total_shard() * int64_t{sizeof(float)};
+  const bool separate_master = options_.compute_type != DataType::kFloat32 ||
+                               options_.offload_optimizer.place != StatePlace::kDevice;
+  bytes.optimizer = state_bytes * (separate_master ? 3 : 2);
   return bytes;
 }
+
+OffloadStats ZeroEngine::offload_stats() const { return offload_stats_; }
 
 }  // namespace hoist::zero

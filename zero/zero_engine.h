@@ -41,6 +41,9 @@
 #include "comm/communicator.h"
 #include "core/device.h"
 #include "core/status.h"
+#include "kernels/cpu/adamw_step.h"
+#include "offload/pinned_pool.h"
+#include "offload/state_swapper.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
 
@@ -55,6 +58,24 @@ struct AdamWParams {
   float weight_decay = 0.0f;
 };
 
+// Where the optimizer states (fp32 master weights and the two moments) of this rank's shard live.
+enum class StatePlace {
+  kDevice,  // next to the model (no offload)
+  kHost,    // host memory; the AdamW step runs on the CPU (ZeRO-Offload)
+  kNvme,    // a scratch file, streamed through host buffers sub-group by sub-group (ZeRO-Infinity)
+};
+
+struct OptimizerOffload {
+  StatePlace place = StatePlace::kDevice;
+  // Host buffers page-locked (kHostPinned in the tracker); false: pageable (kHost). The NVMe
+  // swapper's buffers are always page-aligned and counted as kHostPinned.
+  bool pin_memory = true;
+  std::string nvme_file;  // kNvme: this rank's scratch file, created here and removed at the end
+  int64_t sub_group_size = 1000000000;   // elements updated (and swapped) at a time
+  int buffer_count = 4;                  // kNvme: sub-group slots (offload/state_swapper.h)
+  offload::StorageFactory open_storage;  // kNvme; empty: OpenBlockStorage with its defaults
+};
+
 struct ZeroOptions {
   int stage = 0;  // 0..3
   DataType compute_type = DataType::kFloat32;
@@ -67,6 +88,7 @@ struct ZeroOptions {
   int64_t stage3_param_persistence_threshold = 100000;
   int64_t stage3_max_live_parameters = 1000000000;
   AdamWParams adam;
+  OptimizerOffload offload_optimizer;
 };
 
 // The factor that brings a gradient of norm `norm` to at most `max_norm` (torch's
@@ -86,6 +108,19 @@ struct ModelStateBytes {
   int64_t params = 0;     // compute-type weights (whole or shard, persistent units included)
   int64_t grads = 0;      // compute-type gradient accumulators
   int64_t optimizer = 0;  // fp32 master (mixed precision only) and the two Adam moments
+};
+
+// What the optimizer offload moved and how long the step waited for it, since the engine was
+// created. Host offload counts the bytes its CPU step reads from and writes to device-place
+// memory (the owned gradients in, the updated compute-type weights out): the transfers an
+// accelerator's step makes over the host link.
+struct OffloadStats {
+  int64_t to_host_bytes = 0;    // device -> host (the owned gradients)
+  int64_t from_host_bytes = 0;  // host -> device (the updated compute-type weights)
+  int64_t nvme_read_bytes = 0;
+  int64_t nvme_write_bytes = 0;
+  double nvme_wait_s = 0;  // the step blocked on NVMe I/O
+  double update_s = 0;     // the CPU step itself (AdamW and the compute-type copy)
 };
 
 class ZeroEngine final : public ParamStore {
@@ -131,6 +166,7 @@ class ZeroEngine final : public ParamStore {
   const PartitionPlan& state_plan() const { return state_plan_; }
   const ZeroOptions& options() const { return options_; }
   ModelStateBytes model_state_bytes() const;
+  OffloadStats offload_stats() const;
 
  private:
   struct Pending;  // a reduction or gather in flight
@@ -150,6 +186,21 @@ class ZeroEngine final : public ParamStore {
   Status DrainReductions(int64_t keep_elements);
   Status ReduceFullGrads();
   Status GatherUpdatedParams();
+  Status AllocateStates();
+  // This rank's owned gradients of `unit` (state plan coordinates), in the compute type.
+  const void* owned_grads(int unit);
+  // Where the compute-type copy of the unit's owned range is written after an update.
+  void* owned_params(int unit);
+  // AdamW over elements [lo, hi) of the unit's owned range, whose fp32 master, m and v are at
+  // master, m, v (pointing at element lo); writes the compute-type copy.
+  void UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
+                   const kernels::cpu::AdamWHyperparams& h);
+  // The same over elements [begin, begin + count) of the flat owned shard.
+  void UpdateRange(int64_t begin, int64_t count, float* master, float* m, float* v,
+                   const kernels::cpu::AdamWHyperparams& h);
+  // Agrees across ranks on whether any rank's local part of a step failed; every rank then
+  // returns the first failing rank's error. Collective.
+  Status AgreeOnFailure(const Status& local) const;
 
   ZeroOptions options_;
   comm::Communicator* comm_;
@@ -159,12 +210,27 @@ class ZeroEngine final : public ParamStore {
   Status status_;
   int64_t step_count_ = 0;
 
+  // Host-side homes of offloaded states; declared before the buffers they own so they outlive
+  // them.
+  std::unique_ptr<offload::PinnedHostPool> pool_;
+  std::unique_ptr<Device> host_device_;  // pageable host memory (pin_memory false)
+
   Buffer params_;      // compute type: whole padded model (stages 0-2) or this rank's shards (3)
   Buffer persistent_;  // stage 3: compute-type copies of the persistent units
   std::vector<int64_t> persistent_offset_;  // per unit, in persistent_ (-1: not persistent)
   Buffer grads_;   // compute type: whole padded model (stages 0/1) or shards (2/3)
   Buffer master_;  // fp32 owned shard (mixed precision only)
   Buffer m_, v_;   // fp32 owned shard
+  // Offloaded to pinned host memory instead (StatePlace::kHost with pin_memory).
+  offload::PinnedBuffer pinned_master_, pinned_m_, pinned_v_;
+  // The resident flat state arrays (state plan shard layout), wherever they are; null under
+  // StatePlace::kNvme. state_master_ is null too in fp32 on the device, where the compute copy
+  // is the master copy.
+  float* state_master_ = nullptr;
+  float* state_m_ = nullptr;
+  float* state_v_ = nullptr;
+  std::unique_ptr<offload::StateSwapper> swapper_;  // StatePlace::kNvme
+  OffloadStats offload_stats_;
 
   // Per unit: the fp32 working copy handed to the model, if any.
   std::vector<Buffer> work_params_, work_grads_;

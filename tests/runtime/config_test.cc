@@ -194,10 +194,11 @@ TEST(ConfigDeepSpeed, ZeroStageZeroIsAccepted) {
   ParseOk(kMinimal, {"zero_optimization={\"stage\": 0, \"reduce_bucket_size\": 5e8}"});
 }
 
-TEST(ConfigDeepSpeed, OffloadIsUnimplemented) {
-  Status s = ErrorOf(kMinimal, {"zero_optimization.offload_optimizer.device=cpu"});
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_THAT(s.message(), HasSubstr("zero_optimization.offload_optimizer.device"));
+TEST(ConfigDeepSpeed, OffloadIsRead) {
+  // The offload keys and their rules: config_offload_test.cc.
+  Config c = ParseOk(
+      kMinimal, {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"});
+  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
 }
 
 TEST(ConfigDeepSpeed, ActivationCheckpointingIsUnimplemented) {

@@ -15,6 +15,7 @@
 #include "runtime/checkpoint_weights.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/config_test_util.h"
+#include "tests/runtime/trainer_test_util.h"
 
 namespace hoist::runtime {
 namespace {
@@ -27,52 +28,8 @@ Config Job(int world, const std::vector<std::string>& extra = {}) {
   return testing_util::TinyJob(world, kSteps, extra);
 }
 
-struct RankRun {
-  Status status;
-  std::vector<float> losses;
-  std::vector<float> params;  // gathered fp32 weights at the end
-  MemorySnapshot memory;
-  zero::ModelStateBytes states;
-  int64_t total_real = 0, total_shard = 0;
-};
-
-// Trains `config` on `world` ranks; options.resume/resume_from apply to every rank.
-std::vector<RankRun> TrainOnRanks(const Config& config, int world,
-                                  const TrainerOptions& base = {}) {
-  auto group = comm::ThreadGroup::Create(world, 60.0);
-  HOIST_CHECK(group.ok());
-  std::vector<RankRun> runs(static_cast<size_t>(world));
-  std::vector<MemoryTracker> trackers(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      RankRun& run = runs[static_cast<size_t>(r)];
-      TrainerOptions options = base;
-      options.comm = &(*group)->comm(r);
-      options.tracker = &trackers[static_cast<size_t>(r)];
-      auto trainer = Trainer::Create(config, options);
-      if (!trainer.ok()) {
-        run.status = trainer.status();
-        return;
-      }
-      run.status = (*trainer)->Run();
-      run.losses = (*trainer)->losses();
-      run.memory = trackers[static_cast<size_t>(r)].Snapshot();
-      run.states = (*trainer)->engine().model_state_bytes();
-      run.total_real = (*trainer)->engine().plan().total_real();
-      run.total_shard = (*trainer)->engine().plan().total_shard();
-      if (run.status.ok()) {
-        auto params = (*trainer)->engine().GatherFullParams();
-        if (params.ok())
-          run.params = *params;
-        else
-          run.status = params.status();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return runs;
-}
+using testing_util::RankRun;
+using testing_util::TrainOnRanks;
 
 // ‖a − b‖ / ‖b‖ over all elements.
 double NormRelative(const std::vector<float>& a, const std::vector<float>& b) {

@@ -12,119 +12,12 @@
 
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
+#include "tests/zero/zero_test_util.h"
 
 namespace hoist::zero {
 namespace {
 
-// Units of awkward sizes (padding on every world size) with mixed decay segments.
-std::vector<UnitSpec> ToyUnits() {
-  return {{"embed", 37, {{0, 30, true}, {30, 37, false}}},
-          {"block0", 53, {{0, 3, false}, {3, 50, true}, {50, 53, false}}},
-          {"block1", 53, {{0, 3, false}, {3, 50, true}, {50, 53, false}}},
-          {"norm", 2, {{0, 2, false}}}};
-}
-
-// The value the micro-batch `k` of step `step` pulls element i of unit u towards.
-float Target(int step, int k, int u, int64_t i) {
-  uint64_t x = (uint64_t(step) * 1315423911u) ^ (uint64_t(k) * 2654435761u) ^
-               (uint64_t(u) * 97u + uint64_t(i) * 7919u);
-  x ^= x >> 13;
-  x *= 0x9E3779B97F4A7C15ull;
-  return static_cast<float>((x >> 40) % 2001) / 1000.0f - 1.0f;
-}
-
-float InitialValue(int u, int64_t i) { return 0.5f * Target(-1, 0, u, i); }
-
-struct RunOptions {
-  int world = 1;
-  int global_micro = 4;  // micro-batches per optimizer step, over all ranks
-  ZeroOptions zero;
-  int steps = 5;
-  float lr = 0.05f;
-  float max_norm = 1.0f;
-  // (step, rank) -> whether this rank's gradients get an inf in that step.
-  std::function<bool(int, int)> poison;
-};
-
-struct RankResult {
-  std::vector<float> params;
-  std::vector<bool> overflow;
-  ModelStateBytes states;
-  MemorySnapshot memory;
-  PartitionPlan plan;
-  Status status;
-};
-
-// The toy model's backward for one micro-batch: loss 0.5 * |w - t|^2 per element, so the gradient
-// w - t is added, weighted by dloss, into the store's buffer.
-void MicroBatch(ParamStore& store, const std::vector<UnitSpec>& units, int step, int k, float dloss,
-                bool poison) {
-  for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    const float* w = store.AcquireParams(u);
-    if (u + 1 < static_cast<int>(units.size())) store.Prefetch(u + 1);
-    float* g = store.AcquireGrads(u);
-    for (int64_t i = 0; i < units[u].size; ++i) g[i] += dloss * (w[i] - Target(step, k, u, i));
-    if (poison && u == 1) g[5] = std::numeric_limits<float>::infinity();
-    store.ReleaseGrads(u);
-    store.ReleaseParams(u);
-  }
-}
-
-std::vector<RankResult> Train(const RunOptions& run) {
-  auto group = comm::ThreadGroup::Create(run.world, 30.0);
-  EXPECT_TRUE(group.ok());
-  std::vector<RankResult> results(static_cast<size_t>(run.world));
-  std::vector<std::thread> threads;
-  const int accumulation = run.global_micro / run.world;
-  for (int r = 0; r < run.world; ++r) {
-    threads.emplace_back([&, r] {
-      RankResult& out = results[static_cast<size_t>(r)];
-      MemoryTracker tracker;
-      CpuDevice device(Place::kDevice, &tracker);
-      auto engine = ZeroEngine::Create(ToyUnits(), run.zero, &(*group)->comm(r), &device);
-      if (!engine.ok()) {
-        out.status = engine.status();
-        return;
-      }
-      ZeroEngine& e = **engine;
-      out.status = e.Initialize([](int u, float* values) {
-        for (int64_t i = 0; i < ToyUnits()[u].size; ++i) values[i] = InitialValue(u, i);
-      });
-      const std::vector<UnitSpec> units = ToyUnits();
-      for (int step = 0; step < run.steps && out.status.ok(); ++step) {
-        out.status = e.ZeroGrads();
-        if (!out.status.ok()) break;
-        const bool poison = run.poison && run.poison(step, r);
-        for (int m = 0; m < accumulation; ++m) {
-          // Rank r takes micro-batches r, r + world, ... of the global batch.
-          MicroBatch(e, units, step, m * run.world + r, 1.0f / float(accumulation), poison);
-        }
-        auto result = e.Step(run.lr, 1.0f, run.max_norm);
-        if (!result.ok()) {
-          out.status = result.status();
-          break;
-        }
-        out.overflow.push_back(result->overflow);
-      }
-      auto params = e.GatherFullParams();
-      if (params.ok()) out.params = *params;
-      out.states = e.model_state_bytes();
-      out.memory = tracker.Snapshot();
-      out.plan = e.plan();
-    });
-  }
-  for (auto& t : threads) t.join();
-  return results;
-}
-
-double MaxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::max(1e-3, std::abs(double(b[i]))));
-  }
-  return worst;
-}
+using namespace zero_test;  // NOLINT(google-build-using-namespace): the shared harness
 
 class ZeroStages : public ::testing::TestWithParam<std::tuple<int, int>> {};
 

@@ -1,0 +1,130 @@
+// StateSwapper: arrays of fp32 state that live in a scratch file (NVMe) and are worked on a
+// sub-group at a time through a few page-aligned host buffers. The optimizer swapper of
+// ZeRO-Infinity is one: a rank's shard of the fp32 master weights and the two Adam moments, three
+// arrays of the same length, is updated sub-group by sub-group while the next sub-group is read
+// and the previous one written.
+//
+// File layout: sub-group g (elements [g * S, min((g + 1) * S, n)), S = sub_group_size) occupies
+// bytes [g * stride, (g + 1) * stride), one aligned run per array:
+//   [array 0: S floats, rounded up to 4096 bytes][array 1 ...]...
+// so one sub-group is `arrays` contiguous requests, each cut into aio block_size pieces by the
+// storage. The file is sized for every sub-group up front (preallocated), so a full disk is found
+// when the swapper is created, not in the middle of a step.
+//
+// The pipeline over G sub-groups with k = buffer_count slots (sub-group g uses slot g mod k):
+//   k = 1: read g; visit g; write g                      (nothing overlaps)
+//   k = 2: read g+1 runs during visit g; write g after   (reads hidden)
+//   k >= 3: read g+1 and write g-1 run during visit g    (reads and writes hidden)
+// Each visit is followed by waiting for the I/O started with it, so sub-group g+1's slot never
+// holds data still being written: with k >= 3 it last held g+1-k <= g-2, whose write finished
+// before visit g-1 ended. A fourth slot would add nothing to this lockstep schedule.
+//
+// The bytes moved are counted (read, written) and so is the time ForEachSubGroup spent blocked on
+// I/O rather than visiting, which tells how much of the I/O the visits hid.
+//
+// The slots are allocated once, from the PinnedHostPool, as `category` (place host_pinned); the
+// file's bytes count in the tracker as Place::kNvme under `category` while the swapper lives.
+// The file is removed with the swapper if the swapper created it.
+//
+// Not thread-safe: one thread drives it. Blocking.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/memory_tracker.h"
+#include "core/status.h"
+#include "offload/block_storage.h"
+#include "offload/pinned_pool.h"
+
+namespace hoist::offload {
+
+// Opens the storage behind a swapper: (path, bytes) -> storage. Tests pass one that wraps the
+// real storage in a FaultInjectingStorage.
+using StorageFactory = std::function<StatusOr<std::unique_ptr<BlockStorage>>(
+    const std::string& path, int64_t size_bytes)>;
+
+struct StateSwapperOptions {
+  std::string path;                     // the scratch file
+  int64_t elements = 0;                 // n: length of every array (> 0)
+  int arrays = 3;                       // how many arrays of n floats (> 0)
+  int64_t sub_group_size = 1000000000;  // S: elements per sub-group (> 0; capped at n)
+  int buffer_count = 3;                 // k: sub-group slots in host memory (>= 1)
+  Category category = Category::kOptimizer;
+};
+
+class StateSwapper {
+ public:
+  // What ForEachSubGroup does around each visit: read the sub-group in first, write it back
+  // after, or both.
+  enum class Access { kRead, kWrite, kReadWrite };
+
+  // visit(begin, count, arrays): the sub-group [begin, begin + count) is in arrays[0..arrays),
+  // each pointing at `count` floats (and writable up to the sub-group size). A visit under
+  // kWrite must fill every array (the slot holds a previous sub-group's values).
+  using Visit = std::function<Status(int64_t begin, int64_t count, std::span<float* const> arrays)>;
+
+  // Opens the file through `open` (or OpenBlockStorage's default choice when empty) and
+  // allocates the slots from `pool`. `pool` and `tracker` must outlive the swapper.
+  static StatusOr<std::unique_ptr<StateSwapper>> Create(const StateSwapperOptions& options,
+                                                        const StorageFactory& open,
+                                                        PinnedHostPool& pool,
+                                                        MemoryTracker& tracker);
+  ~StateSwapper();
+  StateSwapper(const StateSwapper&) = delete;
+  StateSwapper& operator=(const StateSwapper&) = delete;
+
+  // Visits every sub-group in order with the pipeline above. The first error (an I/O failure
+  // naming the file, offset, size and errno, or the visit's own) stops the walk; I/O already in
+  // flight is waited for before returning, so no slot is touched after the call ends. A write
+  // that failed leaves the file's sub-groups partly old and partly new: the caller must treat the
+  // states as lost (the job stops and resumes from its last checkpoint).
+  Status ForEachSubGroup(Access access, const Visit& visit);
+
+  int64_t elements() const { return options_.elements; }
+  int64_t sub_group_size() const { return sub_group_; }
+  int64_t num_sub_groups() const { return num_groups_; }
+  int buffer_count() const { return static_cast<int>(slots_.size()); }
+  int64_t file_bytes() const { return storage_->size_bytes(); }
+  // Host bytes of the slots.
+  int64_t slot_bytes() const;
+  const std::string& path() const { return storage_->path(); }
+
+  // Totals since creation.
+  int64_t bytes_read() const { return bytes_read_; }
+  int64_t bytes_written() const { return bytes_written_; }
+  double io_wait_seconds() const { return io_wait_s_; }
+  double visit_seconds() const { return visit_s_; }
+
+  // Bytes one array of one sub-group takes in the file and in a slot: S floats rounded up to
+  // `alignment`.
+  static int64_t ArrayStride(int64_t sub_group_size, int64_t alignment);
+  // The file size for `options`: sub-groups x arrays x ArrayStride.
+  static int64_t FileBytes(const StateSwapperOptions& options);
+
+ private:
+  StateSwapper(const StateSwapperOptions& options, std::unique_ptr<BlockStorage> storage,
+               MemoryTracker& tracker);
+  // Appends the requests that move sub-group g between its slot and the file.
+  void AddRequests(IoOp op, int64_t group, std::vector<IoRequest>* batch);
+  Status SubmitAndWait(const std::vector<IoRequest>& batch);
+  Status Submit(const std::vector<IoRequest>& batch);
+  Status Wait();
+  Status CallVisit(const Visit& visit, int64_t group);
+
+  StateSwapperOptions options_;
+  std::unique_ptr<BlockStorage> storage_;
+  MemoryTracker& tracker_;
+  int64_t sub_group_ = 0;
+  int64_t num_groups_ = 0;
+  int64_t array_stride_ = 0;
+  std::vector<PinnedBuffer> slots_;  // each: arrays x array_stride_ bytes
+  int64_t bytes_read_ = 0, bytes_written_ = 0;
+  double io_wait_s_ = 0, visit_s_ = 0;
+};
+
+}  // namespace hoist::offload

@@ -1,0 +1,202 @@
+#include "runtime/offload_preflight.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/memory_tracker.h"
+#include "offload/block_storage.h"
+#include "offload/pinned_pool.h"
+#include "offload/state_swapper.h"
+
+namespace hoist::runtime {
+namespace {
+
+int64_t RoundUpToPages(int64_t bytes) {
+  const int64_t page = offload::PinnedHostPool::kPageBytes;
+  return (bytes + page - 1) / page * page;
+}
+
+// The first integer of a one-line file ("max" and missing files give -1).
+int64_t ReadCgroupValue(const std::string& path) {
+  std::ifstream in(path);
+  std::string text;
+  if (!(in >> text) || text == "max") return -1;
+  try {
+    return std::stoll(text);
+  } catch (...) {
+    return -1;
+  }
+}
+
+std::string Bytes(int64_t bytes) {
+  return FormatBytes(bytes) + " (" + std::to_string(bytes) + " bytes)";
+}
+
+}  // namespace
+
+OffloadFootprint OffloadFootprintPerRank(const Config& config, int64_t state_elements) {
+  OffloadFootprint footprint;
+  const OffloadOptimizerConfig& optimizer = config.zero.offload_optimizer;
+  const int64_t state_bytes = state_elements * int64_t{sizeof(float)};
+  switch (optimizer.device) {
+    case OffloadDevice::kNone: break;
+    case OffloadDevice::kCpu:
+      // fp32 master, m and v of the shard; pinned buffers are whole pages.
+      if (optimizer.pin_memory) {
+        footprint.pinned_bytes += 3 * RoundUpToPages(state_bytes);
+      } else {
+        footprint.host_bytes += 3 * state_bytes;
+      }
+      break;
+    case OffloadDevice::kNvme: {
+      offload::StateSwapperOptions swap;
+      swap.elements = std::max<int64_t>(state_elements, 1);
+      swap.arrays = 3;
+      swap.sub_group_size = config.zero.sub_group_size;
+      swap.buffer_count = static_cast<int>(optimizer.buffer_count);
+      const int64_t group = std::min(swap.sub_group_size, swap.elements);
+      const int64_t groups = (swap.elements + group - 1) / group;
+      const int64_t slots = std::min<int64_t>(optimizer.buffer_count, groups);
+      footprint.pinned_bytes += slots * 3 * offload::StateSwapper::ArrayStride(group, 4096);
+      footprint.nvme_bytes += offload::StateSwapper::FileBytes(swap);
+      break;
+    }
+  }
+  return footprint;
+}
+
+HostMemory ReadHostMemory(const std::string& cgroup_root) {
+  HostMemory host;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t value = 0;
+  std::string unit;
+  while (meminfo >> key >> value) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") {
+      host.mem_available = value * 1024;  // kB
+      break;
+    }
+  }
+  // cgroup v2: a single line "0::/some/path".
+  std::ifstream cgroup("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(cgroup, line)) {
+    if (line.rfind("0::", 0) != 0) continue;
+    const std::string dir = cgroup_root + line.substr(3);
+    const int64_t max = ReadCgroupValue(dir + "/memory.max");
+    const int64_t current = ReadCgroupValue(dir + "/memory.current");
+    if (max >= 0 && current >= 0) {
+      host.cgroup_free = std::max<int64_t>(0, max - current);
+      host.cgroup_path = dir;
+    }
+  }
+  return host;
+}
+
+Status CheckHostMemory(const OffloadFootprint& per_rank, int local_ranks, int64_t max_host_bytes,
+                       const HostMemory& host) {
+  const int64_t rank_bytes = per_rank.pinned_bytes + per_rank.host_bytes;
+  if (rank_bytes == 0) return Status::Ok();
+  const int64_t node_bytes = rank_bytes * local_ranks;
+  std::ostringstream need;
+  need << "offloading needs " << Bytes(node_bytes) << " of host memory on this node ("
+       << local_ranks << (local_ranks == 1 ? " rank" : " ranks") << " x " << FormatBytes(rank_bytes)
+       << ": " << FormatBytes(per_rank.pinned_bytes) << " pinned, "
+       << FormatBytes(per_rank.host_bytes) << " pageable)";
+  const std::string lower =
+      "; lower it by offloading the optimizer to nvme instead of cpu "
+      "(zero_optimization.offload_optimizer.device), by a smaller "
+      "zero_optimization.sub_group_size or offload_optimizer.buffer_count for nvme, or by "
+      "spreading the job over more nodes";
+  if (max_host_bytes > 0 && node_bytes > max_host_bytes) {
+    return ResourceExhaustedError(need.str() + " but offload.max_host_bytes allows " +
+                                  Bytes(max_host_bytes) + lower +
+                                  ", or raise offload.max_host_bytes");
+  }
+  if (host.mem_available >= 0 && node_bytes > host.mem_available) {
+    return ResourceExhaustedError(need.str() + " but the host has only " +
+                                  Bytes(host.mem_available) + " available (MemAvailable)" + lower);
+  }
+  if (host.cgroup_free >= 0 && node_bytes > host.cgroup_free) {
+    return ResourceExhaustedError(need.str() + " but the cgroup " + host.cgroup_path +
+                                  " allows only " + Bytes(host.cgroup_free) +
+                                  " more (memory.max - memory.current)" + lower +
+                                  ", or raise the job's memory limit");
+  }
+  return Status::Ok();
+}
+
+Status CheckNvmePath(const std::string& path, const std::string& key, int64_t bytes_needed,
+                     const NvmeCheckOptions& options) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      return NotFoundError(key + " \"" + path + "\" does not exist; create the directory or set " +
+                           key + " to one that exists");
+    }
+    return FailedPreconditionError(key + " \"" + path +
+                                   "\" cannot be examined: " + offload::ErrnoText(err));
+  }
+  if (!S_ISDIR(info.st_mode)) {
+    return FailedPreconditionError(key + " \"" + path +
+                                   "\" is not a directory; set it to the directory that should "
+                                   "hold the scratch files");
+  }
+  if (access(path.c_str(), W_OK | X_OK) != 0) {
+    return FailedPreconditionError(key + " \"" + path + "\" is not writable by this user (" +
+                                   offload::ErrnoText(errno) +
+                                   "); fix its permissions or choose another directory");
+  }
+  // O_DIRECT: a probe file, created and removed at once.
+  // Unique across processes and across the ranks that share one (threads in tests).
+  static std::atomic<int64_t> probes{0};
+  const std::string probe = path + "/.hoist-probe-" + std::to_string(getpid()) + "-" +
+                            std::to_string(probes.fetch_add(1));
+  const int fd = options.simulate_no_direct_io
+                     ? (errno = EINVAL, -1)
+                     : open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_DIRECT, 0600);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == EINVAL) {
+      return FailedPreconditionError(
+          key + " \"" + path +
+          "\" is on a file system without O_DIRECT (tmpfs and some network file systems); "
+          "offloaded states bypass the page cache, so point " +
+          key + " at a local disk (ext4, xfs)");
+    }
+    return FailedPreconditionError(key + " \"" + path + "\": cannot create a file there (" +
+                                   offload::ErrnoText(err) + ")");
+  }
+  close(fd);
+  unlink(probe.c_str());
+  int64_t free_bytes = options.simulate_free_bytes;
+  if (free_bytes < 0) {
+    struct statvfs fs {};
+    if (statvfs(path.c_str(), &fs) != 0) {
+      return FailedPreconditionError(key + " \"" + path + "\": cannot read its free space (" +
+                                     offload::ErrnoText(errno) + ")");
+    }
+    free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
+  }
+  if (free_bytes < bytes_needed) {
+    return ResourceExhaustedError(key + " \"" + path + "\" has " + Bytes(free_bytes) +
+                                  " free but the job's scratch files there need " +
+                                  Bytes(bytes_needed) +
+                                  "; free space, choose a larger disk, or spread the job over "
+                                  "more nodes");
+  }
+  return Status::Ok();
+}
+
+}  // namespace hoist::runtime

@@ -1,0 +1,65 @@
+// Before an offloaded job allocates anything: what offloading will take from the host and the
+// disk, and whether this node can give it. DeepSpeed users meet an OOM-killed host or a disk that
+// fills mid-run (its issues #1891, #3000, #5290); hoist refuses to start instead, with the
+// numbers and the setting to change.
+//
+// Host memory: every rank on the node needs the same offload footprint (the shards are equal),
+// so the node needs local_ranks x footprint, compared with MemAvailable, with the cgroup's
+// remaining allowance (memory.max - memory.current, cgroup v2, where a limit is set) and with
+// offload.max_host_bytes when set. Disk: nvme_path must be an existing, writable directory on a
+// file system that takes O_DIRECT, with room for every local rank's scratch file.
+//
+// Pure functions over their inputs except ReadHostMemory and CheckNvmePath, which look at the
+// system; all thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/status.h"
+#include "runtime/config.h"
+
+namespace hoist::runtime {
+
+// One rank's offload bytes, by where they live.
+struct OffloadFootprint {
+  int64_t pinned_bytes = 0;  // page-locked host buffers (states under cpu, swapper slots)
+  int64_t host_bytes = 0;    // pageable host memory (cpu with pin_memory false)
+  int64_t nvme_bytes = 0;    // the scratch file under nvme_path
+};
+
+// For `config`'s offload settings and a rank whose optimizer shard has `state_elements`
+// elements (PartitionPlan::total_shard of the state plan).
+OffloadFootprint OffloadFootprintPerRank(const Config& config, int64_t state_elements);
+
+// What the host can give. -1: unknown or unlimited.
+struct HostMemory {
+  int64_t mem_available = -1;  // /proc/meminfo MemAvailable
+  int64_t cgroup_free = -1;    // memory.max - memory.current of this process's cgroup (v2)
+  std::string cgroup_path;     // for messages
+};
+
+// Reads /proc/meminfo and the cgroup v2 files under `cgroup_root` for this process's cgroup
+// (/proc/self/cgroup). Missing files leave fields at -1; never an error.
+HostMemory ReadHostMemory(const std::string& cgroup_root = "/sys/fs/cgroup");
+
+// ResourceExhausted when local_ranks x the footprint's host and pinned bytes exceed what `host`
+// offers or `max_host_bytes` (> 0) allows; the message gives the bytes needed (per rank and for
+// the node), the bytes available and which setting would lower the need.
+Status CheckHostMemory(const OffloadFootprint& per_rank, int local_ranks, int64_t max_host_bytes,
+                       const HostMemory& host);
+
+struct NvmeCheckOptions {
+  bool simulate_no_direct_io = false;  // for tests: behave as though open(O_DIRECT) failed
+  int64_t simulate_free_bytes = -1;    // for tests: the file system's free bytes
+};
+
+// Checks that `path` (named in messages as `key`, e.g.
+// "zero_optimization.offload_optimizer.nvme_path") can hold `bytes_needed` bytes of scratch
+// files: it exists, is a directory, is writable, takes O_DIRECT (probed with a file created and
+// removed at once) and has that much free space. NotFound, FailedPrecondition or
+// ResourceExhausted naming the path, what is needed and what is free.
+Status CheckNvmePath(const std::string& path, const std::string& key, int64_t bytes_needed,
+                     const NvmeCheckOptions& options = {});
+
+}  // namespace hoist::runtime

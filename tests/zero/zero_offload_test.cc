@@ -1,0 +1,312 @@
+// Optimizer offload against the run that keeps the states on the device: the same toy model on
+// 1 and 2 thread ranks, stages 1-3, fp32 and bf16, with the states in pinned host memory, in
+// pageable host memory, or on "NVMe" (a scratch file, streamed in sub-groups). The CPU step is the
+// same fused AdamW wherever the states live, so the weights must match bit for bit. Memory must
+// move from the device to the offload place in the amounts of the ZeRO formula, and every fault
+// of the storage must stop every rank with the storage's message.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "offload/fault_injecting_storage.h"
+#include "offload/open_storage.h"
+#include "tests/zero/zero_test_util.h"
+
+namespace hoist::zero {
+namespace {
+
+using namespace zero_test;  // NOLINT(google-build-using-namespace): the shared harness
+
+namespace fs = std::filesystem;
+
+// A fresh directory for one test's scratch files, removed afterwards.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (fs::temp_directory_path() / "hoist-offload-XXXXXX").string();
+    HOIST_CHECK(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~ScratchDir() { fs::remove_all(path_); }
+  std::string File(int rank) const { return path_ + "/rank" + std::to_string(rank) + ".swp"; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+RunOptions Base(int stage, int world, DataType type) {
+  RunOptions run;
+  run.world = world;
+  run.zero.stage = stage;
+  run.zero.compute_type = type;
+  run.zero.comm_type = type;
+  run.zero.stage3_param_persistence_threshold = 10;
+  run.zero.adam.weight_decay = 0.1f;
+  return run;
+}
+
+// The same run with the optimizer states in `place`, NVMe files under `dir`.
+RunOptions Offloaded(RunOptions run, StatePlace place, const ScratchDir& dir,
+                     int64_t sub_group_size = 1000000000, int buffer_count = 4) {
+  run.zero.offload_optimizer.place = place;
+  run.zero.offload_optimizer.sub_group_size = sub_group_size;
+  run.zero.offload_optimizer.buffer_count = buffer_count;
+  const std::string root = dir.path();
+  run.per_rank = [root](int rank, ZeroOptions& options) {
+    options.offload_optimizer.nvme_file = root + "/rank" + std::to_string(rank) + ".swp";
+  };
+  return run;
+}
+
+class OffloadMatchesDevice
+    : public ::testing::TestWithParam<std::tuple<int, int, DataType, StatePlace>> {};
+
+TEST_P(OffloadMatchesDevice, BitForBit) {
+  const auto [stage, world, type, place] = GetParam();
+  ScratchDir dir;
+  const RunOptions device = Base(stage, world, type);
+  const std::vector<RankResult> want = Train(device);
+  const std::vector<RankResult> got = Train(Offloaded(device, place, dir));
+  for (int r = 0; r < world; ++r) {
+    ASSERT_TRUE(want[r].status.ok()) << want[r].status.ToString();
+    ASSERT_TRUE(got[r].status.ok()) << got[r].status.ToString();
+    // The step is the same fused AdamW over the same values, only elsewhere: the same bits.
+    EXPECT_EQ(got[r].params, want[r].params) << "rank " << r;
+    EXPECT_EQ(got[r].overflow, want[r].overflow);
+  }
+  // Every scratch file is gone with its engine.
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    StagesRanksTypesPlaces, OffloadMatchesDevice,
+    ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(1, 2),
+                       ::testing::Values(DataType::kFloat32, DataType::kBFloat16),
+                       ::testing::Values(StatePlace::kHost, StatePlace::kNvme)));
+
+TEST(ZeroOffload, Bf16OffloadStaysNearTheFp32Run) {
+  // The bf16 run offloaded is the bf16 run on the device (above); here it is also held to the
+  // fp32 run within bf16's rounding, as the device bf16 run is.
+  ScratchDir dir;
+  const std::vector<RankResult> fp32 = Train(Base(2, 2, DataType::kFloat32));
+  const std::vector<RankResult> bf16 =
+      Train(Offloaded(Base(2, 2, DataType::kBFloat16), StatePlace::kNvme, dir));
+  ASSERT_TRUE(bf16[0].status.ok()) << bf16[0].status.ToString();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < fp32[0].params.size(); ++i) {
+    const double d = double(bf16[0].params[i]) - fp32[0].params[i];
+    num += d * d;
+    den += double(fp32[0].params[i]) * fp32[0].params[i];
+  }
+  // The same bound as the device bf16 run's (zero_engine_test): errors of a few 2^-8.
+  EXPECT_LT(std::sqrt(num / den), 5e-2);
+  EXPECT_GT(std::sqrt(num / den), 0.0);
+}
+
+TEST(ZeroOffload, SubGroupsAndBufferCountsDoNotChangeTheResult) {
+  ScratchDir dir;
+  const RunOptions device = Base(3, 2, DataType::kBFloat16);
+  const std::vector<RankResult> want = Train(device);
+  // Sub-groups that cut units and padding at odd places, and every pipeline shape.
+  for (int64_t sub_group : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{1000}}) {
+    for (int buffers : {1, 2, 3, 5}) {
+      const std::vector<RankResult> got =
+          Train(Offloaded(device, StatePlace::kNvme, dir, sub_group, buffers));
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(got[r].status.ok()) << got[r].status.ToString();
+        EXPECT_EQ(got[r].params, want[r].params)
+            << "sub_group_size " << sub_group << " buffer_count " << buffers << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST(ZeroOffload, AnOverflowSkipsTheStepWithOffloadToo) {
+  ScratchDir dir;
+  RunOptions clean = Offloaded(Base(2, 2, DataType::kFloat32), StatePlace::kNvme, dir, 16, 3);
+  clean.steps = 3;
+  RunOptions poisoned = clean;
+  poisoned.steps = 4;
+  poisoned.poison = [](int step, int rank) { return step == 3 && rank == 0; };
+  const std::vector<RankResult> a = Train(clean), b = Train(poisoned);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(b[r].status.ok()) << b[r].status.ToString();
+    EXPECT_EQ(b[r].overflow, (std::vector<bool>{false, false, false, true}));
+    EXPECT_EQ(b[r].params, a[r].params);
+  }
+}
+
+TEST(ZeroOffload, TheStatesMoveFromTheDeviceToTheOffloadPlace) {
+  for (StatePlace place : {StatePlace::kHost, StatePlace::kNvme}) {
+    for (bool pinned : {true, false}) {
+      for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
+        ScratchDir dir;
+        RunOptions run = Offloaded(Base(2, 2, type), place, dir, 50, 3);
+        run.zero.offload_optimizer.pin_memory = pinned;
+        run.steps = 1;
+        const std::vector<RankResult> results = Train(run);
+        for (const RankResult& r : results) {
+          ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+          const auto& memory = r.memory;
+          const int64_t shard = r.plan.total_shard();
+          const auto opt = int(Category::kOptimizer);
+          // fp32 master, m and v of the shard (12 bytes an element: ZeRO's K for the shard; in
+          // fp32 the master copy is now separate from the model's), none left on the device.
+          EXPECT_EQ(memory.current[int(Place::kDevice)][opt], 0);
+          EXPECT_EQ(r.states.optimizer, 12 * shard);
+          if (place == StatePlace::kHost) {
+            // Pinned buffers are whole pages, one per state.
+            const int64_t page = offload::PinnedHostPool::kPageBytes;
+            const int64_t pinned_bytes = 3 * ((4 * shard + page - 1) / page * page);
+            EXPECT_EQ(memory.current[int(Place::kHostPinned)][opt], pinned ? pinned_bytes : 0);
+            EXPECT_EQ(memory.current[int(Place::kHost)][opt], pinned ? 0 : 12 * shard);
+            EXPECT_EQ(memory.current[int(Place::kNvme)][opt], 0);
+          } else {
+            // The file holds three 4 KiB-aligned arrays per sub-group of 50 elements; the host
+            // keeps three sub-group slots of the same shape, page-aligned.
+            const int64_t groups = (shard + 49) / 50;
+            EXPECT_EQ(memory.current[int(Place::kNvme)][opt], groups * 3 * 4096);
+            EXPECT_EQ(memory.current[int(Place::kHostPinned)][opt],
+                      std::min<int64_t>(groups, 3) * 3 * 4096);
+            EXPECT_GT(r.offload.nvme_read_bytes, 0);
+            EXPECT_GT(r.offload.nvme_write_bytes, 0);
+          }
+          // The model keeps its compute-type weights and gradients on the device.
+          EXPECT_EQ(memory.current[int(Place::kDevice)][int(Category::kParam)], r.states.params);
+        }
+      }
+    }
+  }
+}
+
+TEST(ZeroOffload, StageZeroIsRefused) {
+  ScratchDir dir;
+  const std::vector<RankResult> results =
+      Train(Offloaded(Base(0, 1, DataType::kFloat32), StatePlace::kHost, dir));
+  ASSERT_FALSE(results[0].status.ok());
+  EXPECT_NE(results[0].status.message().find("stage 1, 2 or 3"), std::string::npos)
+      << results[0].status.ToString();
+}
+
+TEST(ZeroOffload, CheckpointStateRoundTripsThroughNvme) {
+  // ReadState from an NVMe-offloaded engine equals the device engine's, and RestoreState into an
+  // NVMe engine continues on the same trajectory.
+  ScratchDir dir;
+  auto group = comm::ThreadGroup::Create(1, 30.0);
+  ASSERT_TRUE(group.ok());
+  MemoryTracker tracker;
+  CpuDevice device(Place::kDevice, &tracker);
+  auto run_steps = [&](ZeroEngine& e, int first, int count) {
+    for (int step = first; step < first + count; ++step) {
+      ASSERT_TRUE(e.ZeroGrads().ok());
+      MicroBatch(e, ToyUnits(), step, 0, 1.0f, false);
+      ASSERT_TRUE(e.Step(0.05f, 1.0f, 1.0f).ok());
+    }
+  };
+  auto init = [](int u, float* values) {
+    for (int64_t i = 0; i < ToyUnits()[u].size; ++i) values[i] = InitialValue(u, i);
+  };
+  ZeroOptions on_device;
+  on_device.stage = 1;
+  on_device.compute_type = DataType::kBFloat16;
+  on_device.comm_type = DataType::kBFloat16;
+  ZeroOptions on_nvme = on_device;
+  on_nvme.offload_optimizer.place = StatePlace::kNvme;
+  on_nvme.offload_optimizer.sub_group_size = 20;
+  on_nvme.offload_optimizer.nvme_file = dir.File(0);
+
+  auto a = ZeroEngine::Create(ToyUnits(), on_device, &(*group)->comm(0), &device);
+  auto b = ZeroEngine::Create(ToyUnits(), on_nvme, &(*group)->comm(0), &device);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE((*a)->Initialize(init).ok());
+  ASSERT_TRUE((*b)->Initialize(init).ok());
+  run_steps(**a, 0, 3);
+  run_steps(**b, 0, 3);
+  const auto n = static_cast<size_t>((*a)->state_elements());
+  std::vector<float> am(n), av(n), aw(n), bm(n), bv(n), bw(n);
+  ASSERT_TRUE((*a)->ReadState(aw.data(), am.data(), av.data()).ok());
+  ASSERT_TRUE((*b)->ReadState(bw.data(), bm.data(), bv.data()).ok());
+  EXPECT_EQ(aw, bw);
+  EXPECT_EQ(am, bm);
+  EXPECT_EQ(av, bv);
+
+  // A fresh NVMe engine restored from the device engine's state continues identically.
+  on_nvme.offload_optimizer.nvme_file = dir.File(1);
+  auto c = ZeroEngine::Create(ToyUnits(), on_nvme, &(*group)->comm(0), &device);
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE((*c)->RestoreState(aw.data(), am.data(), av.data(), (*a)->step_count()).ok());
+  run_steps(**a, 3, 2);
+  run_steps(**c, 3, 2);
+  EXPECT_EQ(*(*a)->GatherFullParams(), *(*c)->GatherFullParams());
+}
+
+// Every fault the injector has, at read and at write, on one rank of two (and on one rank
+// alone): Step fails on every rank, each naming the file, the offset, the size and the errno of
+// the failing request.
+struct FaultCase {
+  const char* name;
+  offload::StorageFault fault;
+  const char* expect;  // in the failing rank's message
+};
+
+std::vector<FaultCase> FaultCases() {
+  using offload::IoOp;
+  using offload::StorageFault;
+  // Initialize writes every sub-group once (15 writes on one rank, 9 on each of two), so the
+  // write faults fire inside the first or second step, as the read faults do.
+  return {
+      {"read EIO", StorageFault::Error(IoOp::kRead, EIO).Nth(4), "Input/output error (EIO)"},
+      {"write EIO", StorageFault::Error(IoOp::kWrite, EIO).Nth(20), "Input/output error (EIO)"},
+      {"write ENOSPC", StorageFault::Error(IoOp::kWrite, ENOSPC).Nth(20), "(ENOSPC)"},
+      {"short read", StorageFault::ShortTransfer(IoOp::kRead, 0).Nth(5), "the file ends there"},
+      {"short write", StorageFault::ShortTransfer(IoOp::kWrite, 0).Nth(21), "(ENOSPC)"},
+  };
+}
+
+TEST(ZeroOffload, EveryStorageFaultStopsEveryRankWithTheStorageMessage) {
+  for (int world : {1, 2}) {
+    for (const FaultCase& c : FaultCases()) {
+      ScratchDir dir;
+      RunOptions run = Offloaded(Base(2, world, DataType::kFloat32), StatePlace::kNvme, dir, 30, 3);
+      const int failing = world - 1;
+      const std::string root = dir.path();
+      const offload::StorageFault fault = c.fault;
+      run.per_rank = [root, failing, fault](int rank, ZeroOptions& options) {
+        options.offload_optimizer.nvme_file = root + "/rank" + std::to_string(rank) + ".swp";
+        if (rank != failing) return;
+        options.offload_optimizer.open_storage =
+            [fault](const std::string& path,
+                    int64_t bytes) -> StatusOr<std::unique_ptr<offload::BlockStorage>> {
+          HOIST_ASSIGN_OR_RETURN(std::unique_ptr<offload::BlockStorage> base,
+                                 offload::OpenBlockStorage(path, bytes));
+          auto faulty = std::make_unique<offload::FaultInjectingStorage>(std::move(base));
+          faulty->Inject(fault);
+          return std::unique_ptr<offload::BlockStorage>(std::move(faulty));
+        };
+      };
+      const std::vector<RankResult> results = Train(run);
+      for (int r = 0; r < world; ++r) {
+        const Status& status = results[r].status;
+        ASSERT_FALSE(status.ok()) << c.name << " world " << world << " rank " << r;
+        const std::string message = status.ToString();
+        EXPECT_NE(message.find(c.expect), std::string::npos) << c.name << ": " << message;
+        EXPECT_NE(message.find(dir.File(failing)), std::string::npos) << message;
+        EXPECT_NE(message.find("offset"), std::string::npos) << message;
+        if (r != failing) {
+          EXPECT_NE(message.find("rank " + std::to_string(failing) + " failed"), std::string::npos)
+              << message;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hoist::zero
