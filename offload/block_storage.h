@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -72,6 +73,11 @@ class BlockStorage {
  private:
   Status pending_;  // the first error of the batches submitted since the last Wait
 };
+
+// Opens the storage behind a swapper: (path, bytes) -> storage. Tests pass one that wraps the
+// real storage in a FaultInjectingStorage (FaultyStorageFactory).
+using StorageFactory = std::function<StatusOr<std::unique_ptr<BlockStorage>>(
+    const std::string& path, int64_t size_bytes)>;
 
 // The Status for a transfer that failed with `errno_value`, in the form the header shows.
 // `done_bytes` > 0 adds how far it got ("... failed after 4096 bytes: ...").

@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <thread>
 
+#include "offload/open_storage.h"
+
 namespace hoist::offload {
 
 StorageFault StorageFault::Error(IoOp op, int errno_value) {
@@ -98,6 +100,17 @@ Status FaultInjectingStorage::Write(int64_t offset, const void* data, int64_t by
 
 Status FaultInjectingStorage::Read(int64_t offset, void* data, int64_t bytes) {
   return Transfer(IoOp::kRead, offset, data, bytes);
+}
+
+StorageFactory FaultyStorageFactory(StorageFault fault, std::string path_part) {
+  return [fault, path_part](const std::string& path,
+                            int64_t bytes) -> StatusOr<std::unique_ptr<BlockStorage>> {
+    HOIST_ASSIGN_OR_RETURN(std::unique_ptr<BlockStorage> base, OpenBlockStorage(path, bytes));
+    if (path.find(path_part) == std::string::npos) return base;
+    auto faulty = std::make_unique<FaultInjectingStorage>(std::move(base));
+    faulty->Inject(fault);
+    return std::unique_ptr<BlockStorage>(std::move(faulty));
+  };
 }
 
 }  // namespace hoist::offload

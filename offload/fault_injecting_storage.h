@@ -97,4 +97,9 @@ class FaultInjectingStorage final : public BlockStorage {
   int64_t faults_fired_ = 0;        // guarded by mu_
 };
 
+// A StorageFactory for tests: opens the storage OpenBlockStorage chooses and, for paths that
+// contain `path_part` (every path when empty), wraps it in a FaultInjectingStorage with `fault`
+// injected.
+StorageFactory FaultyStorageFactory(StorageFault fault, std::string path_part = "");
+
 }  // namespace hoist::offload

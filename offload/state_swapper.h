@@ -43,11 +43,6 @@
 
 namespace hoist::offload {
 
-// Opens the storage behind a swapper: (path, bytes) -> storage. Tests pass one that wraps the
-// real storage in a FaultInjectingStorage.
-using StorageFactory = std::function<StatusOr<std::unique_ptr<BlockStorage>>(
-    const std::string& path, int64_t size_bytes)>;
-
 struct StateSwapperOptions {
   std::string path;                     // the scratch file
   int64_t elements = 0;                 // n: length of every array (> 0)

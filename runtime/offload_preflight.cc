@@ -43,13 +43,16 @@ std::string Bytes(int64_t bytes) {
 
 }  // namespace
 
-OffloadFootprint OffloadFootprintPerRank(const Config& config, int64_t state_elements) {
+OffloadFootprint OffloadFootprintPerRank(const zero::ZeroOptions& options,
+                                         const zero::PartitionPlan& plan,
+                                         const zero::PartitionPlan& state_plan) {
   OffloadFootprint footprint;
-  const OffloadOptimizerConfig& optimizer = config.zero.offload_optimizer;
+  const zero::OptimizerOffload& optimizer = options.offload_optimizer;
+  const int64_t state_elements = state_plan.total_shard();
   const int64_t state_bytes = state_elements * int64_t{sizeof(float)};
-  switch (optimizer.device) {
-    case OffloadDevice::kNone: break;
-    case OffloadDevice::kCpu:
+  switch (optimizer.place) {
+    case zero::StatePlace::kDevice: break;
+    case zero::StatePlace::kHost:
       // fp32 master, m and v of the shard; pinned buffers are whole pages.
       if (optimizer.pin_memory) {
         footprint.pinned_bytes += 3 * RoundUpToPages(state_bytes);
@@ -57,19 +60,29 @@ OffloadFootprint OffloadFootprintPerRank(const Config& config, int64_t state_ele
         footprint.host_bytes += 3 * state_bytes;
       }
       break;
-    case OffloadDevice::kNvme: {
+    case zero::StatePlace::kNvme: {
       offload::StateSwapperOptions swap;
       swap.elements = std::max<int64_t>(state_elements, 1);
       swap.arrays = 3;
-      swap.sub_group_size = config.zero.sub_group_size;
-      swap.buffer_count = static_cast<int>(optimizer.buffer_count);
+      swap.sub_group_size = optimizer.sub_group_size;
       const int64_t group = std::min(swap.sub_group_size, swap.elements);
       const int64_t groups = (swap.elements + group - 1) / group;
       const int64_t slots = std::min<int64_t>(optimizer.buffer_count, groups);
       footprint.pinned_bytes += slots * 3 * offload::StateSwapper::ArrayStride(group, 4096);
-      footprint.nvme_bytes += offload::StateSwapper::FileBytes(swap);
+      footprint.optimizer_file_bytes += offload::StateSwapper::FileBytes(swap);
       break;
     }
+  }
+  if (options.offload_param.place != zero::ParamPlace::kDevice) {
+    const zero::ParamShardFootprint params =
+        zero::ParamShards::Footprint(plan, options.compute_type, options.offload_param);
+    if (options.offload_param.pin_memory) {
+      footprint.pinned_bytes += RoundUpToPages(params.resident_bytes);
+    } else {
+      footprint.host_bytes += params.resident_bytes;
+    }
+    footprint.pinned_bytes += params.staging_bytes;
+    footprint.param_file_bytes += params.file_bytes;
   }
   return footprint;
 }

@@ -18,19 +18,25 @@
 
 #include "core/status.h"
 #include "runtime/config.h"
+#include "zero/partition.h"
+#include "zero/zero_engine.h"
 
 namespace hoist::runtime {
 
 // One rank's offload bytes, by where they live.
 struct OffloadFootprint {
-  int64_t pinned_bytes = 0;  // page-locked host buffers (states under cpu, swapper slots)
-  int64_t host_bytes = 0;    // pageable host memory (cpu with pin_memory false)
-  int64_t nvme_bytes = 0;    // the scratch file under nvme_path
+  int64_t pinned_bytes = 0;          // page-locked host buffers (states under cpu, swapper slots)
+  int64_t host_bytes = 0;            // pageable host memory (cpu with pin_memory false)
+  int64_t optimizer_file_bytes = 0;  // scratch file under offload_optimizer.nvme_path
+  int64_t param_file_bytes = 0;      // scratch file under offload_param.nvme_path
 };
 
-// For `config`'s offload settings and a rank whose optimizer shard has `state_elements`
-// elements (PartitionPlan::total_shard of the state plan).
-OffloadFootprint OffloadFootprintPerRank(const Config& config, int64_t state_elements);
+// For the engine's offload settings, with `plan` the partition of the parameters (what
+// parameter offload keeps) and `state_plan` that of the optimizer states (a one-rank plan in
+// stage 0).
+OffloadFootprint OffloadFootprintPerRank(const zero::ZeroOptions& options,
+                                         const zero::PartitionPlan& plan,
+                                         const zero::PartitionPlan& state_plan);
 
 // What the host can give. -1: unknown or unlimited.
 struct HostMemory {

@@ -77,6 +77,17 @@ zero::ZeroOptions ZeroOptionsFrom(const Config& config) {
   options.offload_optimizer.sub_group_size = z.sub_group_size;
   options.offload_optimizer.buffer_count =
       static_cast<int>(std::min<int64_t>(offload.buffer_count, 1 << 20));
+  const OffloadParamConfig& param = z.offload_param;
+  switch (param.device) {
+    case OffloadDevice::kNone: options.offload_param.place = zero::ParamPlace::kDevice; break;
+    case OffloadDevice::kCpu: options.offload_param.place = zero::ParamPlace::kHost; break;
+    case OffloadDevice::kNvme: options.offload_param.place = zero::ParamPlace::kNvme; break;
+  }
+  options.offload_param.pin_memory = param.pin_memory;
+  options.offload_param.buffer_count =
+      static_cast<int>(std::min<int64_t>(param.buffer_count, 1 << 20));
+  options.offload_param.buffer_size = param.buffer_size;
+  options.offload_param.max_in_cpu = param.max_in_cpu;
   return options;
 }
 
@@ -111,53 +122,70 @@ Trainer::~Trainer() {
 
 Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
                                zero::ZeroOptions* options) {
-  if (config_.zero.offload_param.device != OffloadDevice::kNone) {
-    return UnimplementedError(
-        std::string("zero_optimization.offload_param.device \"") +
-        OffloadDeviceName(config_.zero.offload_param.device) +
-        "\": this build does not offload parameters yet; set it to \"none\" (the optimizer "
-        "states can be offloaded with zero_optimization.offload_optimizer)");
-  }
   const OffloadOptimizerConfig& optimizer = config_.zero.offload_optimizer;
-  if (optimizer.device == OffloadDevice::kNone) return Status::Ok();
+  const OffloadParamConfig& param = config_.zero.offload_param;
+  if (optimizer.device == OffloadDevice::kNone && param.device == OffloadDevice::kNone) {
+    return Status::Ok();
+  }
   const int rank = comm_->rank(), world_size = comm_->world_size();
+  const bool whole = config_.zero.stage == 0;
   HOIST_ASSIGN_OR_RETURN(zero::PartitionPlan plan,
-                         zero::PartitionPlan::Build(units, config_.zero.stage == 0 ? 1 : world_size,
-                                                    config_.zero.stage == 0 ? 0 : rank));
-  const OffloadFootprint footprint = OffloadFootprintPerRank(config_, plan.total_shard());
+                         zero::PartitionPlan::Build(units, world_size, rank));
+  HOIST_ASSIGN_OR_RETURN(
+      zero::PartitionPlan state_plan,
+      zero::PartitionPlan::Build(units, whole ? 1 : world_size, whole ? 0 : rank));
+  const OffloadFootprint footprint = OffloadFootprintPerRank(*options, plan, state_plan);
   HOIST_ASSIGN_OR_RETURN(const int local_ranks, RanksOnThisNode(*comm_));
   Status local = CheckHostMemory(footprint, local_ranks, config_.offload.max_host_bytes,
                                  options_.host_memory ? *options_.host_memory : ReadHostMemory());
-  if (local.ok() && optimizer.device == OffloadDevice::kNvme) {
-    local = CheckNvmePath(optimizer.nvme_path, "zero_optimization.offload_optimizer.nvme_path",
-                          footprint.nvme_bytes * local_ranks, options_.nvme_check);
+  // Every local rank's files land under the same paths; one path for both needs the sum.
+  const std::string optimizer_key = "zero_optimization.offload_optimizer.nvme_path";
+  const std::string param_key = "zero_optimization.offload_param.nvme_path";
+  const bool optimizer_nvme = optimizer.device == OffloadDevice::kNvme;
+  const bool param_nvme = param.device == OffloadDevice::kNvme;
+  if (local.ok() && optimizer_nvme) {
+    const bool shared = param_nvme && param.nvme_path == optimizer.nvme_path;
+    local = CheckNvmePath(
+        optimizer.nvme_path, optimizer_key,
+        local_ranks * (footprint.optimizer_file_bytes + (shared ? footprint.param_file_bytes : 0)),
+        options_.nvme_check);
+  }
+  if (local.ok() && param_nvme && !(optimizer_nvme && param.nvme_path == optimizer.nvme_path)) {
+    local = CheckNvmePath(param.nvme_path, param_key, local_ranks * footprint.param_file_bytes,
+                          options_.nvme_check);
   }
   // Every rank refuses together, each saying why.
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, local));
 
-  if (optimizer.device == OffloadDevice::kNvme) {
-    // Unique per rank and per process: two jobs may share nvme_path.
-    options->offload_optimizer.nvme_file = optimizer.nvme_path + "/hoist-rank" +
-                                           std::to_string(rank) + "-" + std::to_string(getpid()) +
-                                           ".optimizer.swp";
-    if (options_.offload_storage) {
-      options->offload_optimizer.open_storage = options_.offload_storage;
-    } else {
-      offload::BlockStorageOptions storage;
-      storage.block_size_bytes = config_.aio.block_size;
-      storage.queue_depth = static_cast<int>(config_.aio.queue_depth);
-      options->offload_optimizer.open_storage = [storage](const std::string& path, int64_t bytes) {
-        return offload::OpenBlockStorage(path, bytes, storage);
-      };
-    }
+  // Unique per rank and per process: two jobs may share a path.
+  auto scratch = [&](const std::string& dir, const char* what) {
+    return dir + "/hoist-rank" + std::to_string(rank) + "-" + std::to_string(getpid()) + "." +
+           what + ".swp";
+  };
+  offload::StorageFactory open = options_.offload_storage;
+  if (!open) {
+    offload::BlockStorageOptions storage;
+    storage.block_size_bytes = config_.aio.block_size;
+    storage.queue_depth = static_cast<int>(config_.aio.queue_depth);
+    open = [storage](const std::string& path, int64_t bytes) {
+      return offload::OpenBlockStorage(path, bytes, storage);
+    };
+  }
+  if (optimizer_nvme) {
+    options->offload_optimizer.nvme_file = scratch(optimizer.nvme_path, "optimizer");
+    options->offload_optimizer.open_storage = open;
+  }
+  if (param_nvme) {
+    options->offload_param.nvme_file = scratch(param.nvme_path, "params");
+    options->offload_param.open_storage = open;
   }
   if (rank == 0) {
     HOIST_LOG(INFO) << "offload: optimizer states on " << OffloadDeviceName(optimizer.device)
-                    << (optimizer.device == OffloadDevice::kNvme ? " (" + optimizer.nvme_path + ")"
-                                                                 : std::string())
-                    << ", per rank " << FormatBytes(footprint.pinned_bytes) << " pinned, "
+                    << ", parameters on " << OffloadDeviceName(param.device) << "; per rank "
+                    << FormatBytes(footprint.pinned_bytes) << " pinned, "
                     << FormatBytes(footprint.host_bytes) << " pageable, "
-                    << FormatBytes(footprint.nvme_bytes) << " on disk";
+                    << FormatBytes(footprint.optimizer_file_bytes + footprint.param_file_bytes)
+                    << " on disk";
   }
   return Status::Ok();
 }

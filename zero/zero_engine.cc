@@ -89,8 +89,22 @@ Status ZeroEngine::Allocate() {
   const int64_t whole = plan_.total_padded(), shard = plan_.total_shard();
   const auto csize = static_cast<int64_t>(csize_);
 
-  HOIST_ASSIGN_OR_RETURN(params_,
-                         device_->Allocate((stage == 3 ? shard : whole) * csize, Category::kParam));
+  const ParamOffload& param_offload = options_.offload_param;
+  if (param_offload.place != ParamPlace::kDevice) {
+    if (stage != 3) {
+      return InvalidArgumentError("offloading parameters needs ZeRO stage 3, not " +
+                                  std::to_string(stage));
+    }
+    offload::PinnedHostPoolOptions pool_options;
+    pool_options.lock_pages = param_offload.pin_memory;
+    param_pool_ = std::make_unique<offload::PinnedHostPool>(*device_->tracker(), pool_options);
+    HOIST_ASSIGN_OR_RETURN(param_shards_,
+                           ParamShards::Create(plan_, options_.compute_type, param_offload,
+                                               *param_pool_, *device_->tracker()));
+  } else {
+    HOIST_ASSIGN_OR_RETURN(
+        params_, device_->Allocate((stage == 3 ? shard : whole) * csize, Category::kParam));
+  }
   persistent_offset_.assign(static_cast<size_t>(n), -1);
   if (stage == 3) {
     int64_t persistent = 0;
@@ -134,7 +148,8 @@ Status ZeroEngine::AllocateStates() {
   }
   switch (offload.place) {
     case StatePlace::kDevice: {
-      if (mixed) {
+      // fp32 keeps no separate master unless the model's copy is elsewhere (parameter offload).
+      if (mixed || options_.offload_param.place != ParamPlace::kDevice) {
         HOIST_ASSIGN_OR_RETURN(master_, device_->Allocate(state_bytes, Category::kOptimizer));
         state_master_ = master_.as<float>();
       }
@@ -223,8 +238,8 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
     fill(u, values.data());
     if (void* whole = whole_params(u)) FromFloat(values.data(), whole, type, part.padded);
     if (options_.stage == 3) {
-      FromFloat(values.data() + part.owned_begin,
-                ElementPtr(params_.data(), type, part.shard_offset), type, part.shard);
+      FromFloat(values.data() + part.owned_begin, BeginOwnedWrite(u), type, part.shard);
+      EndOwnedWrite(u);
     }
   };
   step_count_ = 0;
@@ -240,7 +255,8 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
     const auto state_bytes = static_cast<size_t>(state_plan_.total_shard()) * sizeof(float);
     std::memset(state_m_, 0, state_bytes);
     std::memset(state_v_, 0, state_bytes);
-    return Status::Ok();
+    if (param_shards_ == nullptr) return Status::Ok();
+    return AgreeOnFailure(FinishOwnedWrites());
   }
   // NVMe: the master weights go straight to the file, a sub-group at a time. Units are visited
   // in order (the shard keeps unit order), each filled once even when it spans sub-groups.
@@ -270,7 +286,8 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
         }
         return Status::Ok();
       });
-  return AgreeOnFailure(written);
+  Status stored = FinishOwnedWrites();
+  return AgreeOnFailure(written.ok() ? stored : written);
 }
 
 Status ZeroEngine::StartGather(int unit) {
@@ -279,9 +296,15 @@ Status ZeroEngine::StartGather(int unit) {
   pending->unit = unit;
   pending->gathered = MustAllocate(device_, part.padded * static_cast<int64_t>(csize_),
                                    Category::kParam, "a gathered parameter unit");
+  const void* shard;
+  if (param_shards_ != nullptr) {
+    shard = param_shards_->Acquire(unit);  // released once the gather has copied it
+    offload_stats_.from_host_bytes += part.shard * static_cast<int64_t>(csize_);
+  } else {
+    shard = ElementPtr(params_.data(), options_.compute_type, part.shard_offset);
+  }
   pending->handle =
-      comm_->AllGatherAsync(ElementPtr(params_.data(), options_.compute_type, part.shard_offset),
-                            pending->gathered.data(), part.shard, options_.compute_type);
+      comm_->AllGatherAsync(shard, pending->gathered.data(), part.shard, options_.compute_type);
   live_gathered_ += part.padded;
   gathers_[static_cast<size_t>(unit)] = std::move(pending);
   return Status::Ok();
@@ -304,6 +327,7 @@ const float* ZeroEngine::AcquireParams(int unit) {
   if (source == nullptr) {  // stage 3, sharded: gather it (unless a prefetch already started)
     if (gathers_[u] == nullptr) Fail(StartGather(unit));
     Fail(FinishPending(*gathers_[u]));
+    if (param_shards_ != nullptr) param_shards_->Release(unit);
     source = gathers_[u]->gathered.data();
   }
   if (type == DataType::kFloat32) {
@@ -336,6 +360,11 @@ void ZeroEngine::Prefetch(int unit) {
   if (!stage3_sharded(unit)) return;
   const auto u = static_cast<size_t>(unit);
   if (gathers_[u] != nullptr || acquire_count_[u] > 0) return;
+  if (param_shards_ != nullptr) {
+    // Bring the shard in from NVMe in the background; the gather starts at AcquireParams.
+    param_shards_->Prefetch(unit);
+    return;
+  }
   const int64_t padded = plan_.unit(unit).padded;
   if (padded > options_.stage3_prefetch_bucket_size) return;
   if (live_gathered_ + padded > options_.stage3_max_live_parameters) return;
@@ -480,6 +509,13 @@ Status ZeroEngine::GatherUpdatedParams() {
     const UnitPartition& part = plan_.unit(u);
     void* whole = whole_params(u);
     if (whole == nullptr) continue;  // stage 3: sharded units stay sharded
+    if (param_shards_ != nullptr) {
+      // The persistent unit's shard, read back where it is kept, gathered at once.
+      Status status = comm_->AllGather(param_shards_->Acquire(u), whole, part.shard, type);
+      param_shards_->Release(u);
+      if (first.ok()) first = status;
+      continue;
+    }
     const void* send = options_.stage == 3 ? ElementPtr(params_.data(), type, part.shard_offset)
                                            : ElementPtr(whole, type, part.owned_begin);
     if (options_.stage == 0) continue;  // every rank updated everything
@@ -499,6 +535,11 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     HOIST_RETURN_IF_ERROR(DrainReductions(0));
   } else {
     HOIST_RETURN_IF_ERROR(ReduceFullGrads());
+  }
+  if (param_shards_ != nullptr) {
+    // A parameter shard that could not be read during this step's passes was replaced by zeros:
+    // the step is void, on every rank.
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(param_shards_->TakeDeferredError()));
   }
   const DataType type = options_.compute_type;
   const float inv_scale = 1.0f / loss_scale;
@@ -537,16 +578,25 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     for (int u = 0; u < plan_.num_units(); ++u) {
       const UnitPartition& owned = state_plan_.unit(u);
       if (owned.owned_real == 0) continue;
+      void* compute = BeginOwnedWrite(u);
       UpdatePiece(u, 0, owned.owned_real, master(u), state_m_ + owned.shard_offset,
-                  state_v_ + owned.shard_offset, h);
+                  state_v_ + owned.shard_offset, compute, h);
+      EndOwnedWrite(u);
     }
   } else {
+    open_write_unit_ = -1;
     updated = swapper_->ForEachSubGroup(
         offload::StateSwapper::Access::kReadWrite,
         [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
           UpdateRange(begin, count, arrays[0], arrays[1], arrays[2], h);
           return Status::Ok();
         });
+    if (open_write_unit_ >= 0) EndOwnedWrite(open_write_unit_);
+    open_write_unit_ = -1;
+  }
+  if (param_shards_ != nullptr) {
+    Status stored = FinishOwnedWrites();
+    if (updated.ok()) updated = stored;
   }
   if (options_.offload_optimizer.place != StatePlace::kDevice) {
     const double update_s = std::chrono::duration<double>(Clock::now() - update_started).count();
@@ -563,7 +613,7 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     offload_stats_.to_host_bytes += owned * static_cast<int64_t>(csize_);
     offload_stats_.from_host_bytes += owned * static_cast<int64_t>(csize_);
   }
-  if (swapper_ != nullptr) {
+  if (swapper_ != nullptr || param_shards_ != nullptr) {
     // An I/O fault on one rank must stop every rank here, not leave the others waiting in the
     // next collective.
     HOIST_RETURN_IF_ERROR(AgreeOnFailure(updated));
@@ -586,13 +636,12 @@ void* ZeroEngine::owned_params(int unit) {
 }
 
 void ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
-                             const kernels::cpu::AdamWHyperparams& h) {
+                             void* compute, const kernels::cpu::AdamWHyperparams& h) {
   using kernels::cpu::GradFormat;
   using kernels::cpu::HalfFormat;
   const DataType type = options_.compute_type;
   const UnitPartition& owned = state_plan_.unit(unit);
   const void* grads = owned_grads(unit);
-  void* compute = owned_params(unit);
   const int64_t base = owned.owned_begin;  // unit coordinates of owned element 0
   for (const ParamSegment& segment : state_plan_.spec(unit).segments) {
     const int64_t begin = std::max(base + lo, segment.begin);
@@ -636,9 +685,32 @@ void ZeroEngine::UpdateRange(int64_t begin, int64_t count, float* master, float*
     const int64_t lo = std::max(begin, owned.shard_offset);
     const int64_t hi = std::min(begin + count, owned.shard_offset + owned.owned_real);
     if (lo >= hi) continue;
+    // Units come in order, each over one or more sub-groups: its copy stays open until the next.
+    if (u != open_write_unit_) {
+      if (open_write_unit_ >= 0) EndOwnedWrite(open_write_unit_);
+      open_write_ = BeginOwnedWrite(u);
+      open_write_unit_ = u;
+    }
     UpdatePiece(u, lo - owned.shard_offset, hi - owned.shard_offset, master + (lo - begin),
-                m + (lo - begin), v + (lo - begin), h);
+                m + (lo - begin), v + (lo - begin), open_write_, h);
   }
+}
+
+void* ZeroEngine::BeginOwnedWrite(int unit) {
+  if (param_shards_ == nullptr) return owned_params(unit);
+  offload_stats_.to_host_bytes += plan_.unit(unit).shard * static_cast<int64_t>(csize_);
+  return param_shards_->BeginWrite(unit);
+}
+
+void ZeroEngine::EndOwnedWrite(int unit) {
+  if (param_shards_ != nullptr) param_shards_->CommitWrite(unit);
+}
+
+Status ZeroEngine::FinishOwnedWrites() {
+  if (param_shards_ == nullptr) return Status::Ok();
+  Status stored = param_shards_->FinishWrites();
+  Status deferred = param_shards_->TakeDeferredError();
+  return stored.ok() ? deferred : stored;
 }
 
 Status ZeroEngine::AgreeOnFailure(const Status& local) const {
@@ -714,10 +786,14 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
     const UnitPartition& owned = state_plan_.unit(u);
     const float* weights = master_in + owned.shard_offset;
     const auto bytes = static_cast<size_t>(owned.owned_real) * sizeof(float);
-    if (swapper_ == nullptr && master(u) != owned_params(u)) std::memcpy(master(u), weights, bytes);
+    if (swapper_ == nullptr && (param_shards_ != nullptr || master(u) != owned_params(u))) {
+      std::memcpy(master(u), weights, bytes);
+    }
     // The model's copy of the owned range (for fp32 on the device, the master itself).
-    FromFloat(weights, owned_params(u), type, owned.owned_real);
+    FromFloat(weights, BeginOwnedWrite(u), type, owned.owned_real);
+    EndOwnedWrite(u);
   }
+  HOIST_RETURN_IF_ERROR(AgreeOnFailure(FinishOwnedWrites()));
   if (swapper_ != nullptr) {
     HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroup(
         offload::StateSwapper::Access::kWrite,
@@ -739,15 +815,24 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
 
 ModelStateBytes ZeroEngine::model_state_bytes() const {
   ModelStateBytes bytes;
-  bytes.params = params_.bytes() + persistent_.bytes();
+  bytes.params = (param_shards_ != nullptr ? param_shards_->shard_bytes() : params_.bytes()) +
+                 persistent_.bytes();
   bytes.grads = grads_.bytes();
   const int64_t state_bytes = state_plan_.total_shard() * int64_t{sizeof(float)};
   const bool separate_master = options_.compute_type != DataType::kFloat32 ||
-                               options_.offload_optimizer.place != StatePlace::kDevice;
+                               options_.offload_optimizer.place != StatePlace::kDevice ||
+                               options_.offload_param.place != ParamPlace::kDevice;
   bytes.optimizer = state_bytes * (separate_master ? 3 : 2);
   return bytes;
 }
 
-OffloadStats ZeroEngine::offload_stats() const { return offload_stats_; }
+OffloadStats ZeroEngine::offload_stats() const {
+  OffloadStats stats = offload_stats_;
+  if (param_shards_ != nullptr) {
+    stats.nvme_read_bytes += param_shards_->stats().nvme_read_bytes;
+    stats.nvme_write_bytes += param_shards_->stats().nvme_write_bytes;
+  }
+  return stats;
+}
 
 }  // namespace hoist::zero

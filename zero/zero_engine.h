@@ -44,6 +44,7 @@
 #include "kernels/cpu/adamw_step.h"
 #include "offload/pinned_pool.h"
 #include "offload/state_swapper.h"
+#include "zero/param_shards.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
 
@@ -89,6 +90,7 @@ struct ZeroOptions {
   int64_t stage3_max_live_parameters = 1000000000;
   AdamWParams adam;
   OptimizerOffload offload_optimizer;
+  ParamOffload offload_param;  // stage 3 only
 };
 
 // The factor that brings a gradient of norm `norm` to at most `max_norm` (torch's
@@ -193,11 +195,18 @@ class ZeroEngine final : public ParamStore {
   void* owned_params(int unit);
   // AdamW over elements [lo, hi) of the unit's owned range, whose fp32 master, m and v are at
   // master, m, v (pointing at element lo); writes the compute-type copy.
+  // `compute` is the unit's owned-range compute-type copy (from BeginOwnedWrite).
   void UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
-                   const kernels::cpu::AdamWHyperparams& h);
+                   void* compute, const kernels::cpu::AdamWHyperparams& h);
   // The same over elements [begin, begin + count) of the flat owned shard.
   void UpdateRange(int64_t begin, int64_t count, float* master, float* m, float* v,
                    const kernels::cpu::AdamWHyperparams& h);
+  // The compute-type copy of the unit's owned range, to be rewritten: in place, or (parameter
+  // offload) a zero-filled buffer that EndOwnedWrite stores; FinishOwnedWrites waits for the
+  // stores and returns the first error.
+  void* BeginOwnedWrite(int unit);
+  void EndOwnedWrite(int unit);
+  Status FinishOwnedWrites();
   // Agrees across ranks on whether any rank's local part of a step failed; every rank then
   // returns the first failing rank's error. Collective.
   Status AgreeOnFailure(const Status& local) const;
@@ -214,6 +223,11 @@ class ZeroEngine final : public ParamStore {
   // them.
   std::unique_ptr<offload::PinnedHostPool> pool_;
   std::unique_ptr<Device> host_device_;  // pageable host memory (pin_memory false)
+  std::unique_ptr<offload::PinnedHostPool> param_pool_;
+  // Stage 3 with offload_param: this rank's compute-type shards, instead of params_.
+  std::unique_ptr<ParamShards> param_shards_;
+  int open_write_unit_ = -1;  // the unit UpdateRange is writing (parameter offload)
+  void* open_write_ = nullptr;
 
   Buffer params_;      // compute type: whole padded model (stages 0-2) or this rank's shards (3)
   Buffer persistent_;  // stage 3: compute-type copies of the persistent units

@@ -181,21 +181,10 @@ TEST(TrainerOffloadFaults, EveryFaultStopsEveryRankAndTheLastCheckpointResumes) 
       const int failing = world - 1;
       TrainerOptions faulty;
       const StorageFault fault = c.fault;
-      std::string failing_path;
       // Every rank opens its storage through the same factory; the failing rank's file name
       // carries its rank.
       faulty.offload_storage =
-          [fault, failing](const std::string& path,
-                           int64_t bytes) -> StatusOr<std::unique_ptr<offload::BlockStorage>> {
-        HOIST_ASSIGN_OR_RETURN(std::unique_ptr<offload::BlockStorage> base,
-                               offload::OpenBlockStorage(path, bytes));
-        if (path.find("hoist-rank" + std::to_string(failing) + "-") == std::string::npos) {
-          return base;
-        }
-        auto faulty = std::make_unique<offload::FaultInjectingStorage>(std::move(base));
-        faulty->Inject(fault);
-        return std::unique_ptr<offload::BlockStorage>(std::move(faulty));
-      };
+          offload::FaultyStorageFactory(fault, "hoist-rank" + std::to_string(failing) + "-");
       const std::vector<RankRun> broken =
           TrainOnRanks(Job(world, extra(checkpoints)), world, faulty);
       for (int r = 0; r < world; ++r) {
@@ -322,6 +311,128 @@ TEST(TrainerOffloadRefusals, EveryBadNvmePathIsRefusedBeforeTraining) {
     status = FirstError(run_with(locked));
     EXPECT_NE(status.message().find("not writable"), std::string::npos) << status.ToString();
   }
+}
+
+// ---- parameter offload (stage 3) ----
+
+std::vector<std::string> ParamsOn(const char* device, const TempDir& dir,
+                                  std::vector<std::string> more, int64_t max_in_cpu = 0) {
+  more.push_back(std::string("zero_optimization.offload_param.device=\"") + device + "\"");
+  more.push_back("zero_optimization.offload_param.nvme_path=" + dir.Quoted());
+  more.push_back("zero_optimization.offload_param.max_in_cpu=" + std::to_string(max_in_cpu));
+  more.push_back("zero_optimization.offload_param.buffer_count=2");
+  return more;
+}
+
+TEST(TrainerParamOffload, MatchesTheRunWithoutOffloadBitForBit) {
+  for (int world : {1, 2}) {
+    const std::vector<RankRun> want = TrainOnRanks(Job(world, Stage(3)), world);
+    TempDir dir;
+    const std::vector<std::vector<std::string>> variants = {
+        ParamsOn("cpu", dir, Stage(3)),
+        ParamsOn("nvme", dir, Stage(3)),
+        // The first units' shards kept in memory, the rest on NVMe, the optimizer there too.
+        ParamsOn("nvme", dir, OnNvme(dir, Stage(3)), 20000),
+        ParamsOn("cpu", dir, OnCpu(Stage(3, {"bf16.enabled=false"}))),
+    };
+    for (const auto& extra : variants) {
+      const std::vector<RankRun> got = TrainOnRanks(Job(world, extra), world);
+      for (int r = 0; r < world; ++r) {
+        ASSERT_TRUE(got[r].status.ok()) << got[r].status.ToString();
+        EXPECT_EQ(got[r].losses, want[r].losses) << "world " << world << " rank " << r;
+        EXPECT_EQ(got[r].params, want[r].params) << "world " << world << " rank " << r;
+      }
+    }
+    EXPECT_TRUE(fs::is_empty(dir.path()));
+  }
+}
+
+TEST(TrainerParamOffload, Bf16ParamsOnNvmeEqualBf16WithoutOffload) {
+  TempDir dir;
+  const std::vector<RankRun> want = TrainOnRanks(Job(2, Stage(3, {"bf16.enabled=true"})), 2);
+  const std::vector<RankRun> got =
+      TrainOnRanks(Job(2, ParamsOn("nvme", dir, OnNvme(dir, Stage(3, {"bf16.enabled=true"})))), 2);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(got[r].status.ok()) << got[r].status.ToString();
+    EXPECT_EQ(got[r].losses, want[r].losses);
+    EXPECT_EQ(got[r].params, want[r].params);
+  }
+}
+
+TEST(TrainerParamOffload, TheParameterShardsLeaveTheDevice) {
+  TempDir dir;
+  const std::vector<RankRun> device = TrainOnRanks(Job(2, Stage(3)), 2);
+  const std::vector<RankRun> nvme = TrainOnRanks(Job(2, ParamsOn("nvme", dir, Stage(3))), 2);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(nvme[r].status.ok()) << nvme[r].status.ToString();
+    const auto param = int(Category::kParam);
+    // The fp32 shards (4 bytes an element) moved from the device to the file.
+    const int64_t moved = device[r].memory.current[int(Place::kDevice)][param] -
+                          nvme[r].memory.current[int(Place::kDevice)][param];
+    EXPECT_EQ(moved, 4 * nvme[r].total_shard);
+    EXPECT_GE(nvme[r].memory.current[int(Place::kNvme)][param], 4 * nvme[r].total_shard);
+    EXPECT_GT(nvme[r].offload.nvme_read_bytes, 0);
+  }
+}
+
+TEST(TrainerParamOffload, AReadFaultStopsEveryRankAndTheCheckpointResumes) {
+  using offload::IoOp;
+  using offload::StorageFault;
+  for (int world : {1, 2}) {
+    TempDir scratch, checkpoints, full_checkpoints;
+    auto extra = [&](const TempDir& ckpt) {
+      return ParamsOn("nvme", scratch,
+                      Stage(3, {"checkpoint.dir=" + ckpt.Quoted(), "checkpoint.interval_steps=2"}));
+    };
+    const std::vector<RankRun> full = TrainOnRanks(Job(world, extra(full_checkpoints)), world);
+    ASSERT_TRUE(full[0].status.ok()) << full[0].status.ToString();
+    const int failing = world - 1;
+    TrainerOptions faulty;
+    faulty.offload_storage = offload::FaultyStorageFactory(
+        // Every micro-batch reads each unit's shard about twice (forward and backward): about 36
+        // reads a step on one rank (4 micro-batches), 18 on each of two. This lands in step 4.
+        StorageFault::Error(IoOp::kRead, EIO).Nth(failing == 0 ? 120 : 60),
+        "hoist-rank" + std::to_string(failing) + "-");
+    const std::vector<RankRun> broken = TrainOnRanks(Job(world, extra(checkpoints)), world, faulty);
+    size_t done = 0;
+    for (int r = 0; r < world; ++r) {
+      ASSERT_FALSE(broken[r].status.ok()) << "rank " << r;
+      const std::string message = broken[r].status.ToString();
+      EXPECT_NE(message.find("Input/output error (EIO)"), std::string::npos) << message;
+      EXPECT_NE(message.find(scratch.path() + "/hoist-rank" + std::to_string(failing)),
+                std::string::npos)
+          << message;
+      done = broken[r].losses.size();
+      EXPECT_EQ(broken[r].losses.size(), broken[0].losses.size());
+    }
+    ASSERT_GE(done, 2u);
+    ASSERT_LT(done, size_t{kSteps});
+    EXPECT_TRUE(fs::is_empty(scratch.path()));
+    TrainerOptions resume;
+    resume.resume = true;
+    const std::vector<RankRun> resumed =
+        TrainOnRanks(Job(world, extra(checkpoints)), world, resume);
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status.ToString();
+      const size_t from = kSteps - resumed[r].losses.size();  // the last checkpoint's step
+      EXPECT_LE(from, done);
+      for (size_t i = 0; i < resumed[r].losses.size(); ++i) {
+        EXPECT_EQ(resumed[r].losses[i], full[r].losses[from + i]);
+      }
+      EXPECT_EQ(resumed[r].params, full[r].params);
+    }
+  }
+}
+
+TEST(TrainerParamOffload, AMissingParameterNvmePathIsRefused) {
+  TempDir dir;
+  std::vector<std::string> extra = Stage(3);
+  extra.push_back("zero_optimization.offload_param.device=\"nvme\"");
+  extra.push_back("zero_optimization.offload_param.nvme_path=\"" + dir.path() + "/absent\"");
+  const Status status = FirstError(TrainOnRanks(Job(1, extra), 1));
+  EXPECT_EQ(status.code(), StatusCode::kNotFound);
+  EXPECT_NE(status.message().find("zero_optimization.offload_param.nvme_path"), std::string::npos)
+      << status.ToString();
 }
 
 }  // namespace

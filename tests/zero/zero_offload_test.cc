@@ -281,15 +281,7 @@ TEST(ZeroOffload, EveryStorageFaultStopsEveryRankWithTheStorageMessage) {
       run.per_rank = [root, failing, fault](int rank, ZeroOptions& options) {
         options.offload_optimizer.nvme_file = root + "/rank" + std::to_string(rank) + ".swp";
         if (rank != failing) return;
-        options.offload_optimizer.open_storage =
-            [fault](const std::string& path,
-                    int64_t bytes) -> StatusOr<std::unique_ptr<offload::BlockStorage>> {
-          HOIST_ASSIGN_OR_RETURN(std::unique_ptr<offload::BlockStorage> base,
-                                 offload::OpenBlockStorage(path, bytes));
-          auto faulty = std::make_unique<offload::FaultInjectingStorage>(std::move(base));
-          faulty->Inject(fault);
-          return std::unique_ptr<offload::BlockStorage>(std::move(faulty));
-        };
+        options.offload_optimizer.open_storage = offload::FaultyStorageFactory(fault);
       };
       const std::vector<RankResult> results = Train(run);
       for (int r = 0; r < world; ++r) {
@@ -304,6 +296,143 @@ TEST(ZeroOffload, EveryStorageFaultStopsEveryRankWithTheStorageMessage) {
               << message;
         }
       }
+    }
+  }
+}
+
+// ---- parameter offload (stage 3) ----
+
+// Stage 3 with the parameter shards in host memory or on NVMe (units beyond max_in_cpu elements
+// in the file), with or without the optimizer states offloaded too.
+RunOptions ParamsOffloaded(RunOptions run, ParamPlace params, StatePlace states,
+                           const ScratchDir& dir, int64_t max_in_cpu, int buffer_count) {
+  run.zero.offload_param.place = params;
+  run.zero.offload_param.max_in_cpu = max_in_cpu;
+  run.zero.offload_param.buffer_count = buffer_count;
+  run.zero.offload_optimizer.place = states;
+  run.zero.offload_optimizer.sub_group_size = 40;
+  const std::string root = dir.path();
+  run.per_rank = [root](int rank, ZeroOptions& options) {
+    options.offload_optimizer.nvme_file = root + "/opt" + std::to_string(rank) + ".swp";
+    options.offload_param.nvme_file = root + "/param" + std::to_string(rank) + ".swp";
+  };
+  return run;
+}
+
+TEST(ZeroParamOffload, MatchesTheDeviceRunBitForBit) {
+  for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
+    for (int world : {1, 2}) {
+      const RunOptions device = Base(3, world, type);
+      const std::vector<RankResult> want = Train(device);
+      for (ParamPlace params : {ParamPlace::kHost, ParamPlace::kNvme}) {
+        for (StatePlace states : {StatePlace::kDevice, StatePlace::kHost, StatePlace::kNvme}) {
+          // max_in_cpu 0: every shard on NVMe; 30: the first unit's shard stays in memory.
+          for (int64_t max_in_cpu : {int64_t{0}, int64_t{30}}) {
+            for (int buffers : {1, 5}) {
+              ScratchDir dir;
+              const std::vector<RankResult> got =
+                  Train(ParamsOffloaded(device, params, states, dir, max_in_cpu, buffers));
+              for (int r = 0; r < world; ++r) {
+                ASSERT_TRUE(got[r].status.ok()) << got[r].status.ToString();
+                EXPECT_EQ(got[r].params, want[r].params)
+                    << "type " << int(type) << " world " << world << " params " << int(params)
+                    << " states " << int(states) << " max_in_cpu " << max_in_cpu << " buffers "
+                    << buffers << " rank " << r;
+              }
+              EXPECT_TRUE(fs::is_empty(dir.path()));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(ZeroParamOffload, TheShardsMoveOffTheDevice) {
+  for (ParamPlace params : {ParamPlace::kHost, ParamPlace::kNvme}) {
+    ScratchDir dir;
+    RunOptions run = ParamsOffloaded(Base(3, 2, DataType::kBFloat16), params, StatePlace::kDevice,
+                                     dir, /*max_in_cpu=*/0, 2);
+    run.steps = 1;
+    const std::vector<RankResult> results = Train(run);
+    for (const RankResult& r : results) {
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      const auto param = int(Category::kParam);
+      // Only the persistent unit ("norm", padded to 2) stays whole on the device.
+      EXPECT_EQ(r.memory.current[int(Place::kDevice)][param], 2 * r.plan.unit(3).padded);
+      int64_t shard_bytes = 0, file_bytes = 0;
+      for (int u = 0; u < r.plan.num_units(); ++u) {
+        shard_bytes += 2 * r.plan.unit(u).shard;
+        file_bytes += (2 * r.plan.unit(u).shard + 4095) / 4096 * 4096;
+      }
+      EXPECT_EQ(r.states.params, shard_bytes + 2 * r.plan.unit(3).padded);
+      if (params == ParamPlace::kHost) {
+        EXPECT_GE(r.memory.current[int(Place::kHostPinned)][param], shard_bytes);
+        EXPECT_EQ(r.memory.current[int(Place::kNvme)][param], 0);
+      } else {
+        EXPECT_EQ(r.memory.current[int(Place::kNvme)][param], file_bytes);
+        EXPECT_GT(r.offload.nvme_read_bytes, 0);
+        EXPECT_GT(r.offload.nvme_write_bytes, 0);
+      }
+    }
+  }
+}
+
+TEST(ZeroParamOffload, ABufferSizeBelowTheLargestShardIsRefused) {
+  ScratchDir dir;
+  RunOptions run = ParamsOffloaded(Base(3, 1, DataType::kFloat32), ParamPlace::kNvme,
+                                   StatePlace::kDevice, dir, 0, 2);
+  run.zero.offload_param.buffer_size = 10;
+  const std::vector<RankResult> results = Train(run);
+  ASSERT_FALSE(results[0].status.ok());
+  EXPECT_NE(results[0].status.message().find("offload_param.buffer_size"), std::string::npos)
+      << results[0].status.ToString();
+}
+
+TEST(ZeroParamOffload, ParameterOffloadNeedsStage3) {
+  ScratchDir dir;
+  RunOptions run = ParamsOffloaded(Base(2, 1, DataType::kFloat32), ParamPlace::kHost,
+                                   StatePlace::kDevice, dir, 0, 2);
+  const std::vector<RankResult> results = Train(run);
+  ASSERT_FALSE(results[0].status.ok());
+  EXPECT_NE(results[0].status.message().find("stage 3"), std::string::npos);
+}
+
+TEST(ZeroParamOffload, AParameterReadOrWriteFaultStopsEveryRankAtTheStep) {
+  using offload::IoOp;
+  using offload::StorageFault;
+  // Initialize writes each of the 4 units once; the first step reads 4 (forward) + 4
+  // (backward) shards. Faults after that land in a step.
+  const std::vector<FaultCase> cases = {
+      {"read EIO", StorageFault::Error(IoOp::kRead, EIO).Nth(3), "Input/output error (EIO)"},
+      {"read short", StorageFault::ShortTransfer(IoOp::kRead, 0).Nth(10), "the file ends there"},
+      {"write EIO", StorageFault::Error(IoOp::kWrite, EIO).Nth(6), "Input/output error (EIO)"},
+      {"write ENOSPC", StorageFault::Error(IoOp::kWrite, ENOSPC).Nth(7), "(ENOSPC)"},
+  };
+  for (int world : {1, 2}) {
+    for (const FaultCase& c : cases) {
+      ScratchDir dir;
+      RunOptions run = ParamsOffloaded(Base(3, world, DataType::kFloat32), ParamPlace::kNvme,
+                                       StatePlace::kDevice, dir, 0, 2);
+      const int failing = world - 1;
+      const std::string root = dir.path();
+      const offload::StorageFault fault = c.fault;
+      run.per_rank = [root, failing, fault](int rank, ZeroOptions& options) {
+        options.offload_param.nvme_file = root + "/param" + std::to_string(rank) + ".swp";
+        if (rank != failing) return;
+        options.offload_param.open_storage = offload::FaultyStorageFactory(fault);
+      };
+      const std::vector<RankResult> results = Train(run);
+      for (int r = 0; r < world; ++r) {
+        const std::string message = results[r].status.ToString();
+        ASSERT_FALSE(results[r].status.ok()) << c.name << " world " << world << " rank " << r;
+        EXPECT_NE(message.find(c.expect), std::string::npos) << c.name << ": " << message;
+        EXPECT_NE(message.find(root + "/param" + std::to_string(failing)), std::string::npos)
+            << message;
+        // Every rank stopped at the same step.
+        EXPECT_EQ(results[r].overflow.size(), results[0].overflow.size()) << c.name;
+      }
+      EXPECT_LT(results[0].overflow.size(), 5u) << c.name;
     }
   }
 }
