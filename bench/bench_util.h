@@ -4,6 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "core/random.h"
@@ -32,6 +36,37 @@ inline std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f
   std::vector<float> v(n);
   for (float& x : v) x = lo + static_cast<float>(rng.Uniform()) * (hi - lo);
   return v;
+}
+
+// One command-line flag: "--name VALUE" handed to `set`, or (with `on`) a switch without a value.
+struct Flag {
+  const char* name;
+  std::function<void(const std::string& value)> set;
+  bool* on = nullptr;
+};
+
+// Applies argv to `flags`; anything else, or a missing value, prints `usage` and exits 2.
+inline void ParseFlags(int argc, char** argv, const std::vector<Flag>& flags, const char* usage) {
+  for (int i = 1; i < argc; ++i) {
+    const auto match = std::find_if(flags.begin(), flags.end(),
+                                    [&](const Flag& f) { return std::string(f.name) == argv[i]; });
+    if (match == flags.end() || (match->on == nullptr && i + 1 >= argc)) {
+      std::fprintf(stderr, "usage: %s\n", usage);
+      std::exit(2);
+    }
+    if (match->on != nullptr) {
+      *match->on = true;
+    } else {
+      match->set(argv[++i]);
+    }
+  }
+}
+
+// Where benchmarks put scratch files by default: $TMPDIR, else /var/tmp (on disk, unlike /tmp
+// on some systems).
+inline std::string ScratchParent() {
+  const char* tmp = std::getenv("TMPDIR");
+  return tmp != nullptr ? tmp : "/var/tmp";
 }
 
 }  // namespace hoist::bench

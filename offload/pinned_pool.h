@@ -77,6 +77,8 @@ class PinnedHostPool {
   int64_t bytes_locked() const;
 
   static constexpr int64_t kPageBytes = 4096;
+  // Buffers of at least this size are aligned to it and advised to use transparent huge pages.
+  static constexpr int64_t kHugePageBytes = int64_t{2} << 20;
 
  private:
   friend class PinnedBuffer;
