@@ -1,10 +1,18 @@
 # Trains one job alone and under mpirun on NP ranks at ZeRO STAGE, and passes when every step's
 # loss in the two JSONL logs agrees within a relative 1e-5 (and the loss fell, so the runs
 # learned something). HOIST is the binary, MPIEXEC the launcher, ARGS the job's --set list,
-# WORK a scratch directory.
+# WORK a scratch directory. MANY_ARGS, when set, are added to the multi-rank run only (e.g. an
+# offload setting; "%WORK%" in them becomes WORK), and then the directory WORK/nvme, which they may
+# point nvme_path at, must be empty again when the run has ended.
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
+file(MAKE_DIRECTORY "${WORK}/nvme")
 separate_arguments(job UNIX_COMMAND "${ARGS}")
+set(many_extra "")
+if(DEFINED MANY_ARGS)
+  string(REPLACE "%WORK%" "${WORK}" many_args "${MANY_ARGS}")
+  separate_arguments(many_extra UNIX_COMMAND "${many_args}")
+endif()
 
 execute_process(COMMAND "${HOIST}" train ${job} --set monitor.jsonl.path=one.jsonl
                 WORKING_DIRECTORY "${WORK}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
@@ -13,6 +21,7 @@ if(NOT rc EQUAL 0)
 endif()
 execute_process(COMMAND "${MPIEXEC}" -np ${NP} "${HOIST}" train ${job}
                         --set zero_optimization.stage=${STAGE} --set monitor.jsonl.path=many.jsonl
+                        ${many_extra}
                 WORKING_DIRECTORY "${WORK}" RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "the ${NP}-rank run failed (${rc}):\n${out}")
@@ -30,6 +39,11 @@ function(read_losses file out_var)
   endforeach()
   set(${out_var} "${losses}" PARENT_SCOPE)
 endfunction()
+
+file(GLOB left "${WORK}/nvme/*")
+if(left)
+  message(FATAL_ERROR "scratch files left behind after the run: ${left}")
+endif()
 
 read_losses(one.jsonl one)
 read_losses(many.jsonl many)
@@ -55,4 +69,4 @@ execute_process(COMMAND awk "BEGIN { exit !((${final}) < (${first}) - 0.3) }" RE
 if(NOT fell EQUAL 0)
   message(FATAL_ERROR "the loss did not fall (${first} -> ${final}); the comparison proves nothing")
 endif()
-message("${steps} steps: ${NP} ranks at stage ${STAGE} match one rank (final loss ${final})")
+message("${steps} steps: ${NP} ranks at stage ${STAGE} ${MANY_ARGS} match one rank (final loss ${final})")
