@@ -57,6 +57,21 @@ class PosixWritableFile final : public WritableFile {
     return Status::Ok();
   }
 
+  Status WriteAt(int64_t offset, const void* data, int64_t bytes) override {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      const ssize_t n = ::pwrite(fd_, p, static_cast<size_t>(std::min(bytes, kMaxIoChunk)), offset);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return PosixError("pwrite", path_, errno);
+      }
+      p += n;
+      bytes -= n;
+      offset += n;
+    }
+    return Status::Ok();
+  }
+
   Status Sync() override {
     HOIST_POSIX_CALL(::fsync(fd_), path_);
     return Status::Ok();
@@ -304,6 +319,13 @@ class FaultInjectingFileSystem::FaultyWritableFile final : public WritableFile {
     const int64_t allowed = fs_->TakeWriteBudget(bytes);
     if (allowed > 0) HOIST_RETURN_IF_ERROR(file_->Append(data, allowed));
     if (allowed < bytes) return PosixError("write", path_, ENOSPC);
+    return Status::Ok();
+  }
+  Status WriteAt(int64_t offset, const void* data, int64_t bytes) override {
+    HOIST_RETURN_IF_ERROR(fs_->Check(FileOp::kAppend, path_));
+    const int64_t allowed = fs_->TakeWriteBudget(bytes);
+    if (allowed > 0) HOIST_RETURN_IF_ERROR(file_->WriteAt(offset, data, allowed));
+    if (allowed < bytes) return PosixError("pwrite", path_, ENOSPC);
     return Status::Ok();
   }
   Status Sync() override {

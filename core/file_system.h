@@ -29,6 +29,9 @@ class WritableFile {
   virtual ~WritableFile() = default;
   // Writes all `bytes` at the end of the file; on error part of them may have been written.
   virtual Status Append(const void* data, int64_t bytes) = 0;
+  // Writes all `bytes` at `offset`, extending the file as needed (a hole reads as zeros), without
+  // moving where Append writes; on error part of them may have been written.
+  virtual Status WriteAt(int64_t offset, const void* data, int64_t bytes) = 0;
   // Blocks until the contents are on stable storage (fsync).
   virtual Status Sync() = 0;
   // Some file systems (NFS) report a failed write only here.
@@ -119,7 +122,7 @@ Status WriteFileAtomically(FileSystem& fs, const std::string& path,
 // The operations FaultInjectingFileSystem can fail.
 enum class FileOp {
   kNewWritableFile,
-  kAppend,
+  kAppend,  // and WriteAt
   kSync,
   kClose,
   kOpenForRead,  // NewRandomAccessFile and MapReadOnly
@@ -164,8 +167,8 @@ class FaultInjectingFileSystem final : public FileSystem {
   explicit FaultInjectingFileSystem(FileSystem& base = FileSystem::Posix()) : base_(base) {}
 
   void Inject(FileFault fault);
-  // Appends beyond `bytes` in total (from now, over all files) write what fits and then fail
-  // with ENOSPC, as a real full disk does.
+  // Appends and WriteAts beyond `bytes` in total (from now, over all files) write what fits and
+  // then fail with ENOSPC, as a real full disk does.
   void SetWriteBudget(int64_t bytes);
   // Removes every fault and the budget.
   void Clear();

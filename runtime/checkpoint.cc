@@ -328,6 +328,12 @@ std::string CheckpointStepDirName(int64_t step) {
 
 Status WriteRankShard(const std::string& dir, int64_t step, int rank,
                       std::span<const CheckpointBlob> blobs, FileSystem& fs) {
+  return WriteRankShard(dir, step, rank, blobs, StreamedBlobs{}, fs);
+}
+
+Status WriteRankShard(const std::string& dir, int64_t step, int rank,
+                      std::span<const CheckpointBlob> blobs, const StreamedBlobs& streamed,
+                      FileSystem& fs) {
   HOIST_CHECK_GE(step, 0);
   HOIST_CHECK_GE(rank, 0);
   const std::string staging = Join(dir, StagingDirName(step));
@@ -335,7 +341,8 @@ Status WriteRankShard(const std::string& dir, int64_t step, int rank,
   const std::string part = path + kPartSuffix;
   Status status = [&]() -> Status {
     HOIST_RETURN_IF_ERROR(fs.CreateDirs(staging));
-    HOIST_RETURN_IF_ERROR(WriteShardFile(fs, part, step, rank, blobs));
+    HOIST_RETURN_IF_ERROR(
+        WriteShardFile(fs, part, step, rank, blobs, streamed.names.empty() ? nullptr : &streamed));
     HOIST_RETURN_IF_ERROR(fs.Rename(part, path));
     return fs.SyncDir(staging);
   }();
@@ -502,6 +509,17 @@ StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& step_dir, i
 }
 
 Status CheckpointReader::Read(const std::string& name, void* data, int64_t bytes) const {
+  HOIST_ASSIGN_OR_RETURN(const ShardBlobEntry* blob, Find(name, bytes));
+  return shard_.ReadBlob(*blob, data);
+}
+
+StatusOr<BlobReader> CheckpointReader::OpenBlob(const std::string& name, int64_t bytes) const {
+  HOIST_ASSIGN_OR_RETURN(const ShardBlobEntry* blob, Find(name, bytes));
+  return BlobReader(&shard_, *blob);
+}
+
+StatusOr<const ShardBlobEntry*> CheckpointReader::Find(const std::string& name,
+                                                       int64_t bytes) const {
   const auto it = blob_by_name_.find(name);
   if (it == blob_by_name_.end()) {
     std::string have;
@@ -518,7 +536,7 @@ Status CheckpointReader::Read(const std::string& name, void* data, int64_t bytes
                                    " were asked for; the checkpoint was written for a different "
                                    "model or setup");
   }
-  return shard_.ReadBlob(blob, data);
+  return &blob;
 }
 
 }  // namespace hoist::runtime

@@ -48,6 +48,10 @@ std::string CheckpointStepDirName(int64_t step);
 // too if nothing else is in it; committed steps and `latest` are never touched.
 Status WriteRankShard(const std::string& dir, int64_t step, int rank,
                       std::span<const CheckpointBlob> blobs, FileSystem& fs = FileSystem::Posix());
+// The same with blobs produced piece by piece after `blobs` (checkpoint_shard.h).
+Status WriteRankShard(const std::string& dir, int64_t step, int rank,
+                      std::span<const CheckpointBlob> blobs, const StreamedBlobs& streamed,
+                      FileSystem& fs = FileSystem::Posix());
 
 // Publishes `step`: checks the indexes of the world_size staged shards, writes the manifest
 // with `metadata` (a JSON object: config, rng state, loss, ...), renames the staging directory to
@@ -87,8 +91,14 @@ class CheckpointReader {
   // NotFound, a size mismatch FailedPrecondition, a checksum mismatch DataLoss; each names the
   // blob and the file. On error `data` is not to be used.
   Status Read(const std::string& name, void* data, int64_t bytes) const;
+  // A reader of blob `name` in pieces (for blobs too large to read whole), with Read's checks of
+  // the name and the size up front and the checksum checked by BlobReader::Finish. This reader
+  // must outlive the BlobReader and stay where it is.
+  StatusOr<BlobReader> OpenBlob(const std::string& name, int64_t bytes) const;
 
  private:
+  // The entry of blob `name`, which must be `bytes` long (the errors Read describes).
+  StatusOr<const ShardBlobEntry*> Find(const std::string& name, int64_t bytes) const;
   CheckpointReader(std::string step_dir, ShardFile shard, ShardIndex index)
       : step_dir_(std::move(step_dir)), shard_(std::move(shard)), index_(std::move(index)) {}
 

@@ -54,54 +54,130 @@ std::string Xxh64Hex(uint64_t value) {
   return text;
 }
 
-Status WriteShardFile(FileSystem& fs, const std::string& path, int64_t step, int rank,
-                      std::span<const CheckpointBlob> blobs) {
-  HOIST_CHECK_GE(step, 0);
-  HOIST_CHECK_GE(rank, 0);
-  HOIST_CHECK_LE(blobs.size(), size_t{kMaxBlobs});
-  std::set<std::string> names;
-  int64_t index_bytes = kHeaderBytes + 8;
-  for (const CheckpointBlob& blob : blobs) {
-    HOIST_CHECK(!blob.name.empty() && blob.name.size() <= kMaxNameBytes)
-        << "blob name '" << blob.name << "'";
-    HOIST_CHECK(names.insert(blob.name).second) << "blob '" << blob.name << "' given twice";
-    HOIST_CHECK_GE(blob.bytes, 0) << "blob '" << blob.name << "'";
-    HOIST_CHECK(blob.data != nullptr || blob.bytes == 0) << "blob '" << blob.name << "'";
-    index_bytes += 4 + static_cast<int64_t>(blob.name.size()) + 24;
-  }
-  HOIST_CHECK_LE(index_bytes, int64_t{kMaxIndexBytes});
+namespace {
 
+// The index for blobs of these names and sizes, data placed in order after it, with these
+// checksums; `offsets` receives where each blob starts.
+std::string BuildIndex(int64_t step, int rank, const std::vector<std::string>& names,
+                       const std::vector<int64_t>& sizes, const std::vector<uint64_t>& hashes,
+                       std::vector<int64_t>* offsets) {
+  int64_t index_bytes = kHeaderBytes + 8;
+  for (const std::string& name : names) index_bytes += 4 + static_cast<int64_t>(name.size()) + 24;
+  HOIST_CHECK_LE(index_bytes, int64_t{kMaxIndexBytes});
   std::string index;
   index.reserve(static_cast<size_t>(index_bytes));
   index.append(kMagic, sizeof(kMagic));
   PutU32(&index, kShardFormatVersion);
   PutU32(&index, static_cast<uint32_t>(rank));
   PutU64(&index, static_cast<uint64_t>(step));
-  PutU32(&index, static_cast<uint32_t>(blobs.size()));
+  PutU32(&index, static_cast<uint32_t>(names.size()));
   PutU32(&index, static_cast<uint32_t>(index_bytes));
-  std::vector<int64_t> offsets;
+  offsets->clear();
   int64_t end = index_bytes;
-  for (const CheckpointBlob& blob : blobs) {
+  for (size_t i = 0; i < names.size(); ++i) {
     const int64_t offset = AlignUp(end);
-    offsets.push_back(offset);
-    end = offset + blob.bytes;
-    PutU32(&index, static_cast<uint32_t>(blob.name.size()));
-    index.append(blob.name);
+    offsets->push_back(offset);
+    end = offset + sizes[i];
+    PutU32(&index, static_cast<uint32_t>(names[i].size()));
+    index.append(names[i]);
     PutU64(&index, static_cast<uint64_t>(offset));
-    PutU64(&index, static_cast<uint64_t>(blob.bytes));
-    PutU64(&index, XXH64(blob.data, static_cast<size_t>(blob.bytes), 0));
+    PutU64(&index, static_cast<uint64_t>(sizes[i]));
+    PutU64(&index, hashes[i]);
   }
   PutU64(&index, XXH64(index.data(), index.size(), 0));
   HOIST_CHECK_EQ(static_cast<int64_t>(index.size()), index_bytes);
+  return index;
+}
+
+struct Xxh64StateDeleter {
+  void operator()(XXH64_state_t* state) const { XXH64_freeState(state); }
+};
+using Xxh64State = std::unique_ptr<XXH64_state_t, Xxh64StateDeleter>;
+
+Xxh64State NewXxh64State() {
+  Xxh64State state(XXH64_createState());
+  HOIST_CHECK(state != nullptr) << "out of memory for a checksum state";
+  XXH64_reset(state.get(), 0);
+  return state;
+}
+
+}  // namespace
+
+Status WriteShardFile(FileSystem& fs, const std::string& path, int64_t step, int rank,
+                      std::span<const CheckpointBlob> blobs, const StreamedBlobs* streamed) {
+  HOIST_CHECK_GE(step, 0);
+  HOIST_CHECK_GE(rank, 0);
+  std::vector<std::string> names;
+  std::vector<int64_t> sizes;
+  std::vector<uint64_t> hashes;
+  for (const CheckpointBlob& blob : blobs) {
+    HOIST_CHECK(blob.bytes >= 0 && (blob.data != nullptr || blob.bytes == 0))
+        << "blob '" << blob.name << "'";
+    names.push_back(blob.name);
+    sizes.push_back(blob.bytes);
+    hashes.push_back(XXH64(blob.data, static_cast<size_t>(blob.bytes), 0));
+  }
+  const size_t first_streamed = names.size();
+  if (streamed != nullptr) {
+    HOIST_CHECK_EQ(streamed->names.size(), streamed->bytes.size());
+    for (size_t i = 0; i < streamed->names.size(); ++i) {
+      HOIST_CHECK_GE(streamed->bytes[i], 0) << "blob '" << streamed->names[i] << "'";
+      names.push_back(streamed->names[i]);
+      sizes.push_back(streamed->bytes[i]);
+      hashes.push_back(0);  // known once the bytes have gone by
+    }
+  }
+  HOIST_CHECK_LE(names.size(), size_t{kMaxBlobs});
+  std::set<std::string> unique;
+  for (const std::string& name : names) {
+    HOIST_CHECK(!name.empty() && name.size() <= kMaxNameBytes) << "blob name '" << name << "'";
+    HOIST_CHECK(unique.insert(name).second) << "blob '" << name << "' given twice";
+  }
+  std::vector<int64_t> offsets;
+  std::string index = BuildIndex(step, rank, names, sizes, hashes, &offsets);
+  const auto index_bytes = static_cast<int64_t>(index.size());
 
   HOIST_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs.NewWritableFile(path));
-  HOIST_RETURN_IF_ERROR(file->Append(index.data(), index_bytes));
   static const char kZeros[kDataAlignment] = {};
-  int64_t written = index_bytes;
-  for (size_t i = 0; i < blobs.size(); ++i) {
-    HOIST_RETURN_IF_ERROR(file->Append(kZeros, offsets[i] - written));
-    HOIST_RETURN_IF_ERROR(file->Append(blobs[i].data, blobs[i].bytes));
-    written = offsets[i] + blobs[i].bytes;
+  if (streamed == nullptr) {
+    // Front to back in one pass.
+    HOIST_RETURN_IF_ERROR(file->Append(index.data(), index_bytes));
+    int64_t written = index_bytes;
+    for (size_t i = 0; i < blobs.size(); ++i) {
+      HOIST_RETURN_IF_ERROR(file->Append(kZeros, offsets[i] - written));
+      HOIST_RETURN_IF_ERROR(file->Append(blobs[i].data, blobs[i].bytes));
+      written = offsets[i] + blobs[i].bytes;
+    }
+  } else {
+    // Every byte goes to its place; the index, which needs the streamed blobs' checksums, last.
+    int64_t end = index_bytes;
+    for (size_t i = 0; i < names.size(); ++i) {
+      HOIST_RETURN_IF_ERROR(file->WriteAt(end, kZeros, offsets[i] - end));
+      end = offsets[i] + sizes[i];
+    }
+    for (size_t i = 0; i < blobs.size(); ++i) {
+      HOIST_RETURN_IF_ERROR(file->WriteAt(offsets[i], blobs[i].data, blobs[i].bytes));
+    }
+    std::vector<Xxh64State> states;
+    std::vector<int64_t> done(streamed->names.size(), 0);
+    for (size_t i = 0; i < streamed->names.size(); ++i) states.push_back(NewXxh64State());
+    HOIST_RETURN_IF_ERROR(streamed->produce([&](int blob, const void* data, int64_t bytes) {
+      HOIST_CHECK(blob >= 0 && static_cast<size_t>(blob) < done.size()) << "streamed blob " << blob;
+      const auto b = static_cast<size_t>(blob);
+      HOIST_CHECK_LE(done[b] + bytes, streamed->bytes[b])
+          << "streamed blob '" << streamed->names[b] << "' overflows";
+      HOIST_RETURN_IF_ERROR(file->WriteAt(offsets[first_streamed + b] + done[b], data, bytes));
+      XXH64_update(states[b].get(), data, static_cast<size_t>(bytes));
+      done[b] += bytes;
+      return Status::Ok();
+    }));
+    for (size_t b = 0; b < done.size(); ++b) {
+      HOIST_CHECK_EQ(done[b], streamed->bytes[b])
+          << "streamed blob '" << streamed->names[b] << "' is short";
+      hashes[first_streamed + b] = XXH64_digest(states[b].get());
+    }
+    index = BuildIndex(step, rank, names, sizes, hashes, &offsets);
+    HOIST_RETURN_IF_ERROR(file->WriteAt(0, index.data(), index_bytes));
   }
   HOIST_RETURN_IF_ERROR(file->Sync());
   return file->Close();
@@ -204,6 +280,57 @@ Status ShardFile::ReadBlob(const ShardBlobEntry& entry, void* data) const {
   if (actual != entry.xxh64) {
     return Corrupt(path(), "has blob '" + entry.name + "' with checksum " + Xxh64Hex(actual) +
                                " where " + Xxh64Hex(entry.xxh64) + " was stored");
+  }
+  return Status::Ok();
+}
+
+Status ShardFile::ReadRange(const ShardBlobEntry& entry, int64_t offset, void* data,
+                            int64_t bytes) const {
+  HOIST_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= entry.bytes)
+      << "range [" << offset << ", " << offset + bytes << ") of blob '" << entry.name << "'";
+  return ReadAt(entry.offset + offset, data, bytes);
+}
+
+BlobReader::BlobReader(const ShardFile* file, ShardBlobEntry entry)
+    : file_(file), entry_(std::move(entry)), state_(XXH64_createState()) {
+  HOIST_CHECK(state_ != nullptr) << "out of memory for a checksum state";
+  XXH64_reset(static_cast<XXH64_state_t*>(state_), 0);
+}
+
+BlobReader::~BlobReader() {
+  if (state_ != nullptr) XXH64_freeState(static_cast<XXH64_state_t*>(state_));
+}
+
+BlobReader::BlobReader(BlobReader&& other) noexcept
+    : file_(other.file_),
+      entry_(std::move(other.entry_)),
+      done_(other.done_),
+      state_(std::exchange(other.state_, nullptr)) {}
+
+Status BlobReader::Read(void* data, int64_t bytes) {
+  if (done_ + bytes > entry_.bytes) {
+    return FailedPreconditionError("blob '" + entry_.name + "' in " + file_->path() + " has " +
+                                   std::to_string(entry_.bytes) + " bytes; reading " +
+                                   std::to_string(bytes) + " more at " + std::to_string(done_) +
+                                   " goes past its end");
+  }
+  HOIST_RETURN_IF_ERROR(file_->ReadRange(entry_, done_, data, bytes));
+  XXH64_update(static_cast<XXH64_state_t*>(state_), data, static_cast<size_t>(bytes));
+  done_ += bytes;
+  return Status::Ok();
+}
+
+Status BlobReader::Finish() const {
+  if (done_ != entry_.bytes) {
+    return FailedPreconditionError("blob '" + entry_.name + "' in " + file_->path() +
+                                   " was read to " + std::to_string(done_) + " of " +
+                                   std::to_string(entry_.bytes) + " bytes");
+  }
+  const uint64_t actual = XXH64_digest(static_cast<XXH64_state_t*>(state_));
+  if (actual != entry_.xxh64) {
+    return Corrupt(file_->path(), "has blob '" + entry_.name + "' with checksum " +
+                                      Xxh64Hex(actual) + " where " + Xxh64Hex(entry_.xxh64) +
+                                      " was stored");
   }
   return Status::Ok();
 }

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -55,10 +56,24 @@ struct ShardIndex {
 
 inline constexpr uint32_t kShardFormatVersion = 1;
 
-// Writes a complete shard file at `path` (created or truncated), fsyncs and closes it. On error
-// the file may be partial: the caller removes it. Blocks; hashes and writes every blob once.
+// Blobs whose bytes are produced piece by piece, for states too large to hold in memory at once
+// (optimizer states offloaded to NVMe). `produce(emit)` must hand every byte of every blob to
+// emit(blob, data, bytes), each blob's bytes in order (blobs may interleave), and return emit's
+// first error. The file is then the same, byte for byte, as if the blobs had been given whole.
+struct StreamedBlobs {
+  using Emit = std::function<Status(int blob, const void* data, int64_t bytes)>;
+  std::vector<std::string> names;
+  std::vector<int64_t> bytes;  // each blob's size, known up front
+  std::function<Status(const Emit& emit)> produce;
+};
+
+// Writes a complete shard file at `path` (created or truncated), fsyncs and closes it: `blobs`
+// and then, if given, the `streamed` ones. On error the file may be partial: the caller removes
+// it. Blocks; hashes and writes every blob once (with streamed blobs the index goes last, at the
+// front of the file).
 Status WriteShardFile(FileSystem& fs, const std::string& path, int64_t step, int rank,
-                      std::span<const CheckpointBlob> blobs);
+                      std::span<const CheckpointBlob> blobs,
+                      const StreamedBlobs* streamed = nullptr);
 
 // A shard file opened for reading. Movable, not copyable; owns its open file. Const methods
 // read at offsets only, so one ShardFile may serve concurrent reads from several threads.
@@ -79,6 +94,8 @@ class ShardFile {
   // Reads one blob into `data` (entry.bytes long) and verifies its checksum; on a mismatch
   // `data` holds the corrupt bytes and the error names the blob.
   Status ReadBlob(const ShardBlobEntry& entry, void* data) const;
+  // Reads bytes [offset, offset + bytes) of a blob, unchecked (BlobReader checks the whole).
+  Status ReadRange(const ShardBlobEntry& entry, int64_t offset, void* data, int64_t bytes) const;
 
   const std::string& path() const { return file_->path(); }
   int64_t size_bytes() const { return file_->size_bytes(); }
@@ -89,6 +106,30 @@ class ShardFile {
   Status ReadAt(int64_t offset, void* data, int64_t bytes) const;
 
   std::unique_ptr<RandomAccessFile> file_;
+};
+
+// Reads one blob front to back in pieces, for blobs too large to hold in memory at once, and
+// checks its checksum at the end: the pieces are not to be trusted until Finish returns Ok.
+// Movable, not copyable; `file` must outlive it. Not thread-safe.
+class BlobReader {
+ public:
+  BlobReader(const ShardFile* file, ShardBlobEntry entry);
+  ~BlobReader();
+  BlobReader(BlobReader&& other) noexcept;
+  BlobReader& operator=(BlobReader&&) = delete;
+  BlobReader(const BlobReader&) = delete;
+  BlobReader& operator=(const BlobReader&) = delete;
+
+  // The next `bytes` of the blob; reading past its end is FailedPrecondition.
+  Status Read(void* data, int64_t bytes);
+  // Ok when the whole blob was read and its checksum matches; DataLoss naming the blob if not.
+  Status Finish() const;
+
+ private:
+  const ShardFile* file_;
+  ShardBlobEntry entry_;
+  int64_t done_ = 0;
+  void* state_;  // XXH64_state_t
 };
 
 // "0123456789abcdef": how checksums appear in the manifest and in messages.

@@ -644,7 +644,22 @@ Status Trainer::SaveCheckpoint() {
   // Stage 0 keeps the whole optimizer state on every rank: rank 0 writes it for all. Otherwise
   // each rank writes the shard it owns.
   std::vector<float> master, m, v;
-  if (config_.zero.stage > 0 || rank == 0) {
+  StreamedBlobs streamed;
+  if (engine_->states_on_nvme()) {
+    // Too large, perhaps, to hold in memory: written a sub-group at a time as they are read.
+    const int64_t bytes = engine_->state_elements() * int64_t{sizeof(float)};
+    streamed.names = {"master", "adam_m", "adam_v"};
+    streamed.bytes = {bytes, bytes, bytes};
+    streamed.produce = [this](const StreamedBlobs::Emit& emit) {
+      return engine_->ReadStateInPieces(
+          [&](int64_t, int64_t count, float* master, float* m, float* v) {
+            const int64_t piece = count * int64_t{sizeof(float)};
+            HOIST_RETURN_IF_ERROR(emit(0, master, piece));
+            HOIST_RETURN_IF_ERROR(emit(1, m, piece));
+            return emit(2, v, piece);
+          });
+    };
+  } else if (config_.zero.stage > 0 || rank == 0) {
     const int64_t elements = engine_->state_elements();
     master.resize(static_cast<size_t>(elements));
     m.resize(static_cast<size_t>(elements));
@@ -655,7 +670,7 @@ Status Trainer::SaveCheckpoint() {
     blobs.push_back({"adam_m", m.data(), bytes});
     blobs.push_back({"adam_v", v.data(), bytes});
   }
-  Status written = WriteRankShard(dir, step_, rank, blobs);
+  Status written = WriteRankShard(dir, step_, rank, blobs, streamed);
   // Every rank learns whether every shard was written before rank 0 commits.
   float failures = written.ok() ? 0.0f : 1.0f;
   HOIST_RETURN_IF_ERROR(
@@ -735,8 +750,34 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   }
   const int64_t elements = engine_->state_elements();
   const int64_t bytes = elements * int64_t{sizeof(float)};
-  std::vector<float> master(static_cast<size_t>(elements)), m(master.size()), v(master.size());
-  {
+  HOIST_ASSIGN_OR_RETURN(int64_t optimizer_steps, counter("optimizer_step_count"));
+  std::vector<float> master, m, v;
+  if (engine_->states_on_nvme()) {
+    // Straight from the shard file to the NVMe states, a sub-group at a time (no stage 0 here:
+    // its states cannot be offloaded).
+    std::vector<BlobReader> blobs;
+    for (const char* name : {"master", "adam_m", "adam_v"}) {
+      HOIST_ASSIGN_OR_RETURN(BlobReader blob, reader.OpenBlob(name, bytes));
+      blobs.push_back(std::move(blob));
+    }
+    HOIST_RETURN_IF_ERROR(engine_->RestoreStateInPieces(
+        [&](int64_t, int64_t count, float* master_piece, float* m_piece, float* v_piece) {
+          const int64_t piece = count * int64_t{sizeof(float)};
+          HOIST_RETURN_IF_ERROR(blobs[0].Read(master_piece, piece));
+          HOIST_RETURN_IF_ERROR(blobs[1].Read(m_piece, piece));
+          return blobs[2].Read(v_piece, piece);
+        },
+        optimizer_steps));
+    // The checksums are known only now: every rank stops if any rank's blobs were damaged.
+    Status intact = Status::Ok();
+    for (const BlobReader& blob : blobs) {
+      if (intact.ok()) intact = blob.Finish();
+    }
+    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, intact));
+  } else {
+    master.resize(static_cast<size_t>(elements));
+    m.resize(master.size());
+    v.resize(master.size());
     // Stage 0's states are whole and were written by rank 0 alone.
     std::optional<CheckpointReader> rank0;
     if (config_.zero.stage == 0 && rank != 0) {
@@ -751,8 +792,10 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   int64_t loader_words[2];
   HOIST_RETURN_IF_ERROR(reader.Read("train_loader", loader_words, sizeof(loader_words)));
   HOIST_RETURN_IF_ERROR(train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]}));
-  HOIST_ASSIGN_OR_RETURN(int64_t optimizer_steps, counter("optimizer_step_count"));
-  HOIST_RETURN_IF_ERROR(engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
+  if (!engine_->states_on_nvme()) {
+    HOIST_RETURN_IF_ERROR(
+        engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
+  }
   if (scaler_ != nullptr) {
     if (!metadata.contains("loss_scaler")) {
       return FailedPreconditionError("checkpoint " + step_dir +

@@ -162,6 +162,17 @@ class ZeroEngine final : public ParamStore {
   Status ReadState(float* master, float* m, float* v) const;
   Status RestoreState(const float* master, const float* m, const float* v, int64_t step_count);
 
+  // Whether the optimizer states are in an NVMe file, too large perhaps to copy whole: then the
+  // checkpoint goes through the piecewise forms below.
+  bool states_on_nvme() const { return swapper_ != nullptr; }
+  // ReadState and RestoreState a sub-group at a time, for states on NVMe (checked): `visit` sees
+  // elements [begin, begin + count) of the flat master, m and v shards in order; `fill` must
+  // write them. Collective in the same way as the whole forms.
+  using StatePiece =
+      std::function<Status(int64_t begin, int64_t count, float* master, float* m, float* v)>;
+  Status ReadStateInPieces(const StatePiece& visit) const;
+  Status RestoreStateInPieces(const StatePiece& fill, int64_t step_count);
+
   int64_t step_count() const { return step_count_; }
   const PartitionPlan& plan() const { return plan_; }
   // The plan the optimizer states follow: the real one in stages 1-3, a one-rank plan in stage 0.

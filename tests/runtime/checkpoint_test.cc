@@ -568,5 +568,100 @@ TEST_F(CheckpointTest, EveryWrongTypedOrMissingManifestFieldIsDataLoss) {
   EXPECT_GT(cases, 100);
 }
 
+// ---- blobs written and read in pieces (states too large for memory) ----
+
+// "params" and "adam_m" produced in pieces of `piece` floats, interleaved as the NVMe swapper
+// hands them over, after the whole blobs "loader_state" and "empty".
+StreamedBlobs InPieces(const std::vector<float>& params, const std::vector<float>& m,
+                       int64_t piece) {
+  StreamedBlobs streamed;
+  streamed.names = {"params", "adam_m"};
+  const auto bytes = static_cast<int64_t>(params.size() * sizeof(float));
+  streamed.bytes = {bytes, bytes};
+  streamed.produce = [&params, &m, piece](const StreamedBlobs::Emit& emit) {
+    for (int64_t at = 0; at < static_cast<int64_t>(params.size()); at += piece) {
+      const int64_t n = std::min<int64_t>(piece, static_cast<int64_t>(params.size()) - at);
+      HOIST_RETURN_IF_ERROR(emit(0, params.data() + at, n * 4));
+      HOIST_RETURN_IF_ERROR(emit(1, m.data() + at, n * 4));
+    }
+    return Status::Ok();
+  };
+  return streamed;
+}
+
+TEST_F(CheckpointTest, AShardWrittenInPiecesIsTheSameFileByteForByte) {
+  // The reference: every blob whole, in the streamed order.
+  const std::vector<CheckpointBlob> whole = {
+      {"loader_state", loader_, int64_t{sizeof(loader_)}},
+      {"empty", nullptr, 0},
+      {"params", params_.data(), int64_t(params_.size() * 4)},
+      {"adam_m", adam_m_.data(), int64_t(adam_m_.size() * 4)}};
+  const std::string a = dir_ + "/whole.bin", b = dir_ + "/pieces.bin";
+  ASSERT_TRUE(WriteShardFile(FileSystem::Posix(), a, 7, 3, whole).ok());
+  const std::vector<CheckpointBlob> head(whole.begin(), whole.begin() + 2);
+  for (int64_t piece : {int64_t{1}, int64_t{64}, int64_t{333}, int64_t{1000}}) {
+    const StreamedBlobs streamed = InPieces(params_, adam_m_, piece);
+    ASSERT_TRUE(WriteShardFile(FileSystem::Posix(), b, 7, 3, head, &streamed).ok());
+    EXPECT_EQ(ReadAll(a), ReadAll(b)) << "pieces of " << piece;
+  }
+}
+
+TEST_F(CheckpointTest, ABlobReadInPiecesChecksItsChecksumAtTheEnd) {
+  const StreamedBlobs streamed = InPieces(params_, adam_m_, 100);
+  ASSERT_TRUE(WriteRankShard(dir_, 1, 0, {}, streamed).ok());
+  ASSERT_TRUE(CommitCheckpoint(dir_, 1, 1, nlohmann::json::object()).ok());
+  {
+    StatusOr<CheckpointReader> reader = CheckpointReader::Open(StepDir(1), 0);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    StatusOr<BlobReader> blob = reader->OpenBlob("adam_m", int64_t(adam_m_.size() * 4));
+    ASSERT_TRUE(blob.ok()) << blob.status().ToString();
+    std::vector<float> back(adam_m_.size());
+    for (size_t at = 0; at < back.size(); at += 300) {
+      const size_t n = std::min<size_t>(300, back.size() - at);
+      ASSERT_TRUE(blob->Read(back.data() + at, int64_t(n * 4)).ok());
+    }
+    EXPECT_TRUE(blob->Finish().ok());
+    EXPECT_EQ(back, adam_m_);
+    EXPECT_EQ(blob->Read(back.data(), 4).code(), StatusCode::kFailedPrecondition);
+    // A wrong size or name is refused before any byte is read.
+    EXPECT_EQ(reader->OpenBlob("adam_m", 4).status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(reader->OpenBlob("nope", 4).status().code(), StatusCode::kNotFound);
+  }
+  // A flipped byte inside adam_m: the pieces read, Finish says which blob is damaged.
+  StatusOr<CheckpointReader> reader = CheckpointReader::Open(StepDir(1), 0);
+  ASSERT_TRUE(reader.ok());
+  ShardBlobEntry entry;
+  for (const ShardBlobEntry& b : reader->blobs()) {
+    if (b.name == "adam_m") entry = b;
+  }
+  std::string bytes = ReadAll(ShardPath(1));
+  bytes[static_cast<size_t>(entry.offset + 123)] ^= 0x10;
+  WriteAll(ShardPath(1), bytes);
+  StatusOr<BlobReader> blob = reader->OpenBlob("adam_m", entry.bytes);
+  ASSERT_TRUE(blob.ok());
+  std::vector<float> back(adam_m_.size());
+  ASSERT_TRUE(blob->Read(back.data(), entry.bytes).ok());
+  const Status finished = blob->Finish();
+  EXPECT_EQ(finished.code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(finished, "adam_m")) << finished.message();
+  // Reading only part of it is not a finished read either.
+  StatusOr<BlobReader> partial = reader->OpenBlob("params", entry.bytes);
+  ASSERT_TRUE(partial.ok());
+  ASSERT_TRUE(partial->Read(back.data(), 8).ok());
+  EXPECT_EQ(partial->Finish().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CheckpointTest, DiskFullWhileWritingPiecesLeavesThePreviousCheckpoint) {
+  Save(1);
+  FaultInjectingFileSystem faulty;
+  faulty.SetWriteBudget(3000);  // runs out among the pieces
+  const StreamedBlobs streamed = InPieces(params_, adam_m_, 100);
+  const Status status = WriteRankShard(dir_, 2, 0, {}, streamed, faulty);
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted) << status.ToString();
+  EXPECT_TRUE(Contains(status, "rank_00000.bin")) << status.message();
+  EXPECT_EQ(Entries(dir_), (std::set<std::string>{"latest", "step_00000001"}));
+  ExpectLatestHoldsParams(1);
+}
+
 }  // namespace
 }  // namespace hoist::runtime

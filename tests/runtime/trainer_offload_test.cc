@@ -435,5 +435,42 @@ TEST(TrainerParamOffload, AMissingParameterNvmePathIsRefused) {
       << status.ToString();
 }
 
+TEST(TrainerOffloadCheckpoint, CheckpointsMoveBetweenOffloadedAndDeviceRuns) {
+  // A checkpoint written in pieces from NVMe states is the same file as one written whole, so it
+  // resumes without offload, and the other way round, on the same trajectory.
+  for (int world : {1, 2}) {
+    TempDir scratch, from_nvme, from_device;
+    auto saving = [&](const TempDir& ckpt, std::vector<std::string> extra) {
+      extra.push_back("checkpoint.dir=" + ckpt.Quoted());
+      extra.push_back("checkpoint.interval_steps=3");
+      return extra;
+    };
+    const std::vector<RankRun> full = TrainOnRanks(Job(world, Stage(2)), world);
+    const std::vector<RankRun> nvme_run =
+        TrainOnRanks(Job(world, saving(from_nvme, OnNvme(scratch, Stage(2), 2000))), world);
+    const std::vector<RankRun> device_run =
+        TrainOnRanks(Job(world, saving(from_device, Stage(2))), world);
+    ASSERT_TRUE(nvme_run[0].status.ok()) << nvme_run[0].status.ToString();
+    ASSERT_TRUE(device_run[0].status.ok()) << device_run[0].status.ToString();
+    TrainerOptions resume;
+    resume.resume_from = from_nvme.path() + "/step_00000003";
+    const std::vector<RankRun> on_device = TrainOnRanks(Job(world, Stage(2)), world, resume);
+    resume.resume_from = from_device.path() + "/step_00000003";
+    const std::vector<RankRun> on_nvme =
+        TrainOnRanks(Job(world, OnNvme(scratch, Stage(2), 2000)), world, resume);
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(on_device[r].status.ok()) << on_device[r].status.ToString();
+      ASSERT_TRUE(on_nvme[r].status.ok()) << on_nvme[r].status.ToString();
+      ASSERT_EQ(on_device[r].losses.size(), size_t{kSteps - 3});
+      for (size_t i = 0; i < on_device[r].losses.size(); ++i) {
+        EXPECT_EQ(on_device[r].losses[i], full[r].losses[3 + i]);
+        EXPECT_EQ(on_nvme[r].losses[i], full[r].losses[3 + i]);
+      }
+      EXPECT_EQ(on_device[r].params, full[r].params);
+      EXPECT_EQ(on_nvme[r].params, full[r].params);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hoist::runtime
