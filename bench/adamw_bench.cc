@@ -266,13 +266,16 @@ int main(int argc, char** argv) {
       "not installed (pip install torch deepspeed into a venv; see bench/ADAMW_NOTES.md)";
   for (const char* which : {"torch", "deepspeed"}) {
     const std::string out = RunPython(python, which, n, threads, reps);
+    // DeepSpeed logs to stdout on import: the figure is on the line that starts with mparams_s.
+    const size_t at = out.rfind("mparams_s ");
     double rate = 0;
-    if (std::sscanf(out.c_str(), "mparams_s %lf", &rate) == 1 && rate > 0) {
+    if (at != std::string::npos && (at == 0 || out[at - 1] == '\n') &&
+        std::sscanf(out.c_str() + at, "mparams_s %lf", &rate) == 1 && rate > 0) {
       std::printf(
           "%-9s %s  %8.1f Mparams/s  %5.3f of bound\n", which,
           std::strcmp(which, "torch") ? "DeepSpeedCPUAdam        " : "AdamW(fused=True)       ",
           rate, rate / mps(bound_s));
-    } else if (out.rfind("missing torch", 0) == 0 || out.empty()) {
+    } else if (out.find("missing torch") != std::string::npos || out.empty()) {
       std::printf("torch: %s\n", kMissing);
       break;  // deepspeed needs torch too
     } else {

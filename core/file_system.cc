@@ -51,6 +51,8 @@ class PosixWritableFile final : public WritableFile {
         if (errno == EINTR) continue;
         return PosixError("write", path_, errno);
       }
+      // No progress and no error: the device took nothing, as a full one does.
+      if (n == 0) return PosixError("write", path_, ENOSPC);
       p += n;
       bytes -= n;
     }
@@ -65,6 +67,7 @@ class PosixWritableFile final : public WritableFile {
         if (errno == EINTR) continue;
         return PosixError("pwrite", path_, errno);
       }
+      if (n == 0) return PosixError("pwrite", path_, ENOSPC);
       p += n;
       bytes -= n;
       offset += n;

@@ -28,6 +28,11 @@ int64_t StateSwapper::ArrayStride(int64_t sub_group_size, int64_t alignment) {
   return RoundUp(sub_group_size * int64_t{sizeof(float)}, alignment);
 }
 
+int64_t StateSwapper::SlotCount(int buffer_count, int64_t sub_groups) {
+  // Past three the lockstep schedule gains nothing, and past the sub-groups a slot stays empty.
+  return std::min<int64_t>({buffer_count, 3, sub_groups});
+}
+
 int64_t StateSwapper::FileBytes(const StateSwapperOptions& options) {
   const int64_t group = std::min(options.sub_group_size, options.elements);
   const int64_t groups = (options.elements + group - 1) / group;
@@ -73,8 +78,7 @@ StatusOr<std::unique_ptr<StateSwapper>> StateSwapper::Create(const StateSwapperO
         " bytes) cannot hold the swapper's layout of " + std::to_string(file_bytes) + " bytes");
   }
   std::unique_ptr<StateSwapper> swapper(new StateSwapper(options, std::move(storage), tracker));
-  // More slots than sub-groups would never be used.
-  const int64_t slots = std::min<int64_t>(options.buffer_count, swapper->num_groups_);
+  const int64_t slots = StateSwapper::SlotCount(options.buffer_count, swapper->num_groups_);
   for (int64_t s = 0; s < slots; ++s) {
     HOIST_ASSIGN_OR_RETURN(PinnedBuffer slot, pool.Allocate(options.arrays * swapper->array_stride_,
                                                             options.category));

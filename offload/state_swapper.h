@@ -17,7 +17,8 @@
 //   k >= 3: read g+1 and write g-1 run during visit g    (reads and writes hidden)
 // Each visit is followed by waiting for the I/O started with it, so sub-group g+1's slot never
 // holds data still being written: with k >= 3 it last held g+1-k <= g-2, whose write finished
-// before visit g-1 ended. A fourth slot would add nothing to this lockstep schedule.
+// before visit g-1 ended. A fourth slot would add nothing to this lockstep schedule, so a
+// buffer_count above 3 allocates three.
 //
 // The bytes moved are counted (read, written) and so is the time ForEachSubGroup spent blocked on
 // I/O rather than visiting, which tells how much of the I/O the visits hid.
@@ -100,6 +101,9 @@ class StateSwapper {
   static int64_t ArrayStride(int64_t sub_group_size, int64_t alignment);
   // The file size for `options`: sub-groups x arrays x ArrayStride.
   static int64_t FileBytes(const StateSwapperOptions& options);
+  // The slots a swapper allocates for `buffer_count` over `sub_groups`: at most three (the
+  // schedule above uses no more) and at most one per sub-group.
+  static int64_t SlotCount(int buffer_count, int64_t sub_groups);
 
  private:
   StateSwapper(const StateSwapperOptions& options, std::unique_ptr<BlockStorage> storage,

@@ -339,10 +339,10 @@ Status WriteRankShard(const std::string& dir, int64_t step, int rank,
   const std::string staging = Join(dir, StagingDirName(step));
   const std::string path = Join(staging, ShardName(rank));
   const std::string part = path + kPartSuffix;
+  const StreamedBlobs* pieces = streamed.names.empty() ? nullptr : &streamed;
   Status status = [&]() -> Status {
-    HOIST_RETURN_IF_ERROR(fs.CreateDirs(staging));
-    HOIST_RETURN_IF_ERROR(
-        WriteShardFile(fs, part, step, rank, blobs, streamed.names.empty() ? nullptr : &streamed));
+    if (Status made = fs.CreateDirs(staging); !made.ok()) return AbandonStreamed(pieces, made);
+    HOIST_RETURN_IF_ERROR(WriteShardFile(fs, part, step, rank, blobs, pieces));
     HOIST_RETURN_IF_ERROR(fs.Rename(part, path));
     return fs.SyncDir(staging);
   }();

@@ -103,6 +103,12 @@ Xxh64State NewXxh64State() {
 
 }  // namespace
 
+Status AbandonStreamed(const StreamedBlobs* streamed, const Status& failure) {
+  if (streamed == nullptr || !streamed->produce) return failure;
+  (void)streamed->produce([&](int, const void*, int64_t) { return failure; });
+  return failure;
+}
+
 Status WriteShardFile(FileSystem& fs, const std::string& path, int64_t step, int rank,
                       std::span<const CheckpointBlob> blobs, const StreamedBlobs* streamed) {
   HOIST_CHECK_GE(step, 0);
@@ -137,7 +143,9 @@ Status WriteShardFile(FileSystem& fs, const std::string& path, int64_t step, int
   std::string index = BuildIndex(step, rank, names, sizes, hashes, &offsets);
   const auto index_bytes = static_cast<int64_t>(index.size());
 
-  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, fs.NewWritableFile(path));
+  StatusOr<std::unique_ptr<WritableFile>> opened = fs.NewWritableFile(path);
+  if (!opened.ok()) return AbandonStreamed(streamed, opened.status());
+  std::unique_ptr<WritableFile> file = std::move(opened).value();
   static const char kZeros[kDataAlignment] = {};
   if (streamed == nullptr) {
     // Front to back in one pass.
@@ -150,14 +158,18 @@ Status WriteShardFile(FileSystem& fs, const std::string& path, int64_t step, int
     }
   } else {
     // Every byte goes to its place; the index, which needs the streamed blobs' checksums, last.
-    int64_t end = index_bytes;
-    for (size_t i = 0; i < names.size(); ++i) {
-      HOIST_RETURN_IF_ERROR(file->WriteAt(end, kZeros, offsets[i] - end));
-      end = offsets[i] + sizes[i];
-    }
-    for (size_t i = 0; i < blobs.size(); ++i) {
-      HOIST_RETURN_IF_ERROR(file->WriteAt(offsets[i], blobs[i].data, blobs[i].bytes));
-    }
+    Status placed = [&]() -> Status {
+      int64_t end = index_bytes;
+      for (size_t i = 0; i < names.size(); ++i) {
+        HOIST_RETURN_IF_ERROR(file->WriteAt(end, kZeros, offsets[i] - end));
+        end = offsets[i] + sizes[i];
+      }
+      for (size_t i = 0; i < blobs.size(); ++i) {
+        HOIST_RETURN_IF_ERROR(file->WriteAt(offsets[i], blobs[i].data, blobs[i].bytes));
+      }
+      return Status::Ok();
+    }();
+    if (!placed.ok()) return AbandonStreamed(streamed, placed);
     std::vector<Xxh64State> states;
     std::vector<int64_t> done(streamed->names.size(), 0);
     for (size_t i = 0; i < streamed->names.size(); ++i) states.push_back(NewXxh64State());

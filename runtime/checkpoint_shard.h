@@ -67,10 +67,15 @@ struct StreamedBlobs {
   std::function<Status(const Emit& emit)> produce;
 };
 
+// Runs `streamed`'s producer (if any) with an emit that fails at once with `failure`, and returns
+// `failure`. A producer may be collective (every rank reads its NVMe states together and agrees on
+// errors), so a rank that cannot write still takes its part in it.
+Status AbandonStreamed(const StreamedBlobs* streamed, const Status& failure);
+
 // Writes a complete shard file at `path` (created or truncated), fsyncs and closes it: `blobs`
 // and then, if given, the `streamed` ones. On error the file may be partial: the caller removes
 // it. Blocks; hashes and writes every blob once (with streamed blobs the index goes last, at the
-// front of the file).
+// front of the file). The producer of `streamed` runs exactly once whatever fails first.
 Status WriteShardFile(FileSystem& fs, const std::string& path, int64_t step, int rank,
                       std::span<const CheckpointBlob> blobs,
                       const StreamedBlobs* streamed = nullptr);

@@ -67,7 +67,7 @@ OffloadFootprint OffloadFootprintPerRank(const zero::ZeroOptions& options,
       swap.sub_group_size = optimizer.sub_group_size;
       const int64_t group = std::min(swap.sub_group_size, swap.elements);
       const int64_t groups = (swap.elements + group - 1) / group;
-      const int64_t slots = std::min<int64_t>(optimizer.buffer_count, groups);
+      const int64_t slots = offload::StateSwapper::SlotCount(optimizer.buffer_count, groups);
       footprint.pinned_bytes += slots * 3 * offload::StateSwapper::ArrayStride(group, 4096);
       footprint.optimizer_file_bytes += offload::StateSwapper::FileBytes(swap);
       break;

@@ -240,8 +240,13 @@ Status Trainer::Initialize() {
   const ParamLayout layout = ParamLayout::For(config_.model);
   zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
   HOIST_RETURN_IF_ERROR(PrepareOffload(layout.Units(), &zero_options));
-  HOIST_ASSIGN_OR_RETURN(engine_,
-                         zero::ZeroEngine::Create(layout.Units(), zero_options, comm_, &device_));
+  {
+    // Opening the scratch files and allocating the host buffers can fail on one rank alone (a
+    // disk filled since the check): every rank stops with that rank's reason.
+    auto engine = zero::ZeroEngine::Create(layout.Units(), zero_options, comm_, &device_);
+    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, engine.status()));
+    engine_ = std::move(engine).value();
+  }
   HOIST_ASSIGN_OR_RETURN(model_, Gpt2Model::Create(config_.model, B, T, &device_, engine_.get(),
                                                    DataTypeOf(config_.precision())));
   if (config_.precision() == Precision::kFloat16) {
@@ -264,7 +269,7 @@ Status Trainer::Initialize() {
     if (config_.checkpoint.dir.empty()) {
       return InvalidArgumentError("--resume needs checkpoint.dir in the config");
     }
-    StatusOr<std::string> latest = FindLatestCheckpoint(config_.checkpoint.dir);
+    StatusOr<std::string> latest = FindLatestCheckpoint(config_.checkpoint.dir, checkpoint_fs());
     if (latest.ok()) {
       resume_dir = *latest;
     } else if (latest.status().code() == StatusCode::kNotFound) {
@@ -384,6 +389,8 @@ StatusOr<float> Trainer::Evaluate() {
     sum += model_->Forward(inputs, targets, B, T);
     HOIST_RETURN_IF_ERROR(engine_->status());
   }
+  // A parameter shard that could not be read was served as zeros: no loss from it.
+  HOIST_RETURN_IF_ERROR(engine_->AgreeOnDeferredErrors());
   float loss = static_cast<float>(sum / static_cast<double>(steps));
   HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg));
   return loss;
@@ -670,7 +677,7 @@ Status Trainer::SaveCheckpoint() {
     blobs.push_back({"adam_m", m.data(), bytes});
     blobs.push_back({"adam_v", v.data(), bytes});
   }
-  Status written = WriteRankShard(dir, step_, rank, blobs, streamed);
+  Status written = WriteRankShard(dir, step_, rank, blobs, streamed, checkpoint_fs());
   // Every rank learns whether every shard was written before rank 0 commits.
   float failures = written.ok() ? 0.0f : 1.0f;
   HOIST_RETURN_IF_ERROR(
@@ -703,9 +710,10 @@ Status Trainer::SaveCheckpoint() {
                                  {"clean_steps", state.clean_steps},
                                  {"skipped_steps", state.skipped_steps}};
     }
-    committed = CommitCheckpoint(dir, step_, world_size, metadata);
+    committed = CommitCheckpoint(dir, step_, world_size, metadata, checkpoint_fs());
     if (committed.ok() && config_.checkpoint.keep_last > 0) {
-      committed = PruneCheckpoints(dir, static_cast<int>(config_.checkpoint.keep_last));
+      committed = PruneCheckpoints(dir, static_cast<int>(config_.checkpoint.keep_last),
+                                   checkpoint_fs());
     }
   }
   failures = committed.ok() ? 0.0f : 1.0f;
@@ -722,7 +730,7 @@ Status Trainer::SaveCheckpoint() {
 
 StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   const int rank = comm_->rank(), world_size = comm_->world_size();
-  HOIST_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, rank));
+  HOIST_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, rank, checkpoint_fs()));
   if (reader.world_size() != world_size) {
     return FailedPreconditionError(
         "checkpoint " + step_dir + " was written by " + std::to_string(reader.world_size()) +
@@ -755,13 +763,26 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   if (engine_->states_on_nvme()) {
     // Straight from the shard file to the NVMe states, a sub-group at a time (no stage 0 here:
     // its states cannot be offloaded).
+    // The restore is collective: a rank whose shard fails to open or read says so inside it,
+    // so that every rank stops together.
     std::vector<BlobReader> blobs;
+    Status opened = Status::Ok();
     for (const char* name : {"master", "adam_m", "adam_v"}) {
-      HOIST_ASSIGN_OR_RETURN(BlobReader blob, reader.OpenBlob(name, bytes));
-      blobs.push_back(std::move(blob));
+      StatusOr<BlobReader> blob = reader.OpenBlob(name, bytes);
+      if (!blob.ok()) {
+        opened = blob.status();
+        break;
+      }
+      blobs.push_back(std::move(blob).value());
+    }
+    int64_t loader_words[2];
+    if (opened.ok()) opened = reader.Read("train_loader", loader_words, sizeof(loader_words));
+    if (opened.ok()) {
+      opened = train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]});
     }
     HOIST_RETURN_IF_ERROR(engine_->RestoreStateInPieces(
         [&](int64_t, int64_t count, float* master_piece, float* m_piece, float* v_piece) {
+          HOIST_RETURN_IF_ERROR(opened);
           const int64_t piece = count * int64_t{sizeof(float)};
           HOIST_RETURN_IF_ERROR(blobs[0].Read(master_piece, piece));
           HOIST_RETURN_IF_ERROR(blobs[1].Read(m_piece, piece));
@@ -781,7 +802,7 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     // Stage 0's states are whole and were written by rank 0 alone.
     std::optional<CheckpointReader> rank0;
     if (config_.zero.stage == 0 && rank != 0) {
-      HOIST_ASSIGN_OR_RETURN(CheckpointReader opened, CheckpointReader::Open(step_dir, 0));
+      HOIST_ASSIGN_OR_RETURN(CheckpointReader opened, CheckpointReader::Open(step_dir, 0, checkpoint_fs()));
       rank0.emplace(std::move(opened));
     }
     const CheckpointReader& states = rank0 ? *rank0 : reader;
@@ -789,10 +810,10 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     HOIST_RETURN_IF_ERROR(states.Read("adam_m", m.data(), bytes));
     HOIST_RETURN_IF_ERROR(states.Read("adam_v", v.data(), bytes));
   }
-  int64_t loader_words[2];
-  HOIST_RETURN_IF_ERROR(reader.Read("train_loader", loader_words, sizeof(loader_words)));
-  HOIST_RETURN_IF_ERROR(train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]}));
   if (!engine_->states_on_nvme()) {
+    int64_t loader_words[2];
+    HOIST_RETURN_IF_ERROR(reader.Read("train_loader", loader_words, sizeof(loader_words)));
+    HOIST_RETURN_IF_ERROR(train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]}));
     HOIST_RETURN_IF_ERROR(
         engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
   }

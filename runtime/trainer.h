@@ -23,6 +23,7 @@
 #include "comm/counting_communicator.h"
 #include "comm/thread_communicator.h"
 #include "core/device.h"
+#include "core/file_system.h"
 #include "core/status.h"
 #include "runtime/config.h"
 #include "runtime/control.h"
@@ -65,6 +66,9 @@ struct TrainerOptions {
   // how nvme_path probes behave.
   std::optional<HostMemory> host_memory;
   NvmeCheckOptions nvme_check;
+  // Where checkpoints are written and read (tests inject faults); nullptr: the real one. Must
+  // outlive the trainer.
+  FileSystem* checkpoint_fs = nullptr;
 };
 
 // What one optimizer step did.
@@ -116,6 +120,9 @@ class Trainer {
   Status Initialize();
   // Checks the host memory and nvme_path that offloading needs (agreed by all ranks) and fills
   // in the engine's offload options.
+  FileSystem& checkpoint_fs() const {
+    return options_.checkpoint_fs != nullptr ? *options_.checkpoint_fs : FileSystem::Posix();
+  }
   Status PrepareOffload(const std::vector<zero::UnitSpec>& units, zero::ZeroOptions* options);
   // Restores the state saved in `step_dir`; returns the JSONL log's size at that checkpoint.
   StatusOr<int64_t> LoadCheckpoint(const std::string& step_dir);

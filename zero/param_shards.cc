@@ -23,7 +23,8 @@ struct ParamShards::Staging {
   offload::PinnedBuffer buffer;
   State state = State::kFree;
   int unit = -1;
-  bool extra = false;  // beyond buffer_count: freed on release
+  bool in_use = false;  // handed out by Acquire or BeginWrite and not yet given back
+  bool extra = false;   // beyond buffer_count: freed on release
   std::future<Status> io;
   uint64_t order = 0;  // when its write started, to wait for the oldest first
 };
@@ -55,6 +56,11 @@ StatusOr<std::unique_ptr<ParamShards>> ParamShards::Create(const PartitionPlan& 
   std::unique_ptr<ParamShards> shards(new ParamShards(plan, type, options, pool, tracker));
   HOIST_RETURN_IF_ERROR(shards->Allocate());
   return shards;
+}
+
+int ParamShards::StagingCount(int buffer_count) {
+  // The unit being gathered and the next one, at least.
+  return std::max(buffer_count, 2);
 }
 
 int64_t ParamShards::unit_bytes(int unit) const {
@@ -105,7 +111,7 @@ ParamShardFootprint ParamShards::Footprint(const PartitionPlan& plan, comm::Data
   footprint.resident_bytes = layout.resident_bytes;
   footprint.file_bytes = layout.file_bytes;
   if (layout.file_bytes > 0) {
-    footprint.staging_bytes = std::max(options.buffer_count, 1) *
+    footprint.staging_bytes = StagingCount(options.buffer_count) *
                               RoundUp(layout.largest_on_file * static_cast<int64_t>(csize), kAlign);
   }
   return footprint;
@@ -145,7 +151,7 @@ Status ParamShards::Allocate() {
   }
   tracker_.Add(Place::kNvme, Category::kParam, storage_->size_bytes());
   staging_bytes_ = RoundUp(largest_on_file * static_cast<int64_t>(csize_), kAlign);
-  for (int i = 0; i < std::max(options_.buffer_count, 1); ++i) {
+  for (int i = 0; i < StagingCount(options_.buffer_count); ++i) {
     auto staging = std::make_unique<Staging>();
     HOIST_ASSIGN_OR_RETURN(staging->buffer, pool_.Allocate(staging_bytes_, Category::kParam));
     staging_.push_back(std::move(staging));
@@ -192,7 +198,15 @@ ParamShards::Staging* ParamShards::FreeStaging() {
     oldest->unit = -1;
     return oldest;
   }
-  // Only reads in use (the model holds more units than buffer_count): one more, for now.
+  // A prefetch nobody has asked for yet gives way; its unit is read again when it is acquired.
+  for (auto& staging : staging_) {
+    if (staging->in_use) continue;
+    if (staging->state == Staging::State::kReading) (void)staging->io.get();
+    staging->state = Staging::State::kFree;
+    staging->unit = -1;
+    return staging.get();
+  }
+  // Every buffer handed out (more units held at once than buffers): one more, freed on release.
   auto extra = std::make_unique<Staging>();
   StatusOr<offload::PinnedBuffer> buffer = pool_.Allocate(staging_bytes_, Category::kParam);
   HOIST_CHECK(buffer.ok()) << "cannot allocate a parameter staging buffer: "
@@ -206,6 +220,7 @@ ParamShards::Staging* ParamShards::FreeStaging() {
 void ParamShards::Recycle(Staging* staging) {
   staging->state = Staging::State::kFree;
   staging->unit = -1;
+  staging->in_use = false;
   if (!staging->extra) return;
   auto it = std::find_if(staging_.begin(), staging_.end(),
                          [&](const std::unique_ptr<Staging>& s) { return s.get() == staging; });
@@ -261,6 +276,7 @@ const void* ParamShards::Acquire(int unit) {
     }
     staging->state = Staging::State::kReady;
   }
+  staging->in_use = true;
   return staging->buffer.data();
 }
 
@@ -289,6 +305,7 @@ void* ParamShards::BeginWrite(int unit) {
     Staging* staging = FreeStaging();
     staging->state = Staging::State::kReady;  // being filled; written by CommitWrite
     staging->unit = unit;
+    staging->in_use = true;
     data = staging->buffer.data();
   }
   std::memset(data, 0, static_cast<size_t>(unit_bytes(unit)));
@@ -301,6 +318,7 @@ void ParamShards::CommitWrite(int unit) {
   HOIST_CHECK(staging != nullptr && staging->state == Staging::State::kReady)
       << "CommitWrite of unit " << unit << " without BeginWrite";
   staging->state = Staging::State::kWriting;
+  staging->in_use = false;
   staging->order = ++write_order_;
   const int64_t offset = file_offset_[static_cast<size_t>(unit)];
   const int64_t bytes = RoundUp(unit_bytes(unit), kAlign);

@@ -20,8 +20,9 @@
 // Status): the buffer is zero-filled, the error is kept, and TakeDeferredError() hands it to the
 // engine, which agrees on it with every rank at the next step boundary so that all stop together.
 //
-// Staging buffers beyond buffer_count are allocated on demand when more are in use at once (a
-// model holding an extra unit, writes still in flight) and freed on release.
+// When every staging buffer is busy, the oldest write is waited for, then a prefetch nobody has
+// acquired yet gives way; only when all are handed out at once (not in the engine's use) is one
+// more allocated, and freed on release.
 //
 // One thread (the engine's) calls every method; the background threads only move bytes between a
 // staging buffer and the file.
@@ -77,6 +78,9 @@ class ParamShards {
  public:
   static ParamShardFootprint Footprint(const PartitionPlan& plan, comm::DataType type,
                                        const ParamOffload& options);
+  // The staging buffers allocated for `buffer_count`: at least two (the unit being gathered and
+  // the next one).
+  static int StagingCount(int buffer_count);
 
   // `plan` gives every unit's shard (size and order); `type` the compute type. `pool`, `tracker`
   // must outlive the object. `options.place` must not be kDevice.

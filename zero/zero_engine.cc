@@ -536,11 +536,9 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   } else {
     HOIST_RETURN_IF_ERROR(ReduceFullGrads());
   }
-  if (param_shards_ != nullptr) {
-    // A parameter shard that could not be read during this step's passes was replaced by zeros:
-    // the step is void, on every rank.
-    HOIST_RETURN_IF_ERROR(AgreeOnFailure(param_shards_->TakeDeferredError()));
-  }
+  // A parameter shard that could not be read during this step's passes was replaced by zeros:
+  // the step is void, on every rank.
+  HOIST_RETURN_IF_ERROR(AgreeOnDeferredErrors());
   const DataType type = options_.compute_type;
   const float inv_scale = 1.0f / loss_scale;
 
@@ -619,6 +617,8 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     HOIST_RETURN_IF_ERROR(AgreeOnFailure(updated));
   }
   HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
+  // Persistent units read back for the gather.
+  HOIST_RETURN_IF_ERROR(AgreeOnDeferredErrors());
   result.optimizer_s = std::chrono::duration<double>(Clock::now() - reduced).count();
   return result;
 }
@@ -711,6 +711,11 @@ Status ZeroEngine::FinishOwnedWrites() {
   Status stored = param_shards_->FinishWrites();
   Status deferred = param_shards_->TakeDeferredError();
   return stored.ok() ? deferred : stored;
+}
+
+Status ZeroEngine::AgreeOnDeferredErrors() {
+  if (param_shards_ == nullptr) return Status::Ok();
+  return AgreeOnFailure(param_shards_->TakeDeferredError());
 }
 
 Status ZeroEngine::AgreeOnFailure(const Status& local) const {
@@ -810,7 +815,8 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
     std::memcpy(state_v_, v_in, state_bytes);
   }
   step_count_ = step_count;
-  return GatherUpdatedParams();
+  HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
+  return AgreeOnDeferredErrors();
 }
 
 Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
@@ -854,7 +860,8 @@ Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_cou
   Status stored = FinishOwnedWrites();
   HOIST_RETURN_IF_ERROR(AgreeOnFailure(written.ok() ? stored : written));
   step_count_ = step_count;
-  return GatherUpdatedParams();
+  HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
+  return AgreeOnDeferredErrors();
 }
 
 ModelStateBytes ZeroEngine::model_state_bytes() const {

@@ -162,6 +162,12 @@ class ZeroEngine final : public ParamStore {
   Status ReadState(float* master, float* m, float* v) const;
   Status RestoreState(const float* master, const float* m, const float* v, int64_t step_count);
 
+  // With parameters on NVMe, a shard that could not be read is served as zeros and its error
+  // kept; this agrees on such errors across ranks (every rank returns the first one) and is to be
+  // called after passes that Step does not follow, such as an evaluation. Collective when
+  // parameters are offloaded; Ok at once otherwise.
+  Status AgreeOnDeferredErrors();
+
   // Whether the optimizer states are in an NVMe file, too large perhaps to copy whole: then the
   // checkpoint goes through the piecewise forms below.
   bool states_on_nvme() const { return swapper_ != nullptr; }

@@ -8,12 +8,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "core/file_system.h"
 #include "offload/fault_injecting_storage.h"
 #include "offload/open_storage.h"
 #include "tests/runtime/config_test_util.h"
@@ -470,6 +472,66 @@ TEST(TrainerOffloadCheckpoint, CheckpointsMoveBetweenOffloadedAndDeviceRuns) {
       EXPECT_EQ(on_nvme[r].params, full[r].params);
     }
   }
+}
+
+TEST(TrainerOffloadCheckpoint, AShardThatCannotBeWrittenOnOneRankStopsEveryRankWithoutAHang) {
+  // The NVMe states are read for the checkpoint collectively; a rank whose shard file cannot even
+  // be created still takes its part, so both ranks return at once with rank 1's reason.
+  for (FileOp op : {FileOp::kNewWritableFile, FileOp::kAppend, FileOp::kCreateDirs}) {
+    TempDir scratch, checkpoints;
+    FaultInjectingFileSystem faulty;
+    FileFault fault(op, op == FileOp::kAppend ? ENOSPC : EACCES);
+    if (op != FileOp::kCreateDirs) fault.OnPathsContaining("rank_00001");
+    faulty.Inject(fault);
+    TrainerOptions options;
+    options.checkpoint_fs = &faulty;
+    std::vector<std::string> extra = OnNvme(scratch, Stage(2), 2000);
+    extra.push_back("checkpoint.dir=" + checkpoints.Quoted());
+    extra.push_back("checkpoint.interval_steps=2");
+    const auto started = std::chrono::steady_clock::now();
+    const std::vector<RankRun> runs = TrainOnRanks(Job(2, extra), 2, options);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_FALSE(runs[r].status.ok()) << "rank " << r;
+      EXPECT_NE(runs[r].status.code(), StatusCode::kDeadlineExceeded) << runs[r].status.ToString();
+      EXPECT_EQ(runs[r].losses.size(), 2u) << runs[r].status.ToString();
+    }
+    EXPECT_EQ(faulty.faults_fired(), 1);
+    // Nothing waited for the 60 s collective timeout.
+    EXPECT_LT(seconds, 30.0);
+    EXPECT_TRUE(fs::is_empty(scratch.path()));
+  }
+}
+
+TEST(TrainerOffloadCheckpoint, ADamagedShardOnOneRankStopsEveryRankOnResume) {
+  TempDir scratch, checkpoints;
+  std::vector<std::string> extra = OnNvme(scratch, Stage(2), 2000);
+  extra.push_back("checkpoint.dir=" + checkpoints.Quoted());
+  extra.push_back("checkpoint.interval_steps=3");
+  ASSERT_TRUE(FirstError(TrainOnRanks(Job(2, extra), 2)).ok());
+  // One flipped byte inside rank 1's adam_v (the last blob, so near the end of the file).
+  const std::string shard = checkpoints.path() + "/step_00000006/rank_00001.bin";
+  std::string bytes;
+  {
+    std::ifstream in(shard, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_GT(bytes.size(), 100u);
+  bytes[bytes.size() - 50] ^= 0x01;
+  { std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes; }
+  TrainerOptions resume;
+  resume.resume = true;
+  const std::vector<RankRun> runs = TrainOnRanks(Job(2, extra), 2, resume);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(runs[r].status.ok()) << "rank " << r;
+    EXPECT_NE(runs[r].status.message().find("adam_v"), std::string::npos)
+        << runs[r].status.ToString();
+    EXPECT_NE(runs[r].status.message().find("rank_00001.bin"), std::string::npos)
+        << runs[r].status.ToString();
+  }
+  EXPECT_EQ(runs[1].status.code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(fs::is_empty(scratch.path()));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "offload/fault_injecting_storage.h"
 #include "offload/open_storage.h"
@@ -434,6 +435,52 @@ TEST(ZeroParamOffload, AParameterReadOrWriteFaultStopsEveryRankAtTheStep) {
       }
       EXPECT_LT(results[0].overflow.size(), 5u) << c.name;
     }
+  }
+}
+
+TEST(ZeroParamOffload, AReadFaultInAPassWithoutAStepIsAgreedOnByEveryRank) {
+  // An evaluation runs forward passes and no Step: the shard served as zeros must still stop
+  // every rank when the caller agrees on deferred errors.
+  ScratchDir dir;
+  auto group = comm::ThreadGroup::Create(2, 30.0);
+  ASSERT_TRUE(group.ok());
+  std::vector<Status> agreed(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      MemoryTracker tracker;
+      CpuDevice device(Place::kDevice, &tracker);
+      ZeroOptions options = Base(3, 2, DataType::kFloat32).zero;
+      options.offload_param.place = ParamPlace::kNvme;
+      options.offload_param.max_in_cpu = 0;
+      options.offload_param.nvme_file = dir.File(r);
+      if (r == 1) {
+        options.offload_param.open_storage = offload::FaultyStorageFactory(
+            offload::StorageFault::Error(offload::IoOp::kRead, EIO).Nth(2));
+      }
+      auto engine = ZeroEngine::Create(ToyUnits(), options, &(*group)->comm(r), &device);
+      ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+      ASSERT_TRUE((*engine)
+                      ->Initialize([](int u, float* values) {
+                        for (int64_t i = 0; i < ToyUnits()[u].size; ++i) {
+                          values[i] = InitialValue(u, i);
+                        }
+                      })
+                      .ok());
+      for (int u = 0; u < 4; ++u) {
+        (*engine)->AcquireParams(u);
+        (*engine)->ReleaseParams(u);
+      }
+      EXPECT_TRUE((*engine)->status().ok());  // the pass itself goes on
+      agreed[r] = (*engine)->AgreeOnDeferredErrors();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(agreed[1].code(), StatusCode::kIoError) << agreed[1].ToString();
+  EXPECT_EQ(agreed[0].code(), StatusCode::kUnavailable) << agreed[0].ToString();
+  for (const Status& status : agreed) {
+    EXPECT_NE(status.message().find(dir.File(1)), std::string::npos) << status.ToString();
+    EXPECT_NE(status.message().find("(EIO)"), std::string::npos) << status.ToString();
   }
 }
 
