@@ -1,0 +1,155 @@
+// ZeroEngine's states in and out: the fp32 weights gathered for export, and this rank's shard of
+// the optimizer states read for a checkpoint and restored from one, whole or (states on NVMe) a
+// sub-group at a time.
+#include <algorithm>
+#include <cstring>
+#include <span>
+
+#include "zero/precision.h"
+#include "zero/zero_engine.h"
+
+namespace hoist::zero {
+
+StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
+  HOIST_RETURN_IF_ERROR(status_);
+  // NVMe: this rank's master shard read back first (flat, state plan layout).
+  std::vector<float> swapped;
+  if (swapper_ != nullptr) {
+    swapped.resize(static_cast<size_t>(state_plan_.total_shard()));
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroup(
+        offload::StateSwapper::Access::kRead,
+        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+          std::memcpy(swapped.data() + begin, arrays[0],
+                      static_cast<size_t>(count) * sizeof(float));
+          return Status::Ok();
+        })));
+  }
+  auto owned_master = [&](int u) -> const float* {
+    return swapper_ != nullptr ? swapped.data() + state_plan_.unit(u).shard_offset : master(u);
+  };
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(plan_.total_real()));
+  std::vector<float> unit;
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    const UnitPartition& owned = state_plan_.unit(u);
+    unit.assign(static_cast<size_t>(owned.padded), 0.0f);
+    if (state_plan_.world_size() == 1) {
+      std::memcpy(unit.data(), owned_master(u), static_cast<size_t>(owned.size) * sizeof(float));
+    } else {
+      std::vector<float> shard(static_cast<size_t>(owned.shard), 0.0f);
+      std::memcpy(shard.data(), owned_master(u),
+                  static_cast<size_t>(owned.owned_real) * sizeof(float));
+      HOIST_RETURN_IF_ERROR(
+          comm_->AllGather(shard.data(), unit.data(), owned.shard, DataType::kFloat32));
+    }
+    out.insert(out.end(), unit.begin(), unit.begin() + owned.size);
+  }
+  return out;
+}
+
+Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) const {
+  if (swapper_ != nullptr) {
+    // The file holds zeros in the padding, as the outputs must.
+    return AgreeOnFailure(swapper_->ForEachSubGroup(
+        offload::StateSwapper::Access::kRead,
+        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+          const auto bytes = static_cast<size_t>(count) * sizeof(float);
+          std::memcpy(master_out + begin, arrays[0], bytes);
+          std::memcpy(m_out + begin, arrays[1], bytes);
+          std::memcpy(v_out + begin, arrays[2], bytes);
+          return Status::Ok();
+        }));
+  }
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    const UnitPartition& owned = state_plan_.unit(u);
+    float* dst = master_out + owned.shard_offset;
+    std::memset(dst, 0, static_cast<size_t>(owned.shard) * sizeof(float));
+    std::memcpy(dst, master(u), static_cast<size_t>(owned.owned_real) * sizeof(float));
+  }
+  const auto state_bytes = static_cast<size_t>(state_plan_.total_shard()) * sizeof(float);
+  std::memcpy(m_out, state_m_, state_bytes);
+  std::memcpy(v_out, state_v_, state_bytes);
+  return Status::Ok();
+}
+
+Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const float* v_in,
+                                int64_t step_count) {
+  const DataType type = options_.compute_type;
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    const UnitPartition& owned = state_plan_.unit(u);
+    const float* weights = master_in + owned.shard_offset;
+    const auto bytes = static_cast<size_t>(owned.owned_real) * sizeof(float);
+    if (swapper_ == nullptr && (param_shards_ != nullptr || master(u) != owned_params(u))) {
+      std::memcpy(master(u), weights, bytes);
+    }
+    // The model's copy of the owned range (for fp32 on the device, the master itself).
+    FromFloat(weights, BeginOwnedWrite(u), type, owned.owned_real);
+    EndOwnedWrite(u);
+  }
+  HOIST_RETURN_IF_ERROR(AgreeOnFailure(FinishOwnedWrites()));
+  if (swapper_ != nullptr) {
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroup(
+        offload::StateSwapper::Access::kWrite,
+        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+          const auto bytes = static_cast<size_t>(count) * sizeof(float);
+          std::memcpy(arrays[0], master_in + begin, bytes);
+          std::memcpy(arrays[1], m_in + begin, bytes);
+          std::memcpy(arrays[2], v_in + begin, bytes);
+          return Status::Ok();
+        })));
+  } else {
+    const auto state_bytes = static_cast<size_t>(state_plan_.total_shard()) * sizeof(float);
+    std::memcpy(state_m_, m_in, state_bytes);
+    std::memcpy(state_v_, v_in, state_bytes);
+  }
+  step_count_ = step_count;
+  HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
+  return AgreeOnDeferredErrors();
+}
+
+Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
+  HOIST_CHECK(swapper_ != nullptr) << "ReadStateInPieces needs the optimizer states on NVMe";
+  return AgreeOnFailure(
+      swapper_->ForEachSubGroup(offload::StateSwapper::Access::kRead,
+                                [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+                                  return visit(begin, count, arrays[0], arrays[1], arrays[2]);
+                                }));
+}
+
+Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_count) {
+  HOIST_CHECK(swapper_ != nullptr) << "RestoreStateInPieces needs the optimizer states on NVMe";
+  const DataType type = options_.compute_type;
+  open_write_unit_ = -1;
+  Status written = swapper_->ForEachSubGroup(
+      offload::StateSwapper::Access::kWrite,
+      [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+        HOIST_RETURN_IF_ERROR(fill(begin, count, arrays[0], arrays[1], arrays[2]));
+        // The model's copy of every unit whose shard overlaps this piece.
+        for (int u = 0; u < plan_.num_units(); ++u) {
+          const UnitPartition& owned = state_plan_.unit(u);
+          const int64_t lo = std::max(begin, owned.shard_offset);
+          const int64_t hi = std::min(begin + count, owned.shard_offset + owned.shard);
+          if (lo >= hi) continue;
+          if (u != open_write_unit_) {
+            if (open_write_unit_ >= 0) EndOwnedWrite(open_write_unit_);
+            open_write_ = BeginOwnedWrite(u);
+            open_write_unit_ = u;
+          }
+          const int64_t real_hi = std::min(hi, owned.shard_offset + owned.owned_real);
+          if (real_hi > lo) {
+            FromFloat(arrays[0] + (lo - begin),
+                      ElementPtr(open_write_, type, lo - owned.shard_offset), type, real_hi - lo);
+          }
+        }
+        return Status::Ok();
+      });
+  if (open_write_unit_ >= 0) EndOwnedWrite(open_write_unit_);
+  open_write_unit_ = -1;
+  Status stored = FinishOwnedWrites();
+  HOIST_RETURN_IF_ERROR(AgreeOnFailure(written.ok() ? stored : written));
+  step_count_ = step_count;
+  HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
+  return AgreeOnDeferredErrors();
+}
+
+}  // namespace hoist::zero
