@@ -6,6 +6,10 @@
 #include <cerrno>
 #include <cstdlib>
 
+#if HOIST_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 #include "core/logging.h"
 #include "offload/block_storage.h"
 
@@ -21,10 +25,12 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
     size_bytes_ = other.size_bytes_;
     category_ = other.category_;
     locked_ = other.locked_;
+    cuda_ = other.cuda_;
     other.pool_ = nullptr;
     other.data_ = nullptr;
     other.size_bytes_ = 0;
     other.locked_ = false;
+    other.cuda_ = false;
   }
   return *this;
 }
@@ -38,6 +44,7 @@ void PinnedBuffer::Reset() {
   data_ = nullptr;
   size_bytes_ = 0;
   locked_ = false;
+  cuda_ = false;
 }
 
 PinnedHostPool::PinnedHostPool(MemoryTracker& tracker, PinnedHostPoolOptions options)
@@ -52,7 +59,7 @@ bool PinnedHostPool::MayLock(int64_t bytes) const {
   struct rlimit limit {};
   if (::getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return false;
   if (limit.rlim_cur == RLIM_INFINITY) return true;
-  return bytes_locked_ + bytes <= static_cast<int64_t>(limit.rlim_cur);
+  return bytes_mlocked_ + bytes <= static_cast<int64_t>(limit.rlim_cur);
 }
 
 StatusOr<void*> PinnedHostPool::AllocatePages(int64_t size, Category category) {
@@ -90,7 +97,43 @@ bool PinnedHostPool::LockPages(void* data, int64_t size) {
   return false;
 }
 
-void PinnedHostPool::FreePages(void* data, int64_t size, bool locked) {
+bool PinnedHostPool::DriverPins() {
+#if HOIST_HAVE_CUDA
+  static const bool have_gpu = [] {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  }();
+  return have_gpu;
+#else
+  return false;
+#endif
+}
+
+void* PinnedHostPool::CudaHostAlloc(int64_t size) {
+#if HOIST_HAVE_CUDA
+  if (!DriverPins()) return nullptr;
+  void* data = nullptr;
+  // Portable: pinned for every CUDA context of the process, whichever device copies from it.
+  if (cudaHostAlloc(&data, static_cast<size_t>(size), cudaHostAllocPortable) != cudaSuccess) {
+    (void)cudaGetLastError();  // clears the sticky error; the pool falls back to mlock
+    return nullptr;
+  }
+  return data;
+#else
+  (void)size;
+  return nullptr;
+#endif
+}
+
+void PinnedHostPool::FreePages(void* data, int64_t size, bool locked, bool cuda) {
+#if HOIST_HAVE_CUDA
+  if (cuda) {
+    (void)cudaFreeHost(data);
+    return;
+  }
+#else
+  (void)cuda;
+#endif
   if (locked) ::munlock(data, static_cast<size_t>(size));
   std::free(data);
 }
@@ -98,16 +141,26 @@ void PinnedHostPool::FreePages(void* data, int64_t size, bool locked) {
 StatusOr<PinnedBuffer> PinnedHostPool::Allocate(int64_t bytes, Category category) {
   HOIST_CHECK_GT(bytes, 0) << "PinnedHostPool::Allocate";
   const int64_t size = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
-  HOIST_ASSIGN_OR_RETURN(void* data, AllocatePages(size, category));
+  void* data = options_.lock_pages ? CudaHostAlloc(size) : nullptr;
+  const bool cuda = data != nullptr;
+  if (!cuda) {
+    HOIST_ASSIGN_OR_RETURN(data, AllocatePages(size, category));
+  }
 
   PinnedBuffer buffer;
   buffer.pool_ = this;
   buffer.data_ = data;
   buffer.size_bytes_ = size;
   buffer.category_ = category;
+  buffer.cuda_ = cuda;
 
   std::lock_guard<std::mutex> lock(mu_);
-  if (options_.lock_pages) buffer.locked_ = LockPages(data, size);
+  if (cuda) {
+    buffer.locked_ = true;
+  } else if (options_.lock_pages) {
+    buffer.locked_ = LockPages(data, size);
+    if (buffer.locked_) bytes_mlocked_ += size;
+  }
   bytes_in_use_ += size;
   if (buffer.locked_) bytes_locked_ += size;
   tracker_.Add(Place::kHostPinned, category, size);
@@ -115,10 +168,11 @@ StatusOr<PinnedBuffer> PinnedHostPool::Allocate(int64_t bytes, Category category
 }
 
 void PinnedHostPool::Release(PinnedBuffer& buffer) {
-  FreePages(buffer.data_, buffer.size_bytes_, buffer.locked_);
+  FreePages(buffer.data_, buffer.size_bytes_, buffer.locked_, buffer.cuda_);
   std::lock_guard<std::mutex> lock(mu_);
   bytes_in_use_ -= buffer.size_bytes_;
   if (buffer.locked_) bytes_locked_ -= buffer.size_bytes_;
+  if (buffer.locked_ && !buffer.cuda_) bytes_mlocked_ -= buffer.size_bytes_;
   tracker_.Remove(Place::kHostPinned, buffer.category_, buffer.size_bytes_);
 }
 

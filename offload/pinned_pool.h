@@ -1,7 +1,8 @@
 // PinnedHostPool: page-aligned host buffers for the transfers of offload (NVMe reads and writes
-// under O_DIRECT, and later host-device copies). Pages are locked with mlock while
-// RLIMIT_MEMLOCK allows, so the kernel neither swaps them out nor moves them during a transfer;
-// past the limit the pool hands out plain pages and says so once.
+// under O_DIRECT, and host-device copies). On a CUDA build with a visible GPU the CUDA driver
+// allocates and pins them (cudaHostAlloc), which asynchronous copies need; elsewhere pages are
+// locked with mlock while RLIMIT_MEMLOCK allows, so the kernel neither swaps them out nor moves
+// them during a transfer, and past the limit the pool hands out plain pages and says so once.
 //
 // Every buffer reports its bytes to a MemoryTracker as Place::kHostPinned under the caller's
 // Category for as long as it lives. PinnedBuffer is the RAII owner (movable, not copyable); it
@@ -37,8 +38,10 @@ class PinnedBuffer {
   // The bytes asked for, rounded up to whole pages (all usable).
   int64_t size_bytes() const { return size_bytes_; }
   Category category() const { return category_; }
-  // Whether the pages are mlock'd.
+  // Whether the pages are page-locked (mlock'd, or pinned by the CUDA driver).
   bool locked() const { return locked_; }
+  // Whether the CUDA driver allocated and pinned them (cudaHostAlloc).
+  bool cuda_pinned() const { return cuda_; }
   explicit operator bool() const { return data_ != nullptr; }
 
   // Gives the memory back to the pool now; the buffer becomes empty.
@@ -52,10 +55,13 @@ class PinnedBuffer {
   int64_t size_bytes_ = 0;
   Category category_ = Category::kWorkspace;
   bool locked_ = false;
+  bool cuda_ = false;
 };
 
 struct PinnedHostPoolOptions {
-  // Lock pages while RLIMIT_MEMLOCK allows; false hands out plain pages without a notice.
+  // Lock pages: on a CUDA build with a visible GPU through cudaHostAlloc (what asynchronous
+  // copies to and from the GPU need), otherwise with mlock while RLIMIT_MEMLOCK allows; false
+  // hands out plain pages without a notice.
   bool lock_pages = true;
 };
 
@@ -76,6 +82,9 @@ class PinnedHostPool {
   int64_t bytes_in_use() const;
   int64_t bytes_locked() const;
 
+  // Whether this build and machine pin through the CUDA driver (a CUDA build with a visible GPU).
+  static bool DriverPins();
+
   static constexpr int64_t kPageBytes = 4096;
   // Buffers of at least this size are aligned to it and advised to use transparent huge pages.
   static constexpr int64_t kHugePageBytes = int64_t{2} << 20;
@@ -86,7 +95,9 @@ class PinnedHostPool {
   StatusOr<void*> AllocatePages(int64_t size, Category category);
   // mlock within RLIMIT_MEMLOCK; says once when it cannot. Holds mu_.
   bool LockPages(void* data, int64_t size);
-  static void FreePages(void* data, int64_t size, bool locked);
+  static void FreePages(void* data, int64_t size, bool locked, bool cuda);
+  // cudaHostAlloc'd memory, or nullptr where this build or machine has no GPU (or it refused).
+  static void* CudaHostAlloc(int64_t size);
   // Whether RLIMIT_MEMLOCK leaves room for `bytes` more locked bytes. Holds mu_.
   bool MayLock(int64_t bytes) const;
 
@@ -95,6 +106,7 @@ class PinnedHostPool {
   mutable std::mutex mu_;
   int64_t bytes_in_use_ = 0;       // guarded by mu_
   int64_t bytes_locked_ = 0;       // guarded by mu_
+  int64_t bytes_mlocked_ = 0;      // of them, through mlock (RLIMIT_MEMLOCK); guarded by mu_
   bool unlocked_noticed_ = false;  // guarded by mu_
 };
 

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <cstdint>
+#include <cstring>
 
 namespace hoist::offload {
 namespace {
@@ -77,6 +78,9 @@ class MemlockLimit {
 };
 
 TEST(PinnedHostPool, LocksWithinTheLimitAndFallsBackToPlainPagesOnceWithANotice) {
+  if (PinnedHostPool::DriverPins()) {
+    GTEST_SKIP() << "the CUDA driver pins here, outside RLIMIT_MEMLOCK (next test)";
+  }
   MemlockLimit limit(2 * 4096);
   ASSERT_TRUE(limit.ok());
   MemoryTracker tracker;
@@ -97,6 +101,25 @@ TEST(PinnedHostPool, LocksWithinTheLimitAndFallsBackToPlainPagesOnceWithANotice)
   EXPECT_THAT(log, HasSubstr("using unlocked pages"));
   EXPECT_EQ(log.find("using unlocked pages"), log.rfind("using unlocked pages")) << log;
   EXPECT_EQ(tracker.Snapshot().Current(Place::kHostPinned, Category::kOptimizer), 4 * 4096);
+}
+
+TEST(PinnedHostPool, WithAGpuTheDriverPinsTheBuffers) {
+  if (!PinnedHostPool::DriverPins()) {
+    GTEST_SKIP() << "needs a CUDA build and a visible GPU";
+  }
+  MemlockLimit limit(4096);  // the driver's pinning does not count against it
+  ASSERT_TRUE(limit.ok());
+  MemoryTracker tracker;
+  PinnedHostPool pool(tracker);
+  auto buffer = pool.Allocate(3 * 4096 + 1, Category::kParam);
+  ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
+  EXPECT_TRUE(buffer->cuda_pinned());
+  EXPECT_TRUE(buffer->locked());
+  EXPECT_EQ(pool.bytes_locked(), 4 * 4096);
+  std::memset(buffer->data(), 0x5a, 4 * 4096);  // CPU-addressable
+  EXPECT_EQ(tracker.Snapshot().Current(Place::kHostPinned, Category::kParam), 4 * 4096);
+  buffer->Reset();
+  EXPECT_EQ(pool.bytes_locked(), 0);
 }
 
 TEST(PinnedHostPool, WithoutLockingPagesArePlainAndSilent) {
