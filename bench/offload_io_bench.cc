@@ -374,7 +374,8 @@ int Run(const Args& args) {
                  static_cast<long long>(args.bytes), kArrays);
     return 2;
   }
-  const int64_t file_bytes = StateSwapper::FileBytes(swap);
+  const StateSwapper::Layout layout = StateSwapper::LayoutFor(swap);
+  const int64_t file_bytes = layout.file_bytes;
   // The device behind the directory, for the request sizes (a partition has its own stat).
   struct stat dir_stat {};
   if (::stat(parent.c_str(), &dir_stat) == 0) {
@@ -400,9 +401,7 @@ int Run(const Args& args) {
                  FormatBytes(file_bytes).c_str(), FormatBytes(file_bytes).c_str());
     return 1;
   }
-  const int64_t slot_bytes =
-      std::min<int64_t>(args.buffer_count, (swap.elements + args.sub_group - 1) / args.sub_group) *
-      kArrays * StateSwapper::ArrayStride(std::min(args.sub_group, swap.elements), 4096);
+  const int64_t slot_bytes = layout.slot_bytes;
   const int64_t available = AvailableMemoryBytes();
   if (available != 0 && slot_bytes > available / 2) {
     std::fprintf(stderr,
@@ -475,8 +474,7 @@ int Run(const Args& args) {
       uring ? "io_uring" : "posix (pread/pwrite)", direct ? "yes" : "NO (buffered: page cache)",
       FormatBytes(swapper.file_bytes()).c_str(), kArrays, static_cast<long long>(swap.elements),
       static_cast<long long>(swapper.num_sub_groups()),
-      static_cast<long long>(swapper.sub_group_size()),
-      FormatBytes(StateSwapper::ArrayStride(swapper.sub_group_size(), 4096)).c_str(),
+      static_cast<long long>(swapper.sub_group_size()), FormatBytes(layout.array_stride).c_str(),
       swapper.buffer_count(), FormatBytes(swapper.slot_bytes()).c_str(),
       FormatBytes(pool.bytes_locked()).c_str(), FormatBytes(args.block_size).c_str(),
       args.queue_depth);

@@ -24,27 +24,24 @@ constexpr int64_t kLayoutAlignment = 4096;
 
 }  // namespace
 
-int64_t StateSwapper::ArrayStride(int64_t sub_group_size, int64_t alignment) {
-  return RoundUp(sub_group_size * int64_t{sizeof(float)}, alignment);
-}
-
-int64_t StateSwapper::SlotCount(int buffer_count, int64_t sub_groups) {
+StateSwapper::Layout StateSwapper::LayoutFor(const StateSwapperOptions& options) {
+  Layout layout;
+  layout.sub_group = std::min(options.sub_group_size, options.elements);
+  layout.sub_groups = (options.elements + layout.sub_group - 1) / layout.sub_group;
+  layout.array_stride = RoundUp(layout.sub_group * int64_t{sizeof(float)}, kLayoutAlignment);
   // Past three the lockstep schedule gains nothing, and past the sub-groups a slot stays empty.
-  return std::min<int64_t>({buffer_count, 3, sub_groups});
-}
-
-int64_t StateSwapper::FileBytes(const StateSwapperOptions& options) {
-  const int64_t group = std::min(options.sub_group_size, options.elements);
-  const int64_t groups = (options.elements + group - 1) / group;
-  return groups * options.arrays * ArrayStride(group, kLayoutAlignment);
+  layout.slots = std::min<int64_t>({options.buffer_count, 3, layout.sub_groups});
+  layout.slot_bytes = layout.slots * options.arrays * layout.array_stride;
+  layout.file_bytes = layout.sub_groups * options.arrays * layout.array_stride;
+  return layout;
 }
 
 StateSwapper::StateSwapper(const StateSwapperOptions& options,
                            std::unique_ptr<BlockStorage> storage, MemoryTracker& tracker)
-    : options_(options), storage_(std::move(storage)), tracker_(tracker) {
-  sub_group_ = std::min(options.sub_group_size, options.elements);
-  num_groups_ = (options.elements + sub_group_ - 1) / sub_group_;
-  array_stride_ = ArrayStride(sub_group_, kLayoutAlignment);
+    : options_(options),
+      storage_(std::move(storage)),
+      tracker_(tracker),
+      layout_(LayoutFor(options)) {
   tracker_.Add(Place::kNvme, options_.category, storage_->size_bytes());
 }
 
@@ -64,7 +61,7 @@ StatusOr<std::unique_ptr<StateSwapper>> StateSwapper::Create(const StateSwapperO
         std::to_string(options.elements) + ", " + std::to_string(options.arrays) + ", " +
         std::to_string(options.sub_group_size) + ", " + std::to_string(options.buffer_count) + ")");
   }
-  const int64_t file_bytes = FileBytes(options);
+  const int64_t file_bytes = LayoutFor(options).file_bytes;
   std::unique_ptr<BlockStorage> storage;
   if (open) {
     HOIST_ASSIGN_OR_RETURN(storage, open(options.path, file_bytes));
@@ -78,10 +75,10 @@ StatusOr<std::unique_ptr<StateSwapper>> StateSwapper::Create(const StateSwapperO
         " bytes) cannot hold the swapper's layout of " + std::to_string(file_bytes) + " bytes");
   }
   std::unique_ptr<StateSwapper> swapper(new StateSwapper(options, std::move(storage), tracker));
-  const int64_t slots = StateSwapper::SlotCount(options.buffer_count, swapper->num_groups_);
-  for (int64_t s = 0; s < slots; ++s) {
-    HOIST_ASSIGN_OR_RETURN(PinnedBuffer slot, pool.Allocate(options.arrays * swapper->array_stride_,
-                                                            options.category));
+  for (int64_t s = 0; s < swapper->layout_.slots; ++s) {
+    HOIST_ASSIGN_OR_RETURN(
+        PinnedBuffer slot,
+        pool.Allocate(options.arrays * swapper->layout_.array_stride, options.category));
     swapper->slots_.push_back(std::move(slot));
   }
   return swapper;
@@ -94,14 +91,15 @@ int64_t StateSwapper::slot_bytes() const {
 }
 
 void StateSwapper::AddRequests(IoOp op, int64_t group, std::vector<IoRequest>* batch) {
-  const int64_t begin = group * sub_group_;
-  const int64_t count = std::min(sub_group_, options_.elements - begin);
+  const int64_t begin = group * layout_.sub_group;
+  const int64_t count = std::min(layout_.sub_group, options_.elements - begin);
   const int64_t bytes = RoundUp(count * int64_t{sizeof(float)}, kLayoutAlignment);
   std::byte* slot =
       slots_[static_cast<size_t>(group % static_cast<int64_t>(slots_.size()))].bytes();
-  const int64_t base = group * options_.arrays * array_stride_;
+  const int64_t base = group * options_.arrays * layout_.array_stride;
   for (int a = 0; a < options_.arrays; ++a) {
-    batch->push_back(IoRequest{op, base + a * array_stride_, slot + a * array_stride_, bytes});
+    batch->push_back(
+        IoRequest{op, base + a * layout_.array_stride, slot + a * layout_.array_stride, bytes});
   }
 }
 
@@ -131,13 +129,13 @@ Status StateSwapper::SubmitAndWait(const std::vector<IoRequest>& batch) {
 }
 
 Status StateSwapper::CallVisit(const Visit& visit, int64_t group) {
-  const int64_t begin = group * sub_group_;
-  const int64_t count = std::min(sub_group_, options_.elements - begin);
+  const int64_t begin = group * layout_.sub_group;
+  const int64_t count = std::min(layout_.sub_group, options_.elements - begin);
   std::byte* slot =
       slots_[static_cast<size_t>(group % static_cast<int64_t>(slots_.size()))].bytes();
   std::vector<float*> arrays(static_cast<size_t>(options_.arrays));
   for (int a = 0; a < options_.arrays; ++a) {
-    arrays[static_cast<size_t>(a)] = reinterpret_cast<float*>(slot + a * array_stride_);
+    arrays[static_cast<size_t>(a)] = reinterpret_cast<float*>(slot + a * layout_.array_stride);
   }
   const auto started = Clock::now();
   Status status = visit(begin, count, arrays);
@@ -149,7 +147,7 @@ Status StateSwapper::ForEachSubGroup(Access access, const Visit& visit) {
   const bool read = access != Access::kWrite;
   const bool write = access != Access::kRead;
   const auto k = static_cast<int64_t>(slots_.size());
-  const int64_t groups = num_groups_;
+  const int64_t groups = layout_.sub_groups;
   std::vector<IoRequest> batch;
 
   if (read) {

@@ -82,8 +82,8 @@ class StateSwapper {
   Status ForEachSubGroup(Access access, const Visit& visit);
 
   int64_t elements() const { return options_.elements; }
-  int64_t sub_group_size() const { return sub_group_; }
-  int64_t num_sub_groups() const { return num_groups_; }
+  int64_t sub_group_size() const { return layout_.sub_group; }
+  int64_t num_sub_groups() const { return layout_.sub_groups; }
   int buffer_count() const { return static_cast<int>(slots_.size()); }
   int64_t file_bytes() const { return storage_->size_bytes(); }
   // Host bytes of the slots.
@@ -96,14 +96,17 @@ class StateSwapper {
   double io_wait_seconds() const { return io_wait_s_; }
   double visit_seconds() const { return visit_s_; }
 
-  // Bytes one array of one sub-group takes in the file and in a slot: S floats rounded up to
-  // `alignment`.
-  static int64_t ArrayStride(int64_t sub_group_size, int64_t alignment);
-  // The file size for `options`: sub-groups x arrays x ArrayStride.
-  static int64_t FileBytes(const StateSwapperOptions& options);
-  // The slots a swapper allocates for `buffer_count` over `sub_groups`: at most three (the
-  // schedule above uses no more) and at most one per sub-group.
-  static int64_t SlotCount(int buffer_count, int64_t sub_groups);
+  // What a swapper for `options` lays out, computed without creating it (for memory and disk
+  // checks before anything is allocated).
+  struct Layout {
+    int64_t sub_group = 0;     // S, capped at the elements
+    int64_t sub_groups = 0;    // G
+    int64_t array_stride = 0;  // bytes of one array of one sub-group: 4 S rounded up to 4 KiB
+    int64_t slots = 0;         // at most three (the schedule uses no more), at most G
+    int64_t slot_bytes = 0;    // host bytes of all slots
+    int64_t file_bytes = 0;    // G x arrays x array_stride
+  };
+  static Layout LayoutFor(const StateSwapperOptions& options);
 
  private:
   StateSwapper(const StateSwapperOptions& options, std::unique_ptr<BlockStorage> storage,
@@ -118,9 +121,7 @@ class StateSwapper {
   StateSwapperOptions options_;
   std::unique_ptr<BlockStorage> storage_;
   MemoryTracker& tracker_;
-  int64_t sub_group_ = 0;
-  int64_t num_groups_ = 0;
-  int64_t array_stride_ = 0;
+  Layout layout_;
   std::vector<PinnedBuffer> slots_;  // each: arrays x array_stride_ bytes
   int64_t bytes_read_ = 0, bytes_written_ = 0;
   double io_wait_s_ = 0, visit_s_ = 0;

@@ -65,11 +65,10 @@ OffloadFootprint OffloadFootprintPerRank(const zero::ZeroOptions& options,
       swap.elements = std::max<int64_t>(state_elements, 1);
       swap.arrays = 3;
       swap.sub_group_size = optimizer.sub_group_size;
-      const int64_t group = std::min(swap.sub_group_size, swap.elements);
-      const int64_t groups = (swap.elements + group - 1) / group;
-      const int64_t slots = offload::StateSwapper::SlotCount(optimizer.buffer_count, groups);
-      footprint.pinned_bytes += slots * 3 * offload::StateSwapper::ArrayStride(group, 4096);
-      footprint.optimizer_file_bytes += offload::StateSwapper::FileBytes(swap);
+      swap.buffer_count = optimizer.buffer_count;
+      const offload::StateSwapper::Layout layout = offload::StateSwapper::LayoutFor(swap);
+      footprint.pinned_bytes += layout.slot_bytes;
+      footprint.optimizer_file_bytes += layout.file_bytes;
       break;
     }
   }

@@ -582,15 +582,13 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
       EndOwnedWrite(u);
     }
   } else {
-    open_write_unit_ = -1;
     updated = swapper_->ForEachSubGroup(
         offload::StateSwapper::Access::kReadWrite,
         [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
           UpdateRange(begin, count, arrays[0], arrays[1], arrays[2], h);
           return Status::Ok();
         });
-    if (open_write_unit_ >= 0) EndOwnedWrite(open_write_unit_);
-    open_write_unit_ = -1;
+    CloseOwnedWrite();
   }
   if (param_shards_ != nullptr) {
     Status stored = FinishOwnedWrites();
@@ -686,14 +684,23 @@ void ZeroEngine::UpdateRange(int64_t begin, int64_t count, float* master, float*
     const int64_t hi = std::min(begin + count, owned.shard_offset + owned.owned_real);
     if (lo >= hi) continue;
     // Units come in order, each over one or more sub-groups: its copy stays open until the next.
-    if (u != open_write_unit_) {
-      if (open_write_unit_ >= 0) EndOwnedWrite(open_write_unit_);
-      open_write_ = BeginOwnedWrite(u);
-      open_write_unit_ = u;
-    }
     UpdatePiece(u, lo - owned.shard_offset, hi - owned.shard_offset, master + (lo - begin),
-                m + (lo - begin), v + (lo - begin), open_write_, h);
+                m + (lo - begin), v + (lo - begin), OpenOwnedWrite(u), h);
   }
+}
+
+void* ZeroEngine::OpenOwnedWrite(int unit) {
+  if (unit != open_write_unit_) {
+    CloseOwnedWrite();
+    open_write_ = BeginOwnedWrite(unit);
+    open_write_unit_ = unit;
+  }
+  return open_write_;
+}
+
+void ZeroEngine::CloseOwnedWrite() {
+  if (open_write_unit_ >= 0) EndOwnedWrite(open_write_unit_);
+  open_write_unit_ = -1;
 }
 
 void* ZeroEngine::BeginOwnedWrite(int unit) {

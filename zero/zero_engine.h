@@ -223,6 +223,10 @@ class ZeroEngine final : public ParamStore {
   // stores and returns the first error.
   void* BeginOwnedWrite(int unit);
   void EndOwnedWrite(int unit);
+  // For walks over sub-groups, in which a unit spans one or more pieces: the unit's copy, begun
+  // when the walk reaches it and ended (CloseOwnedWrite, or reaching the next unit) after.
+  void* OpenOwnedWrite(int unit);
+  void CloseOwnedWrite();
   Status FinishOwnedWrites();
   // Agrees across ranks on whether any rank's local part of a step failed; every rank then
   // returns the first failing rank's error. Collective.
@@ -243,7 +247,7 @@ class ZeroEngine final : public ParamStore {
   std::unique_ptr<offload::PinnedHostPool> param_pool_;
   // Stage 3 with offload_param: this rank's compute-type shards, instead of params_.
   std::unique_ptr<ParamShards> param_shards_;
-  int open_write_unit_ = -1;  // the unit UpdateRange is writing (parameter offload)
+  int open_write_unit_ = -1;  // the unit OpenOwnedWrite has begun (-1: none)
   void* open_write_ = nullptr;
 
   Buffer params_;      // compute type: whole padded model (stages 0-2) or this rank's shards (3)

@@ -119,7 +119,6 @@ Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
 Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_count) {
   HOIST_CHECK(swapper_ != nullptr) << "RestoreStateInPieces needs the optimizer states on NVMe";
   const DataType type = options_.compute_type;
-  open_write_unit_ = -1;
   Status written = swapper_->ForEachSubGroup(
       offload::StateSwapper::Access::kWrite,
       [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
@@ -130,21 +129,16 @@ Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_cou
           const int64_t lo = std::max(begin, owned.shard_offset);
           const int64_t hi = std::min(begin + count, owned.shard_offset + owned.shard);
           if (lo >= hi) continue;
-          if (u != open_write_unit_) {
-            if (open_write_unit_ >= 0) EndOwnedWrite(open_write_unit_);
-            open_write_ = BeginOwnedWrite(u);
-            open_write_unit_ = u;
-          }
+          void* compute = OpenOwnedWrite(u);
           const int64_t real_hi = std::min(hi, owned.shard_offset + owned.owned_real);
           if (real_hi > lo) {
-            FromFloat(arrays[0] + (lo - begin),
-                      ElementPtr(open_write_, type, lo - owned.shard_offset), type, real_hi - lo);
+            FromFloat(arrays[0] + (lo - begin), ElementPtr(compute, type, lo - owned.shard_offset),
+                      type, real_hi - lo);
           }
         }
         return Status::Ok();
       });
-  if (open_write_unit_ >= 0) EndOwnedWrite(open_write_unit_);
-  open_write_unit_ = -1;
+  CloseOwnedWrite();
   Status stored = FinishOwnedWrites();
   HOIST_RETURN_IF_ERROR(AgreeOnFailure(written.ok() ? stored : written));
   step_count_ = step_count;

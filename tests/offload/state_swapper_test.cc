@@ -49,7 +49,7 @@ TEST(StateSwapper, EveryPipelineShapeKeepsEverySubGroupInPlace) {
         ASSERT_TRUE(swapper.ok()) << swapper.status().ToString();
         StateSwapper& s = **swapper;
         EXPECT_EQ(tracker.Snapshot().current[int(Place::kNvme)][int(Category::kOptimizer)],
-                  StateSwapper::FileBytes(options));
+                  StateSwapper::LayoutFor(options).file_bytes);
 
         // Write round 0, then three read-modify-write rounds, then read and check.
         std::vector<int64_t> seen;
@@ -97,7 +97,7 @@ TEST(StateSwapper, EveryPipelineShapeKeepsEverySubGroupInPlace) {
              }).ok());
         EXPECT_EQ(checked, elements);
         // Each pass moves every sub-group once per array in its direction(s).
-        const int64_t pass = StateSwapper::FileBytes(options);
+        const int64_t pass = StateSwapper::LayoutFor(options).file_bytes;
         EXPECT_EQ(s.bytes_written(), 4 * pass);  // write + three read-writes
         EXPECT_EQ(s.bytes_read(), 4 * pass);     // three read-writes + read
         EXPECT_EQ(s.buffer_count(), std::min<int64_t>({buffers, 3, s.num_sub_groups()}));
