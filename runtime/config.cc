@@ -611,6 +611,26 @@ const char* OffloadDeviceName(OffloadDevice device) {
   return "unknown";
 }
 
+const char* CheckpointPolicyName(CheckpointPolicy policy) {
+  switch (policy) {
+    case CheckpointPolicy::kNone: return "none";
+    case CheckpointPolicy::kFull: return "full";
+    case CheckpointPolicy::kEveryK: return "every_k";
+    case CheckpointPolicy::kSelective: return "selective";
+  }
+  return "unknown";
+}
+
+bool ActivationCheckpointingConfig::Checkpointed(int layer) const {
+  switch (policy) {
+    case CheckpointPolicy::kFull: return true;
+    case CheckpointPolicy::kEveryK: return layer % every_k == 0;
+    case CheckpointPolicy::kNone:
+    case CheckpointPolicy::kSelective: return false;
+  }
+  return false;
+}
+
 bool ControlConfig::loopback() const {
   in_addr v4{};
   if (inet_pton(AF_INET, bind.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
@@ -658,6 +678,8 @@ StatusOr<Config> ParseConfig(std::string_view text, const std::vector<std::strin
   HOIST_RETURN_IF_ERROR(config_internal::ReadPrecision(top, &config, &config.notices));
   HOIST_RETURN_IF_ERROR(config_internal::ReadZero(top, &config.zero, &config.notices));
   HOIST_RETURN_IF_ERROR(config_internal::ReadAio(top, &config.aio, &config.notices));
+  HOIST_RETURN_IF_ERROR(config_internal::ReadActivationCheckpointing(
+      top, &config.activation_checkpointing, &config.notices));
   HOIST_RETURN_IF_ERROR(ReadComm(top, &config.comm));
   HOIST_RETURN_IF_ERROR(ReadMetrics(top, &config.metrics));
   HOIST_RETURN_IF_ERROR(ReadControl(top, &config.control));

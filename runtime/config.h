@@ -4,14 +4,15 @@
 //
 // Parsing is strict so that a typo never trains the wrong job: an unknown key, a wrong type, a
 // non-integral number for an integer key, a Hugging Face "auto" placeholder, or a DeepSpeed
-// training-math feature this build lacks (activation checkpointing, ZeRO++ quantisation, fp16
-// master weights, partial optimizer offload, ...) is an error naming the key path
+// training-math feature this build lacks (ZeRO++ quantisation, fp16 master weights, partial
+// optimizer offload, ...) is an error naming the key path
 // (`optimizer.params.betas[1]`) and what to do. fp16 (with loss scaling), bf16, ZeRO stages 0-3
 // and ZeRO-Offload / ZeRO-Infinity (zero_optimization.offload_optimizer and offload_param to cpu
-// or nvme, with the `aio` queue settings) are read into Fp16Config, Bf16Config, ZeroConfig and
-// AioConfig. DeepSpeed keys that do not change the training math (wall_clock_breakdown,
-// tensorboard, zero_optimization.round_robin_gradients, ...) are accepted with one WARN notice
-// each. JSON null means "not set" (the default applies).
+// or nvme, with the `aio` queue settings) and activation_checkpointing are read into Fp16Config,
+// Bf16Config, ZeroConfig, AioConfig and ActivationCheckpointingConfig. DeepSpeed keys that do not
+// change the training math (wall_clock_breakdown, tensorboard,
+// zero_optimization.round_robin_gradients, ...) are accepted with one WARN notice each. JSON null
+// means "not set" (the default applies).
 //
 // Config is a plain value type; ParseConfig and LoadConfig are pure functions of their inputs
 // (apart from the notices they log and LoadConfig's file read) and are thread-safe.
@@ -202,6 +203,44 @@ struct AioConfig {
   bool overlap_events = true;
 };
 
+// Which transformer blocks keep their activations for backward and which recompute them
+// (`activation_checkpointing.policy`):
+//   none       every block keeps everything backward reads;
+//   full       every block keeps only its input (the residual stream) and recomputes its forward
+//              in backward;
+//   every_k    one block in `every_k` (blocks 0, k, 2k, ...) does as in full, the others keep
+//              everything;
+//   selective  every block keeps its matmul outputs and recomputes the cheap, memory-heavy rest:
+//              the layernorms, the attention scores and softmax, and the GELU.
+enum class CheckpointPolicy { kNone, kFull, kEveryK, kSelective };
+
+// "none", "full", "every_k", "selective".
+const char* CheckpointPolicyName(CheckpointPolicy policy);
+
+// `activation_checkpointing`: DeepSpeed's keys plus hoist's `policy` and `every_k`. Without the
+// section nothing is checkpointed; with it and no `policy` the policy is `full` (what a DeepSpeed
+// user who checkpoints every layer gets). Recomputation is bit-exact: the gradients equal those
+// of the run without checkpointing. partition_activations, contiguous_memory_optimization,
+// number_checkpoints, synchronize_checkpoint_boundary and profile are read and checked; the ones
+// that have no counterpart here are accepted with one notice each.
+struct ActivationCheckpointingConfig {
+  CheckpointPolicy policy = CheckpointPolicy::kNone;
+  int every_k = 2;  // >= 1; used by every_k
+  // Keep the checkpointed block inputs in pinned host memory instead of device memory.
+  bool cpu_checkpointing = false;
+  bool partition_activations = false;
+  bool contiguous_memory_optimization = false;
+  int64_t number_checkpoints = 0;  // 0: not set
+  bool synchronize_checkpoint_boundary = false;
+  // Log the seconds spent recomputing each step (`recompute_s` in the JSONL log).
+  bool profile = false;
+
+  bool enabled() const { return policy != CheckpointPolicy::kNone; }
+  // Whether block `layer` of `n_layer` keeps only its input and recomputes the rest (full and
+  // every_k); selective recomputes a part of every block and none nothing.
+  bool Checkpointed(int layer) const;
+};
+
 // `offload`, hoist's own section: limits on what offloading may take from the host.
 struct OffloadConfig {
   // The host bytes (pageable and pinned) all ranks on one node may use for offloaded states and
@@ -292,6 +331,7 @@ struct Config {
   MetricsConfig metrics;
   ControlConfig control;
   AioConfig aio;
+  ActivationCheckpointingConfig activation_checkpointing;
   OffloadConfig offload;
   // DeepSpeed's top-level communication_data_type ("fp32", "fp16" or "bf16", any case): the
   // type gradients are reduced in. Unset: the compute precision().

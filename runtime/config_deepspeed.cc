@@ -43,12 +43,12 @@ constexpr EnabledFeature kEnabledFeatures[] = {
 
 // Sections whose mere presence asks for a feature hoist lacks.
 constexpr EnabledFeature kUnsupportedSections[] = {
-    {"activation_checkpointing", "activation checkpointing"},
     {"sparse_attention", "sparse attention"},
     {"compression_training", "compression training"},
 };
 
-// The DeepSpeed top-level keys read by ReadPrecision, ReadZero and ReadAio, or checked by hand
+// The DeepSpeed top-level keys read by ReadPrecision, ReadZero, ReadAio and
+// ReadActivationCheckpointing, or checked by hand
 // below.
 constexpr std::string_view kReadKeys[] = {
     "fp16",
@@ -57,6 +57,7 @@ constexpr std::string_view kReadKeys[] = {
     "communication_data_type",
     "zero_optimization",
     "aio",
+    "activation_checkpointing",
     "gradient_allreduce_op",
 };
 
@@ -636,6 +637,84 @@ Status ReadAio(const Section& top, AioConfig* aio, std::vector<std::string>* not
     }
   }
   return RequireBool(s, "use_gds", false, "GPUDirect Storage");
+}
+
+Status ReadActivationCheckpointing(const Section& top, ActivationCheckpointingConfig* ac,
+                                   std::vector<std::string>* notices) {
+  if (!top.Has("activation_checkpointing")) return Status::Ok();
+  HOIST_ASSIGN_OR_RETURN(Section s, top.Child("activation_checkpointing"));
+  HOIST_RETURN_IF_ERROR(
+      s.AllowOnly({"policy", "every_k", "partition_activations", "cpu_checkpointing",
+                   "contiguous_memory_optimization", "number_checkpoints",
+                   "synchronize_checkpoint_boundary", "profile"}));
+  // The section asks for checkpointing; DeepSpeed leaves the choice of blocks to the model code,
+  // hoist to `policy`, which defaults to every block.
+  std::string policy = "full";
+  HOIST_RETURN_IF_ERROR(s.String("policy", &policy));
+  const std::string lower = Lower(policy);
+  bool found = false;
+  for (CheckpointPolicy p : {CheckpointPolicy::kNone, CheckpointPolicy::kFull,
+                             CheckpointPolicy::kEveryK, CheckpointPolicy::kSelective}) {
+    if (lower == CheckpointPolicyName(p)) {
+      ac->policy = p;
+      found = true;
+    }
+  }
+  if (!found) {
+    std::string message =
+        "must be \"none\", \"full\", \"every_k\" or \"selective\", found \"" + policy + "\"";
+    std::string_view guess = ClosestMatch(lower, {"none", "full", "every_k", "selective"});
+    if (!guess.empty()) message += "; did you mean \"" + std::string(guess) + "\"?";
+    return s.Invalid("policy", message);
+  }
+  HOIST_RETURN_IF_ERROR(s.Int("every_k", &ac->every_k));
+  if (ac->every_k < 1) {
+    return s.Invalid("every_k", "must be >= 1 (one block in every_k is checkpointed), found " +
+                                    std::to_string(ac->every_k));
+  }
+  if (s.Has("every_k") && ac->policy != CheckpointPolicy::kEveryK) {
+    return s.Invalid("every_k", "is only read with policy \"every_k\", but policy is \"" +
+                                    std::string(CheckpointPolicyName(ac->policy)) +
+                                    "\"; set policy to \"every_k\" or remove every_k");
+  }
+  HOIST_RETURN_IF_ERROR(s.Bool("cpu_checkpointing", &ac->cpu_checkpointing));
+  HOIST_RETURN_IF_ERROR(s.Bool("partition_activations", &ac->partition_activations));
+  HOIST_RETURN_IF_ERROR(
+      s.Bool("contiguous_memory_optimization", &ac->contiguous_memory_optimization));
+  HOIST_RETURN_IF_ERROR(
+      s.Bool("synchronize_checkpoint_boundary", &ac->synchronize_checkpoint_boundary));
+  HOIST_RETURN_IF_ERROR(s.Bool("profile", &ac->profile));
+  HOIST_RETURN_IF_ERROR(s.Int("number_checkpoints", &ac->number_checkpoints));
+  if (s.Has("number_checkpoints") && ac->number_checkpoints < 1) {
+    return s.Invalid("number_checkpoints", "must be >= 1 (or null: not set), found " +
+                                               std::to_string(ac->number_checkpoints));
+  }
+  if (ac->cpu_checkpointing && !ac->enabled()) {
+    return s.Invalid("cpu_checkpointing",
+                     "keeps checkpointed block inputs in pinned host memory, but policy is "
+                     "\"none\", so nothing is checkpointed; choose a policy or set it to false");
+  }
+  if (ac->partition_activations) {
+    notices->push_back(s.PathOf("partition_activations") +
+                       ": splits checkpointed activations across model-parallel ranks; hoist "
+                       "has no model parallelism, so it has no effect");
+  }
+  if (ac->contiguous_memory_optimization) {
+    notices->push_back(s.PathOf("contiguous_memory_optimization") +
+                       ": hoist always keeps the checkpointed inputs in one buffer allocated "
+                       "once; no effect");
+  }
+  if (s.Has("number_checkpoints")) {
+    notices->push_back(s.PathOf("number_checkpoints") +
+                       ": sizes DeepSpeed's contiguous checkpoint buffer; hoist sizes its buffer "
+                       "from the policy and the model; no effect");
+  }
+  if (ac->synchronize_checkpoint_boundary) {
+    notices->push_back(s.PathOf("synchronize_checkpoint_boundary") +
+                       ": synchronizes the device at each checkpoint boundary; hoist's CPU "
+                       "kernels finish before the next op starts, so it has no effect");
+  }
+  return Status::Ok();
 }
 
 }  // namespace hoist::runtime::config_internal

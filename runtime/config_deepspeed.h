@@ -1,6 +1,6 @@
 // The DeepSpeed sections of the config: the ones hoist reads (fp16, bf16, zero_optimization with
-// its offload sections, communication_data_type, aio) and the top-level keys it knows but does not
-// act on. Internal to runtime/config*.cc.
+// its offload sections, communication_data_type, aio, activation_checkpointing) and the top-level
+// keys it knows but does not act on. Internal to runtime/config*.cc.
 #pragma once
 
 #include <string>
@@ -34,5 +34,11 @@ Status ReadZero(const Section& top, ZeroConfig* zero, std::vector<std::string>* 
 // Reads `aio` (the NVMe queue) into `aio`; the keys that only tune DeepSpeed's libaio threads
 // append one notice each to `notices`.
 Status ReadAio(const Section& top, AioConfig* aio, std::vector<std::string>* notices);
+
+// Reads `activation_checkpointing` into `ac`; keys with no effect here (partition_activations,
+// contiguous_memory_optimization, number_checkpoints, synchronize_checkpoint_boundary) append one
+// notice each when set.
+Status ReadActivationCheckpointing(const Section& top, ActivationCheckpointingConfig* ac,
+                                   std::vector<std::string>* notices);
 
 }  // namespace hoist::runtime::config_internal

@@ -1,5 +1,7 @@
 #include "runtime/gpt2.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -132,31 +134,62 @@ class Gpt2Model::FlatStore final : public zero::ParamStore {
   Buffer params_, grads_;
 };
 
-Gpt2Model::Gpt2Model(const ModelConfig& config, int max_B, int max_T)
-    : config_(config), layout_(ParamLayout::For(config)), max_B_(max_B), max_T_(max_T) {}
+Gpt2Model::Gpt2Model(const ModelConfig& config, int max_B, int max_T,
+                     comm::DataType activation_type,
+                     const ActivationCheckpointingConfig& checkpointing)
+    : config_(config),
+      layout_(ParamLayout::For(config)),
+      max_B_(max_B),
+      max_T_(max_T),
+      activation_type_(activation_type),
+      checkpointing_(checkpointing) {
+  for (int s = 0; s < kNumSaved; ++s) {
+    std::vector<int>& index = kept_index_[static_cast<size_t>(s)];
+    int& kept = kept_layers_[static_cast<size_t>(s)];
+    for (int l = 0; l < config_.n_layer; ++l) index.push_back(Kept(s, l) ? kept++ : -1);
+  }
+}
 
 Gpt2Model::~Gpt2Model() = default;
 
-StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(const ModelConfig& config, int max_B,
-                                                       int max_T, Device* device,
-                                                       zero::ParamStore* store,
-                                                       comm::DataType activation_type) {
+StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
+    const ModelConfig& config, int max_B, int max_T, Device* device, zero::ParamStore* store,
+    comm::DataType activation_type, const ActivationCheckpointingConfig& checkpointing) {
   if (max_B <= 0 || max_T <= 0 || max_T > config.seq_len) {
     return InvalidArgumentError("micro-batch (" + std::to_string(max_B) + ", " +
                                 std::to_string(max_T) + ") does not fit model.seq_len " +
                                 std::to_string(config.seq_len));
   }
-  std::unique_ptr<Gpt2Model> model(new Gpt2Model(config, max_B, max_T));
+  std::unique_ptr<Gpt2Model> model(
+      new Gpt2Model(config, max_B, max_T, activation_type, checkpointing));
   model->store_ = store;
-  model->activation_type_ = activation_type;
   HOIST_RETURN_IF_ERROR(model->Allocate(device));
   return model;
 }
 
+Gpt2Model::ActivationBytes Gpt2Model::ActivationFootprint(
+    const ModelConfig& config, int max_B, int max_T, comm::DataType activation_type,
+    const ActivationCheckpointingConfig& checkpointing) {
+  Gpt2Model model(config, max_B, max_T, activation_type, checkpointing);
+  ActivationBytes bytes;
+  const Status counted = model.AllocateActivations(nullptr, &bytes);
+  HOIST_CHECK(counted.ok()) << counted.ToString();
+  return bytes;
+}
+
+const char* Gpt2Model::PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kForwardEmbedding: return "forward embedding";
+    case Phase::kForwardBlock: return "forward block";
+    case Phase::kForwardHead: return "forward head";
+    case Phase::kBackwardHead: return "backward head";
+    case Phase::kBackwardBlock: return "backward block";
+    case Phase::kBackwardEmbedding: return "backward embedding";
+  }
+  return "unknown";
+}
+
 Status Gpt2Model::Allocate(Device* device) {
-  const int64_t L = config_.n_layer, C = config_.n_embd, NH = config_.n_head;
-  const int64_t BT = int64_t{max_B_} * max_T_, T = max_T_;
-  const int64_t Vp = config_.padded_vocab_size();
   if (store_ == nullptr) {
     const int64_t bytes = layout_.total * int64_t{sizeof(float)};
     HOIST_ASSIGN_OR_RETURN(Buffer params, device->Allocate(bytes, Category::kParam));
@@ -164,66 +197,110 @@ Status Gpt2Model::Allocate(Device* device) {
     own_store_ = std::make_unique<FlatStore>(layout_, std::move(params), std::move(grads));
     store_ = own_store_.get();
   }
+  ActivationBytes bytes;
+  return AllocateActivations(device, &bytes);
+}
+
+bool Gpt2Model::Kept(int s, int l) const {
+  if (s == kSavedResidual3) return true;
+  switch (checkpointing_.policy) {
+    case CheckpointPolicy::kNone: return true;
+    case CheckpointPolicy::kFull:
+    case CheckpointPolicy::kEveryK: return !checkpointing_.Checkpointed(l);
+    case CheckpointPolicy::kSelective:
+      return s == kSavedQkv || s == kSavedResidual2 || s == kSavedFch;
+  }
+  return true;
+}
+
+bool Gpt2Model::KeptOnHost(int s) const {
+  return s == kSavedResidual3 && checkpointing_.cpu_checkpointing && checkpointing_.enabled();
+}
+
+Status Gpt2Model::AllocateActivations(Device* device, ActivationBytes* bytes) {
+  const int64_t L = config_.n_layer, C = config_.n_embd, NH = config_.n_head;
+  const int64_t BT = int64_t{max_B_} * max_T_, T = max_T_;
+  const int64_t Vp = config_.padded_vocab_size();
+  const bool half = half_activations();
 
   // Each entry: the pointer to set and its element count, laid out back to back.
   struct Slot {
     float** ptr;
     int64_t count;
   };
-  // With 16-bit storage the fp32 stacks hold one working layer; the L layers live in stored_.
-  const int64_t W = half_activations() ? 1 : L;
-  const Slot activation_slots[] = {{&encoded_, BT * C},
-                                   {&ln1_, W * BT * C},
-                                   {&ln1_mean_, L * BT},
-                                   {&ln1_rstd_, L * BT},
-                                   {&qkv_, W * BT * 3 * C},
-                                   {&atty_, W * BT * C},
-                                   {&att_, tiled() ? 0 : W * max_B_ * NH * T * T},
-                                   {&lse_, tiled() ? L * max_B_ * NH * T : 0},
-                                   {&residual2_, W * BT * C},
-                                   {&ln2_, W * BT * C},
-                                   {&ln2_mean_, L * BT},
-                                   {&ln2_rstd_, L * BT},
-                                   {&fch_, W * BT * 4 * C},
-                                   {&fch_gelu_, W * BT * 4 * C},
-                                   {&residual3_, W * BT * C},
-                                   {&lnf_, BT * C},
-                                   {&lnf_mean_, BT},
-                                   {&lnf_rstd_, BT},
-                                   {&logits_, BT * Vp},
-                                   {&losses_, BT}};
+  std::vector<Slot> activation_slots = {
+      {&encoded_, BT * C},  {&ln1_mean_, L * BT},
+      {&ln1_rstd_, L * BT}, {&lse_, tiled() ? L * max_B_ * NH * T : 0},
+      {&ln2_mean_, L * BT}, {&ln2_rstd_, L * BT},
+      {&lnf_, BT * C},      {&lnf_mean_, BT},
+      {&lnf_rstd_, BT},     {&logits_, BT * Vp},
+      {&losses_, BT}};
+  std::vector<Slot> pinned_slots;
+  // fp32 storage: a stack of the kept layers, and a working layer when some layer recomputes.
+  // 16-bit storage: one fp32 working layer; the kept layers are in stored_.
+  for (int s = 0; s < kNumSaved; ++s) {
+    const auto i = static_cast<size_t>(s);
+    const int64_t count = SavedCount(s, max_B_, max_T_);
+    if (half || kept_layers_[i] < L) activation_slots.push_back({&work_[i], count});
+    if (half) continue;
+    (KeptOnHost(s) ? pinned_slots : activation_slots)
+        .push_back({&stack_[i], kept_layers_[i] * count});
+  }
   const Slot scratch_slots[] = {{&dresidual_, BT * C}, {&dln_, BT * C},
                                 {&datty_, BT * C},     {&dqkv_, BT * 3 * C},
                                 {&dfch_, BT * 4 * C},  {&dfch_gelu_, BT * 4 * C}};
 
   // Every array starts on a 64-byte boundary so SIMD loads of row starts stay aligned.
   auto padded = [](int64_t count) { return (count + 15) / 16 * 16; };
-  auto carve = [&](const auto& slots, Buffer& buffer, Category category) -> Status {
+  auto floats = [&](const auto& slots) {
     int64_t total = 0;
     for (const Slot& slot : slots) total += padded(slot.count);
-    HOIST_ASSIGN_OR_RETURN(buffer, device->Allocate(total * int64_t{sizeof(float)}, category));
-    float* cursor = buffer.as<float>();
+    return total;
+  };
+  auto carve = [&](const auto& slots, void* base) {
+    float* cursor = static_cast<float*>(base);
     for (const Slot& slot : slots) {
-      *slot.ptr = cursor;
+      *slot.ptr = slot.count > 0 ? cursor : nullptr;
       cursor += padded(slot.count);
     }
-    return Status::Ok();
   };
-  HOIST_RETURN_IF_ERROR(carve(activation_slots, activations_, Category::kActivation));
-  HOIST_RETURN_IF_ERROR(carve(scratch_slots, scratch_, Category::kActivation));
-  HOIST_ASSIGN_OR_RETURN(tokens_,
-                         device->Allocate(BT * int64_t{sizeof(int32_t)}, Category::kActivation));
-  inputs_ = tokens_.as<int32_t>();
-  if (half_activations()) {
-    const auto element = static_cast<int64_t>(comm::DataTypeSize(activation_type_));
-    int64_t total = 0;
+  // The 16-bit copies of the kept layers: each tensor's layers back to back.
+  const auto element = static_cast<int64_t>(comm::DataTypeSize(activation_type_));
+  int64_t stored_elements = 0, pinned_elements = 0;
+  if (half) {
     for (int s = 0; s < kNumSaved; ++s) {
-      stored_offset_[static_cast<size_t>(s)] = total;
-      total += padded(L * SavedCount(s, max_B_, max_T_));
+      const auto i = static_cast<size_t>(s);
+      int64_t& total = KeptOnHost(s) ? pinned_elements : stored_elements;
+      stored_offset_[i] = total;
+      total += padded(kept_layers_[i] * SavedCount(s, max_B_, max_T_));
     }
-    HOIST_ASSIGN_OR_RETURN(stored_, device->Allocate(total * element, Category::kActivation));
-    HOIST_ASSIGN_OR_RETURN(round_scratch_,
-                           device->Allocate(BT * C * element, Category::kActivation));
+  }
+  const int64_t pinned_bytes =
+      half ? pinned_elements * element : floats(pinned_slots) * int64_t{sizeof(float)};
+  const int64_t activation_bytes = floats(activation_slots) * int64_t{sizeof(float)};
+  const int64_t scratch_bytes = floats(scratch_slots) * int64_t{sizeof(float)};
+  const int64_t token_bytes = BT * int64_t{sizeof(int32_t)};
+  const int64_t stored_bytes = stored_elements * element;
+  const int64_t round_bytes = half ? BT * C * element : 0;
+  const int64_t page = offload::PinnedHostPool::kPageBytes;
+  bytes->device = activation_bytes + scratch_bytes + token_bytes + stored_bytes + round_bytes;
+  bytes->host_pinned = (pinned_bytes + page - 1) / page * page;
+  if (device == nullptr) return Status::Ok();
+
+  HOIST_ASSIGN_OR_RETURN(activations_, device->Allocate(activation_bytes, Category::kActivation));
+  carve(activation_slots, activations_.data());
+  HOIST_ASSIGN_OR_RETURN(scratch_, device->Allocate(scratch_bytes, Category::kActivation));
+  carve(scratch_slots, scratch_.data());
+  HOIST_ASSIGN_OR_RETURN(tokens_, device->Allocate(token_bytes, Category::kActivation));
+  inputs_ = tokens_.as<int32_t>();
+  if (half) {
+    HOIST_ASSIGN_OR_RETURN(stored_, device->Allocate(stored_bytes, Category::kActivation));
+    HOIST_ASSIGN_OR_RETURN(round_scratch_, device->Allocate(round_bytes, Category::kActivation));
+  }
+  if (pinned_bytes > 0) {
+    pinned_pool_ = std::make_unique<offload::PinnedHostPool>(*device->tracker());
+    HOIST_ASSIGN_OR_RETURN(pinned_, pinned_pool_->Allocate(pinned_bytes, Category::kActivation));
+    if (!half) carve(pinned_slots, pinned_.data());
   }
   return Status::Ok();
 }
@@ -239,28 +316,48 @@ int64_t Gpt2Model::SavedCount(int s, int B, int T) const {
   }
 }
 
-void Gpt2Model::Keep(int s, int l, float* working, int B, int T) {
-  if (!half_activations()) return;
-  const int64_t count = SavedCount(s, B, T);
-  void* stored = zero::ElementPtr(stored_.data(), activation_type_,
-                                  stored_offset_[static_cast<size_t>(s)] + l * count);
-  zero::FromFloat(working, stored, activation_type_, count);
-  zero::ToFloat(stored, activation_type_, working, count);
+float* Gpt2Model::At(int s, int l) const {
+  const auto i = static_cast<size_t>(s);
+  const int index = kept_index_[i][static_cast<size_t>(l)];
+  if (half_activations() || index < 0) return work_[i];
+  return stack_[i] + index * SavedCount(s, last_B_, last_T_);
 }
 
-void Gpt2Model::Restore(int s, int l, float* working, int B, int T) {
+void Gpt2Model::Keep(int s, int l) {
   if (!half_activations()) return;
-  const int64_t count = SavedCount(s, B, T);
-  const void* stored = zero::ElementPtr(stored_.data(), activation_type_,
-                                        stored_offset_[static_cast<size_t>(s)] + l * count);
-  zero::ToFloat(stored, activation_type_, working, count);
+  const auto i = static_cast<size_t>(s);
+  const int index = kept_index_[i][static_cast<size_t>(l)];
+  const int64_t count = SavedCount(s, last_B_, last_T_);
+  if (index < 0) {
+    Round(work_[i], count);
+    return;
+  }
+  void* base = KeptOnHost(s) ? pinned_.data() : stored_.data();
+  void* stored = zero::ElementPtr(base, activation_type_, stored_offset_[i] + index * count);
+  zero::FromFloat(work_[i], stored, activation_type_, count);
+  zero::ToFloat(stored, activation_type_, work_[i], count);
+}
+
+void Gpt2Model::Restore(int s, int l) {
+  if (!half_activations()) return;
+  const auto i = static_cast<size_t>(s);
+  const int index = kept_index_[i][static_cast<size_t>(l)];
+  if (index < 0) return;
+  const int64_t count = SavedCount(s, last_B_, last_T_);
+  const void* base = KeptOnHost(s) ? pinned_.data() : stored_.data();
+  const void* stored = zero::ElementPtr(base, activation_type_, stored_offset_[i] + index * count);
+  zero::ToFloat(stored, activation_type_, work_[i], count);
 }
 
 void Gpt2Model::Round(float* x, int64_t count) {
   if (!half_activations()) return;
-  HOIST_CHECK_LE(count * int64_t(comm::DataTypeSize(activation_type_)), round_scratch_.bytes());
-  zero::FromFloat(x, round_scratch_.data(), activation_type_, count);
-  zero::ToFloat(round_scratch_.data(), activation_type_, x, count);
+  // Through the scratch a piece at a time: rounding is elementwise.
+  const int64_t piece = round_scratch_.bytes() / int64_t(comm::DataTypeSize(activation_type_));
+  for (int64_t begin = 0; begin < count; begin += piece) {
+    const int64_t n = std::min(piece, count - begin);
+    zero::FromFloat(x + begin, round_scratch_.data(), activation_type_, n);
+    zero::ToFloat(round_scratch_.data(), activation_type_, x + begin, n);
+  }
 }
 
 float* Gpt2Model::params() {
@@ -345,7 +442,10 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
     store_->ReleaseParams(kEmbedding);
     backward_ready_ = false;
   }
+  last_B_ = B;
+  last_T_ = T;
 
+  EnterPhase(Phase::kForwardEmbedding, -1);
   std::memcpy(inputs_, inputs, static_cast<size_t>(BT) * sizeof(int32_t));
   const float* embedding = store_->AcquireParams(kEmbedding);
   store_->Prefetch(1);
@@ -355,53 +455,55 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   store_->ReleaseParams(kEmbedding);
   const float* residual = encoded_;
   for (int l = 0; l < L; ++l) {
+    EnterPhase(Phase::kForwardBlock, l);
     const BlockTensors<const float> w(store_->AcquireParams(1 + l), layout_);
     store_->Prefetch(l + 1 < L ? 2 + l : kFinal);
-    // Per-layer slices of the stacked activations (one working layer with 16-bit storage;
-    // then `residual` is the working residual3, read before this layer overwrites it).
-    float* ln1 = ln1_ + slot(l) * BT * C;
+    // Layer l's arrays: its slice of the kept stacks, or a working layer (16-bit storage, or a
+    // tensor this layer recomputes). In 16-bit storage `residual` is the working residual3,
+    // read before this layer overwrites it.
+    float* ln1 = At(kSavedLn1, l);
     float* ln1_mean = ln1_mean_ + l * BT;
     float* ln1_rstd = ln1_rstd_ + l * BT;
-    float* qkv = qkv_ + slot(l) * BT * 3 * C;
-    float* atty = atty_ + slot(l) * BT * C;
-    float* att = att_ + slot(l) * B * NH * T * T;
-    float* residual2 = residual2_ + slot(l) * BT * C;
-    float* ln2 = ln2_ + slot(l) * BT * C;
+    float* qkv = At(kSavedQkv, l);
+    float* atty = At(kSavedAtty, l);
+    float* residual2 = At(kSavedResidual2, l);
+    float* ln2 = At(kSavedLn2, l);
     float* ln2_mean = ln2_mean_ + l * BT;
     float* ln2_rstd = ln2_rstd_ + l * BT;
-    float* fch = fch_ + slot(l) * BT * 4 * C;
-    float* fch_gelu = fch_gelu_ + slot(l) * BT * 4 * C;
-    float* residual3 = residual3_ + slot(l) * BT * C;
+    float* fch = At(kSavedFch, l);
+    float* fch_gelu = At(kSavedFchGelu, l);
+    float* residual3 = At(kSavedResidual3, l);
     float* scratch = dresidual_;  // free during forward: holds each projection's output
 
     ops::LayerNormForward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
-    Keep(kSavedLn1, l, ln1, B, T);
+    Keep(kSavedLn1, l);
     ops::MatmulForward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C);
-    Keep(kSavedQkv, l, qkv, B, T);
+    Keep(kSavedQkv, l);
     if (tiled()) {
       ops::AttentionForwardTiled(atty, lse_ + int64_t{l} * B * NH * T, qkv, B, T, C, NH);
     } else {
-      ops::AttentionForward(atty, att, qkv, B, T, C, NH);
-      Keep(kSavedAtt, l, att, B, T);
+      ops::AttentionForward(atty, At(kSavedAtt, l), qkv, B, T, C, NH);
+      Keep(kSavedAtt, l);
     }
-    Keep(kSavedAtty, l, atty, B, T);
+    Keep(kSavedAtty, l);
     ops::MatmulForward(scratch, atty, w.attprojw, w.attprojb, N, C, C);
     Round(scratch, BT * C);
     ops::ResidualForward(residual2, residual, scratch, static_cast<size_t>(BT * C));
-    Keep(kSavedResidual2, l, residual2, B, T);
+    Keep(kSavedResidual2, l);
     ops::LayerNormForward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, N, C);
-    Keep(kSavedLn2, l, ln2, B, T);
+    Keep(kSavedLn2, l);
     ops::MatmulForward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C);
-    Keep(kSavedFch, l, fch, B, T);
+    Keep(kSavedFch, l);
     ops::GeluForward(fch_gelu, fch, static_cast<size_t>(BT * 4 * C));
-    Keep(kSavedFchGelu, l, fch_gelu, B, T);
+    Keep(kSavedFchGelu, l);
     ops::MatmulForward(scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
     Round(scratch, BT * C);
     ops::ResidualForward(residual3, residual2, scratch, static_cast<size_t>(BT * C));
-    Keep(kSavedResidual3, l, residual3, B, T);
+    Keep(kSavedResidual3, l);
     store_->ReleaseParams(1 + l);
     residual = residual3;
   }
+  EnterPhase(Phase::kForwardHead, -1);
   const float* final_norm = store_->AcquireParams(kFinal);
   store_->Prefetch(kEmbedding);
   ops::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual,
@@ -420,10 +522,59 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
                            dloss / static_cast<float>(BT), N, V, Vp);
   double sum = 0.0;
   for (int64_t i = 0; i < BT; ++i) sum += losses_[i];
-  last_B_ = B;
-  last_T_ = T;
   backward_ready_ = dloss > 0.0f;
   return static_cast<float>(sum / static_cast<double>(BT));
+}
+
+void Gpt2Model::RecomputeBlock(int l, const float* residual, const float* weights) {
+  const int B = last_B_, T = last_T_;
+  const int C = config_.n_embd, NH = config_.n_head;
+  const int64_t BT = int64_t{B} * T;
+  const int N = static_cast<int>(BT);
+  const BlockTensors<const float> p(weights, layout_);
+  // The same ops, in forward's order, on the same inputs; each step runs only when its output
+  // was not kept (a step's inputs are then kept or recomputed just before it). Every layer keeps
+  // residual3, so the last projection never runs again.
+  auto recompute = [&](int s) { return !Kept(s, l); };
+  float* scratch = datty_;  // free until the attention projection's backward
+  if (recompute(kSavedLn1)) {
+    ops::LayerNormForward(At(kSavedLn1, l), ln1_mean_ + l * BT, ln1_rstd_ + l * BT, residual,
+                          p.ln1w, p.ln1b, N, C);
+    Round(At(kSavedLn1, l), SavedCount(kSavedLn1, B, T));
+  }
+  if (recompute(kSavedQkv)) {
+    ops::MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), p.qkvw, p.qkvb, N, C, 3 * C);
+    Round(At(kSavedQkv, l), SavedCount(kSavedQkv, B, T));
+  }
+  if (recompute(kSavedAtty)) {
+    if (tiled()) {
+      ops::AttentionForwardTiled(At(kSavedAtty, l), lse_ + int64_t{l} * B * NH * T,
+                                 At(kSavedQkv, l), B, T, C, NH);
+    } else {
+      ops::AttentionForward(At(kSavedAtty, l), At(kSavedAtt, l), At(kSavedQkv, l), B, T, C, NH);
+      Round(At(kSavedAtt, l), SavedCount(kSavedAtt, B, T));
+    }
+    Round(At(kSavedAtty, l), SavedCount(kSavedAtty, B, T));
+  }
+  if (recompute(kSavedResidual2)) {
+    ops::MatmulForward(scratch, At(kSavedAtty, l), p.attprojw, p.attprojb, N, C, C);
+    Round(scratch, BT * C);
+    ops::ResidualForward(At(kSavedResidual2, l), residual, scratch, static_cast<size_t>(BT * C));
+    Round(At(kSavedResidual2, l), SavedCount(kSavedResidual2, B, T));
+  }
+  if (recompute(kSavedLn2)) {
+    ops::LayerNormForward(At(kSavedLn2, l), ln2_mean_ + l * BT, ln2_rstd_ + l * BT,
+                          At(kSavedResidual2, l), p.ln2w, p.ln2b, N, C);
+    Round(At(kSavedLn2, l), SavedCount(kSavedLn2, B, T));
+  }
+  if (recompute(kSavedFch)) {
+    ops::MatmulForward(At(kSavedFch, l), At(kSavedLn2, l), p.fcw, p.fcb, N, C, 4 * C);
+    Round(At(kSavedFch, l), SavedCount(kSavedFch, B, T));
+  }
+  if (recompute(kSavedFchGelu)) {
+    ops::GeluForward(At(kSavedFchGelu, l), At(kSavedFch, l), static_cast<size_t>(BT * 4 * C));
+    Round(At(kSavedFchGelu, l), SavedCount(kSavedFchGelu, B, T));
+  }
 }
 
 void Gpt2Model::Backward() {
@@ -442,6 +593,7 @@ void Gpt2Model::Backward() {
   // logits_ holds dlogits. dresidual_ carries the gradient of the residual stream down the
   // layers; the residual adds pass it through unchanged, so it is never copied. The embeddings'
   // gradient buffer stays with us from the head (first) to the token embedding (last).
+  EnterPhase(Phase::kBackwardHead, -1);
   const float* dlogits = logits_;
   float* embedding_grads = store_->AcquireGrads(kEmbedding);
   {
@@ -458,8 +610,8 @@ void Gpt2Model::Backward() {
     if (L > 0) store_->Prefetch(L);
     float* final_grads = store_->AcquireGrads(kFinal);
     zero(dresidual_, BT * C);
-    if (L > 0) Restore(kSavedResidual3, L - 1, residual3_, B, T);
-    const float* last_residual = L > 0 ? residual3_ + slot(L - 1) * BT * C : encoded_;
+    if (L > 0) Restore(kSavedResidual3, L - 1);
+    const float* last_residual = L > 0 ? At(kSavedResidual3, L - 1) : encoded_;
     ops::LayerNormBackward(dresidual_, final_grads + layout_.local_offsets[kLnfW],
                            final_grads + layout_.local_offsets[kLnfB], dln_, last_residual,
                            final_norm + layout_.local_offsets[kLnfW], lnf_mean_, lnf_rstd_, N, C);
@@ -468,39 +620,38 @@ void Gpt2Model::Backward() {
   }
 
   for (int l = L - 1; l >= 0; --l) {
-    const BlockTensors<const float> w(store_->AcquireParams(1 + l), layout_);
+    EnterPhase(Phase::kBackwardBlock, l);
+    const float* weights = store_->AcquireParams(1 + l);
+    const BlockTensors<const float> w(weights, layout_);
     if (l > 0) store_->Prefetch(l);
     const BlockTensors<float> g(store_->AcquireGrads(1 + l), layout_);
-    // With 16-bit storage, refill the working layer: this layer's saved activations, and as
-    // its input the previous layer's residual3 (this layer's own is not needed here).
-    const struct {
-      int saved, layer;
-      float* working;
-    } refill[] = {{kSavedLn1, l, ln1_},
-                  {kSavedQkv, l, qkv_},
-                  {kSavedAtty, l, atty_},
-                  {kSavedAtt, l, att_},
-                  {kSavedResidual2, l, residual2_},
-                  {kSavedLn2, l, ln2_},
-                  {kSavedFch, l, fch_},
-                  {kSavedFchGelu, l, fch_gelu_},
-                  {kSavedResidual3, l - 1, residual3_}};
-    for (const auto& r : refill) {
-      if (r.layer >= 0) Restore(r.saved, r.layer, r.working, B, T);
+    // With 16-bit storage, refill the working layer: what this layer kept, and as its input the
+    // previous layer's residual3 (this layer's own is not needed here). Then recompute what it
+    // did not keep.
+    for (int s = 0; s < kNumSaved; ++s) {
+      if (s != kSavedResidual3) Restore(s, l);
     }
-    const float* residual = l == 0 ? encoded_ : residual3_ + slot(l - 1) * BT * C;
-    const float* ln1 = ln1_ + slot(l) * BT * C;
+    if (l > 0) Restore(kSavedResidual3, l - 1);
+    const float* residual = l == 0 ? encoded_ : At(kSavedResidual3, l - 1);
+    bool recomputes = false;
+    for (int s = 0; s < kNumSaved; ++s) recomputes = recomputes || !Kept(s, l);
+    if (recomputes) {
+      const auto start = std::chrono::steady_clock::now();
+      RecomputeBlock(l, residual, weights);
+      recompute_s_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    const float* ln1 = At(kSavedLn1, l);
     const float* ln1_mean = ln1_mean_ + l * BT;
     const float* ln1_rstd = ln1_rstd_ + l * BT;
-    const float* qkv = qkv_ + slot(l) * BT * 3 * C;
-    const float* atty = atty_ + slot(l) * BT * C;
-    const float* att = att_ + slot(l) * B * NH * T * T;
-    const float* residual2 = residual2_ + slot(l) * BT * C;
-    const float* ln2 = ln2_ + slot(l) * BT * C;
+    const float* qkv = At(kSavedQkv, l);
+    const float* atty = At(kSavedAtty, l);
+    const float* residual2 = At(kSavedResidual2, l);
+    const float* ln2 = At(kSavedLn2, l);
     const float* ln2_mean = ln2_mean_ + l * BT;
     const float* ln2_rstd = ln2_rstd_ + l * BT;
-    const float* fch = fch_ + slot(l) * BT * 4 * C;
-    const float* fch_gelu = fch_gelu_ + slot(l) * BT * 4 * C;
+    const float* fch = At(kSavedFch, l);
+    const float* fch_gelu = At(kSavedFchGelu, l);
 
     // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
     zero(dfch_gelu_, BT * 4 * C);
@@ -521,7 +672,7 @@ void Gpt2Model::Backward() {
       ops::AttentionBackwardTiled(dqkv_, datty_, qkv, atty, lse_ + int64_t{l} * B * NH * T, B, T, C,
                                   NH);
     } else {
-      ops::AttentionBackward(dqkv_, datty_, qkv, att, B, T, C, NH);
+      ops::AttentionBackward(dqkv_, datty_, qkv, At(kSavedAtt, l), B, T, C, NH);
     }
     zero(dln_, BT * C);
     ops::MatmulBackward(dln_, g.qkvw, g.qkvb, dqkv_, ln1, w.qkvw, N, C, 3 * C);
@@ -530,6 +681,7 @@ void Gpt2Model::Backward() {
     store_->ReleaseGrads(1 + l);
     store_->ReleaseParams(1 + l);
   }
+  EnterPhase(Phase::kBackwardEmbedding, -1);
   ops::EncoderBackward(embedding_grads + layout_.local_offsets[kWte],
                        embedding_grads + layout_.local_offsets[kWpe], dresidual_, inputs_, B, T, C);
   store_->ReleaseGrads(kEmbedding);

@@ -15,13 +15,17 @@
 // call may use a smaller B or T. With a 16-bit activation type (mixed precision) every op's
 // output is rounded to that type (round to nearest even) and the activations kept for backward
 // are stored in it: the arithmetic stays fp32, in one layer's fp32 working copy that backward
-// refills from the 16-bit store. Memory is tracked: params as Category::kParam, grads as kGrad,
-// activations as kActivation. Not thread-safe: one model is driven by one thread (the kernels
-// use the OpenMP team inside).
+// refills from the 16-bit store. With activation checkpointing a block keeps only part of what
+// its backward reads (only its input under full and every_k, its matmul outputs under selective)
+// and backward recomputes the rest with the same kernels on the same inputs, so the gradients
+// are bit-identical to those of a run that kept everything. Memory is tracked: params as
+// Category::kParam, grads as kGrad, activations as kActivation. Not thread-safe: one model is
+// driven by one thread (the kernels use the OpenMP team inside).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +33,7 @@
 #include "comm/communicator.h"
 #include "core/device.h"
 #include "core/status.h"
+#include "offload/pinned_pool.h"
 #include "runtime/config.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
@@ -94,10 +99,46 @@ class Gpt2Model {
   // Allocates activations for micro-batches up to (max_B, max_T) on `device`, and the
   // parameters and gradients too unless `store` is given (it must then outlive the model and
   // serve ParamLayout::For(config)'s units). Weights are zero until InitializeWeights or a load.
+  // `checkpointing` chooses which blocks keep their activations for backward and which recompute
+  // them (ActivationCheckpointingConfig in runtime/config.h); with cpu_checkpointing the kept
+  // block inputs live in pinned host memory.
   static StatusOr<std::unique_ptr<Gpt2Model>> Create(
       const ModelConfig& config, int max_B, int max_T, Device* device,
-      zero::ParamStore* store = nullptr, comm::DataType activation_type = comm::DataType::kFloat32);
+      zero::ParamStore* store = nullptr, comm::DataType activation_type = comm::DataType::kFloat32,
+      const ActivationCheckpointingConfig& checkpointing = {});
   ~Gpt2Model();
+
+  // The activation bytes Create allocates for (max_B, max_T), by place: `device` (the compute
+  // device) and `host_pinned` (cpu_checkpointing's block inputs). They are allocated once and
+  // held for the model's life, so they are also the activations' peak. Computed by the same
+  // code that sizes the allocation, without allocating.
+  struct ActivationBytes {
+    int64_t device = 0;
+    int64_t host_pinned = 0;
+  };
+  static ActivationBytes ActivationFootprint(
+      const ModelConfig& config, int max_B, int max_T,
+      comm::DataType activation_type = comm::DataType::kFloat32,
+      const ActivationCheckpointingConfig& checkpointing = {});
+
+  // The phases of a training forward and backward, reported to the phase hook as each begins
+  // (`block` is the transformer block, or -1), for the memory profiler.
+  enum class Phase {
+    kForwardEmbedding,
+    kForwardBlock,
+    kForwardHead,  // final layernorm, logits, loss
+    kBackwardHead,
+    kBackwardBlock,  // includes the block's recomputation when it is checkpointed
+    kBackwardEmbedding,
+  };
+  static const char* PhaseName(Phase phase);
+  using PhaseHook = std::function<void(Phase phase, int block)>;
+  // Called on the driving thread at the start of every phase; empty to stop.
+  void set_phase_hook(PhaseHook hook) { phase_hook_ = std::move(hook); }
+
+  // Seconds spent recomputing checkpointed activations in backward, since creation.
+  double recompute_seconds() const { return recompute_s_; }
+  const ActivationCheckpointingConfig& checkpointing() const { return checkpointing_; }
 
   // GPT-2's initialisation: weights N(0, 0.02), the residual projections (attention and MLP
   // output) N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1; the padded rows of wte stay 0.
@@ -138,8 +179,12 @@ class Gpt2Model {
   int Vp() const { return config_.padded_vocab_size(); }
 
  private:
-  Gpt2Model(const ModelConfig& config, int max_B, int max_T);
+  Gpt2Model(const ModelConfig& config, int max_B, int max_T, comm::DataType activation_type,
+            const ActivationCheckpointingConfig& checkpointing);
   Status Allocate(Device* device);
+  // Carves the activation arrays out of buffers from `device` (and a pinned pool for
+  // cpu_checkpointing); with `device` null only counts their bytes into `bytes`.
+  Status AllocateActivations(Device* device, ActivationBytes* bytes);
 
   // The per-layer activations backward needs, stored in activation_type_ when it is 16-bit.
   enum Saved {
@@ -156,17 +201,31 @@ class Gpt2Model {
   };
   bool half_activations() const { return activation_type_ != comm::DataType::kFloat32; }
   bool tiled() const { return config_.attention == AttentionKind::kTiled; }
-  // Which layer slot of the fp32 stacked buffers layer l uses: l, or 0 for the one working
-  // layer of 16-bit storage.
-  int64_t slot(int l) const { return half_activations() ? 0 : l; }
+  // Whether layer l keeps saved tensor s from forward to backward (otherwise backward recomputes
+  // it). Every layer keeps its output, residual3: it is the next layer's input.
+  bool Kept(int s, int l) const;
+  // Whether the kept copy of s lives in pinned host memory (cpu_checkpointing's block inputs).
+  bool KeptOnHost(int s) const;
   // Elements of saved tensor s for one layer of a (B,T) batch.
   int64_t SavedCount(int s, int B, int T) const;
-  // 16-bit storage: rounds `working` to the activation type in place and stores it as layer l's
-  // copy of s (Keep), or refills `working` from that copy (Restore). No-ops in fp32.
-  void Keep(int s, int l, float* working, int B, int T);
-  void Restore(int s, int l, float* working, int B, int T);
-  // Rounds an fp32 array that is not kept (a projection's output) to the activation type.
+  // The fp32 array layer l computes s into and backward reads it from: its own slice of the
+  // stack of kept layers (fp32 storage, kept), or the one working layer, which 16-bit storage
+  // refills from its kept copy and a recomputation rewrites.
+  float* At(int s, int l) const;
+  // Forward: rounds layer l's working s to the activation type in place and, if kept in 16-bit
+  // storage, stores it. No-op in fp32.
+  void Keep(int s, int l);
+  // Backward, 16-bit storage: refills the working s from layer l's kept copy. No-op in fp32 or
+  // when not kept.
+  void Restore(int s, int l);
+  // Rounds an fp32 array in place to the activation type (no-op in fp32).
   void Round(float* x, int64_t count);
+  // Backward: recomputes what layer l did not keep from what it kept, its input `residual` and
+  // its unit's `weights`, exactly as forward computed it.
+  void RecomputeBlock(int l, const float* residual, const float* weights);
+  void EnterPhase(Phase phase, int block) {
+    if (phase_hook_) phase_hook_(phase, block);
+  }
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -175,33 +234,35 @@ class Gpt2Model {
   std::unique_ptr<FlatStore> own_store_;
   zero::ParamStore* store_ = nullptr;
   comm::DataType activation_type_ = comm::DataType::kFloat32;
+  ActivationCheckpointingConfig checkpointing_;
+  // kept_index_[s][l]: layer l's place among the layers that keep s, or -1 when it does not.
+  std::array<std::vector<int>, kNumSaved> kept_index_;
+  std::array<int, kNumSaved> kept_layers_{};  // how many layers keep s
   Buffer activations_, scratch_;
-  Buffer stored_;                                   // 16-bit: the saved activations of every layer
-  std::array<int64_t, kNumSaved> stored_offset_{};  // elements, into stored_
-  Buffer round_scratch_;                            // 16-bit: (B,T,C) for rounding what is not kept
-  Buffer tokens_;  // the last forward's tokens, (max_B, max_T) int32
+  Buffer stored_;                                   // 16-bit: the kept activations of every layer
+  std::array<int64_t, kNumSaved> stored_offset_{};  // elements, into stored_ (or pinned_)
+  Buffer round_scratch_;  // 16-bit: (B,T,C) elements, for rounding in place
+  Buffer tokens_;         // the last forward's tokens, (max_B, max_T) int32
+  // cpu_checkpointing: the kept block inputs (residual3 of every layer), fp32 or 16-bit.
+  std::unique_ptr<offload::PinnedHostPool> pinned_pool_;
+  offload::PinnedBuffer pinned_;
 
-  // Activations of the last forward, carved out of activations_ for (max_B, max_T).
-  float* encoded_ = nullptr;    // (B,T,C)
-  float* ln1_ = nullptr;        // (L,B,T,C)
-  float* ln1_mean_ = nullptr;   // (L,B,T)
-  float* ln1_rstd_ = nullptr;   // (L,B,T)
-  float* qkv_ = nullptr;        // (L,B,T,3C)
-  float* atty_ = nullptr;       // (L,B,T,C)
-  float* att_ = nullptr;        // (L,B,NH,T,T); none with tiled attention
-  float* lse_ = nullptr;        // (L,B,NH,T) with tiled attention: log-sum-exp per query row
-  float* residual2_ = nullptr;  // (L,B,T,C)
-  float* ln2_ = nullptr;        // (L,B,T,C)
-  float* ln2_mean_ = nullptr;   // (L,B,T)
-  float* ln2_rstd_ = nullptr;   // (L,B,T)
-  float* fch_ = nullptr;        // (L,B,T,4C)
-  float* fch_gelu_ = nullptr;   // (L,B,T,4C)
-  float* residual3_ = nullptr;  // (L,B,T,C)
-  float* lnf_ = nullptr;        // (B,T,C)
-  float* lnf_mean_ = nullptr;   // (B,T)
-  float* lnf_rstd_ = nullptr;   // (B,T)
-  float* logits_ = nullptr;     // (B,T,Vp); holds dlogits after a Forward with dloss
-  float* losses_ = nullptr;     // (B,T)
+  // Activations of the last forward, carved out of activations_ for (max_B, max_T). For each
+  // saved tensor s: stack_[s] holds the layers that keep it (fp32 storage), work_[s] one working
+  // layer (16-bit storage, or when some layer does not keep s).
+  std::array<float*, kNumSaved> stack_{};
+  std::array<float*, kNumSaved> work_{};
+  float* encoded_ = nullptr;   // (B,T,C)
+  float* ln1_mean_ = nullptr;  // (L,B,T)
+  float* ln1_rstd_ = nullptr;  // (L,B,T)
+  float* lse_ = nullptr;       // (L,B,NH,T) with tiled attention: log-sum-exp per query row
+  float* ln2_mean_ = nullptr;  // (L,B,T)
+  float* ln2_rstd_ = nullptr;  // (L,B,T)
+  float* lnf_ = nullptr;       // (B,T,C)
+  float* lnf_mean_ = nullptr;  // (B,T)
+  float* lnf_rstd_ = nullptr;  // (B,T)
+  float* logits_ = nullptr;    // (B,T,Vp); holds dlogits after a Forward with dloss
+  float* losses_ = nullptr;    // (B,T)
 
   // Backward scratch, reused by every layer, carved out of scratch_.
   float* dresidual_ = nullptr;  // (B,T,C) gradient of the residual stream
@@ -215,6 +276,8 @@ class Gpt2Model {
   int32_t* inputs_ = nullptr;  // (B,T) in tokens_
   int last_B_ = 0, last_T_ = 0;
   bool backward_ready_ = false;
+  PhaseHook phase_hook_;
+  double recompute_s_ = 0;
 };
 
 }  // namespace hoist::runtime

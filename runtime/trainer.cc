@@ -247,8 +247,9 @@ Status Trainer::Initialize() {
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, engine.status()));
     engine_ = std::move(engine).value();
   }
-  HOIST_ASSIGN_OR_RETURN(model_, Gpt2Model::Create(config_.model, B, T, &device_, engine_.get(),
-                                                   DataTypeOf(config_.precision())));
+  HOIST_ASSIGN_OR_RETURN(
+      model_, Gpt2Model::Create(config_.model, B, T, &device_, engine_.get(),
+                                DataTypeOf(config_.precision()), config_.activation_checkpointing));
   if (config_.precision() == Precision::kFloat16) {
     scaler_ = std::make_unique<LossScaler>(config_.fp16);
   }
@@ -316,6 +317,7 @@ StatusOr<StepRecord> Trainer::Step() {
   double loss_sum = 0.0;
   const float dloss = record.loss_scale / static_cast<float>(accumulation);
   auto& phase_s = record.phase_s;
+  const double recompute_before = model_->recompute_seconds();
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     const auto t0 = Clock::now();
     train_loader_->Next(inputs, targets);
@@ -328,6 +330,7 @@ StatusOr<StepRecord> Trainer::Step() {
     phase_s[int(StepPhase::kForward)] += std::chrono::duration<double>(t2 - t1).count();
     phase_s[int(StepPhase::kBackward)] += SecondsSince(t2);
   }
+  record.recompute_s = model_->recompute_seconds() - recompute_before;
   const auto reduce_start = Clock::now();
   // The loss of the whole global batch: every rank's mean, averaged over the ranks.
   float loss = static_cast<float>(loss_sum / static_cast<double>(accumulation));
@@ -456,6 +459,7 @@ Status Trainer::RunSteps() {
                            {"memory", MemoryTableJson(memory.current)},
                            {"peak", MemoryTableJson(memory.peak)}};
     if (!std::isfinite(record.grad_norm)) line["grad_norm"] = nullptr;
+    if (config_.activation_checkpointing.profile) line["recompute_s"] = record.recompute_s;
     if (val_loader_ != nullptr && (step_ % config_.train.eval_interval == 0 || last)) {
       HOIST_ASSIGN_OR_RETURN(float val_loss, Evaluate());
       line["val_loss"] = val_loss;

@@ -82,6 +82,8 @@ struct StepRecord {
   double step_s = 0;
   double tokens_per_s = 0;
   std::array<double, kNumStepPhases> phase_s{};  // by StepPhase
+  // Of phase_s's backward: recomputing checkpointed activations (activation_checkpointing).
+  double recompute_s = 0;
 };
 
 class Trainer {

@@ -201,10 +201,10 @@ TEST(ConfigDeepSpeed, OffloadIsRead) {
   EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
 }
 
-TEST(ConfigDeepSpeed, ActivationCheckpointingIsUnimplemented) {
-  Status s = ErrorOf(kMinimal, {"activation_checkpointing.partition_activations=false"});
-  EXPECT_EQ(s.code(), StatusCode::kUnimplemented);
-  EXPECT_THAT(s.message(), HasSubstr("activation checkpointing"));
+TEST(ConfigDeepSpeed, ActivationCheckpointingIsRead) {
+  // The section's keys and their rules: config_checkpointing_test.cc.
+  Config c = ParseOk(kMinimal, {"activation_checkpointing.partition_activations=false"});
+  EXPECT_EQ(c.activation_checkpointing.policy, CheckpointPolicy::kFull);
 }
 
 TEST(ConfigDeepSpeed, NonMathKeysAreAcceptedWithOneNoticeEach) {
