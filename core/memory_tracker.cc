@@ -36,8 +36,14 @@ void MemoryTracker::Add(Place place, Category category, int64_t bytes) {
   int p = static_cast<int>(place), c = static_cast<int>(category);
   int64_t& now = state_.current[p][c];
   now += bytes;
+  const int64_t total = state_.CurrentTotal(place);
   state_.peak[p][c] = std::max(state_.peak[p][c], now);
-  state_.peak_total[p] = std::max(state_.peak_total[p], state_.CurrentTotal(place));
+  state_.peak_total[p] = std::max(state_.peak_total[p], total);
+  window_.peak[p][c] = std::max(window_.peak[p][c], now);
+  if (total > window_.peak_total[p]) {
+    window_.peak_total[p] = total;
+    window_.at_peak_total[p] = state_.current[p];
+  }
 }
 
 void MemoryTracker::Remove(Place place, Category category, int64_t bytes) {
@@ -58,6 +64,16 @@ void MemoryTracker::ResetPeaks() {
   std::lock_guard<std::mutex> lock(mu_);
   state_.peak = state_.current;
   for (int p = 0; p < kNumPlaces; ++p) state_.peak_total[p] = state_.CurrentTotal(Place(p));
+}
+
+MemoryWindow MemoryTracker::TakeWindow() {
+  std::lock_guard<std::mutex> lock(mu_);
+  MemoryWindow taken = window_;
+  taken.current = state_.current;
+  window_.peak = state_.current;
+  window_.at_peak_total = state_.current;
+  for (int p = 0; p < kNumPlaces; ++p) window_.peak_total[p] = state_.CurrentTotal(Place(p));
+  return taken;
 }
 
 std::string FormatBytes(int64_t bytes) {
