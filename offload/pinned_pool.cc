@@ -140,7 +140,7 @@ void PinnedHostPool::FreePages(void* data, int64_t size, bool locked, bool cuda)
 
 StatusOr<PinnedBuffer> PinnedHostPool::Allocate(int64_t bytes, Category category) {
   HOIST_CHECK_GT(bytes, 0) << "PinnedHostPool::Allocate";
-  const int64_t size = (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+  const int64_t size = AllocationBytes(bytes);
   void* data = options_.lock_pages ? CudaHostAlloc(size) : nullptr;
   const bool cuda = data != nullptr;
   if (!cuda) {

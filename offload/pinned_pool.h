@@ -85,6 +85,11 @@ class PinnedHostPool {
   // Whether this build and machine pin through the CUDA driver (a CUDA build with a visible GPU).
   static bool DriverPins();
 
+  // The bytes a buffer asked for with `bytes` takes, and reports to the tracker: whole pages.
+  static int64_t AllocationBytes(int64_t bytes) {
+    return (bytes + kPageBytes - 1) / kPageBytes * kPageBytes;
+  }
+
   static constexpr int64_t kPageBytes = 4096;
   // Buffers of at least this size are aligned to it and advised to use transparent huge pages.
   static constexpr int64_t kHugePageBytes = int64_t{2} << 20;

@@ -31,7 +31,9 @@ StateSwapper::Layout StateSwapper::LayoutFor(const StateSwapperOptions& options)
   layout.array_stride = RoundUp(layout.sub_group * int64_t{sizeof(float)}, kLayoutAlignment);
   // Past three the lockstep schedule gains nothing, and past the sub-groups a slot stays empty.
   layout.slots = std::min<int64_t>({options.buffer_count, 3, layout.sub_groups});
-  layout.slot_bytes = layout.slots * options.arrays * layout.array_stride;
+  // What the pool hands out (and the tracker counts) for each slot: whole pages.
+  layout.slot_bytes =
+      layout.slots * PinnedHostPool::AllocationBytes(options.arrays * layout.array_stride);
   layout.file_bytes = layout.sub_groups * options.arrays * layout.array_stride;
   return layout;
 }

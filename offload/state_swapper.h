@@ -103,7 +103,7 @@ class StateSwapper {
     int64_t sub_groups = 0;    // G
     int64_t array_stride = 0;  // bytes of one array of one sub-group: 4 S rounded up to 4 KiB
     int64_t slots = 0;         // at most three (the schedule uses no more), at most G
-    int64_t slot_bytes = 0;    // host bytes of all slots
+    int64_t slot_bytes = 0;    // host bytes of all slots, as the pool allocates them
     int64_t file_bytes = 0;    // G x arrays x array_stride
   };
   static Layout LayoutFor(const StateSwapperOptions& options);

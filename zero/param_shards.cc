@@ -101,6 +101,20 @@ Layout PlanLayout(const PartitionPlan& plan, size_t csize, const ParamOffload& o
   return layout;
 }
 
+// Bytes of one staging buffer: the largest shard on NVMe, whole 4 KiB blocks.
+int64_t StagingBytes(int64_t largest_on_file, size_t csize) {
+  return RoundUp(largest_on_file * static_cast<int64_t>(csize), kAlign);
+}
+
+// A staging buffer must hold the largest shard on NVMe, `largest_on_file` elements.
+Status CheckBufferSize(int64_t largest_on_file, const ParamOffload& options) {
+  if (options.buffer_size >= largest_on_file) return Status::Ok();
+  return InvalidArgumentError(
+      "zero_optimization.offload_param.buffer_size is " + std::to_string(options.buffer_size) +
+      " elements but this rank's largest parameter shard on NVMe has " +
+      std::to_string(largest_on_file) + "; raise buffer_size to at least that");
+}
+
 }  // namespace
 
 ParamShardFootprint ParamShards::Footprint(const PartitionPlan& plan, comm::DataType type,
@@ -111,10 +125,19 @@ ParamShardFootprint ParamShards::Footprint(const PartitionPlan& plan, comm::Data
   footprint.resident_bytes = layout.resident_bytes;
   footprint.file_bytes = layout.file_bytes;
   if (layout.file_bytes > 0) {
-    footprint.staging_bytes = StagingCount(options.buffer_count) *
-                              RoundUp(layout.largest_on_file * static_cast<int64_t>(csize), kAlign);
+    footprint.staging_bytes =
+        StagingCount(options.buffer_count) *
+        offload::PinnedHostPool::AllocationBytes(StagingBytes(layout.largest_on_file, csize));
   }
   return footprint;
+}
+
+Status ParamShards::Validate(const PartitionPlan& plan, comm::DataType type,
+                             const ParamOffload& options) {
+  if (options.place == ParamPlace::kDevice) return Status::Ok();
+  const Layout layout = PlanLayout(plan, comm::DataTypeSize(type), options);
+  if (layout.file_bytes == 0) return Status::Ok();
+  return CheckBufferSize(layout.largest_on_file, options);
 }
 
 Status ParamShards::Allocate() {
@@ -135,12 +158,7 @@ Status ParamShards::Allocate() {
     }
   }
   if (file_bytes == 0) return Status::Ok();
-  if (options_.buffer_size < largest_on_file) {
-    return InvalidArgumentError(
-        "zero_optimization.offload_param.buffer_size is " + std::to_string(options_.buffer_size) +
-        " elements but this rank's largest parameter shard on NVMe has " +
-        std::to_string(largest_on_file) + "; raise buffer_size to at least that");
-  }
+  HOIST_RETURN_IF_ERROR(CheckBufferSize(largest_on_file, options_));
   if (options_.nvme_file.empty()) {
     return InvalidArgumentError("offloading parameters to nvme needs a scratch file path");
   }
@@ -150,7 +168,7 @@ Status ParamShards::Allocate() {
     HOIST_ASSIGN_OR_RETURN(storage_, offload::OpenBlockStorage(options_.nvme_file, file_bytes));
   }
   tracker_.Add(Place::kNvme, Category::kParam, storage_->size_bytes());
-  staging_bytes_ = RoundUp(largest_on_file * static_cast<int64_t>(csize_), kAlign);
+  staging_bytes_ = StagingBytes(largest_on_file, csize_);
   for (int i = 0; i < StagingCount(options_.buffer_count); ++i) {
     auto staging = std::make_unique<Staging>();
     HOIST_ASSIGN_OR_RETURN(staging->buffer, pool_.Allocate(staging_bytes_, Category::kParam));

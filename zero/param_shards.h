@@ -70,7 +70,7 @@ struct ParamShardStats {
 // What ParamShards::Create will allocate, in bytes.
 struct ParamShardFootprint {
   int64_t resident_bytes = 0;  // host memory (pinned unless pin_memory is false)
-  int64_t staging_bytes = 0;   // pinned staging buffers (kNvme)
+  int64_t staging_bytes = 0;   // pinned staging buffers (kNvme), as the pool allocates them
   int64_t file_bytes = 0;      // the scratch file (kNvme)
 };
 
@@ -78,6 +78,10 @@ class ParamShards {
  public:
   static ParamShardFootprint Footprint(const PartitionPlan& plan, comm::DataType type,
                                        const ParamOffload& options);
+  // The refusal Create gives for options that cannot hold `plan` (a buffer_size below the
+  // largest shard on NVMe), without allocating anything; Ok otherwise.
+  static Status Validate(const PartitionPlan& plan, comm::DataType type,
+                         const ParamOffload& options);
   // The staging buffers allocated for `buffer_count`: at least two (the unit being gathered and
   // the next one).
   static int StagingCount(int buffer_count);

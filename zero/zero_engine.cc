@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cpu/ops.h"
+#include "zero/memory_estimate.h"
 #include "zero/precision.h"
 
 namespace hoist::zero {
@@ -35,6 +36,26 @@ Buffer MustAllocate(Device* device, int64_t bytes, Category category, const char
 }
 
 }  // namespace
+
+Status ValidateZeroOptions(const ZeroOptions& options) {
+  if (options.stage < 0 || options.stage > 3) {
+    return InvalidArgumentError("zero_optimization.stage must be 0, 1, 2 or 3, not " +
+                                std::to_string(options.stage));
+  }
+  if (options.reduce_bucket_size <= 0 || options.allgather_bucket_size <= 0) {
+    return InvalidArgumentError("ZeRO bucket sizes must be positive");
+  }
+  if (options.offload_param.place != ParamPlace::kDevice && options.stage != 3) {
+    return InvalidArgumentError("offloading parameters needs ZeRO stage 3, not " +
+                                std::to_string(options.stage));
+  }
+  if (options.offload_optimizer.place != StatePlace::kDevice && options.stage == 0) {
+    return InvalidArgumentError(
+        "offloading the optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps whole optimizer "
+        "states on every rank)");
+  }
+  return Status::Ok();
+}
 
 float ClipScale(double norm, float max_norm) {
   if (max_norm <= 0.0f) return 1.0f;
@@ -63,13 +84,7 @@ ZeroEngine::~ZeroEngine() {
 StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> units,
                                                          const ZeroOptions& options,
                                                          comm::Communicator* comm, Device* device) {
-  if (options.stage < 0 || options.stage > 3) {
-    return InvalidArgumentError("zero_optimization.stage must be 0, 1, 2 or 3, not " +
-                                std::to_string(options.stage));
-  }
-  if (options.reduce_bucket_size <= 0 || options.allgather_bucket_size <= 0) {
-    return InvalidArgumentError("ZeRO bucket sizes must be positive");
-  }
+  HOIST_RETURN_IF_ERROR(ValidateZeroOptions(options));
   HOIST_ASSIGN_OR_RETURN(PartitionPlan plan,
                          PartitionPlan::Build(units, comm->world_size(), comm->rank()));
   HOIST_ASSIGN_OR_RETURN(
@@ -85,16 +100,8 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> u
 
 Status ZeroEngine::Allocate() {
   const int n = plan_.num_units();
-  const int stage = options_.stage;
-  const int64_t whole = plan_.total_padded(), shard = plan_.total_shard();
-  const auto csize = static_cast<int64_t>(csize_);
-
   const ParamOffload& param_offload = options_.offload_param;
   if (param_offload.place != ParamPlace::kDevice) {
-    if (stage != 3) {
-      return InvalidArgumentError("offloading parameters needs ZeRO stage 3, not " +
-                                  std::to_string(stage));
-    }
     offload::PinnedHostPoolOptions pool_options;
     pool_options.lock_pages = param_offload.pin_memory;
     param_pool_ = std::make_unique<offload::PinnedHostPool>(*device_->tracker(), pool_options);
@@ -102,24 +109,23 @@ Status ZeroEngine::Allocate() {
                            ParamShards::Create(plan_, options_.compute_type, param_offload,
                                                *param_pool_, *device_->tracker()));
   } else {
-    HOIST_ASSIGN_OR_RETURN(
-        params_, device_->Allocate((stage == 3 ? shard : whole) * csize, Category::kParam));
+    HOIST_ASSIGN_OR_RETURN(params_,
+                           device_->Allocate(ParamBufferBytes(plan_, options_), Category::kParam));
   }
   persistent_offset_.assign(static_cast<size_t>(n), -1);
-  if (stage == 3) {
-    int64_t persistent = 0;
-    for (int u = 0; u < n; ++u) {
-      if (plan_.unit(u).size < options_.stage3_param_persistence_threshold) {
-        persistent_offset_[static_cast<size_t>(u)] = persistent;
-        persistent += plan_.unit(u).padded;
-      }
-    }
-    if (persistent > 0) {
-      HOIST_ASSIGN_OR_RETURN(persistent_, device_->Allocate(persistent * csize, Category::kParam));
+  int64_t persistent = 0;
+  for (int u = 0; u < n; ++u) {
+    if (IsPersistentUnit(plan_.unit(u), options_)) {
+      persistent_offset_[static_cast<size_t>(u)] = persistent;
+      persistent += plan_.unit(u).padded;
     }
   }
+  if (persistent > 0) {
+    HOIST_ASSIGN_OR_RETURN(
+        persistent_, device_->Allocate(PersistentBufferBytes(plan_, options_), Category::kParam));
+  }
   HOIST_ASSIGN_OR_RETURN(grads_,
-                         device_->Allocate((stage >= 2 ? shard : whole) * csize, Category::kGrad));
+                         device_->Allocate(GradBufferBytes(plan_, options_), Category::kGrad));
   HOIST_RETURN_IF_ERROR(AllocateStates());
 
   work_params_.resize(static_cast<size_t>(n));
@@ -132,16 +138,9 @@ Status ZeroEngine::Allocate() {
 
 Status ZeroEngine::AllocateStates() {
   const OptimizerOffload& offload = options_.offload_optimizer;
-  const bool mixed = options_.compute_type != DataType::kFloat32;
-  const int64_t elements = state_plan_.total_shard();
-  const int64_t state_bytes = elements * int64_t{sizeof(float)};
+  const int64_t state_bytes = StateArrayBytes(state_plan_);
   MemoryTracker& tracker = *device_->tracker();
   if (offload.place != StatePlace::kDevice) {
-    if (options_.stage == 0) {
-      return InvalidArgumentError(
-          "offloading the optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps whole optimizer "
-          "states on every rank)");
-    }
     offload::PinnedHostPoolOptions pool_options;
     pool_options.lock_pages = offload.pin_memory;
     pool_ = std::make_unique<offload::PinnedHostPool>(tracker, pool_options);
@@ -149,7 +148,7 @@ Status ZeroEngine::AllocateStates() {
   switch (offload.place) {
     case StatePlace::kDevice: {
       // fp32 keeps no separate master unless the model's copy is elsewhere (parameter offload).
-      if (mixed || options_.offload_param.place != ParamPlace::kDevice) {
+      if (HasSeparateMaster(options_)) {
         HOIST_ASSIGN_OR_RETURN(master_, device_->Allocate(state_bytes, Category::kOptimizer));
         state_master_ = master_.as<float>();
       }
@@ -183,13 +182,8 @@ Status ZeroEngine::AllocateStates() {
       if (offload.nvme_file.empty()) {
         return InvalidArgumentError("offloading the optimizer to nvme needs a scratch file path");
       }
-      offload::StateSwapperOptions swap;
+      offload::StateSwapperOptions swap = OptimizerSwapOptions(state_plan_, options_);
       swap.path = offload.nvme_file;
-      swap.elements = elements;
-      swap.arrays = 3;  // master, m, v
-      swap.sub_group_size = offload.sub_group_size;
-      swap.buffer_count = offload.buffer_count;
-      swap.category = Category::kOptimizer;
       HOIST_ASSIGN_OR_RETURN(
           swapper_, offload::StateSwapper::Create(swap, offload.open_storage, *pool_, tracker));
       break;
@@ -294,8 +288,8 @@ Status ZeroEngine::StartGather(int unit) {
   const UnitPartition& part = plan_.unit(unit);
   auto pending = std::make_unique<Pending>();
   pending->unit = unit;
-  pending->gathered = MustAllocate(device_, part.padded * static_cast<int64_t>(csize_),
-                                   Category::kParam, "a gathered parameter unit");
+  pending->gathered = MustAllocate(device_, GatheredUnitBytes(part, options_), Category::kParam,
+                                   "a gathered parameter unit");
   const void* shard;
   if (param_shards_ != nullptr) {
     shard = param_shards_->Acquire(unit);  // released once the gather has copied it
@@ -330,10 +324,10 @@ const float* ZeroEngine::AcquireParams(int unit) {
     if (param_shards_ != nullptr) param_shards_->Release(unit);
     source = gathers_[u]->gathered.data();
   }
-  if (type == DataType::kFloat32) {
+  if (!UsesWorkingParams(options_)) {
     acquired_params_[u] = static_cast<const float*>(source);
   } else {
-    work_params_[u] = MustAllocate(device_, part.size * int64_t{sizeof(float)}, Category::kParam,
+    work_params_[u] = MustAllocate(device_, WorkingParamBytes(part), Category::kParam,
                                    "a unit's fp32 working weights");
     ToFloat(source, type, work_params_[u].as<float>(), part.size);
     acquired_params_[u] = work_params_[u].as<float>();
@@ -365,9 +359,7 @@ void ZeroEngine::Prefetch(int unit) {
     param_shards_->Prefetch(unit);
     return;
   }
-  const int64_t padded = plan_.unit(unit).padded;
-  if (padded > options_.stage3_prefetch_bucket_size) return;
-  if (live_gathered_ + padded > options_.stage3_max_live_parameters) return;
+  if (!PrefetchGathers(plan_.unit(unit), live_gathered_, options_)) return;
   Fail(StartGather(unit));
 }
 
@@ -375,11 +367,11 @@ float* ZeroEngine::AcquireGrads(int unit) {
   const auto u = static_cast<size_t>(unit);
   HOIST_CHECK(work_grads_[u].data() == nullptr)
       << "gradients of unit " << unit << " acquired twice in one micro-batch";
-  if (options_.stage < 2 && options_.compute_type == DataType::kFloat32) {
+  if (!UsesWorkingGrads(options_)) {
     return static_cast<float*>(whole_grads(unit));  // accumulates in place across micro-batches
   }
-  work_grads_[u] = MustAllocate(device_, plan_.unit(unit).padded * int64_t{sizeof(float)},
-                                Category::kGrad, "a unit's fp32 working gradient");
+  work_grads_[u] = MustAllocate(device_, WorkingGradBytes(plan_.unit(unit)), Category::kGrad,
+                                "a unit's fp32 working gradient");
   return work_grads_[u].as<float>();
 }
 
@@ -398,18 +390,18 @@ void ZeroEngine::ReleaseGrads(int unit) {
   auto pending = std::make_unique<Pending>();
   pending->unit = unit;
   const DataType wire = options_.comm_type;
-  const auto wire_size = static_cast<int64_t>(comm::DataTypeSize(wire));
-  if (wire == DataType::kFloat32) {
+  const int64_t send_bytes = ReductionSendBytes(part, options_);
+  if (send_bytes == 0) {  // fp32 on the wire: the working gradient itself
     pending->send = std::move(work_grads_[u]);
   } else {
-    pending->send = MustAllocate(device_, part.padded * wire_size, Category::kComm,
-                                 "a gradient reduction buffer");
+    pending->send =
+        MustAllocate(device_, send_bytes, Category::kComm, "a gradient reduction buffer");
     FromFloat(work_grads_[u].as<float>(), pending->send.data(), wire, part.padded);
     work_grads_[u] = Buffer();
   }
   if (options_.reduce_scatter) {
-    pending->recv =
-        MustAllocate(device_, part.shard * wire_size, Category::kComm, "a reduced gradient shard");
+    pending->recv = MustAllocate(device_, ReductionRecvBytes(part, options_), Category::kComm,
+                                 "a reduced gradient shard");
     pending->handle = comm_->ReduceScatterAsync(pending->send.data(), pending->recv.data(),
                                                 part.shard, wire, comm::ReduceOp::kAvg);
     pending->result = pending->recv.data();
@@ -420,7 +412,7 @@ void ZeroEngine::ReleaseGrads(int unit) {
   }
   reductions_in_flight_ += part.padded;
   reductions_.push_back(std::move(pending));
-  Fail(DrainReductions(options_.overlap_comm ? options_.reduce_bucket_size : 0));
+  Fail(DrainReductions(ReductionsKeptElements(options_)));
 }
 
 Status ZeroEngine::DrainReductions(int64_t keep_elements) {
@@ -473,7 +465,7 @@ Status ZeroEngine::ReduceFullGrads() {
     return first;
   }
   // A different wire type: through a staging buffer, one bucket at a time.
-  const int64_t chunk = std::min(bucket, total);
+  const int64_t chunk = AllReduceStagingElements(plan_, options_);
   Buffer staging = MustAllocate(device_, chunk * static_cast<int64_t>(comm::DataTypeSize(wire)),
                                 Category::kComm, "a gradient all-reduce buffer");
   std::vector<float> wide(static_cast<size_t>(chunk));
@@ -730,16 +722,7 @@ Status ZeroEngine::AgreeOnFailure(const Status& local) const {
 }
 
 ModelStateBytes ZeroEngine::model_state_bytes() const {
-  ModelStateBytes bytes;
-  bytes.params = (param_shards_ != nullptr ? param_shards_->shard_bytes() : params_.bytes()) +
-                 persistent_.bytes();
-  bytes.grads = grads_.bytes();
-  const int64_t state_bytes = state_plan_.total_shard() * int64_t{sizeof(float)};
-  const bool separate_master = options_.compute_type != DataType::kFloat32 ||
-                               options_.offload_optimizer.place != StatePlace::kDevice ||
-                               options_.offload_param.place != ParamPlace::kDevice;
-  bytes.optimizer = state_bytes * (separate_master ? 3 : 2);
-  return bytes;
+  return ModelStateBytesFor(plan_, state_plan_, options_);
 }
 
 OffloadStats ZeroEngine::offload_stats() const {

@@ -93,6 +93,10 @@ struct ZeroOptions {
   ParamOffload offload_param;  // stage 3 only
 };
 
+// The refusals Create gives for `options` alone (a stage or bucket size out of range, an offload
+// the stage cannot take), before anything is allocated; Ok otherwise.
+Status ValidateZeroOptions(const ZeroOptions& options);
+
 // The factor that brings a gradient of norm `norm` to at most `max_norm` (torch's
 // clip_grad_norm_: max_norm / (norm + 1e-6), capped at 1); 1 when max_norm is 0 (disabled).
 float ClipScale(double norm, float max_norm);

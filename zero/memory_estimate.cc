@@ -1,0 +1,495 @@
+#include "zero/memory_estimate.h"
+
+#include <algorithm>
+#include <deque>
+#include <string>
+
+#include "core/check.h"
+#include "offload/pinned_pool.h"
+#include "zero/param_shards.h"
+
+namespace hoist::zero {
+
+int64_t ComputeBytes(const ZeroOptions& options) {
+  return static_cast<int64_t>(comm::DataTypeSize(options.compute_type));
+}
+
+bool IsPersistentUnit(const UnitPartition& part, const ZeroOptions& options) {
+  return options.stage == 3 && part.size < options.stage3_param_persistence_threshold;
+}
+
+int64_t ParamBufferBytes(const PartitionPlan& plan, const ZeroOptions& options) {
+  return (options.stage == 3 ? plan.total_shard() : plan.total_padded()) * ComputeBytes(options);
+}
+
+int64_t PersistentBufferBytes(const PartitionPlan& plan, const ZeroOptions& options) {
+  int64_t elements = 0;
+  for (int u = 0; u < plan.num_units(); ++u) {
+    if (IsPersistentUnit(plan.unit(u), options)) elements += plan.unit(u).padded;
+  }
+  return elements * ComputeBytes(options);
+}
+
+int64_t GradBufferBytes(const PartitionPlan& plan, const ZeroOptions& options) {
+  return (options.stage >= 2 ? plan.total_shard() : plan.total_padded()) * ComputeBytes(options);
+}
+
+int64_t StateArrayBytes(const PartitionPlan& state_plan) {
+  return state_plan.total_shard() * int64_t{sizeof(float)};
+}
+
+bool HasSeparateMaster(const ZeroOptions& options) {
+  return options.compute_type != DataType::kFloat32 ||
+         options.offload_optimizer.place != StatePlace::kDevice ||
+         options.offload_param.place != ParamPlace::kDevice;
+}
+
+offload::StateSwapperOptions OptimizerSwapOptions(const PartitionPlan& state_plan,
+                                                  const ZeroOptions& options) {
+  offload::StateSwapperOptions swap;
+  swap.elements = state_plan.total_shard();
+  swap.arrays = 3;  // master, m, v
+  swap.sub_group_size = options.offload_optimizer.sub_group_size;
+  swap.buffer_count = options.offload_optimizer.buffer_count;
+  swap.category = Category::kOptimizer;
+  return swap;
+}
+
+ModelStateBytes ModelStateBytesFor(const PartitionPlan& plan, const PartitionPlan& state_plan,
+                                   const ZeroOptions& options) {
+  ModelStateBytes bytes;
+  // Under parameter offload ParamShards keeps the same shards the device buffer would.
+  bytes.params = ParamBufferBytes(plan, options) + PersistentBufferBytes(plan, options);
+  bytes.grads = GradBufferBytes(plan, options);
+  bytes.optimizer = StateArrayBytes(state_plan) * (HasSeparateMaster(options) ? 3 : 2);
+  return bytes;
+}
+
+int64_t GatheredUnitBytes(const UnitPartition& part, const ZeroOptions& options) {
+  return part.padded * ComputeBytes(options);
+}
+
+bool PrefetchGathers(const UnitPartition& part, int64_t live_elements, const ZeroOptions& options) {
+  return part.padded <= options.stage3_prefetch_bucket_size &&
+         live_elements + part.padded <= options.stage3_max_live_parameters;
+}
+
+bool UsesWorkingParams(const ZeroOptions& options) {
+  return options.compute_type != DataType::kFloat32;
+}
+
+int64_t WorkingParamBytes(const UnitPartition& part) { return part.size * int64_t{sizeof(float)}; }
+
+bool UsesWorkingGrads(const ZeroOptions& options) {
+  return options.stage >= 2 || options.compute_type != DataType::kFloat32;
+}
+
+int64_t WorkingGradBytes(const UnitPartition& part) { return part.padded * int64_t{sizeof(float)}; }
+
+int64_t ReductionSendBytes(const UnitPartition& part, const ZeroOptions& options) {
+  if (options.comm_type == DataType::kFloat32) return 0;
+  return part.padded * static_cast<int64_t>(comm::DataTypeSize(options.comm_type));
+}
+
+int64_t ReductionRecvBytes(const UnitPartition& part, const ZeroOptions& options) {
+  if (!options.reduce_scatter) return 0;
+  return part.shard * static_cast<int64_t>(comm::DataTypeSize(options.comm_type));
+}
+
+int64_t ReductionsKeptElements(const ZeroOptions& options) {
+  return options.overlap_comm ? options.reduce_bucket_size : 0;
+}
+
+int64_t AllReduceStagingElements(const PartitionPlan& plan, const ZeroOptions& options) {
+  if (plan.world_size() == 1 || options.comm_type == options.compute_type) return 0;
+  return std::min(options.reduce_bucket_size, plan.total_padded());
+}
+
+int64_t ZeroPaperModelStateBytes(int64_t psi, int stage, int world, bool mixed_precision) {
+  HOIST_CHECK(psi >= 0 && stage >= 0 && stage <= 3 && world >= 1)
+      << "psi " << psi << ", stage " << stage << ", world " << world;
+  const int64_t shard = (psi + world - 1) / world;
+  const int64_t p = mixed_precision ? 2 : 4;        // compute-type weights, and gradients
+  const int64_t k = mixed_precision ? 12 : 8;       // optimizer states per parameter
+  const int64_t params = stage == 3 ? shard : psi;  // elements of each kind this rank holds
+  const int64_t grads = stage >= 2 ? shard : psi;
+  const int64_t states = stage >= 1 ? shard : psi;
+  return p * params + p * grads + k * states;
+}
+
+const char* EnginePhaseName(EnginePhase phase) {
+  static const char* kNames[kNumEnginePhases] = {"forward", "backward", "step"};
+  return kNames[static_cast<int>(phase)];
+}
+
+ModelPasses LayerwisePasses(int num_units) {
+  using Op = StoreCall::Op;
+  ModelPasses passes;
+  for (int u = 0; u < num_units; ++u) {
+    passes.forward.push_back({Op::kAcquireParams, u});
+    if (u + 1 < num_units) passes.forward.push_back({Op::kPrefetch, u + 1});
+    passes.forward.push_back({Op::kReleaseParams, u});
+  }
+  for (int u = num_units - 1; u >= 0; --u) {
+    passes.backward.push_back({Op::kAcquireParams, u});
+    if (u > 0) passes.backward.push_back({Op::kPrefetch, u - 1});
+    passes.backward.push_back({Op::kAcquireGrads, u});
+    passes.backward.push_back({Op::kReleaseGrads, u});
+    passes.backward.push_back({Op::kReleaseParams, u});
+  }
+  return passes;
+}
+
+int64_t EngineMemoryEstimate::ResidentTotal(Place p) const {
+  int64_t total = 0;
+  for (int64_t bytes : resident[int(p)]) total += bytes;
+  return total;
+}
+
+int64_t EngineMemoryEstimate::Peak(Place p, Category c) const {
+  int64_t most = 0;
+  for (const Table& phase : extra) most = std::max(most, phase[int(p)][int(c)]);
+  return Resident(p, c) + most;
+}
+
+int64_t EngineMemoryEstimate::PeakTotal(Place p) const { return PeakTotalWith(p, PhaseBytes{}); }
+
+EngineMemoryEstimate::Table EngineMemoryEstimate::PeakTable() const {
+  Table table{};
+  for (int p = 0; p < kNumPlaces; ++p) {
+    for (int c = 0; c < kNumCategories; ++c) table[p][c] = Peak(Place(p), Category(c));
+  }
+  return table;
+}
+
+int64_t EngineMemoryEstimate::PeakTotalWith(Place p, const PhaseBytes& added) const {
+  int64_t most = 0;
+  for (int phase = 0; phase < kNumEnginePhases; ++phase) {
+    most = std::max(most, extra_total[phase][int(p)] + added[phase]);
+  }
+  return ResidentTotal(p) + most;
+}
+
+namespace {
+
+// The engine's compute device.
+constexpr Place kCompute = Place::kDevice;
+
+// What ZeroEngine::Create allocates, reported to `tracker` as its allocators would.
+void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
+                 const ZeroOptions& options, MemoryTracker& tracker) {
+  using offload::PinnedHostPool;
+  const ParamOffload& param_offload = options.offload_param;
+  if (param_offload.place == ParamPlace::kDevice) {
+    tracker.Add(kCompute, Category::kParam, ParamBufferBytes(plan, options));
+  } else {
+    const ParamShardFootprint shards =
+        ParamShards::Footprint(plan, options.compute_type, param_offload);
+    if (shards.resident_bytes > 0) {
+      if (param_offload.pin_memory) {
+        tracker.Add(Place::kHostPinned, Category::kParam,
+                    PinnedHostPool::AllocationBytes(shards.resident_bytes));
+      } else {
+        tracker.Add(Place::kHost, Category::kParam, shards.resident_bytes);
+      }
+    }
+    tracker.Add(Place::kNvme, Category::kParam, shards.file_bytes);
+    tracker.Add(Place::kHostPinned, Category::kParam, shards.staging_bytes);
+  }
+  tracker.Add(kCompute, Category::kParam, PersistentBufferBytes(plan, options));
+  tracker.Add(kCompute, Category::kGrad, GradBufferBytes(plan, options));
+
+  const int64_t state_bytes = StateArrayBytes(state_plan);
+  const OptimizerOffload& optimizer = options.offload_optimizer;
+  switch (optimizer.place) {
+    case StatePlace::kDevice:
+      tracker.Add(kCompute, Category::kOptimizer,
+                  state_bytes * (HasSeparateMaster(options) ? 3 : 2));
+      break;
+    case StatePlace::kHost:
+      if (optimizer.pin_memory) {
+        tracker.Add(Place::kHostPinned, Category::kOptimizer,
+                    3 * PinnedHostPool::AllocationBytes(state_bytes));
+      } else {
+        tracker.Add(Place::kHost, Category::kOptimizer, 3 * state_bytes);
+      }
+      break;
+    case StatePlace::kNvme: {
+      const offload::StateSwapper::Layout layout =
+          offload::StateSwapper::LayoutFor(OptimizerSwapOptions(state_plan, options));
+      tracker.Add(Place::kNvme, Category::kOptimizer, layout.file_bytes);
+      tracker.Add(Place::kHostPinned, Category::kOptimizer, layout.slot_bytes);
+      break;
+    }
+  }
+}
+
+// ZeroEngine's transient allocations, replayed call by call: the same decisions on the same
+// bookkeeping (acquire counts, gathers alive, reductions in flight), with bytes reported to a
+// tracker instead of buffers allocated.
+class Replay {
+ public:
+  Replay(const PartitionPlan& plan, const ZeroOptions& options, MemoryTracker& tracker)
+      : plan_(plan), options_(options), tracker_(tracker) {
+    const auto n = static_cast<size_t>(plan.num_units());
+    acquire_count_.assign(n, 0);
+    gathering_.assign(n, false);
+    gathered_bytes_.assign(n, 0);
+    work_params_.assign(n, 0);
+    grads_acquired_.assign(n, false);
+    work_grads_.assign(n, 0);
+  }
+
+  // The calls of one pass; `backward` allows gradients.
+  Status Run(const std::vector<StoreCall>& calls, bool backward) {
+    for (const StoreCall& call : calls) HOIST_RETURN_IF_ERROR(Call(call, backward));
+    return Status::Ok();
+  }
+
+  // After a micro-batch's backward: nothing may stay acquired.
+  Status CheckBalanced() const {
+    for (int u = 0; u < plan_.num_units(); ++u) {
+      if (acquire_count_[static_cast<size_t>(u)] > 0 || grads_acquired_[static_cast<size_t>(u)]) {
+        return InvalidArgumentError("the model's passes leave unit " + std::to_string(u) +
+                                    " acquired at the end of the backward pass");
+      }
+    }
+    return Status::Ok();
+  }
+
+  void ZeroGrads() { Drain(0); }
+
+  void Step() {
+    if (options_.stage >= 2) {
+      Drain(0);
+      return;
+    }
+    const int64_t staging = AllReduceStagingElements(plan_, options_) *
+                            static_cast<int64_t>(comm::DataTypeSize(options_.comm_type));
+    tracker_.Add(kCompute, Category::kComm, staging);
+    tracker_.Remove(kCompute, Category::kComm, staging);
+  }
+
+ private:
+  struct Reduction {
+    int64_t padded = 0;
+    Category send_category = Category::kComm;
+    int64_t send_bytes = 0, recv_bytes = 0;
+  };
+
+  Status Call(const StoreCall& call, bool backward) {
+    using Op = StoreCall::Op;
+    if (call.unit < 0 || call.unit >= plan_.num_units()) {
+      return InvalidArgumentError("the model's passes name unit " + std::to_string(call.unit) +
+                                  " of " + std::to_string(plan_.num_units()));
+    }
+    const bool grads = call.op == Op::kAcquireGrads || call.op == Op::kReleaseGrads;
+    if (grads && !backward) {
+      return InvalidArgumentError("the model's forward pass touches gradients (unit " +
+                                  std::to_string(call.unit) + ")");
+    }
+    const auto u = static_cast<size_t>(call.unit);
+    switch (call.op) {
+      case Op::kAcquireParams: AcquireParams(call.unit); break;
+      case Op::kReleaseParams:
+        if (acquire_count_[u] == 0) {
+          return InvalidArgumentError("the model's passes release unit " +
+                                      std::to_string(call.unit) + " without acquiring it");
+        }
+        ReleaseParams(call.unit);
+        break;
+      case Op::kPrefetch: Prefetch(call.unit); break;
+      case Op::kAcquireGrads:
+        if (grads_acquired_[u]) {
+          return InvalidArgumentError("the model's passes acquire the gradients of unit " +
+                                      std::to_string(call.unit) + " twice");
+        }
+        AcquireGrads(call.unit);
+        break;
+      case Op::kReleaseGrads:
+        if (!grads_acquired_[u]) {
+          return InvalidArgumentError("the model's passes release the gradients of unit " +
+                                      std::to_string(call.unit) + " without acquiring them");
+        }
+        ReleaseGrads(call.unit);
+        break;
+    }
+    return Status::Ok();
+  }
+
+  bool Sharded(int unit) const {
+    return options_.stage == 3 && !IsPersistentUnit(plan_.unit(unit), options_);
+  }
+
+  void Add(Category category, int64_t bytes) { tracker_.Add(kCompute, category, bytes); }
+  void Remove(Category category, int64_t bytes) { tracker_.Remove(kCompute, category, bytes); }
+
+  void StartGather(int unit) {
+    const auto u = static_cast<size_t>(unit);
+    gathered_bytes_[u] = GatheredUnitBytes(plan_.unit(unit), options_);
+    Add(Category::kParam, gathered_bytes_[u]);
+    gathering_[u] = true;
+    live_gathered_ += plan_.unit(unit).padded;
+  }
+
+  void AcquireParams(int unit) {
+    const auto u = static_cast<size_t>(unit);
+    if (acquire_count_[u]++ > 0) return;
+    if (Sharded(unit) && !gathering_[u]) StartGather(unit);
+    if (!UsesWorkingParams(options_)) return;
+    work_params_[u] = WorkingParamBytes(plan_.unit(unit));
+    Add(Category::kParam, work_params_[u]);
+    // The fp32 copy is all the model needs: the gathered one goes at once.
+    Remove(Category::kParam, gathered_bytes_[u]);
+    gathered_bytes_[u] = 0;
+  }
+
+  void ReleaseParams(int unit) {
+    const auto u = static_cast<size_t>(unit);
+    if (--acquire_count_[u] > 0) return;
+    Remove(Category::kParam, work_params_[u]);
+    work_params_[u] = 0;
+    if (!gathering_[u]) return;
+    live_gathered_ -= plan_.unit(unit).padded;
+    Remove(Category::kParam, gathered_bytes_[u]);
+    gathered_bytes_[u] = 0;
+    gathering_[u] = false;
+  }
+
+  void Prefetch(int unit) {
+    const auto u = static_cast<size_t>(unit);
+    if (!Sharded(unit) || gathering_[u] || acquire_count_[u] > 0) return;
+    // Offloaded shards are read into the (resident) staging buffers; the gather waits for
+    // AcquireParams.
+    if (options_.offload_param.place != ParamPlace::kDevice) return;
+    if (!PrefetchGathers(plan_.unit(unit), live_gathered_, options_)) return;
+    StartGather(unit);
+  }
+
+  void AcquireGrads(int unit) {
+    const auto u = static_cast<size_t>(unit);
+    grads_acquired_[u] = true;
+    if (!UsesWorkingGrads(options_)) return;
+    work_grads_[u] = WorkingGradBytes(plan_.unit(unit));
+    Add(Category::kGrad, work_grads_[u]);
+  }
+
+  void ReleaseGrads(int unit) {
+    const auto u = static_cast<size_t>(unit);
+    const UnitPartition& part = plan_.unit(unit);
+    grads_acquired_[u] = false;
+    if (options_.stage < 2) {
+      Remove(Category::kGrad, work_grads_[u]);
+      work_grads_[u] = 0;
+      return;
+    }
+    Reduction reduction;
+    reduction.padded = part.padded;
+    const int64_t send = ReductionSendBytes(part, options_);
+    if (send == 0) {  // the working gradient goes on the wire as it is
+      reduction.send_category = Category::kGrad;
+      reduction.send_bytes = work_grads_[u];
+    } else {
+      reduction.send_bytes = send;
+      Add(Category::kComm, send);
+      Remove(Category::kGrad, work_grads_[u]);
+    }
+    work_grads_[u] = 0;
+    reduction.recv_bytes = ReductionRecvBytes(part, options_);
+    Add(Category::kComm, reduction.recv_bytes);
+    reductions_.push_back(reduction);
+    in_flight_ += part.padded;
+    Drain(ReductionsKeptElements(options_));
+  }
+
+  void Drain(int64_t keep_elements) {
+    while (!reductions_.empty() && in_flight_ > keep_elements) {
+      const Reduction reduction = reductions_.front();
+      reductions_.pop_front();
+      in_flight_ -= reduction.padded;
+      Remove(reduction.send_category, reduction.send_bytes);
+      Remove(Category::kComm, reduction.recv_bytes);
+    }
+  }
+
+  const PartitionPlan& plan_;
+  const ZeroOptions& options_;
+  MemoryTracker& tracker_;
+  std::vector<int> acquire_count_;
+  std::vector<bool> gathering_;          // a gather started and not yet released
+  std::vector<int64_t> gathered_bytes_;  // its buffer, while held
+  std::vector<int64_t> work_params_;     // fp32 working copies held
+  std::vector<bool> grads_acquired_;
+  std::vector<int64_t> work_grads_;  // fp32 working gradients held
+  std::deque<Reduction> reductions_;
+  int64_t in_flight_ = 0;      // elements
+  int64_t live_gathered_ = 0;  // elements
+};
+
+}  // namespace
+
+StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>& units,
+                                                    const ZeroOptions& options, int world_size,
+                                                    int rank, const ModelPasses& passes,
+                                                    int micro_batches) {
+  HOIST_RETURN_IF_ERROR(ValidateZeroOptions(options));
+  if (micro_batches < 1) {
+    return InvalidArgumentError("a step needs at least one micro-batch, not " +
+                                std::to_string(micro_batches));
+  }
+  HOIST_ASSIGN_OR_RETURN(PartitionPlan plan, PartitionPlan::Build(units, world_size, rank));
+  HOIST_ASSIGN_OR_RETURN(PartitionPlan state_plan,
+                         options.stage == 0 ? PartitionPlan::Build(units, 1, 0)
+                                            : PartitionPlan::Build(units, world_size, rank));
+  HOIST_RETURN_IF_ERROR(ParamShards::Validate(plan, options.compute_type, options.offload_param));
+
+  EngineMemoryEstimate estimate;
+  estimate.model_states = ModelStateBytesFor(plan, state_plan, options);
+  MemoryTracker tracker;
+  AddResident(plan, state_plan, options, tracker);
+  estimate.resident = tracker.Snapshot().current;
+
+  Replay replay(plan, options, tracker);
+  // Each phase's peaks start from what it finds (buffers an earlier phase left, too).
+  auto phase = [&](EnginePhase which, const auto& body) -> Status {
+    tracker.ResetPeaks();
+    HOIST_RETURN_IF_ERROR(body());
+    const MemorySnapshot seen = tracker.Snapshot();
+    auto& extra = estimate.extra[int(which)];
+    auto& extra_total = estimate.extra_total[int(which)];
+    for (int p = 0; p < kNumPlaces; ++p) {
+      for (int c = 0; c < kNumCategories; ++c) {
+        extra[p][c] = std::max(extra[p][c], seen.peak[p][c] - estimate.resident[p][c]);
+      }
+      extra_total[p] =
+          std::max(extra_total[p], seen.peak_total[p] - estimate.ResidentTotal(Place(p)));
+    }
+    return Status::Ok();
+  };
+  for (int step = 0; step < 2; ++step) {
+    for (int micro = 0; micro < micro_batches; ++micro) {
+      HOIST_RETURN_IF_ERROR(phase(EnginePhase::kForward, [&] {
+        if (micro == 0) replay.ZeroGrads();
+        return replay.Run(passes.forward, /*backward=*/false);
+      }));
+      HOIST_RETURN_IF_ERROR(phase(EnginePhase::kBackward, [&] {
+        HOIST_RETURN_IF_ERROR(replay.Run(passes.backward, /*backward=*/true));
+        return replay.CheckBalanced();
+      }));
+    }
+    HOIST_RETURN_IF_ERROR(phase(EnginePhase::kStep, [&] {
+      replay.Step();
+      return Status::Ok();
+    }));
+  }
+  return estimate;
+}
+
+StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>& units,
+                                                    const ZeroOptions& options, int world_size,
+                                                    int rank) {
+  return EstimateEngineMemory(units, options, world_size, rank,
+                              LayerwisePasses(static_cast<int>(units.size())));
+}
+
+}  // namespace hoist::zero

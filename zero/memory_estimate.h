@@ -1,0 +1,172 @@
+// What a ZeroEngine will hold, computed without creating it: bytes per (place, category) exactly
+// as its MemoryTracker counts them, for `hoist estimate` and for checks before a run.
+//
+// The engine's memory is of two kinds:
+//   resident   allocated by Create and held until the engine dies: compute-type weights (whole,
+//              shards, persistent units), gradient accumulators, optimizer states wherever they
+//              live (device, pinned or pageable host memory, NVMe sub-group slots and the scratch
+//              file), the parameter-offload host shards, staging buffers and file;
+//   transient  allocated and freed while the model runs through the ParamStore calls and during
+//              Step: gathered units (stage 3), fp32 working copies of weights and gradients,
+//              gradient reductions in flight, the all-reduce staging buffer.
+// The transients depend on the order in which the model calls the ParamStore, so the estimate
+// replays that order (ModelPasses: the calls of one micro-batch's forward and backward) through
+// the engine's bookkeeping, with the engine's own sizing rules (below), and records each phase's
+// largest bytes. LayerwisePasses is the plain layer-by-layer order; a model with another order
+// (GPT-2's tied embedding, held from the head's forward to the end of backward) describes its own.
+// Given the calls the model really makes, the estimate equals the tracker's numbers; Create and
+// Initialize allocate nothing transient.
+//
+// Place kDevice is the engine's compute device (the CPU on a CPU run). The estimate covers the
+// engine alone: the model's activations and whatever the trainer allocates are added by the
+// caller, to the phase in which they are held (PeakTotalWith).
+//
+// Pure functions of their arguments; thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "core/memory_tracker.h"
+#include "core/status.h"
+#include "offload/state_swapper.h"
+#include "zero/partition.h"
+#include "zero/zero_engine.h"
+
+namespace hoist::zero {
+
+// ---- Sizing rules: ZeroEngine allocates by these, the estimate adds them up. ----
+
+// Bytes of one compute-type element.
+int64_t ComputeBytes(const ZeroOptions& options);
+// Stage 3 keeps units below stage3_param_persistence_threshold whole on every rank.
+bool IsPersistentUnit(const UnitPartition& part, const ZeroOptions& options);
+// The compute-type weights the engine keeps on the device: the whole padded model (stages 0-2)
+// or this rank's shards (stage 3; ParamShards holds them instead under parameter offload).
+int64_t ParamBufferBytes(const PartitionPlan& plan, const ZeroOptions& options);
+// Stage 3: the whole compute-type copies of the persistent units (0 if none).
+int64_t PersistentBufferBytes(const PartitionPlan& plan, const ZeroOptions& options);
+// Compute-type gradient accumulators: whole padded model (stages 0/1) or shards (2/3).
+int64_t GradBufferBytes(const PartitionPlan& plan, const ZeroOptions& options);
+// One fp32 optimizer array (master, m or v) over this rank's shard of the state plan.
+int64_t StateArrayBytes(const PartitionPlan& state_plan);
+// Whether the fp32 master weights are an array of their own: in mixed precision, and whenever
+// the model's copy is not the optimizer's (either offload). Otherwise the fp32 compute copy is it.
+bool HasSeparateMaster(const ZeroOptions& options);
+// The optimizer swapper of StatePlace::kNvme (its path left empty).
+offload::StateSwapperOptions OptimizerSwapOptions(const PartitionPlan& state_plan,
+                                                  const ZeroOptions& options);
+// This rank's model states by the ZeRO formula's terms (what ZeroEngine::model_state_bytes
+// returns), wherever they live.
+ModelStateBytes ModelStateBytesFor(const PartitionPlan& plan, const PartitionPlan& state_plan,
+                                   const ZeroOptions& options);
+
+// Stage 3: a sharded unit gathered whole, in the compute type (Category::kParam).
+int64_t GatheredUnitBytes(const UnitPartition& part, const ZeroOptions& options);
+// Whether Prefetch starts gathering a unit while `live_elements` gathered elements are alive.
+bool PrefetchGathers(const UnitPartition& part, int64_t live_elements, const ZeroOptions& options);
+// AcquireParams hands out an fp32 working copy (kParam) of `part.size` elements when the compute
+// type is 16-bit.
+bool UsesWorkingParams(const ZeroOptions& options);
+int64_t WorkingParamBytes(const UnitPartition& part);
+// AcquireGrads hands out an fp32 working gradient (kGrad) of the padded unit, except in fp32
+// stages 0/1, which accumulate in place.
+bool UsesWorkingGrads(const ZeroOptions& options);
+int64_t WorkingGradBytes(const UnitPartition& part);
+// Stages 2/3, a unit's reduction in flight: the padded gradient in comm_type (kComm; 0 when
+// comm_type is fp32, which sends the working gradient itself) and the reduced shard (kComm; 0
+// without reduce_scatter, which all-reduces in place).
+int64_t ReductionSendBytes(const UnitPartition& part, const ZeroOptions& options);
+int64_t ReductionRecvBytes(const UnitPartition& part, const ZeroOptions& options);
+// Elements of reductions left in flight after each ReleaseGrads (overlap_comm) or 0.
+int64_t ReductionsKeptElements(const ZeroOptions& options);
+// Stages 0/1 on more than one rank with comm_type unlike the compute type: the gradient
+// all-reduce goes through a staging buffer (kComm, during Step) of this many elements; 0 when
+// it reduces in place.
+int64_t AllReduceStagingElements(const PartitionPlan& plan, const ZeroOptions& options);
+
+// ---- The ZeRO paper's model states, for display beside the estimate. ----
+
+// Bytes of model states per rank for Ψ = `psi` parameters on `world` ranks, Adam, no padding and
+// no offload (Ψ/N rounded up to whole elements); stage 0..3 and world >= 1 (checked):
+//   mixed precision (K = 12: fp32 master, m, v; 2-byte weights and gradients), 16Ψ in all:
+//     stage 0 16Ψ, stage 1 4Ψ + 12Ψ/N, stage 2 2Ψ + 14Ψ/N, stage 3 16Ψ/N;
+//   fp32 (K = 8: m and v; the 4-byte weights are the master), 16Ψ in all too:
+//     stage 0 16Ψ, stage 1 8Ψ + 8Ψ/N, stage 2 4Ψ + 12Ψ/N, stage 3 16Ψ/N.
+// The engine adds padding to a multiple of N per unit, keeps persistent units whole in stage 3,
+// and in fp32 with either offload keeps a separate fp32 master (K = 12).
+int64_t ZeroPaperModelStateBytes(int64_t psi, int stage, int world, bool mixed_precision);
+
+// ---- The estimate. ----
+
+// The parts of one optimizer step, each with its own transient buffers.
+enum class EnginePhase { kForward = 0, kBackward, kStep };
+inline constexpr int kNumEnginePhases = 3;
+// "forward", "backward", "step".
+const char* EnginePhaseName(EnginePhase phase);
+
+// One ParamStore call of the model.
+struct StoreCall {
+  enum class Op { kAcquireParams, kReleaseParams, kPrefetch, kAcquireGrads, kReleaseGrads };
+  Op op;
+  int unit;
+};
+
+// The calls of one micro-batch, in order. Every acquire must be released by the end of
+// `backward` (a forward may hold units the backward releases); gradients are acquired only in
+// `backward`, each unit's at most once.
+struct ModelPasses {
+  std::vector<StoreCall> forward;
+  std::vector<StoreCall> backward;
+};
+
+// Forward: each unit acquired in order, the next one prefetched, then released. Backward, in
+// reverse: the unit's weights acquired, the previous unit prefetched, its gradient acquired and
+// released, its weights released.
+ModelPasses LayerwisePasses(int num_units);
+
+struct EngineMemoryEstimate {
+  using Table = MemorySnapshot::Table;  // [place][category] bytes
+  using PhaseBytes = std::array<int64_t, kNumEnginePhases>;
+
+  Table resident{};  // held from Create on
+  // Per phase, on top of `resident`: the most bytes of each (place, category) at any moment,
+  // and the largest simultaneous sum over categories per place (which may be less than the sum
+  // of the per-category maxima, reached at different moments).
+  std::array<Table, kNumEnginePhases> extra{};
+  std::array<std::array<int64_t, kNumPlaces>, kNumEnginePhases> extra_total{};
+  ModelStateBytes model_states;  // ZeroEngine::model_state_bytes()
+
+  int64_t Resident(Place p, Category c) const { return resident[int(p)][int(c)]; }
+  int64_t ResidentTotal(Place p) const;
+  int64_t Extra(EnginePhase phase, Place p, Category c) const {
+    return extra[int(phase)][int(p)][int(c)];
+  }
+  int64_t ExtraTotal(EnginePhase phase, Place p) const { return extra_total[int(phase)][int(p)]; }
+  // What the tracker's peak[p][c] and peak_total[p] hold after the engine has run.
+  int64_t Peak(Place p, Category c) const;
+  int64_t PeakTotal(Place p) const;
+  Table PeakTable() const;
+  // peak_total[p] with `added[phase]` more bytes of place p held throughout each phase (the
+  // model's activations, say): the resident bytes plus the largest phase. An upper bound where
+  // the added bytes peak at another moment of the phase than the engine's.
+  int64_t PeakTotalWith(Place p, const PhaseBytes& added) const;
+};
+
+// The memory of the engine that ZeroEngine::Create(units, options, comm, device) builds on rank
+// `rank` of `world_size` (comm's group), for a model that makes the calls of `passes` in each of
+// `micro_batches` micro-batches per step (a gradient-accumulation step). Two steps are replayed,
+// so what one step leaves behind counts in the next. Errors: the refusals Create gives for these
+// options (but not for a missing scratch file path, which the estimate does not need), and
+// InvalidArgument for passes that break the ParamStore protocol.
+StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>& units,
+                                                    const ZeroOptions& options, int world_size,
+                                                    int rank, const ModelPasses& passes,
+                                                    int micro_batches = 1);
+// The same for LayerwisePasses over the units, one micro-batch per step.
+StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>& units,
+                                                    const ZeroOptions& options, int world_size,
+                                                    int rank);
+
+}  // namespace hoist::zero
