@@ -2,6 +2,7 @@
 
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     std::vector<std::string> overrides;
     bool resume = false;
     std::string resume_from;
+    std::string memory_profile;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -41,7 +43,14 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       "Resume from the latest checkpoint in checkpoint.dir (start fresh if there is none yet)");
   cmd->add_option("--resume-from", args->resume_from, "Resume from this checkpoint step directory")
       ->excludes(resume);
+  cmd->add_option("--memory-profile", args->memory_profile,
+                  "Profile the memory of the first steps: a Chrome trace at FILE and an SVG "
+                  "beside it (monitor.memory_profile.path; {rank} is the rank)");
   cmd->callback([args, exit_code] {
+    if (!args->memory_profile.empty()) {
+      args->overrides.push_back("monitor.memory_profile.path=" +
+                                nlohmann::json(args->memory_profile).dump());
+    }
     StatusOr<RankEnv> rank_env = DiscoverRankEnv();
     if (!rank_env.ok()) {
       *exit_code = ReportError(rank_env.status());

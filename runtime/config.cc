@@ -343,10 +343,19 @@ Status ReadCheckpoint(const Section& top, CheckpointConfig* ckpt,
 
 Status ReadMonitor(const Section& top, MonitorConfig* monitor) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("monitor"));
-  HOIST_RETURN_IF_ERROR(s.AllowOnly({"jsonl"}));
+  HOIST_RETURN_IF_ERROR(s.AllowOnly({"jsonl", "memory_profile"}));
   HOIST_ASSIGN_OR_RETURN(Section jsonl, s.Child("jsonl"));
   HOIST_RETURN_IF_ERROR(jsonl.AllowOnly({"path"}));
-  return jsonl.String("path", &monitor->jsonl_path);
+  HOIST_RETURN_IF_ERROR(jsonl.String("path", &monitor->jsonl_path));
+  HOIST_ASSIGN_OR_RETURN(Section profile, s.Child("memory_profile"));
+  HOIST_RETURN_IF_ERROR(profile.AllowOnly({"path", "steps"}));
+  HOIST_RETURN_IF_ERROR(profile.String("path", &monitor->memory_profile_path));
+  HOIST_RETURN_IF_ERROR(profile.Int("steps", &monitor->memory_profile_steps));
+  if (monitor->memory_profile_steps < 1) {
+    return profile.Invalid("steps", "must be >= 1 (the steps to profile from the start), found " +
+                                        std::to_string(monitor->memory_profile_steps));
+  }
+  return Status::Ok();
 }
 
 Status ReadComm(const Section& top, CommConfig* comm) {

@@ -106,6 +106,12 @@ struct CheckpointConfig {
 // `monitor` {jsonl {path}}.
 struct MonitorConfig {
   std::string jsonl_path;  // empty: no JSONL log; "{rank}" is expanded by the writer
+  // `memory_profile {path, steps}`: the memory tracker's bytes at every phase boundary of the
+  // first `steps` steps (and of the set-up before them), as a Chrome trace at `path` and an SVG
+  // beside it (path with its extension replaced by .svg). "{rank}" is expanded; a path without
+  // it is written by rank 0 alone. Empty: no profile.
+  std::string memory_profile_path;
+  int64_t memory_profile_steps = 2;  // >= 1
 };
 
 // The compute precision of training. fp32 master weights and optimizer states are kept in every

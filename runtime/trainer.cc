@@ -217,6 +217,17 @@ Status Trainer::Initialize() {
                                    std::to_string(expected_world) + " ranks but the job has " +
                                    std::to_string(world_size));
   }
+  // The profile starts before anything is allocated, so that set-up's peaks are in it too.
+  const std::string& profile = config_.monitor.memory_profile_path;
+  if (!profile.empty() && (rank == 0 || profile.find("{rank}") != std::string::npos)) {
+    profile_path_ = profile;
+    for (size_t at; (at = profile_path_.find("{rank}")) != std::string::npos;) {
+      profile_path_.replace(at, 6, std::to_string(rank));
+    }
+    device_.tracker()->ResetPeaks();
+    profiler_ = std::make_unique<MemoryProfiler>(*device_.tracker());
+    profiler_->Enter("set-up");
+  }
   // Before anything heavy, so that a port in use fails the start at once.
   if (config_.metrics.enabled) {
     HOIST_ASSIGN_OR_RETURN(metrics_,
@@ -250,6 +261,16 @@ Status Trainer::Initialize() {
   HOIST_ASSIGN_OR_RETURN(
       model_, Gpt2Model::Create(config_.model, B, T, &device_, engine_.get(),
                                 DataTypeOf(config_.precision()), config_.activation_checkpointing));
+  model_->set_phase_hook([this](Gpt2Model::Phase phase, int block) {
+    switch (phase) {
+      case Gpt2Model::Phase::kForwardEmbedding:
+      case Gpt2Model::Phase::kForwardBlock: EnterPhase(PhaseKind::kForward, block); break;
+      case Gpt2Model::Phase::kForwardHead: EnterPhase(PhaseKind::kLoss); break;
+      case Gpt2Model::Phase::kBackwardHead:
+      case Gpt2Model::Phase::kBackwardBlock:
+      case Gpt2Model::Phase::kBackwardEmbedding: EnterPhase(PhaseKind::kBackward, block); break;
+    }
+  });
   if (config_.precision() == Precision::kFloat16) {
     scaler_ = std::make_unique<LossScaler>(config_.fp16);
   }
@@ -331,6 +352,7 @@ StatusOr<StepRecord> Trainer::Step() {
     phase_s[int(StepPhase::kBackward)] += SecondsSince(t2);
   }
   record.recompute_s = model_->recompute_seconds() - recompute_before;
+  EnterPhase(PhaseKind::kReduce);
   const auto reduce_start = Clock::now();
   // The loss of the whole global batch: every rank's mean, averaged over the ranks.
   float loss = static_cast<float>(loss_sum / static_cast<double>(accumulation));
@@ -347,6 +369,10 @@ StatusOr<StepRecord> Trainer::Step() {
   record.lr = lr_override_ ? static_cast<float>(*lr_override_)
                            : static_cast<float>(schedule_->LrAt(engine_->step_count() - 1));
   const double loss_reduce_s = SecondsSince(reduce_start);
+  // The engine finishes the reduction and steps; with offload the step is the host's or NVMe's.
+  EnterPhase(engine_->options().offload_optimizer.place == zero::StatePlace::kDevice
+                 ? PhaseKind::kOptimizer
+                 : PhaseKind::kOffload);
   HOIST_ASSIGN_OR_RETURN(zero::StepResult result,
                          engine_->Step(record.lr, record.loss_scale, clip_));
   record.grad_norm = result.grad_norm;
@@ -369,6 +395,9 @@ StatusOr<StepRecord> Trainer::Step() {
   }
 
   ++step_;
+  if (profiler_ != nullptr && step_ >= config_.monitor.memory_profile_steps) {
+    HOIST_RETURN_IF_ERROR(FinishMemoryProfile());
+  }
   record.step_s = SecondsSince(start);
   const int64_t tokens = config_.train_batch_size * T;
   record.tokens_per_s = static_cast<double>(tokens) / record.step_s;
@@ -509,6 +538,7 @@ Status Trainer::RunSteps() {
     }
   }
 
+  HOIST_RETURN_IF_ERROR(FinishMemoryProfile());
   const MemorySnapshot memory = device_.tracker()->Snapshot();
   nlohmann::json end = {{"event", "end"},
                         {"rank", rank},
@@ -522,6 +552,13 @@ Status Trainer::RunSteps() {
                         {"peak_rss", ProcessPeakResidentBytes()}};
   end["skipped_steps"] = scaler_ != nullptr ? scaler_->skipped_steps() : bf16_skipped_steps_;
   if (stopped_) end["stopped"] = stop_reason_;
+  if (!profile_peaks_.empty()) {
+    nlohmann::json phases = nlohmann::json::object();
+    for (const PeakAttribution& peak : profile_peaks_) {
+      phases[PlaceName(peak.place)] = {{"bytes", peak.bytes}, {"phase", peak.description}};
+    }
+    end["peak_phase"] = std::move(phases);
+  }
   HOIST_RETURN_IF_ERROR(log_->Write(end));
   if (out != nullptr) {
     if (stopped_) {
@@ -532,8 +569,31 @@ Status Trainer::RunSteps() {
          << train_seconds_ << " s\n\nmemory by place and category (rank " << rank << " of "
          << comm_->world_size() << "):\n"
          << FormatMemoryTable(memory);
+    for (const PeakAttribution& peak : profile_peaks_) *out << PeakSentence(peak) << "\n";
     if (log_->enabled()) *out << "JSONL log: " << log_->path() << "\n";
   }
+  return Status::Ok();
+}
+
+void Trainer::EnterPhase(PhaseKind kind, int block) {
+  if (profiler_ != nullptr) profiler_->Enter(step_ + 1, kind, block);
+}
+
+Status Trainer::FinishMemoryProfile() {
+  if (profiler_ == nullptr) return Status::Ok();
+  profiler_->Finish();
+  std::string svg = profile_path_;
+  const size_t slash = svg.find_last_of('/');
+  const size_t dot = svg.find_last_of('.');
+  if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) svg.resize(dot);
+  svg += ".svg";
+  if (svg == profile_path_) svg += ".svg";  // the trace itself was named *.svg
+  HOIST_RETURN_IF_ERROR(profiler_->WriteChromeTrace(profile_path_));
+  HOIST_RETURN_IF_ERROR(profiler_->WriteSvg(svg));
+  profile_peaks_ = profiler_->Peaks();
+  profiler_.reset();
+  HOIST_LOG(INFO) << "memory profile: " << profile_path_ << " (Chrome trace; open in Perfetto) and "
+                  << svg;
   return Status::Ok();
 }
 

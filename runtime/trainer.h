@@ -33,6 +33,7 @@
 #include "runtime/jsonl_log.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
+#include "runtime/memory_profile.h"
 #include "runtime/metrics.h"
 #include "runtime/offload_preflight.h"
 #include "zero/zero_engine.h"
@@ -130,6 +131,10 @@ class Trainer {
   StatusOr<int64_t> LoadCheckpoint(const std::string& step_dir);
   void PrintProgress(const StepRecord& record);
   Status RunSteps();
+  // The memory profile (monitor.memory_profile): marks the start of a phase of the step being
+  // taken, and closes the profile and writes its files once its steps are done (or the run ends).
+  void EnterPhase(PhaseKind kind, int block = -1);
+  Status FinishMemoryProfile();
   // Rank 0 publishes the status of the step just taken (every rank takes part: the per-rank
   // memory tables are gathered).
   Status PublishStatus(const StepRecord& record, const MemorySnapshot& memory);
@@ -153,6 +158,9 @@ class Trainer {
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<JsonlLog> log_;
+  std::unique_ptr<MemoryProfiler> profiler_;
+  std::string profile_path_;                    // with {rank} expanded
+  std::vector<PeakAttribution> profile_peaks_;  // when the profile has been written
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MetricsExporter> metrics_;
   Buffer batch_;  // inputs and targets of one micro-batch, (B,T) each
