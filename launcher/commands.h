@@ -17,6 +17,9 @@ void AddReportCommand(CLI::App& app, int* exit_code);
 void AddLaunchCommand(CLI::App& app, int* exit_code);
 // `hoist ctl`, the control service's client (launcher/ctl_command.cc).
 void AddCtlCommand(CLI::App& app, int* exit_code);
+// `hoist estimate`, the per-rank memory of a config without running it
+// (launcher/estimate_command.cc).
+void AddEstimateCommand(CLI::App& app, int* exit_code);
 
 // Prints `status` as the one-line error of the program and returns the exit code for it.
 int ReportError(const Status& status);

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   hoist::launcher::AddReportCommand(app, &exit_code);
   hoist::launcher::AddLaunchCommand(app, &exit_code);
   hoist::launcher::AddCtlCommand(app, &exit_code);
+  hoist::launcher::AddEstimateCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

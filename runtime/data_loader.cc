@@ -40,12 +40,17 @@ StatusOr<std::vector<std::string>> ExpandPattern(const std::string& pattern) {
 
 }  // namespace
 
-DataLoader::DataLoader(int B, int T, int rank, int world_size)
-    : B_(B), T_(T), rank_(rank), world_size_(world_size), stride_(int64_t{world_size} * B * T) {}
+DataLoader::DataLoader(int B, int T, int rank, int world_size, MemoryTracker* tracker)
+    : B_(B),
+      T_(T),
+      rank_(rank),
+      world_size_(world_size),
+      stride_(int64_t{world_size} * B * T),
+      host_(Place::kHost, tracker) {}
 
 StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source, Split split,
                                                        int B, int T, int rank, int world_size,
-                                                       int vocab_size) {
+                                                       int vocab_size, MemoryTracker* tracker) {
   const std::string where = "data source '" + source + "': ";
   if (source.empty()) return InvalidArgumentError("the data source is empty; give a shard path");
   if (B <= 0) {
@@ -68,7 +73,7 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source
                                 std::to_string(vocab_size));
   }
 
-  std::unique_ptr<DataLoader> loader(new DataLoader(B, T, rank, world_size));
+  std::unique_ptr<DataLoader> loader(new DataLoader(B, T, rank, world_size, tracker));
   if (source.starts_with("builtin:")) {
     if (source != kBuiltinDemo) {
       return NotFoundError("unknown built-in data source '" + source + "'; the only one is '" +
@@ -93,11 +98,25 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source
   return loader;
 }
 
-Status DataLoader::LoadBuiltinDemo(Split split, int vocab_size) {
+namespace {
+
+// The built-in corpus's tokens of `split`: the first 90% train, the rest validation.
+std::pair<int64_t, int64_t> BuiltinRange(Split split) {
   const int64_t total = static_cast<int64_t>(kDemoCorpus_size);
   const int64_t train = total * 9 / 10;
-  const int64_t begin = split == Split::kTrain ? 0 : train;
-  const int64_t end = split == Split::kTrain ? train : total;
+  return split == Split::kTrain ? std::pair{int64_t{0}, train} : std::pair{train, total};
+}
+
+}  // namespace
+
+int64_t DataLoader::TrackedHostBytes(const std::string& source, Split split) {
+  if (source != kBuiltinDemo) return 0;
+  const auto [begin, end] = BuiltinRange(split);
+  return (end - begin) * int64_t{sizeof(uint16_t)};
+}
+
+Status DataLoader::LoadBuiltinDemo(Split split, int vocab_size) {
+  const auto [begin, end] = BuiltinRange(split);
   HOIST_ASSIGN_OR_RETURN(builtin_tokens_, host_.Allocate((end - begin) * int64_t{sizeof(uint16_t)},
                                                          Category::kWorkspace));
   uint16_t* tokens = builtin_tokens_.as<uint16_t>();

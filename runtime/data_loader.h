@@ -52,10 +52,11 @@ class DataLoader {
 
   // B sequences of T tokens per micro-step for `rank` of `world_size`. Errors name the bad
   // argument, the pattern that matched nothing (NotFound), or the shard that is invalid or too
-  // small for one window (with B, T and world_size).
-  static StatusOr<std::unique_ptr<DataLoader>> Open(const std::string& source, Split split, int B,
-                                                    int T, int rank, int world_size,
-                                                    int vocab_size);
+  // small for one window (with B, T and world_size). The built-in data's tokens are counted in
+  // `tracker` (the trainer's).
+  static StatusOr<std::unique_ptr<DataLoader>> Open(
+      const std::string& source, Split split, int B, int T, int rank, int world_size,
+      int vocab_size, MemoryTracker* tracker = &MemoryTracker::Global());
 
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -73,6 +74,11 @@ class DataLoader {
 
   int B() const { return B_; }
   int T() const { return T_; }
+  // The tracked host bytes a loader of `source` holds (the built-in data's tokens, as
+  // Place::kHost workspace; token shard files are mapped, not allocated): what the memory
+  // estimate counts for it.
+  static int64_t TrackedHostBytes(const std::string& source, Split split);
+
   int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
   // The shard's file path, or "builtin:demo (train)" / "builtin:demo (val)".
   const std::string& shard_name(int64_t index) const;
@@ -86,7 +92,7 @@ class DataLoader {
     std::span<const uint16_t> tokens;
   };
 
-  DataLoader(int B, int T, int rank, int world_size);
+  DataLoader(int B, int T, int rank, int world_size, MemoryTracker* tracker);
   Status LoadBuiltinDemo(Split split, int vocab_size);
   Status LoadFiles(const std::string& source, int vocab_size);
   // Moves to the next shard (wrapping) when the current one cannot supply a window at state_.
@@ -97,7 +103,7 @@ class DataLoader {
   const int rank_;
   const int world_size_;
   const int64_t stride_;  // world_size * B * T
-  CpuDevice host_{Place::kHost};
+  CpuDevice host_;
   Buffer builtin_tokens_;  // (corpus bytes,) uint16; only for builtin:demo
   std::vector<TokenShard> files_;
   std::vector<ShardView> shards_;

@@ -16,6 +16,7 @@
 #include "offload/open_storage.h"
 #include "runtime/checkpoint.h"
 #include "runtime/control_server.h"
+#include "runtime/engine_options.h"
 #include "runtime/memory_report.h"
 #include "runtime/run_identity.h"
 
@@ -41,54 +42,6 @@ LrScheduleParams ScheduleParamsFrom(const Config& config) {
   params.warmup_min_ratio = s.warmup_min_ratio;
   params.cos_min_ratio = s.cos_min_ratio;
   return params;
-}
-
-comm::DataType DataTypeOf(Precision precision) {
-  switch (precision) {
-    case Precision::kFloat32: return comm::DataType::kFloat32;
-    case Precision::kBFloat16: return comm::DataType::kBFloat16;
-    case Precision::kFloat16: return comm::DataType::kFloat16;
-  }
-  return comm::DataType::kFloat32;
-}
-
-zero::ZeroOptions ZeroOptionsFrom(const Config& config) {
-  zero::ZeroOptions options;
-  const ZeroConfig& z = config.zero;
-  options.stage = z.stage;
-  options.compute_type = DataTypeOf(config.precision());
-  options.comm_type = DataTypeOf(config.communication_data_type);
-  options.reduce_bucket_size = z.reduce_bucket_size;
-  options.allgather_bucket_size = z.allgather_bucket_size;
-  options.overlap_comm = z.overlap_comm;
-  options.reduce_scatter = z.reduce_scatter;
-  options.stage3_prefetch_bucket_size = z.stage3_prefetch_bucket_size;
-  options.stage3_param_persistence_threshold = z.stage3_param_persistence_threshold;
-  options.stage3_max_live_parameters = z.stage3_max_live_parameters;
-  options.adam = {config.optimizer.beta1, config.optimizer.beta2, config.optimizer.eps,
-                  config.optimizer.weight_decay};
-  const OffloadOptimizerConfig& offload = z.offload_optimizer;
-  switch (offload.device) {
-    case OffloadDevice::kNone: options.offload_optimizer.place = zero::StatePlace::kDevice; break;
-    case OffloadDevice::kCpu: options.offload_optimizer.place = zero::StatePlace::kHost; break;
-    case OffloadDevice::kNvme: options.offload_optimizer.place = zero::StatePlace::kNvme; break;
-  }
-  options.offload_optimizer.pin_memory = offload.pin_memory;
-  options.offload_optimizer.sub_group_size = z.sub_group_size;
-  options.offload_optimizer.buffer_count =
-      static_cast<int>(std::min<int64_t>(offload.buffer_count, 1 << 20));
-  const OffloadParamConfig& param = z.offload_param;
-  switch (param.device) {
-    case OffloadDevice::kNone: options.offload_param.place = zero::ParamPlace::kDevice; break;
-    case OffloadDevice::kCpu: options.offload_param.place = zero::ParamPlace::kHost; break;
-    case OffloadDevice::kNvme: options.offload_param.place = zero::ParamPlace::kNvme; break;
-  }
-  options.offload_param.pin_memory = param.pin_memory;
-  options.offload_param.buffer_count =
-      static_cast<int>(std::min<int64_t>(param.buffer_count, 1 << 20));
-  options.offload_param.buffer_size = param.buffer_size;
-  options.offload_param.max_in_cpu = param.max_in_cpu;
-  return options;
 }
 
 // How many ranks of `comm` run on this machine: every rank hashes its host name and all compare.
@@ -278,10 +231,11 @@ Status Trainer::Initialize() {
   schedule_ = std::make_unique<LrSchedule>(std::move(schedule));
   HOIST_ASSIGN_OR_RETURN(train_loader_,
                          DataLoader::Open(config_.data.train, Split::kTrain, B, T, rank, world_size,
-                                          config_.model.vocab_size));
+                                          config_.model.vocab_size, device_.tracker()));
   if (config_.train.eval_interval > 0 && !config_.data.val.empty()) {
-    HOIST_ASSIGN_OR_RETURN(val_loader_, DataLoader::Open(config_.data.val, Split::kVal, B, T, rank,
-                                                         world_size, config_.model.vocab_size));
+    HOIST_ASSIGN_OR_RETURN(val_loader_,
+                           DataLoader::Open(config_.data.val, Split::kVal, B, T, rank, world_size,
+                                            config_.model.vocab_size, device_.tracker()));
   }
   HOIST_ASSIGN_OR_RETURN(batch_, device_.Allocate(int64_t{2} * B * T * int64_t{sizeof(int32_t)},
                                                   Category::kActivation));

@@ -1,0 +1,55 @@
+#include "runtime/engine_options.h"
+
+#include <algorithm>
+
+namespace hoist::runtime {
+
+comm::DataType DataTypeOf(Precision precision) {
+  switch (precision) {
+    case Precision::kFloat32: return comm::DataType::kFloat32;
+    case Precision::kBFloat16: return comm::DataType::kBFloat16;
+    case Precision::kFloat16: return comm::DataType::kFloat16;
+  }
+  return comm::DataType::kFloat32;
+}
+
+zero::ZeroOptions ZeroOptionsFrom(const Config& config) {
+  zero::ZeroOptions options;
+  const ZeroConfig& z = config.zero;
+  options.stage = z.stage;
+  options.compute_type = DataTypeOf(config.precision());
+  options.comm_type = DataTypeOf(config.communication_data_type);
+  options.reduce_bucket_size = z.reduce_bucket_size;
+  options.allgather_bucket_size = z.allgather_bucket_size;
+  options.overlap_comm = z.overlap_comm;
+  options.reduce_scatter = z.reduce_scatter;
+  options.stage3_prefetch_bucket_size = z.stage3_prefetch_bucket_size;
+  options.stage3_param_persistence_threshold = z.stage3_param_persistence_threshold;
+  options.stage3_max_live_parameters = z.stage3_max_live_parameters;
+  options.adam = {config.optimizer.beta1, config.optimizer.beta2, config.optimizer.eps,
+                  config.optimizer.weight_decay};
+  const OffloadOptimizerConfig& offload = z.offload_optimizer;
+  switch (offload.device) {
+    case OffloadDevice::kNone: options.offload_optimizer.place = zero::StatePlace::kDevice; break;
+    case OffloadDevice::kCpu: options.offload_optimizer.place = zero::StatePlace::kHost; break;
+    case OffloadDevice::kNvme: options.offload_optimizer.place = zero::StatePlace::kNvme; break;
+  }
+  options.offload_optimizer.pin_memory = offload.pin_memory;
+  options.offload_optimizer.sub_group_size = z.sub_group_size;
+  options.offload_optimizer.buffer_count =
+      static_cast<int>(std::min<int64_t>(offload.buffer_count, 1 << 20));
+  const OffloadParamConfig& param = z.offload_param;
+  switch (param.device) {
+    case OffloadDevice::kNone: options.offload_param.place = zero::ParamPlace::kDevice; break;
+    case OffloadDevice::kCpu: options.offload_param.place = zero::ParamPlace::kHost; break;
+    case OffloadDevice::kNvme: options.offload_param.place = zero::ParamPlace::kNvme; break;
+  }
+  options.offload_param.pin_memory = param.pin_memory;
+  options.offload_param.buffer_count =
+      static_cast<int>(std::min<int64_t>(param.buffer_count, 1 << 20));
+  options.offload_param.buffer_size = param.buffer_size;
+  options.offload_param.max_in_cpu = param.max_in_cpu;
+  return options;
+}
+
+}  // namespace hoist::runtime

@@ -1,0 +1,17 @@
+// How a job config becomes the options of the ZeRO engine and the model's data types: one
+// mapping, shared by the trainer that runs a config and the estimator that predicts it.
+#pragma once
+
+#include "comm/communicator.h"
+#include "runtime/config.h"
+#include "zero/zero_engine.h"
+
+namespace hoist::runtime {
+
+// The element type of `precision`.
+comm::DataType DataTypeOf(Precision precision);
+
+// The engine options of `config`'s zero_optimization, precision and optimizer sections.
+zero::ZeroOptions ZeroOptionsFrom(const Config& config);
+
+}  // namespace hoist::runtime

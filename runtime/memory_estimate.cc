@@ -1,0 +1,279 @@
+#include "runtime/memory_estimate.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "core/check.h"
+#include "runtime/data_loader.h"
+#include "runtime/engine_options.h"
+#include "runtime/memory_report.h"
+#include "zero/param_store.h"
+
+namespace hoist::runtime {
+namespace {
+
+using zero::StoreCall;
+using Op = StoreCall::Op;
+
+// A ParamStore that serves whole fp32 units and writes down every call, to learn the order in
+// which the model asks for them.
+class RecordingStore final : public zero::ParamStore {
+ public:
+  RecordingStore(const ParamLayout& layout, Device* device) : layout_(layout) {
+    const int64_t bytes = layout.total * int64_t{sizeof(float)};
+    params_ = std::move(device->Allocate(bytes, Category::kParam)).value();
+    grads_ = std::move(device->Allocate(bytes, Category::kGrad)).value();
+  }
+  const float* AcquireParams(int unit) override {
+    calls_->push_back({Op::kAcquireParams, unit});
+    return params_.as<float>() + layout_.unit_offsets[unit];
+  }
+  void ReleaseParams(int unit) override { calls_->push_back({Op::kReleaseParams, unit}); }
+  void Prefetch(int unit) override { calls_->push_back({Op::kPrefetch, unit}); }
+  float* AcquireGrads(int unit) override {
+    calls_->push_back({Op::kAcquireGrads, unit});
+    return grads_.as<float>() + layout_.unit_offsets[unit];
+  }
+  void ReleaseGrads(int unit) override { calls_->push_back({Op::kReleaseGrads, unit}); }
+  Status status() const override { return Status::Ok(); }
+
+  void RecordInto(std::vector<StoreCall>* calls) { calls_ = calls; }
+
+ private:
+  const ParamLayout& layout_;
+  Buffer params_, grads_;
+  std::vector<StoreCall>* calls_ = nullptr;
+};
+
+// The ParamStore calls of one training micro-batch of a GPT-2 of `n_layer` blocks: recorded
+// from a model of that depth with the smallest widths (the order depends on the depth alone).
+zero::ModelPasses Gpt2Passes(int n_layer) {
+  ModelConfig tiny;
+  tiny.n_layer = n_layer;
+  tiny.n_head = 1;
+  tiny.n_embd = 4;
+  tiny.vocab_size = 2;
+  tiny.seq_len = 1;
+  MemoryTracker tracker;  // the caller's tracker never sees this
+  CpuDevice device(Place::kDevice, &tracker);
+  const ParamLayout layout = ParamLayout::For(tiny);
+  RecordingStore store(layout, &device);
+  auto model = std::move(Gpt2Model::Create(tiny, 1, 1, &device, &store)).value();
+  zero::ModelPasses passes;
+  const int32_t token = 1;
+  store.RecordInto(&passes.forward);
+  model->Forward(&token, &token, 1, 1, 1.0f);
+  store.RecordInto(&passes.backward);
+  model->Backward();
+  store.RecordInto(nullptr);
+  return passes;
+}
+
+void AddTable(MemorySnapshot::Table* into, const MemorySnapshot::Table& from) {
+  for (int p = 0; p < kNumPlaces; ++p) {
+    for (int c = 0; c < kNumCategories; ++c) (*into)[p][c] += from[p][c];
+  }
+}
+
+}  // namespace
+
+StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size) {
+  if (world_size < 1) return InvalidArgumentError("the number of ranks must be >= 1");
+  const ParamLayout layout = ParamLayout::For(config.model);
+  const zero::ZeroOptions options = ZeroOptionsFrom(config);
+  const zero::ModelPasses passes = Gpt2Passes(config.model.n_layer);
+  const int B = static_cast<int>(config.train_micro_batch_size_per_gpu);
+  const int T = config.model.seq_len;
+  const int micro_batches = static_cast<int>(config.gradient_accumulation_steps);
+
+  // The model's and the trainer's own memory, the same on every rank and held throughout.
+  MemorySnapshot::Table held{};
+  const Gpt2Model::ActivationBytes activations = Gpt2Model::ActivationFootprint(
+      config.model, B, T, DataTypeOf(config.precision()), config.activation_checkpointing);
+  const int64_t batch_bytes = int64_t{2} * B * T * int64_t{sizeof(int32_t)};
+  int64_t data_bytes = DataLoader::TrackedHostBytes(config.data.train, Split::kTrain);
+  if (config.train.eval_interval > 0 && !config.data.val.empty()) {
+    data_bytes += DataLoader::TrackedHostBytes(config.data.val, Split::kVal);
+  }
+  held[int(Place::kDevice)][int(Category::kActivation)] = activations.device + batch_bytes;
+  held[int(Place::kHostPinned)][int(Category::kActivation)] = activations.host_pinned;
+  held[int(Place::kHost)][int(Category::kWorkspace)] = data_bytes;
+
+  // Ranks differ only in the rounding of their shards: the first and the last cover both ways.
+  std::optional<MemoryEstimate> best;
+  for (int rank : {0, world_size - 1}) {
+    HOIST_ASSIGN_OR_RETURN(zero::EngineMemoryEstimate engine,
+                           zero::EstimateEngineMemory(layout.Units(), options, world_size, rank,
+                                                      passes, micro_batches));
+    MemoryEstimate e;
+    e.world_size = world_size;
+    e.rank = rank;
+    e.parameters = layout.total;
+    e.activations = activations;
+    e.batch_bytes = batch_bytes;
+    e.data_bytes = data_bytes;
+    e.peak = engine.PeakTable();
+    AddTable(&e.peak, held);
+    for (int p = 0; p < kNumPlaces; ++p) {
+      int64_t held_total = 0;
+      for (int c = 0; c < kNumCategories; ++c) held_total += held[p][c];
+      // Held bytes are there in every phase, so the place peaks in the engine's largest phase.
+      int best_phase = 0;
+      for (int ph = 1; ph < zero::kNumEnginePhases; ++ph) {
+        if (engine.extra_total[ph][p] > engine.extra_total[best_phase][p]) best_phase = ph;
+      }
+      e.peak_total[p] = engine.PeakTotal(static_cast<Place>(p)) + held_total;
+      e.peak_phase[p] = static_cast<zero::EnginePhase>(best_phase);
+    }
+    e.zero_paper_model_states = zero::ZeroPaperModelStateBytes(
+        layout.total, config.zero.stage, world_size, config.precision() != Precision::kFloat32);
+    e.engine = std::move(engine);
+    if (!best || e.PeakTotal(Place::kDevice) > best->PeakTotal(Place::kDevice)) best = std::move(e);
+    if (world_size == 1) break;
+  }
+  return std::move(*best);
+}
+
+nlohmann::json MemoryEstimateJson(const MemoryEstimate& e) {
+  MemorySnapshot snapshot;
+  snapshot.peak_total = e.peak_total;
+  nlohmann::json phases = nlohmann::json::object();
+  for (int p = 0; p < kNumPlaces; ++p) {
+    if (e.peak_total[p] > 0) phases[PlaceName(Place(p))] = zero::EnginePhaseName(e.peak_phase[p]);
+  }
+  const zero::ModelStateBytes& states = e.engine.model_states;
+  return {{"world_size", e.world_size},
+          {"rank", e.rank},
+          {"parameters", e.parameters},
+          {"peak", MemoryTableJson(e.peak)},
+          {"peak_total", PeakTotalJson(snapshot)},
+          {"peak_phase", std::move(phases)},
+          {"zero_paper_model_states", e.zero_paper_model_states},
+          {"parts",
+           {{"model_states",
+             {{"params", states.params}, {"grads", states.grads}, {"optimizer", states.optimizer}}},
+            {"activations",
+             {{"device", e.activations.device}, {"host_pinned", e.activations.host_pinned}}},
+            {"batch", e.batch_bytes},
+            {"data", e.data_bytes}}}};
+}
+
+std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
+                                 int ranks_per_node) {
+  std::ostringstream out;
+  const ActivationCheckpointingConfig& ac = config.activation_checkpointing;
+  out << "model: GPT-2, " << config.model.n_layer << " layers, " << config.model.n_embd << " wide, "
+      << e.parameters << " parameters; micro-batch " << config.train_micro_batch_size_per_gpu
+      << " x " << config.model.seq_len << " tokens, " << PrecisionName(config.precision())
+      << ", ZeRO stage " << config.zero.stage << " on " << e.world_size
+      << (e.world_size == 1 ? " rank" : " ranks") << "\n";
+  out << "activation checkpointing: " << CheckpointPolicyName(ac.policy);
+  if (ac.policy == CheckpointPolicy::kEveryK) out << " (one block in " << ac.every_k << ")";
+  if (ac.cpu_checkpointing) out << ", block inputs in pinned host memory";
+  out << "; attention " << (config.model.attention == AttentionKind::kTiled ? "tiled" : "direct")
+      << "\n";
+  out << "offload: optimizer " << OffloadDeviceName(config.zero.offload_optimizer.device)
+      << ", parameters " << OffloadDeviceName(config.zero.offload_param.device) << "\n\n";
+
+  // The peak table: one row per place used, one column per category.
+  out << "predicted peak per rank (rank " << e.rank << "):\n";
+  char line[256];
+  std::snprintf(line, sizeof(line), "  %-12s", "place");
+  out << line;
+  for (int c = 0; c < kNumCategories; ++c) {
+    std::snprintf(line, sizeof(line), " %11s", CategoryName(Category(c)));
+    out << line;
+  }
+  out << "  "
+      << "peak (sum at once)\n";
+  for (int p = 0; p < kNumPlaces; ++p) {
+    if (e.peak_total[p] == 0) continue;
+    std::snprintf(line, sizeof(line), "  %-12s", PlaceName(Place(p)));
+    out << line;
+    for (int c = 0; c < kNumCategories; ++c) {
+      std::snprintf(line, sizeof(line), " %11s",
+                    e.peak[p][c] == 0 ? "-" : FormatBytes(e.peak[p][c]).c_str());
+      out << line;
+    }
+    out << "  " << FormatBytes(e.peak_total[p]) << " during "
+        << zero::EnginePhaseName(e.peak_phase[p]) << "\n";
+  }
+  const zero::ModelStateBytes& s = e.engine.model_states;
+  out << "\nmodel states: " << FormatBytes(s.params + s.grads + s.optimizer) << " (params "
+      << FormatBytes(s.params) << ", grads " << FormatBytes(s.grads) << ", optimizer "
+      << FormatBytes(s.optimizer) << "); the ZeRO paper's formula gives "
+      << FormatBytes(e.zero_paper_model_states) << "\n";
+  out << "activations: " << FormatBytes(e.activations.device) << " on the device";
+  if (e.activations.host_pinned > 0) {
+    out << ", " << FormatBytes(e.activations.host_pinned) << " in pinned host memory";
+  }
+  out << "\n";
+  if (ranks_per_node > 0) {
+    const int64_t host = e.peak_total[int(Place::kHost)] + e.peak_total[int(Place::kHostPinned)];
+    out << "per node (" << ranks_per_node << " ranks): host " << FormatBytes(host * ranks_per_node)
+        << " (pinned " << FormatBytes(e.peak_total[int(Place::kHostPinned)] * ranks_per_node)
+        << "), nvme " << FormatBytes(e.peak_total[int(Place::kNvme)] * ranks_per_node) << "\n";
+  }
+  out << "(tracked memory; the process also holds untracked memory such as the BLAS library's "
+         "buffers and code)\n";
+  return out.str();
+}
+
+StatusOr<int64_t> ParseBytes(const std::string& text, const std::string& what) {
+  auto refuse = [&] {
+    return InvalidArgumentError(what + ": cannot read \"" + text +
+                                "\" as a size; write a number of bytes with an optional unit, "
+                                "e.g. 16GiB, 512MiB, 80GB or 1073741824");
+  };
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) {
+    ++i;
+  }
+  if (i == 0) return refuse();
+  double number = 0;
+  try {
+    size_t used = 0;
+    number = std::stod(text.substr(0, i), &used);
+    if (used != i) return refuse();
+  } catch (...) {
+    return refuse();
+  }
+  std::string unit = text.substr(i);
+  unit.erase(0, unit.find_first_not_of(' '));
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  const struct {
+    const char* name;
+    double scale;
+  } kUnits[] = {{"", 1},
+                {"b", 1},
+                {"k", 1024.0},
+                {"kib", 1024.0},
+                {"kb", 1e3},
+                {"m", 1048576.0},
+                {"mib", 1048576.0},
+                {"mb", 1e6},
+                {"g", 1073741824.0},
+                {"gib", 1073741824.0},
+                {"gb", 1e9},
+                {"t", 1099511627776.0},
+                {"tib", 1099511627776.0},
+                {"tb", 1e12}};
+  for (const auto& u : kUnits) {
+    if (unit != u.name) continue;
+    const double bytes = number * u.scale;
+    if (!(bytes >= 1) || bytes > 9.0e18) {
+      return InvalidArgumentError(what + ": \"" + text +
+                                  "\" must be at least 1 byte and below 8 EiB");
+    }
+    return static_cast<int64_t>(std::llround(bytes));
+  }
+  return refuse();
+}
+
+}  // namespace hoist::runtime

@@ -1,0 +1,75 @@
+// The memory a training job will take, per rank, computed from its config without running it:
+// what `hoist estimate` prints and `hoist plan` searches over.
+//
+// The estimate adds up what the trainer allocates, each part from the code that sizes it:
+//   the ZeRO engine (zero/memory_estimate.h): parameters, gradients and optimizer states wherever
+//     they live, gathered units, gradient reductions in flight, offload buffers and files; it
+//     replays the model's ParamStore calls, recorded from a model of the same depth;
+//   the model's activations (Gpt2Model::ActivationFootprint): every saved tensor the
+//     checkpointing policy keeps, the working layers, backward scratch, logits;
+//   the trainer's micro-batch buffer and the built-in data's tokens.
+// Activations are allocated once and held, so the peak of a place is its resident bytes plus
+// the engine's largest phase. The numbers are the memory tracker's (the JSONL log's `peak` and
+// `peak_total`), which does not see the process's untracked memory (the C++ heap of small
+// objects, the BLAS library's buffers, code): the end-of-run table shows both.
+//
+// Pure functions of their arguments; thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "core/memory_tracker.h"
+#include "core/status.h"
+#include "runtime/config.h"
+#include "runtime/gpt2.h"
+#include "zero/memory_estimate.h"
+
+namespace hoist::runtime {
+
+struct MemoryEstimate {
+  int world_size = 1;
+  int rank = 0;            // the rank estimated: the one with the largest device peak
+  int64_t parameters = 0;  // Ψ, GPT-2's parameter count (the padded vocabulary included)
+  zero::EngineMemoryEstimate engine;
+  Gpt2Model::ActivationBytes activations;  // the model's, held from creation on
+  int64_t batch_bytes = 0;                 // the micro-batch's tokens and targets (device)
+  int64_t data_bytes = 0;                  // the built-in data's tokens (host, workspace)
+
+  // What the tracker's peak and peak_total will hold: the JSONL log's `peak` and `peak_total`.
+  MemorySnapshot::Table peak{};
+  std::array<int64_t, kNumPlaces> peak_total{};
+  // The engine phase in which each place peaks (forward, backward or step).
+  std::array<zero::EnginePhase, kNumPlaces> peak_phase{};
+
+  // Model states by the ZeRO paper's formula (16 bytes per parameter split by stage), for
+  // comparison with the engine's, which adds padding, persistent units and offload.
+  int64_t zero_paper_model_states = 0;
+
+  int64_t Peak(Place p, Category c) const { return peak[int(p)][int(c)]; }
+  int64_t PeakTotal(Place p) const { return peak_total[int(p)]; }
+};
+
+// The estimate for `config` (already resolved for `world_size` ranks) on the rank that needs the
+// most device memory. Errors: what the engine would refuse for these options.
+StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size);
+
+// {"peak": {place: {category: bytes}}, "peak_total": {place: bytes}, "peak_phase": {place:
+// phase}, "parameters", "world_size", "zero_paper_model_states", "parts": {...}}: `peak` and
+// `peak_total` in the JSONL log's shapes, so that the two compare key by key.
+nlohmann::json MemoryEstimateJson(const MemoryEstimate& estimate);
+
+// The estimate for people: a table of peak bytes by place and category, the predicted peak of
+// each place with its phase, and the ZeRO paper's model states beside the engine's. With
+// `ranks_per_node` > 0, also the host and NVMe bytes of one node.
+std::string FormatMemoryEstimate(const MemoryEstimate& estimate, const Config& config,
+                                 int ranks_per_node = 0);
+
+// "16GiB", "512MiB", "1.5TB", "4096" (bytes), "2k": a size with an optional binary (KiB, MiB,
+// GiB, TiB; also K, M, G, T) or decimal (kB, MB, GB, TB) unit, case-insensitive. InvalidArgument
+// naming `what` and the accepted forms otherwise.
+StatusOr<int64_t> ParseBytes(const std::string& text, const std::string& what);
+
+}  // namespace hoist::runtime

@@ -1,0 +1,107 @@
+// `hoist estimate` end to end: its --json peak and peak_total for the demo job equal, key by
+// key, the JSONL log's end record of the same job trained for two steps; the table names the
+// peak's phase and the ZeRO formula; bad arguments are refused with a message.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace hoist {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout; stderr is folded in when `with_stderr`
+};
+
+Result Hoist(const std::string& args, const fs::path& dir, bool with_stderr = true) {
+  const std::string command = "cd '" + dir.string() + "' && OMP_NUM_THREADS=1 '" +
+                              std::string(HOIST_BINARY_DIR) + "/hoist' " + args +
+                              (with_stderr ? " 2>&1" : " 2>/dev/null");
+  Result result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+fs::path FreshDir(const std::string& name) {
+  fs::path dir = fs::path(::testing::TempDir()) / ("hoist_estimate_" + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+constexpr char kShortDemo[] =
+    "--set train.steps=2 scheduler.params.total_num_steps=2 scheduler.params.warmup_num_steps=1 "
+    "checkpoint.dir='\"\"' checkpoint.interval_steps=0 zero_optimization.stage=2 "
+    "activation_checkpointing.policy=selective";
+
+TEST(EstimateCli, JsonEqualsTheJsonlEndRecordOfTheSameJob) {
+  const fs::path dir = FreshDir("json");
+  const Result estimate = Hoist(std::string("estimate --json ") + kShortDemo, dir, false);
+  ASSERT_EQ(estimate.exit_code, 0) << estimate.out;
+  const nlohmann::json predicted = nlohmann::json::parse(estimate.out);
+  const Result train = Hoist(std::string("train ") + kShortDemo + " monitor.jsonl.path='\"" +
+                                 (dir / "log.jsonl").string() + "\"'",
+                             dir);
+  ASSERT_EQ(train.exit_code, 0) << train.out;
+  std::ifstream log(dir / "log.jsonl");
+  std::string line, last;
+  while (std::getline(log, line)) last = line;
+  const nlohmann::json end = nlohmann::json::parse(last);
+  ASSERT_EQ(end["event"], "end");
+  for (const auto& [place, bytes] : end["peak_total"].items()) {
+    const double measured = bytes.get<double>();
+    const double want = predicted["peak_total"][place].get<double>();
+    EXPECT_LE(std::abs(want - measured), 0.10 * measured + 1) << place;
+  }
+  for (const auto& [place, categories] : end["peak"].items()) {
+    for (const auto& [category, bytes] : categories.items()) {
+      const double measured = bytes.get<double>();
+      const double want = predicted["peak"][place][category].get<double>();
+      EXPECT_LE(std::abs(want - measured), 0.10 * measured + 1) << place << "." << category;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+TEST(EstimateCli, TableNamesThePeakPhaseAndTheZeroFormula) {
+  const fs::path dir = FreshDir("table");
+  const Result r = Hoist("estimate -n 4 --nodes 2 --set zero_optimization.stage=3", dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("ZeRO stage 3 on 4 ranks"));
+  EXPECT_THAT(r.out, HasSubstr("during"));
+  EXPECT_THAT(r.out, HasSubstr("the ZeRO paper's formula gives"));
+  EXPECT_THAT(r.out, HasSubstr("per node (2 ranks)"));
+  fs::remove_all(dir);
+}
+
+TEST(EstimateCli, BadArgumentsAreRefused) {
+  const fs::path dir = FreshDir("bad");
+  Result r = Hoist("estimate -n 2 --nodes 3", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("--nodes 3 is more than --ranks 2"));
+  r = Hoist("estimate --set zero_optimization.stag=3", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("zero_optimization.stag"));
+  r = Hoist("estimate -c does-not-exist.json", dir);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, HasSubstr("does-not-exist.json"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hoist
