@@ -129,7 +129,9 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size) {
         if (engine.extra_total[ph][p] > engine.extra_total[best_phase][p]) best_phase = ph;
       }
       e.peak_total[p] = engine.PeakTotal(static_cast<Place>(p)) + held_total;
-      e.peak_phase[p] = static_cast<zero::EnginePhase>(best_phase);
+      e.peak_phase[p] = engine.extra_total[best_phase][p] > 0
+                            ? zero::EnginePhaseName(static_cast<zero::EnginePhase>(best_phase))
+                            : "throughout";
     }
     e.zero_paper_model_states = zero::ZeroPaperModelStateBytes(
         layout.total, config.zero.stage, world_size, config.precision() != Precision::kFloat32);
@@ -145,7 +147,7 @@ nlohmann::json MemoryEstimateJson(const MemoryEstimate& e) {
   snapshot.peak_total = e.peak_total;
   nlohmann::json phases = nlohmann::json::object();
   for (int p = 0; p < kNumPlaces; ++p) {
-    if (e.peak_total[p] > 0) phases[PlaceName(Place(p))] = zero::EnginePhaseName(e.peak_phase[p]);
+    if (e.peak_total[p] > 0) phases[PlaceName(Place(p))] = e.peak_phase[p];
   }
   const zero::ModelStateBytes& states = e.engine.model_states;
   return {{"world_size", e.world_size},
@@ -201,8 +203,8 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
                     e.peak[p][c] == 0 ? "-" : FormatBytes(e.peak[p][c]).c_str());
       out << line;
     }
-    out << "  " << FormatBytes(e.peak_total[p]) << " during "
-        << zero::EnginePhaseName(e.peak_phase[p]) << "\n";
+    out << "  " << FormatBytes(e.peak_total[p])
+        << (e.peak_phase[p] == "throughout" ? " " : " during ") << e.peak_phase[p] << "\n";
   }
   const zero::ModelStateBytes& s = e.engine.model_states;
   out << "\nmodel states: " << FormatBytes(s.params + s.grads + s.optimizer) << " (params "

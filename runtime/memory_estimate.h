@@ -41,8 +41,9 @@ struct MemoryEstimate {
   // What the tracker's peak and peak_total will hold: the JSONL log's `peak` and `peak_total`.
   MemorySnapshot::Table peak{};
   std::array<int64_t, kNumPlaces> peak_total{};
-  // The engine phase in which each place peaks (forward, backward or step).
-  std::array<zero::EnginePhase, kNumPlaces> peak_phase{};
+  // When each place peaks: "forward", "backward" or "step" (the engine phase with the most
+  // transient bytes there), or "throughout" when nothing of it comes and goes.
+  std::array<std::string, kNumPlaces> peak_phase;
 
   // Model states by the ZeRO paper's formula (16 bytes per parameter split by stage), for
   // comparison with the engine's, which adds padding, persistent units and offload.
