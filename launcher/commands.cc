@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "launcher/report.h"
 #include "runtime/config.h"
+#include "runtime/memory_estimate.h"
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
 #include "runtime/trainer.h"
@@ -30,6 +31,7 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     bool resume = false;
     std::string resume_from;
     std::string memory_profile;
+    std::string memory_budget;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -46,7 +48,20 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--memory-profile", args->memory_profile,
                   "Profile the memory of the first steps: a Chrome trace at FILE and an SVG "
                   "beside it (monitor.memory_profile.path; {rank} is the rank)");
+  cmd->add_option("--memory-budget", args->memory_budget,
+                  "Fit the job into this much device memory per rank (16GiB, 512MiB, ...): "
+                  "choose the ZeRO stage, offload, activation checkpointing and micro-batch as "
+                  "`hoist plan` does, say what changed, and train that");
   cmd->callback([args, exit_code] {
+    int64_t memory_budget = 0;
+    if (!args->memory_budget.empty()) {
+      StatusOr<int64_t> bytes = runtime::ParseBytes(args->memory_budget, "--memory-budget");
+      if (!bytes.ok()) {
+        *exit_code = ReportError(bytes.status());
+        return;
+      }
+      memory_budget = *bytes;
+    }
     if (!args->memory_profile.empty()) {
       args->overrides.push_back("monitor.memory_profile.path=" +
                                 nlohmann::json(args->memory_profile).dump());
@@ -71,6 +86,15 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     if (!communicator.ok()) {
       *exit_code = ReportError(communicator.status());
       return;
+    }
+    if (memory_budget > 0) {
+      // Every rank plans alike from the same inputs, so a refusal ends every rank the same way.
+      config = PlanForTraining(*config, memory_budget, **communicator,
+                               rank_env->rank == 0 ? &std::cout : nullptr);
+      if (!config.ok()) {
+        *exit_code = ReportError(config.status());
+        return;
+      }
     }
     runtime::TrainerOptions options;
     options.resume = args->resume;

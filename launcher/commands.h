@@ -3,8 +3,12 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+#include <iosfwd>
 
+#include "comm/communicator.h"
 #include "core/status.h"
+#include "runtime/config.h"
 
 namespace hoist::launcher {
 
@@ -17,6 +21,16 @@ void AddReportCommand(CLI::App& app, int* exit_code);
 void AddLaunchCommand(CLI::App& app, int* exit_code);
 // `hoist ctl`, the control service's client (launcher/ctl_command.cc).
 void AddCtlCommand(CLI::App& app, int* exit_code);
+// `hoist plan`, the memory-budget planner (launcher/plan_command.cc).
+void AddPlanCommand(CLI::App& app, int* exit_code);
+
+// `hoist train --memory-budget`: `config` planned for `budget_bytes` of device memory per rank on
+// comm's ranks (runtime/memory_plan.h, with nominal rates so that every rank and every restart
+// choose alike; the host limit is offload.max_host_bytes; NVMe only where the config names an
+// nvme_path). A collective: every rank calls it. Prints the choice and the changes to `out`
+// (rank 0's stdout; null: silent). Errors: the planner's, naming the budget.
+StatusOr<runtime::Config> PlanForTraining(const runtime::Config& config, int64_t budget_bytes,
+                                          comm::Communicator& comm, std::ostream* out);
 // `hoist estimate`, the per-rank memory of a config without running it
 // (launcher/estimate_command.cc).
 void AddEstimateCommand(CLI::App& app, int* exit_code);

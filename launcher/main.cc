@@ -1,5 +1,5 @@
 // The `hoist` binary: one program, several subcommands (train, data, sample, report, launch,
-// ctl).
+// ctl, plan).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   hoist::launcher::AddReportCommand(app, &exit_code);
   hoist::launcher::AddLaunchCommand(app, &exit_code);
   hoist::launcher::AddCtlCommand(app, &exit_code);
+  hoist::launcher::AddPlanCommand(app, &exit_code);
   hoist::launcher::AddEstimateCommand(app, &exit_code);
   try {
     app.parse(argc, argv);

@@ -653,8 +653,10 @@ Precision Config::precision() const {
   return Precision::kFloat32;
 }
 
-StatusOr<Config> ParseConfig(std::string_view text, const std::vector<std::string>& overrides,
-                             int world_size, std::string_view source_name) {
+namespace {
+
+StatusOr<Config> Parse(std::string_view text, const std::vector<std::string>& overrides,
+                       int world_size, std::string_view source_name, bool log_notices) {
   HOIST_CHECK_GT(world_size, 0);
   HOIST_ASSIGN_OR_RETURN(json root, config_internal::ParseStrictJson(text, source_name));
   ErrorSource errors{std::string(source_name)};
@@ -713,10 +715,23 @@ StatusOr<Config> ParseConfig(std::string_view text, const std::vector<std::strin
 
   for (std::string& notice : config.notices) {
     notice = std::string(source_name) + ": " + notice;
-    HOIST_LOG(WARN) << notice;
+    if (log_notices) HOIST_LOG(WARN) << notice;
   }
   config.raw = std::move(root);
   return config;
+}
+
+}  // namespace
+
+StatusOr<Config> ParseConfig(std::string_view text, const std::vector<std::string>& overrides,
+                             int world_size, std::string_view source_name) {
+  return Parse(text, overrides, world_size, source_name, /*log_notices=*/true);
+}
+
+StatusOr<Config> ParseConfigQuietly(std::string_view text,
+                                    const std::vector<std::string>& overrides, int world_size,
+                                    std::string_view source_name) {
+  return Parse(text, overrides, world_size, source_name, /*log_notices=*/false);
 }
 
 StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides,

@@ -356,6 +356,13 @@ struct Config {
 StatusOr<Config> ParseConfig(std::string_view text, const std::vector<std::string>& overrides,
                              int world_size, std::string_view source_name);
 
+// ParseConfig without logging the notices (Config::notices still holds them): for callers that
+// parse many variants of a config whose notices were already logged once, such as the memory
+// planner (runtime/memory_plan.h).
+StatusOr<Config> ParseConfigQuietly(std::string_view text,
+                                    const std::vector<std::string>& overrides, int world_size,
+                                    std::string_view source_name);
+
 // Reads `path`, then ParseConfig. An empty path means the embedded demo config
 // (examples/demo.json). Blocks on the file read.
 StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides,

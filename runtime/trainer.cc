@@ -368,6 +368,13 @@ StatusOr<float> Trainer::Evaluate() {
   int32_t* inputs = batch_.as<int32_t>();
   int32_t* targets = inputs + int64_t{B} * T;
   val_loader_->Reset();
+  // The model's phases during evaluation belong to no step: one phase of their own.
+  if (profiler_ != nullptr) profiler_->Enter("evaluation after step " + std::to_string(step_));
+  evaluating_ = true;
+  struct Done {
+    bool* flag;
+    ~Done() { *flag = false; }
+  } done{&evaluating_};
   double sum = 0.0;
   const int64_t steps = std::max<int64_t>(1, config_.train.eval_steps);
   for (int64_t i = 0; i < steps; ++i) {
@@ -530,7 +537,7 @@ Status Trainer::RunSteps() {
 }
 
 void Trainer::EnterPhase(PhaseKind kind, int block) {
-  if (profiler_ != nullptr) profiler_->Enter(step_ + 1, kind, block);
+  if (profiler_ != nullptr && !evaluating_) profiler_->Enter(step_ + 1, kind, block);
 }
 
 Status Trainer::FinishMemoryProfile() {

@@ -161,6 +161,7 @@ class Trainer {
   std::unique_ptr<MemoryProfiler> profiler_;
   std::string profile_path_;                    // with {rank} expanded
   std::vector<PeakAttribution> profile_peaks_;  // when the profile has been written
+  bool evaluating_ = false;                     // Evaluate is running the model
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<MetricsExporter> metrics_;
   Buffer batch_;  // inputs and targets of one micro-batch, (B,T) each

@@ -1,0 +1,293 @@
+// The memory-budget planner: the config it picks for a budget trains within that budget (the
+// ranks' trackers measure it), keeps the global batch, prefers the setting that recomputes and
+// communicates least when everything fits, and refuses budgets nothing fits with the smallest
+// budget that would (and the host or NVMe limit where that blocks).
+#include "runtime/memory_plan.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "tests/runtime/config_test_util.h"
+#include "tests/runtime/trainer_test_util.h"
+
+namespace hoist::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_util::RankRun;
+using testing_util::TinyJob;
+using testing_util::TrainOnRanks;
+
+constexpr int64_t kGiB = int64_t{1} << 30;
+
+// A fixed compute rate, so that the plans do not depend on the machine's speed.
+PlanOptions Budget(int64_t device_bytes) {
+  PlanOptions options;
+  options.device_budget_bytes = device_bytes;
+  options.rates.flops_per_s = 1e10;
+  return options;
+}
+
+MemoryPlan PlanOk(const Config& config, int world, const PlanOptions& options) {
+  StatusOr<MemoryPlan> plan = PlanMemory(config, world, options);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  return plan.ok() ? std::move(plan).value() : MemoryPlan{};
+}
+
+bool Offloads(const PlanChoice& c) {
+  return c.offload_optimizer != OffloadDevice::kNone || c.offload_param != OffloadDevice::kNone;
+}
+
+// The least device peak of the candidates `keep` accepts.
+template <typename Keep>
+int64_t LeastDevice(const MemoryPlan& plan, Keep keep) {
+  int64_t least = INT64_MAX;
+  for (const PlanCandidate& c : plan.candidates) {
+    if (keep(c.choice)) least = std::min(least, c.device_bytes);
+  }
+  return least;
+}
+
+TEST(MemoryPlan, GenerousBudgetPicksNoCheckpointingNoOffloadAndTheLargestMicroBatch) {
+  for (int world : {1, 2}) {
+    SCOPED_TRACE(world);
+    const Config base = TinyJob(world, 5);
+    const MemoryPlan plan = PlanOk(base, world, Budget(kGiB));
+    ASSERT_FALSE(plan.candidates.empty());
+    const PlanChoice& best = plan.candidates.front().choice;
+    EXPECT_EQ(best.stage, 0);
+    EXPECT_EQ(best.offload_optimizer, OffloadDevice::kNone);
+    EXPECT_EQ(best.offload_param, OffloadDevice::kNone);
+    EXPECT_EQ(best.policy, CheckpointPolicy::kNone);
+    EXPECT_FALSE(best.cpu_checkpointing);
+    EXPECT_EQ(best.micro_batch, 8 / world);
+    EXPECT_EQ(best.accumulation, 1);
+    EXPECT_TRUE(plan.base_fits);
+    // Every candidate fits and the list is in the cost model's order.
+    for (size_t i = 0; i < plan.candidates.size(); ++i) {
+      EXPECT_LE(plan.candidates[i].device_bytes, kGiB);
+      if (i > 0) {
+        EXPECT_LE(plan.candidates[i - 1].cost.total_s, plan.candidates[i].cost.total_s);
+      }
+    }
+    // The best is the base with only the micro-batch changed.
+    EXPECT_THAT(plan.overrides, ::testing::ElementsAre(
+                                    "train_batch_size=8",
+                                    "train_micro_batch_size_per_gpu=" + std::to_string(8 / world),
+                                    "gradient_accumulation_steps=1"));
+    EXPECT_EQ(PlanChoice::Of(plan.best), best);
+  }
+}
+
+TEST(MemoryPlan, KeepsTheGlobalBatch) {
+  const Config base = TinyJob(2, 5);
+  const MemoryPlan plan = PlanOk(base, 2, Budget(kGiB));
+  for (const PlanCandidate& c : plan.candidates) {
+    EXPECT_EQ(c.choice.micro_batch * c.choice.accumulation * 2, base.train_batch_size)
+        << c.choice.Describe();
+  }
+  EXPECT_EQ(plan.best.train_batch_size, base.train_batch_size);
+  // Micro-batches 1, 2 and 4 on each of the 2 ranks.
+  std::vector<int64_t> micro;
+  for (const PlanCandidate& c : plan.candidates) micro.push_back(c.choice.micro_batch);
+  std::sort(micro.begin(), micro.end());
+  micro.erase(std::unique(micro.begin(), micro.end()), micro.end());
+  EXPECT_EQ(micro, (std::vector<int64_t>{1, 2, 4}));
+}
+
+TEST(MemoryPlan, CostModelChargesRecomputationCommunicationAndOffload) {
+  const CostRates rates = Budget(1).rates;
+  auto cost = [&](int world, const std::vector<std::string>& extra) {
+    return EstimateStepCost(TinyJob(world, 5, extra), world, world, rates);
+  };
+  const StepCost none = cost(1, {});
+  EXPECT_EQ(none.recompute_flops, 0);
+  EXPECT_EQ(none.comm_bytes, 0);  // one rank
+  const StepCost selective = cost(1, {"activation_checkpointing.policy=selective"});
+  const StepCost every = cost(1, {"activation_checkpointing.policy=every_k"});
+  const StepCost full = cost(1, {"activation_checkpointing.policy=full"});
+  EXPECT_EQ(selective.model_flops, none.model_flops);
+  EXPECT_GT(selective.recompute_flops, 0);
+  EXPECT_LT(selective.recompute_flops, every.recompute_flops);
+  // every_k(2) of 2 blocks checkpoints one of them: half of full's recomputation.
+  EXPECT_DOUBLE_EQ(2 * every.recompute_flops, full.recompute_flops);
+
+  // Two ranks: stage 0 all-reduces 2(N-1)/N of the fp32 gradients, stage 1 adds the weights'
+  // all-gather, stage 3 gathers the weights twice per micro-batch (2 micro-batches here).
+  const double psi = static_cast<double>(ParamLayout::For(TinyJob(1, 5).model).total);
+  EXPECT_DOUBLE_EQ(cost(2, {}).comm_bytes, psi * 4);
+  EXPECT_DOUBLE_EQ(cost(2, {"zero_optimization.stage=1"}).comm_bytes, psi * 4 + psi * 2);
+  EXPECT_DOUBLE_EQ(cost(2, {"zero_optimization.stage=3"}).comm_bytes,
+                   2 * (psi * 2) + 2 * 2 * (psi * 2));
+  const StepCost cpu =
+      cost(2, {"zero_optimization.stage=1", "zero_optimization.offload_optimizer.device=cpu"});
+  EXPECT_GT(cpu.offload_s, 0);
+  EXPECT_EQ(cpu.nvme_bytes, 0);
+  EXPECT_GT(cpu.total_s, cost(2, {"zero_optimization.stage=1"}).total_s);
+}
+
+// Three budgets, each trained for a few steps on two ranks: the measured device peak of every
+// rank stays within the budget.
+TEST(MemoryPlan, ChosenConfigTrainsWithinTheBudget) {
+  const int world = 2;
+  const Config base = TinyJob(world, 5);
+  const MemoryPlan generous = PlanOk(base, world, Budget(kGiB));
+  ASSERT_FALSE(generous.candidates.empty());
+  // Below the generous choice: checkpointing, a higher stage or a smaller micro-batch.
+  const int64_t tight = generous.candidates.front().device_bytes - 1;
+  // Below every setting without offload.
+  const int64_t offload =
+      LeastDevice(generous, [](const PlanChoice& c) { return !Offloads(c); }) - 1;
+  ASSERT_LT(offload, tight);
+
+  for (int64_t budget : {kGiB, tight, offload}) {
+    SCOPED_TRACE(budget);
+    const MemoryPlan plan = PlanOk(base, world, Budget(budget));
+    ASSERT_FALSE(plan.candidates.empty());
+    const PlanChoice& choice = plan.candidates.front().choice;
+    SCOPED_TRACE(choice.Describe());
+    if (budget == tight) {
+      EXPECT_FALSE(choice == generous.candidates.front().choice);
+    }
+    if (budget == offload) {
+      EXPECT_TRUE(Offloads(choice));
+    }
+    const std::vector<RankRun> runs = TrainOnRanks(plan.best, world);
+    for (const RankRun& run : runs) {
+      ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+      EXPECT_LE(run.memory.peak_total[int(Place::kDevice)], budget);
+    }
+  }
+}
+
+TEST(MemoryPlan, BudgetBelowEverythingNamesTheSmallestThatFits) {
+  const Config base = TinyJob(1, 5);
+  const MemoryPlan generous = PlanOk(base, 1, Budget(kGiB));
+  const int64_t smallest = LeastDevice(generous, [](const PlanChoice&) { return true; });
+  // The first in the plan's order of those that need the least.
+  const auto at_least =
+      std::find_if(generous.candidates.begin(), generous.candidates.end(),
+                   [&](const PlanCandidate& c) { return c.device_bytes == smallest; });
+  ASSERT_NE(at_least, generous.candidates.end());
+  const StatusOr<MemoryPlan> plan = PlanMemory(base, 1, Budget(smallest - 1));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(plan.status().message(),
+              HasSubstr("the smallest device budget that fits is " + FormatBytes(smallest) + " (" +
+                        std::to_string(smallest) + " bytes)"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("with " + at_least->choice.Describe()));
+  // That budget itself fits.
+  EXPECT_TRUE(PlanMemory(base, 1, Budget(smallest)).ok());
+}
+
+TEST(MemoryPlan, HostBudgetTooSmallForCpuOffloadIsNamed) {
+  const Config base = TinyJob(1, 5);
+  const MemoryPlan generous = PlanOk(base, 1, Budget(kGiB));
+  // A device budget only offload meets, and a host budget that holds what every setting keeps on
+  // the host (the built-in data) but not the offloaded states.
+  const int64_t device =
+      LeastDevice(generous, [](const PlanChoice& c) { return !Offloads(c); }) - 1;
+  int64_t host = 0;
+  for (const PlanCandidate& c : generous.candidates) {
+    if (!Offloads(c.choice) && !c.choice.cpu_checkpointing) {
+      host = std::max(host, c.host_bytes_per_node);
+    }
+  }
+  PlanOptions options = Budget(device);
+  options.host_budget_bytes = host;
+  const StatusOr<MemoryPlan> plan = PlanMemory(base, 1, options);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(plan.status().message(), HasSubstr("fit the device budget but not the node's"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("raise the host-memory budget to at least"));
+  EXPECT_THAT(plan.status().message(), HasSubstr("offload optimizer cpu"));
+}
+
+TEST(MemoryPlan, NvmeNeedsABudgetAndAPath) {
+  const Config base = TinyJob(1, 5);
+  auto has_nvme = [](const MemoryPlan& plan) {
+    for (const PlanCandidate& c : plan.candidates) {
+      if (c.choice.offload_optimizer == OffloadDevice::kNvme ||
+          c.choice.offload_param == OffloadDevice::kNvme) {
+        return true;
+      }
+    }
+    return false;
+  };
+  PlanOptions options = Budget(kGiB);
+  options.nvme_budget_bytes = kGiB;
+  const MemoryPlan no_path = PlanOk(base, 1, options);
+  EXPECT_FALSE(has_nvme(no_path));
+  EXPECT_THAT(no_path.notes, ::testing::Contains(HasSubstr("names no nvme_path")));
+
+  const MemoryPlan no_budget = PlanOk(base, 1, Budget(kGiB));
+  EXPECT_FALSE(has_nvme(no_budget));
+  EXPECT_THAT(no_budget.notes, ::testing::Contains(HasSubstr("no NVMe budget")));
+
+  // With a directory, NVMe is what a device budget that needs offload gets when the host
+  // budget is too small for the optimizer states in host memory: small sub-groups streamed
+  // through one buffer keep the NVMe swapper's host memory below them.
+  const Config small = TinyJob(1, 5,
+                               {"zero_optimization.sub_group_size=2000",
+                                "zero_optimization.offload_optimizer.buffer_count=1"});
+  options.nvme_path = "/var/tmp/hoist-plan-test";
+  const MemoryPlan with_path = PlanOk(small, 1, options);
+  EXPECT_TRUE(has_nvme(with_path));
+  int64_t cpu_host = INT64_MAX, nvme_host = INT64_MAX;
+  for (const PlanCandidate& c : with_path.candidates) {
+    if (c.choice.offload_optimizer == OffloadDevice::kCpu) {
+      cpu_host = std::min(cpu_host, c.host_bytes_per_node);
+    }
+    if (c.choice.offload_optimizer == OffloadDevice::kNvme) {
+      nvme_host = std::min(nvme_host, c.host_bytes_per_node);
+    }
+  }
+  ASSERT_LT(nvme_host, cpu_host);
+  options.device_budget_bytes =
+      LeastDevice(with_path, [](const PlanChoice& c) { return !Offloads(c); }) - 1;
+  options.host_budget_bytes = cpu_host - 1;
+  const StatusOr<MemoryPlan> nvme = PlanMemory(small, 1, options);
+  ASSERT_TRUE(nvme.ok()) << nvme.status().ToString();
+  EXPECT_EQ(nvme->best.zero.offload_optimizer.device, OffloadDevice::kNvme);
+  EXPECT_EQ(nvme->best.zero.offload_optimizer.nvme_path, "/var/tmp/hoist-plan-test");
+  EXPECT_THAT(nvme->overrides, ::testing::Contains("zero_optimization.offload_optimizer.nvme_path="
+                                                   "\"/var/tmp/hoist-plan-test\""));
+}
+
+TEST(MemoryPlan, RefusesBudgetsThatAreNotPositive) {
+  const Config base = TinyJob(1, 5);
+  const StatusOr<MemoryPlan> plan = PlanMemory(base, 1, Budget(0));
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(plan.status().message(), HasSubstr("device-memory budget must be > 0"));
+  const StatusOr<int64_t> bad = ParseBytes("16 gigs", "--memory");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("--memory"));
+}
+
+TEST(MemoryPlan, ParsesQuietlyAndTheBestReparsesFromTheOverrides) {
+  // A base with an accepted-but-ignored key: each candidate parse keeps its notice without
+  // logging it, and the best is the base text with the overrides.
+  const Config base = TinyJob(1, 5, {"wall_clock_breakdown=true"});
+  ASSERT_FALSE(base.notices.empty());
+  PlanOptions options = Budget(kGiB);
+  const MemoryPlan generous = PlanOk(base, 1, options);
+  options.device_budget_bytes = generous.candidates.front().device_bytes - 1;
+  ::testing::internal::CaptureStderr();
+  const MemoryPlan plan = PlanOk(base, 1, options);
+  const std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(logged, "");
+  EXPECT_FALSE(plan.best.notices.empty());
+  const StatusOr<Config> again =
+      ParseConfigQuietly(base.raw.dump(), plan.overrides, 1, "again.json");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(PlanChoice::Of(*again), plan.candidates.front().choice);
+  EXPECT_EQ(again->raw, plan.best.raw);
+}
+
+}  // namespace
+}  // namespace hoist::runtime
