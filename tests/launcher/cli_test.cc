@@ -8,29 +8,14 @@
 #include <string>
 #include <utility>
 
+#include "tests/launcher/run_hoist.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-// Runs `hoist ARGS` through the shell in `dir`.
-Result RunHoist(const std::string& args, const fs::path& dir, const std::string& env = "") {
-  const std::string command = "cd '" + dir.string() + "' && " + env + " OMP_NUM_THREADS=1 '" +
-                              std::string(HOIST_BINARY_DIR) + "/hoist' " + args + " 2>&1";
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
+using Result = hoist::launcher::testing::CommandResult;
+using hoist::launcher::testing::RunHoist;
 
 fs::path TempDir(const std::string& name) {
   fs::path dir = fs::path(testing::TempDir()) / ("hoist_cli_" + name);

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <string>
 
+#include "tests/launcher/run_hoist.h"
+
 namespace hoist::launcher::testing {
 
 struct CtlResult {
@@ -24,14 +26,12 @@ inline CtlResult RunCtl(const std::string& args, const std::string& env = "") {
       ::testing::TempDir() + "/hoist_ctl_stderr_" + std::to_string(::getpid()) + ".txt";
   const std::string command =
       env + " '" + std::string(HOIST_BINARY_DIR) + "/hoist' ctl " + args + " 2>'" + err + "'";
+  const CommandResult run = RunShell(command);
   CtlResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
+  result.exit_code = run.exit_code;
+  result.out = run.output;
   char buffer[4096];
   size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   std::string err_text;
   if (FILE* f = std::fopen(err.c_str(), "r")) {
     while ((n = fread(buffer, 1, sizeof(buffer), f)) > 0) err_text.append(buffer, n);

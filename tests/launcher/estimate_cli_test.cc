@@ -11,30 +11,18 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/launcher/run_hoist.h"
+
 namespace hoist {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;  // stdout; stderr is folded in when `with_stderr`
-};
+using Result = launcher::testing::CommandResult;
 
 Result Hoist(const std::string& args, const fs::path& dir, bool with_stderr = true) {
-  const std::string command = "cd '" + dir.string() + "' && OMP_NUM_THREADS=1 '" +
-                              std::string(HOIST_BINARY_DIR) + "/hoist' " + args +
-                              (with_stderr ? " 2>&1" : " 2>/dev/null");
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.out.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return launcher::testing::RunHoist(args, dir, "", with_stderr);
 }
 
 fs::path FreshDir(const std::string& name) {
@@ -52,12 +40,12 @@ constexpr char kShortDemo[] =
 TEST(EstimateCli, JsonEqualsTheJsonlEndRecordOfTheSameJob) {
   const fs::path dir = FreshDir("json");
   const Result estimate = Hoist(std::string("estimate --json ") + kShortDemo, dir, false);
-  ASSERT_EQ(estimate.exit_code, 0) << estimate.out;
-  const nlohmann::json predicted = nlohmann::json::parse(estimate.out);
+  ASSERT_EQ(estimate.exit_code, 0) << estimate.output;
+  const nlohmann::json predicted = nlohmann::json::parse(estimate.output);
   const Result train = Hoist(std::string("train ") + kShortDemo + " monitor.jsonl.path='\"" +
                                  (dir / "log.jsonl").string() + "\"'",
                              dir);
-  ASSERT_EQ(train.exit_code, 0) << train.out;
+  ASSERT_EQ(train.exit_code, 0) << train.output;
   std::ifstream log(dir / "log.jsonl");
   std::string line, last;
   while (std::getline(log, line)) last = line;
@@ -81,11 +69,11 @@ TEST(EstimateCli, JsonEqualsTheJsonlEndRecordOfTheSameJob) {
 TEST(EstimateCli, TableNamesThePeakPhaseAndTheZeroFormula) {
   const fs::path dir = FreshDir("table");
   const Result r = Hoist("estimate -n 4 --nodes 2 --set zero_optimization.stage=3", dir);
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  EXPECT_THAT(r.out, HasSubstr("ZeRO stage 3 on 4 ranks"));
-  EXPECT_THAT(r.out, HasSubstr("during"));
-  EXPECT_THAT(r.out, HasSubstr("the ZeRO paper's formula gives"));
-  EXPECT_THAT(r.out, HasSubstr("per node (2 ranks)"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("ZeRO stage 3 on 4 ranks"));
+  EXPECT_THAT(r.output, HasSubstr("during"));
+  EXPECT_THAT(r.output, HasSubstr("the ZeRO paper's formula gives"));
+  EXPECT_THAT(r.output, HasSubstr("per node (2 ranks)"));
   fs::remove_all(dir);
 }
 
@@ -93,13 +81,13 @@ TEST(EstimateCli, BadArgumentsAreRefused) {
   const fs::path dir = FreshDir("bad");
   Result r = Hoist("estimate -n 2 --nodes 3", dir);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.out, HasSubstr("--nodes 3 is more than --ranks 2"));
+  EXPECT_THAT(r.output, HasSubstr("--nodes 3 is more than --ranks 2"));
   r = Hoist("estimate --set zero_optimization.stag=3", dir);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.out, HasSubstr("zero_optimization.stag"));
+  EXPECT_THAT(r.output, HasSubstr("zero_optimization.stag"));
   r = Hoist("estimate -c does-not-exist.json", dir);
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.out, HasSubstr("does-not-exist.json"));
+  EXPECT_THAT(r.output, HasSubstr("does-not-exist.json"));
   fs::remove_all(dir);
 }
 

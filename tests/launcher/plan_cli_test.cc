@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/launcher/launch_test_util.h"
+#include "tests/launcher/run_hoist.h"
 
 namespace hoist::launcher {
 namespace {
@@ -17,25 +18,10 @@ namespace {
 namespace fs = std::filesystem;
 using testing::Contains;
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using Result = testing::CommandResult;
 
-// Runs `hoist ARGS` through the shell in `dir`.
 Result RunHoist(const std::string& args, const fs::path& dir, bool merge_stderr = true) {
-  const std::string command = "cd '" + dir.string() + "' && OMP_NUM_THREADS=1 '" +
-                              std::string(HOIST_BINARY_DIR) + "/hoist' " + args +
-                              (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  Result result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return testing::RunHoist(args, dir, "", merge_stderr);
 }
 
 // A 2-layer job of 2 steps that writes nothing but its JSONL log.
