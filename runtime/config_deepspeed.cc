@@ -651,6 +651,11 @@ Status ReadActivationCheckpointing(const Section& top, ActivationCheckpointingCo
   // hoist to `policy`, which defaults to every block.
   std::string policy = "full";
   HOIST_RETURN_IF_ERROR(s.String("policy", &policy));
+  if (!s.Has("policy")) {
+    notices->push_back(s.PathOf("policy") +
+                       ": not set; every transformer block is checkpointed (\"full\"); set it "
+                       "to \"selective\", \"every_k\" or \"none\" to recompute less");
+  }
   const std::string lower = Lower(policy);
   bool found = false;
   for (CheckpointPolicy p : {CheckpointPolicy::kNone, CheckpointPolicy::kFull,

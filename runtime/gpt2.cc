@@ -148,6 +148,10 @@ Gpt2Model::Gpt2Model(const ModelConfig& config, int max_B, int max_T,
     int& kept = kept_layers_[static_cast<size_t>(s)];
     for (int l = 0; l < config_.n_layer; ++l) index.push_back(Kept(s, l) ? kept++ : -1);
   }
+  // Recomputing the attention rewrites its output and its probabilities together.
+  for (int l = 0; l < config_.n_layer; ++l) {
+    HOIST_CHECK_EQ(Kept(kSavedAtt, l), Kept(kSavedAtty, l)) << "layer " << l;
+  }
 }
 
 Gpt2Model::~Gpt2Model() = default;
@@ -159,6 +163,10 @@ StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
     return InvalidArgumentError("micro-batch (" + std::to_string(max_B) + ", " +
                                 std::to_string(max_T) + ") does not fit model.seq_len " +
                                 std::to_string(config.seq_len));
+  }
+  if (checkpointing.every_k < 1) {
+    return InvalidArgumentError("activation_checkpointing.every_k must be >= 1, found " +
+                                std::to_string(checkpointing.every_k));
   }
   std::unique_ptr<Gpt2Model> model(
       new Gpt2Model(config, max_B, max_T, activation_type, checkpointing));
@@ -638,6 +646,7 @@ void Gpt2Model::Backward() {
     if (recomputes) {
       const auto start = std::chrono::steady_clock::now();
       RecomputeBlock(l, residual, weights);
+      ++recomputed_blocks_;
       recompute_s_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }

@@ -136,8 +136,10 @@ class Gpt2Model {
   // Called on the driving thread at the start of every phase; empty to stop.
   void set_phase_hook(PhaseHook hook) { phase_hook_ = std::move(hook); }
 
-  // Seconds spent recomputing checkpointed activations in backward, since creation.
+  // Seconds spent recomputing checkpointed activations in backward, and the blocks that
+  // recomputed something, since creation.
   double recompute_seconds() const { return recompute_s_; }
+  int64_t recomputed_blocks() const { return recomputed_blocks_; }
   const ActivationCheckpointingConfig& checkpointing() const { return checkpointing_; }
 
   // GPT-2's initialisation: weights N(0, 0.02), the residual projections (attention and MLP
@@ -278,6 +280,7 @@ class Gpt2Model {
   bool backward_ready_ = false;
   PhaseHook phase_hook_;
   double recompute_s_ = 0;
+  int64_t recomputed_blocks_ = 0;
 };
 
 }  // namespace hoist::runtime

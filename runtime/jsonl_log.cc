@@ -10,18 +10,24 @@
 
 namespace hoist::runtime {
 
-StatusOr<std::unique_ptr<JsonlLog>> JsonlLog::Open(const std::string& path, int rank,
-                                                   int64_t resume_bytes) {
-  std::unique_ptr<JsonlLog> log(new JsonlLog());
-  if (path.empty()) return log;
-  std::string resolved = path;
+std::optional<std::string> PathForRank(const std::string& path, int rank) {
   const std::string kRankToken = "{rank}";
-  size_t at = resolved.find(kRankToken);
-  if (at == std::string::npos && rank != 0) return log;
+  size_t at = path.find(kRankToken);
+  if (path.empty() || (at == std::string::npos && rank != 0)) return std::nullopt;
+  std::string resolved = path;
   while (at != std::string::npos) {
     resolved.replace(at, kRankToken.size(), std::to_string(rank));
     at = resolved.find(kRankToken);
   }
+  return resolved;
+}
+
+StatusOr<std::unique_ptr<JsonlLog>> JsonlLog::Open(const std::string& path, int rank,
+                                                   int64_t resume_bytes) {
+  std::unique_ptr<JsonlLog> log(new JsonlLog());
+  const std::optional<std::string> mine = PathForRank(path, rank);
+  if (!mine) return log;
+  const std::string& resolved = *mine;
   log->path_ = resolved;
   if (resume_bytes >= 0) {
     std::error_code error;

@@ -8,11 +8,16 @@
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/status.h"
 
 namespace hoist::runtime {
+
+// A per-rank output path: `{rank}` replaced by the rank. A path without `{rank}` belongs to rank
+// 0 alone (nullopt on the others), and so does nothing for an empty path (nullopt).
+std::optional<std::string> PathForRank(const std::string& path, int rank);
 
 class JsonlLog {
  public:

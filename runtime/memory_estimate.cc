@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -51,9 +50,15 @@ class RecordingStore final : public zero::ParamStore {
   std::vector<StoreCall>* calls_ = nullptr;
 };
 
-// The ParamStore calls of one training micro-batch of a GPT-2 of `n_layer` blocks: recorded
-// from a model of that depth with the smallest widths (the order depends on the depth alone).
-zero::ModelPasses Gpt2Passes(int n_layer) {
+void AddTable(MemorySnapshot::Table* into, const MemorySnapshot::Table& from) {
+  for (int p = 0; p < kNumPlaces; ++p) {
+    for (int c = 0; c < kNumCategories; ++c) (*into)[p][c] += from[p][c];
+  }
+}
+
+}  // namespace
+
+zero::ModelPasses Gpt2StorePasses(int n_layer) {
   ModelConfig tiny;
   tiny.n_layer = n_layer;
   tiny.n_head = 1;
@@ -75,24 +80,20 @@ zero::ModelPasses Gpt2Passes(int n_layer) {
   return passes;
 }
 
-void AddTable(MemorySnapshot::Table* into, const MemorySnapshot::Table& from) {
-  for (int p = 0; p < kNumPlaces; ++p) {
-    for (int c = 0; c < kNumCategories; ++c) (*into)[p][c] += from[p][c];
-  }
+StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size) {
+  return EstimateMemory(config, world_size, Gpt2StorePasses(config.model.n_layer));
 }
 
-}  // namespace
-
-StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size) {
+StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
+                                        const zero::ModelPasses& passes) {
   if (world_size < 1) return InvalidArgumentError("the number of ranks must be >= 1");
   const ParamLayout layout = ParamLayout::For(config.model);
   const zero::ZeroOptions options = ZeroOptionsFrom(config);
-  const zero::ModelPasses passes = Gpt2Passes(config.model.n_layer);
   const int B = static_cast<int>(config.train_micro_batch_size_per_gpu);
   const int T = config.model.seq_len;
   const int micro_batches = static_cast<int>(config.gradient_accumulation_steps);
 
-  // The model's and the trainer's own memory, the same on every rank and held throughout.
+  // The model's and the trainer's own memory, held throughout.
   MemorySnapshot::Table held{};
   const Gpt2Model::ActivationBytes activations = Gpt2Model::ActivationFootprint(
       config.model, B, T, DataTypeOf(config.precision()), config.activation_checkpointing);
@@ -105,41 +106,34 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size) {
   held[int(Place::kHostPinned)][int(Category::kActivation)] = activations.host_pinned;
   held[int(Place::kHost)][int(Category::kWorkspace)] = data_bytes;
 
-  // Ranks differ only in the rounding of their shards: the first and the last cover both ways.
-  std::optional<MemoryEstimate> best;
-  for (int rank : {0, world_size - 1}) {
-    HOIST_ASSIGN_OR_RETURN(zero::EngineMemoryEstimate engine,
-                           zero::EstimateEngineMemory(layout.Units(), options, world_size, rank,
-                                                      passes, micro_batches));
-    MemoryEstimate e;
-    e.world_size = world_size;
-    e.rank = rank;
-    e.parameters = layout.total;
-    e.activations = activations;
-    e.batch_bytes = batch_bytes;
-    e.data_bytes = data_bytes;
-    e.peak = engine.PeakTable();
-    AddTable(&e.peak, held);
-    for (int p = 0; p < kNumPlaces; ++p) {
-      int64_t held_total = 0;
-      for (int c = 0; c < kNumCategories; ++c) held_total += held[p][c];
-      // Held bytes are there in every phase, so the place peaks in the engine's largest phase.
-      int best_phase = 0;
-      for (int ph = 1; ph < zero::kNumEnginePhases; ++ph) {
-        if (engine.extra_total[ph][p] > engine.extra_total[best_phase][p]) best_phase = ph;
-      }
-      e.peak_total[p] = engine.PeakTotal(static_cast<Place>(p)) + held_total;
-      e.peak_phase[p] = engine.extra_total[best_phase][p] > 0
-                            ? zero::EnginePhaseName(static_cast<zero::EnginePhase>(best_phase))
-                            : "throughout";
+  HOIST_ASSIGN_OR_RETURN(zero::EngineMemoryEstimate engine,
+                         zero::EstimateEngineMemory(layout.Units(), options, world_size,
+                                                    /*rank=*/0, passes, micro_batches));
+  MemoryEstimate e;
+  e.world_size = world_size;
+  e.parameters = layout.total;
+  e.activations = activations;
+  e.batch_bytes = batch_bytes;
+  e.data_bytes = data_bytes;
+  e.peak = engine.PeakTable();
+  AddTable(&e.peak, held);
+  for (int p = 0; p < kNumPlaces; ++p) {
+    int64_t held_total = 0;
+    for (int c = 0; c < kNumCategories; ++c) held_total += held[p][c];
+    // Held bytes are there in every phase, so the place peaks in the engine's largest phase.
+    int largest = 0;
+    for (int phase = 1; phase < zero::kNumEnginePhases; ++phase) {
+      if (engine.extra_total[phase][p] > engine.extra_total[largest][p]) largest = phase;
     }
-    e.zero_paper_model_states = zero::ZeroPaperModelStateBytes(
-        layout.total, config.zero.stage, world_size, config.precision() != Precision::kFloat32);
-    e.engine = std::move(engine);
-    if (!best || e.PeakTotal(Place::kDevice) > best->PeakTotal(Place::kDevice)) best = std::move(e);
-    if (world_size == 1) break;
+    e.peak_total[p] = engine.PeakTotal(static_cast<Place>(p)) + held_total;
+    e.peak_during[p] = engine.extra_total[largest][p] > 0
+                           ? zero::EnginePhaseName(static_cast<zero::EnginePhase>(largest))
+                           : "throughout";
   }
-  return std::move(*best);
+  e.zero_paper_model_states = zero::ZeroPaperModelStateBytes(
+      layout.total, config.zero.stage, world_size, config.precision() != Precision::kFloat32);
+  e.engine = std::move(engine);
+  return e;
 }
 
 nlohmann::json MemoryEstimateJson(const MemoryEstimate& e) {
@@ -147,15 +141,14 @@ nlohmann::json MemoryEstimateJson(const MemoryEstimate& e) {
   snapshot.peak_total = e.peak_total;
   nlohmann::json phases = nlohmann::json::object();
   for (int p = 0; p < kNumPlaces; ++p) {
-    if (e.peak_total[p] > 0) phases[PlaceName(Place(p))] = e.peak_phase[p];
+    if (e.peak_total[p] > 0) phases[PlaceName(Place(p))] = e.peak_during[p];
   }
   const zero::ModelStateBytes& states = e.engine.model_states;
   return {{"world_size", e.world_size},
-          {"rank", e.rank},
           {"parameters", e.parameters},
           {"peak", MemoryTableJson(e.peak)},
           {"peak_total", PeakTotalJson(snapshot)},
-          {"peak_phase", std::move(phases)},
+          {"peak_during", std::move(phases)},
           {"zero_paper_model_states", e.zero_paper_model_states},
           {"parts",
            {{"model_states",
@@ -184,7 +177,7 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
       << ", parameters " << OffloadDeviceName(config.zero.offload_param.device) << "\n\n";
 
   // The peak table: one row per place used, one column per category.
-  out << "predicted peak per rank (rank " << e.rank << "):\n";
+  out << "predicted peak per rank:\n";
   char line[256];
   std::snprintf(line, sizeof(line), "  %-12s", "place");
   out << line;
@@ -204,7 +197,7 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
       out << line;
     }
     out << "  " << FormatBytes(e.peak_total[p])
-        << (e.peak_phase[p] == "throughout" ? " " : " during ") << e.peak_phase[p] << "\n";
+        << (e.peak_during[p] == "throughout" ? " " : " during ") << e.peak_during[p] << "\n";
   }
   const zero::ModelStateBytes& s = e.engine.model_states;
   out << "\nmodel states: " << FormatBytes(s.params + s.grads + s.optimizer) << " (params "

@@ -29,9 +29,10 @@
 
 namespace hoist::runtime {
 
+// Every rank holds the same bytes: ZeRO pads each unit to a multiple of the ranks, so every
+// shard has the same size.
 struct MemoryEstimate {
   int world_size = 1;
-  int rank = 0;            // the rank estimated: the one with the largest device peak
   int64_t parameters = 0;  // Ψ, GPT-2's parameter count (the padded vocabulary included)
   zero::EngineMemoryEstimate engine;
   Gpt2Model::ActivationBytes activations;  // the model's, held from creation on
@@ -43,7 +44,7 @@ struct MemoryEstimate {
   std::array<int64_t, kNumPlaces> peak_total{};
   // When each place peaks: "forward", "backward" or "step" (the engine phase with the most
   // transient bytes there), or "throughout" when nothing of it comes and goes.
-  std::array<std::string, kNumPlaces> peak_phase;
+  std::array<std::string, kNumPlaces> peak_during;
 
   // Model states by the ZeRO paper's formula (16 bytes per parameter split by stage), for
   // comparison with the engine's, which adds padding, persistent units and offload.
@@ -53,13 +54,23 @@ struct MemoryEstimate {
   int64_t PeakTotal(Place p) const { return peak_total[int(p)]; }
 };
 
-// The estimate for `config` (already resolved for `world_size` ranks) on the rank that needs the
-// most device memory. Errors: what the engine would refuse for these options.
+// The estimate for each rank of `config` (already resolved for `world_size` ranks). Errors: what
+// the engine would refuse for these options.
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size);
 
-// {"peak": {place: {category: bytes}}, "peak_total": {place: bytes}, "peak_phase": {place:
-// phase}, "parameters", "world_size", "zero_paper_model_states", "parts": {...}}: `peak` and
-// `peak_total` in the JSONL log's shapes, so that the two compare key by key.
+// The ParamStore calls of one training micro-batch of a GPT-2 of `n_layer` blocks, recorded
+// from a model of that depth and the smallest widths (the order depends on the depth alone).
+zero::ModelPasses Gpt2StorePasses(int n_layer);
+// EstimateMemory with the model's calls given (Gpt2StorePasses(config.model.n_layer)), for
+// callers that estimate many variants of one model.
+StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
+                                        const zero::ModelPasses& passes);
+
+// {"peak": {place: {category: bytes}}, "peak_total": {place: bytes}, "peak_during": {place:
+// "forward" | "backward" | "step" | "throughout"}, "parameters", "world_size",
+// "zero_paper_model_states", "parts": {"model_states": {params, grads, optimizer},
+// "activations": {device, host_pinned}, "batch", "data"}}: `peak` and `peak_total` in the JSONL
+// log's shapes, so that the two compare key by key.
 nlohmann::json MemoryEstimateJson(const MemoryEstimate& estimate);
 
 // The estimate for people: a table of peak bytes by place and category, the predicted peak of

@@ -121,14 +121,15 @@ Status CheckHostMemory(const OffloadFootprint& per_rank, int local_ranks, int64_
   if (rank_bytes == 0) return Status::Ok();
   const int64_t node_bytes = rank_bytes * local_ranks;
   std::ostringstream need;
-  need << "offloading needs " << Bytes(node_bytes) << " of host memory on this node ("
-       << local_ranks << (local_ranks == 1 ? " rank" : " ranks") << " x " << FormatBytes(rank_bytes)
-       << ": " << FormatBytes(per_rank.pinned_bytes) << " pinned, "
-       << FormatBytes(per_rank.host_bytes) << " pageable)";
+  need << "offloading (with cpu_checkpointing's block inputs) needs " << Bytes(node_bytes)
+       << " of host memory on this node (" << local_ranks << (local_ranks == 1 ? " rank" : " ranks")
+       << " x " << FormatBytes(rank_bytes) << ": " << FormatBytes(per_rank.pinned_bytes)
+       << " pinned, " << FormatBytes(per_rank.host_bytes) << " pageable)";
   const std::string lower =
       "; lower it by offloading the optimizer to nvme instead of cpu "
       "(zero_optimization.offload_optimizer.device), by a smaller "
-      "zero_optimization.sub_group_size or offload_optimizer.buffer_count for nvme, or by "
+      "zero_optimization.sub_group_size or offload_optimizer.buffer_count for nvme, by keeping "
+      "checkpointed activations on the device (activation_checkpointing.cpu_checkpointing), or by "
       "spreading the job over more nodes";
   if (max_host_bytes > 0 && node_bytes > max_host_bytes) {
     return ResourceExhaustedError(need.str() + " but offload.max_host_bytes allows " +

@@ -25,7 +25,9 @@ namespace hoist::runtime {
 
 // One rank's offload bytes, by where they live.
 struct OffloadFootprint {
-  int64_t pinned_bytes = 0;          // page-locked host buffers (states under cpu, swapper slots)
+  // Page-locked host buffers: states under cpu, swapper slots, and (added by the trainer)
+  // cpu_checkpointing's block inputs.
+  int64_t pinned_bytes = 0;
   int64_t host_bytes = 0;            // pageable host memory (cpu with pin_memory false)
   int64_t optimizer_file_bytes = 0;  // scratch file under offload_optimizer.nvme_path
   int64_t param_file_bytes = 0;      // scratch file under offload_param.nvme_path

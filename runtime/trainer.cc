@@ -7,12 +7,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <ostream>
 
 #include "comm/agree.h"
+#include "comm/node.h"
 #include "core/logging.h"
+#include "core/posix_error.h"
 #include "offload/open_storage.h"
 #include "runtime/checkpoint.h"
 #include "runtime/control_server.h"
@@ -44,22 +47,20 @@ LrScheduleParams ScheduleParamsFrom(const Config& config) {
   return params;
 }
 
-// How many ranks of `comm` run on this machine: every rank hashes its host name and all compare.
-StatusOr<int> RanksOnThisNode(comm::Communicator& comm) {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  const uint64_t hash = std::hash<std::string>{}(name);
-  // Three 16-bit pieces, each exact in a float.
-  const float mine[3] = {float(hash & 0xffff), float((hash >> 16) & 0xffff),
-                         float((hash >> 32) & 0xffff)};
-  std::vector<float> all(static_cast<size_t>(3 * comm.world_size()));
-  HOIST_RETURN_IF_ERROR(comm.AllGather(mine, all.data(), 3, comm::DataType::kFloat32));
-  int same = 0;
-  for (int r = 0; r < comm.world_size(); ++r) {
-    const float* theirs = all.data() + 3 * r;
-    if (theirs[0] == mine[0] && theirs[1] == mine[1] && theirs[2] == mine[2]) ++same;
+// The directory of a memory profile's files exists and takes new files.
+Status CheckProfileDirectory(const std::string& path) {
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error)) {
+    return InvalidArgumentError("monitor.memory_profile.path: the directory '" + dir + "' of '" +
+                                path + "' does not exist; create it or choose another path");
   }
-  return same;
+  if (::access(dir.c_str(), W_OK) != 0) {
+    return PosixError("checking that the memory profile's directory takes files", dir, errno)
+        .WithContext("monitor.memory_profile.path");
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -77,18 +78,29 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
                                zero::ZeroOptions* options) {
   const OffloadOptimizerConfig& optimizer = config_.zero.offload_optimizer;
   const OffloadParamConfig& param = config_.zero.offload_param;
-  if (optimizer.device == OffloadDevice::kNone && param.device == OffloadDevice::kNone) {
-    return Status::Ok();
-  }
+  // cpu_checkpointing's block inputs take pinned host memory too: part of the same check.
+  const int64_t activation_pinned =
+      Gpt2Model::ActivationFootprint(
+          config_.model, static_cast<int>(config_.train_micro_batch_size_per_gpu),
+          config_.model.seq_len, DataTypeOf(config_.precision()), config_.activation_checkpointing)
+          .host_pinned;
+  const bool offload =
+      optimizer.device != OffloadDevice::kNone || param.device != OffloadDevice::kNone;
+  if (!offload && activation_pinned == 0) return Status::Ok();
   const int rank = comm_->rank(), world_size = comm_->world_size();
-  const bool whole = config_.zero.stage == 0;
-  HOIST_ASSIGN_OR_RETURN(zero::PartitionPlan plan,
-                         zero::PartitionPlan::Build(units, world_size, rank));
-  HOIST_ASSIGN_OR_RETURN(
-      zero::PartitionPlan state_plan,
-      zero::PartitionPlan::Build(units, whole ? 1 : world_size, whole ? 0 : rank));
-  const OffloadFootprint footprint = OffloadFootprintPerRank(*options, plan, state_plan);
-  HOIST_ASSIGN_OR_RETURN(const int local_ranks, RanksOnThisNode(*comm_));
+  OffloadFootprint footprint;
+  if (offload) {
+    const bool whole = config_.zero.stage == 0;
+    HOIST_ASSIGN_OR_RETURN(zero::PartitionPlan plan,
+                           zero::PartitionPlan::Build(units, world_size, rank));
+    HOIST_ASSIGN_OR_RETURN(
+        zero::PartitionPlan state_plan,
+        zero::PartitionPlan::Build(units, whole ? 1 : world_size, whole ? 0 : rank));
+    footprint = OffloadFootprintPerRank(*options, plan, state_plan);
+  }
+  footprint.pinned_bytes += activation_pinned;
+  HOIST_ASSIGN_OR_RETURN(const comm::NodeCounts nodes, comm::CountRanksPerNode(*comm_));
+  const int local_ranks = nodes.on_this_node;
   Status local = CheckHostMemory(footprint, local_ranks, config_.offload.max_host_bytes,
                                  options_.host_memory ? *options_.host_memory : ReadHostMemory());
   // Every local rank's files land under the same paths; one path for both needs the sum.
@@ -109,6 +121,7 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
   }
   // Every rank refuses together, each saying why.
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, local));
+  if (!offload) return Status::Ok();
 
   // Unique per rank and per process: two jobs may share a path.
   auto scratch = [&](const std::string& dir, const char* what) {
@@ -170,16 +183,17 @@ Status Trainer::Initialize() {
                                    std::to_string(expected_world) + " ranks but the job has " +
                                    std::to_string(world_size));
   }
-  // The profile starts before anything is allocated, so that set-up's peaks are in it too.
-  const std::string& profile = config_.monitor.memory_profile_path;
-  if (!profile.empty() && (rank == 0 || profile.find("{rank}") != std::string::npos)) {
-    profile_path_ = profile;
-    for (size_t at; (at = profile_path_.find("{rank}")) != std::string::npos;) {
-      profile_path_.replace(at, 6, std::to_string(rank));
+  // The profile starts before anything is allocated, so that set-up's peaks are in it too. A
+  // directory that cannot take its files stops every rank now, not one rank steps later.
+  if (!config_.monitor.memory_profile_path.empty()) {
+    Status writable = Status::Ok();
+    if (const auto path = PathForRank(config_.monitor.memory_profile_path, rank)) {
+      profile_path_ = *path;
+      writable = CheckProfileDirectory(profile_path_);
+      profiler_ = std::make_unique<MemoryProfiler>(*device_.tracker());
+      profiler_->Enter("set-up");
     }
-    device_.tracker()->ResetPeaks();
-    profiler_ = std::make_unique<MemoryProfiler>(*device_.tracker());
-    profiler_->Enter("set-up");
+    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, writable));
   }
   // Before anything heavy, so that a port in use fails the start at once.
   if (config_.metrics.enabled) {
@@ -218,8 +232,9 @@ Status Trainer::Initialize() {
     switch (phase) {
       case Gpt2Model::Phase::kForwardEmbedding:
       case Gpt2Model::Phase::kForwardBlock: EnterPhase(PhaseKind::kForward, block); break;
-      case Gpt2Model::Phase::kForwardHead: EnterPhase(PhaseKind::kLoss); break;
-      case Gpt2Model::Phase::kBackwardHead:
+      // The head's forward and backward: the final layernorm, the logits and the loss.
+      case Gpt2Model::Phase::kForwardHead:
+      case Gpt2Model::Phase::kBackwardHead: EnterPhase(PhaseKind::kLoss); break;
       case Gpt2Model::Phase::kBackwardBlock:
       case Gpt2Model::Phase::kBackwardEmbedding: EnterPhase(PhaseKind::kBackward, block); break;
     }
@@ -264,6 +279,7 @@ Status Trainer::Initialize() {
         [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); }));
   }
   HOIST_ASSIGN_OR_RETURN(log_, JsonlLog::Open(config_.monitor.jsonl_path, rank, log_bytes));
+  profile_last_step_ = step_ + config_.monitor.memory_profile_steps;  // counted from the start
   if (metrics_ != nullptr) {
     metrics_->RecordMemory(device_.tracker()->Snapshot());
     metrics_->RecordPaused(false);
@@ -349,7 +365,7 @@ StatusOr<StepRecord> Trainer::Step() {
   }
 
   ++step_;
-  if (profiler_ != nullptr && step_ >= config_.monitor.memory_profile_steps) {
+  if (profiler_ != nullptr && step_ >= profile_last_step_) {
     HOIST_RETURN_IF_ERROR(FinishMemoryProfile());
   }
   record.step_s = SecondsSince(start);
@@ -530,7 +546,14 @@ Status Trainer::RunSteps() {
          << train_seconds_ << " s\n\nmemory by place and category (rank " << rank << " of "
          << comm_->world_size() << "):\n"
          << FormatMemoryTable(memory);
-    for (const PeakAttribution& peak : profile_peaks_) *out << PeakSentence(peak) << "\n";
+    for (const PeakAttribution& peak : profile_peaks_) {
+      *out << PeakSentence(peak);
+      const int64_t run_peak = memory.peak_total[int(peak.place)];
+      if (peak.bytes < run_peak) {
+        *out << " (in the profiled steps; the run's peak was " << FormatBytes(run_peak) << ")";
+      }
+      *out << "\n";
+    }
     if (log_->enabled()) *out << "JSONL log: " << log_->path() << "\n";
   }
   return Status::Ok();
@@ -549,10 +572,16 @@ Status Trainer::FinishMemoryProfile() {
   if (dot != std::string::npos && (slash == std::string::npos || dot > slash)) svg.resize(dot);
   svg += ".svg";
   if (svg == profile_path_) svg += ".svg";  // the trace itself was named *.svg
-  HOIST_RETURN_IF_ERROR(profiler_->WriteChromeTrace(profile_path_));
-  HOIST_RETURN_IF_ERROR(profiler_->WriteSvg(svg));
   profile_peaks_ = profiler_->Peaks();
+  // The directory was checked at the start; a write that fails now (a full disk) costs the
+  // profile, not the training.
+  Status written = profiler_->WriteChromeTrace(profile_path_);
+  if (written.ok()) written = profiler_->WriteSvg(svg);
   profiler_.reset();
+  if (!written.ok()) {
+    HOIST_LOG(WARN) << "the memory profile was not written: " << written.message();
+    return Status::Ok();
+  }
   HOIST_LOG(INFO) << "memory profile: " << profile_path_ << " (Chrome trace; open in Perfetto) and "
                   << svg;
   return Status::Ok();

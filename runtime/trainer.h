@@ -160,6 +160,7 @@ class Trainer {
   std::unique_ptr<JsonlLog> log_;
   std::unique_ptr<MemoryProfiler> profiler_;
   std::string profile_path_;                    // with {rank} expanded
+  int64_t profile_last_step_ = 0;               // the profile closes after this step
   std::vector<PeakAttribution> profile_peaks_;  // when the profile has been written
   bool evaluating_ = false;                     // Evaluate is running the model
   std::unique_ptr<LrSchedule> schedule_;

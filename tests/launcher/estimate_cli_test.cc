@@ -52,15 +52,15 @@ TEST(EstimateCli, JsonEqualsTheJsonlEndRecordOfTheSameJob) {
   const nlohmann::json end = nlohmann::json::parse(last);
   ASSERT_EQ(end["event"], "end");
   for (const auto& [place, bytes] : end["peak_total"].items()) {
-    const double measured = bytes.get<double>();
-    const double want = predicted["peak_total"][place].get<double>();
-    EXPECT_LE(std::abs(want - measured), 0.10 * measured + 1) << place;
+    const int64_t measured = bytes.get<int64_t>();
+    const int64_t want = predicted["peak_total"][place].get<int64_t>();
+    EXPECT_EQ(want, measured) << place;
   }
   for (const auto& [place, categories] : end["peak"].items()) {
     for (const auto& [category, bytes] : categories.items()) {
-      const double measured = bytes.get<double>();
-      const double want = predicted["peak"][place][category].get<double>();
-      EXPECT_LE(std::abs(want - measured), 0.10 * measured + 1) << place << "." << category;
+      const int64_t measured = bytes.get<int64_t>();
+      const int64_t want = predicted["peak"][place][category].get<int64_t>();
+      EXPECT_EQ(want, measured) << place << "." << category;
     }
   }
   fs::remove_all(dir);

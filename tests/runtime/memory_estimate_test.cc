@@ -1,8 +1,8 @@
 // The memory estimate against measurement: for a matrix of jobs (ZeRO stages 0-3, fp32 and bf16,
 // every checkpointing policy, several micro-batches and sequence lengths, direct and tiled
-// attention, offload, 1, 2 and 4 ranks) the predicted peak of every place is within 10% of the
-// peak the ranks' trackers measured while training. Also: the JSON has the JSONL log's shapes,
-// and sizes parse as documented.
+// attention, offload, 1, 2 and 4 ranks) the predicted peak of every place equals the peak the
+// ranks' trackers measured while training (the requirement is 10%). Also: the JSON has the JSONL
+// log's shapes, and sizes parse as documented.
 #include "runtime/memory_estimate.h"
 
 #include <gmock/gmock.h>
@@ -94,7 +94,7 @@ double RelativeError(int64_t predicted, int64_t measured) {
   return std::abs(double(predicted - measured)) / double(measured);
 }
 
-TEST(MemoryEstimate, PeakOfEveryPlaceIsWithinTenPercentOfTheMeasuredPeak) {
+TEST(MemoryEstimate, PeakOfEveryPlaceIsTheMeasuredPeak) {
   std::string pattern = (fs::temp_directory_path() / "hoist-estimate-XXXXXX").string();
   ASSERT_NE(mkdtemp(pattern.data()), nullptr);
   const std::vector<Job> matrix = Matrix(pattern);
@@ -118,9 +118,10 @@ TEST(MemoryEstimate, PeakOfEveryPlaceIsWithinTenPercentOfTheMeasuredPeak) {
       }
     }
     for (int p = 0; p < kNumPlaces; ++p) {
+      // The requirement is 10%; every allocation is deterministic, so the estimate is held to
+      // the byte and a missing buffer, however small, fails here.
       const double error = RelativeError(estimate->peak_total[p], measured[p]);
-      EXPECT_LE(error, 0.10) << PlaceName(Place(p)) << ": predicted " << estimate->peak_total[p]
-                             << ", measured " << measured[p];
+      EXPECT_EQ(estimate->peak_total[p], measured[p]) << PlaceName(Place(p));
       if (p == int(Place::kDevice)) device_errors.push_back(error);
     }
   }
@@ -145,7 +146,7 @@ TEST(MemoryEstimate, JsonHasTheShapesOfTheJsonlLog) {
   EXPECT_EQ(json["peak_total"]["device"].get<int64_t>(), estimate->PeakTotal(Place::kDevice));
   EXPECT_EQ(json["world_size"], 2);
   EXPECT_GT(json["zero_paper_model_states"].get<int64_t>(), 0);
-  EXPECT_TRUE(json["peak_phase"]["device"].is_string());
+  EXPECT_TRUE(json["peak_during"]["device"].is_string());
 }
 
 TEST(MemoryEstimate, CheckpointingLowersThePredictedPeakAsItLowersTheMeasuredOne) {

@@ -101,5 +101,20 @@ TEST(TrainerMemoryProfile, TraceAndSvgOfTheFirstStepsWithPeaksEqualToTheTrackers
   fs::remove_all(dir);
 }
 
+TEST(TrainerMemoryProfile, AProfileDirectoryThatIsMissingStopsEveryRankAtTheStart) {
+  // Rank 0 alone writes a path without {rank}; the others must not wait for it in a collective.
+  const Config config =
+      TinyJob(2, 5, {"monitor.memory_profile.path=\"/nonexistent-hoist-dir/profile.json\""});
+  const std::vector<RankRun> runs = TrainOnRanks(config, 2);
+  for (const RankRun& run : runs) {
+    EXPECT_FALSE(run.status.ok());
+    EXPECT_TRUE(run.losses.empty());
+  }
+  EXPECT_EQ(runs[0].status.code(), StatusCode::kInvalidArgument) << runs[0].status.ToString();
+  EXPECT_NE(runs[0].status.message().find("monitor.memory_profile.path"), std::string::npos);
+  EXPECT_NE(runs[1].status.message().find("rank 0"), std::string::npos)
+      << runs[1].status.ToString();
+}
+
 }  // namespace
 }  // namespace hoist::runtime

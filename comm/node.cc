@@ -1,0 +1,36 @@
+#include "comm/node.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace hoist::comm {
+
+StatusOr<NodeCounts> CountRanksPerNode(Communicator& comm) {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  const uint64_t hash = std::hash<std::string>{}(name);
+  // Three 16-bit pieces, each exact in a float.
+  const float mine[3] = {float(hash & 0xffff), float((hash >> 16) & 0xffff),
+                         float((hash >> 32) & 0xffff)};
+  const int world = comm.world_size();
+  std::vector<float> all(static_cast<size_t>(3 * world));
+  HOIST_RETURN_IF_ERROR(comm.AllGather(mine, all.data(), 3, DataType::kFloat32));
+  auto same_node = [&](int a, int b) {
+    return std::equal(all.begin() + 3 * a, all.begin() + 3 * a + 3, all.begin() + 3 * b);
+  };
+  NodeCounts counts;
+  counts.most_on_a_node = 0;
+  for (int r = 0; r < world; ++r) {
+    int same = 0;
+    for (int q = 0; q < world; ++q) same += same_node(r, q) ? 1 : 0;
+    counts.most_on_a_node = std::max(counts.most_on_a_node, same);
+    if (r == comm.rank()) counts.on_this_node = same;
+  }
+  return counts;
+}
+
+}  // namespace hoist::comm
