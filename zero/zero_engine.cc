@@ -312,6 +312,10 @@ Status ZeroEngine::FinishPending(Pending& pending) {
   return status;
 }
 
+// The ParamStore calls below decide what is gathered, prefetched, held and reduced when; the
+// memory estimate (class Replay in zero/memory_estimate.cc) mirrors those decisions to predict
+// the bytes, and its tests compare it with the tracker to the byte. A change to when buffers
+// come and go here must change Replay too.
 const float* ZeroEngine::AcquireParams(int unit) {
   const auto u = static_cast<size_t>(unit);
   if (acquire_count_[u]++ > 0) return acquired_params_[u];
