@@ -92,4 +92,8 @@ std::string FormatBytes(int64_t bytes) {
   return text;
 }
 
+std::string FormatBytesExactly(int64_t bytes) {
+  return FormatBytes(bytes) + " (" + std::to_string(bytes) + " bytes)";
+}
+
 }  // namespace hoist

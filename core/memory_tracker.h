@@ -80,5 +80,8 @@ class MemoryTracker {
 
 // Human-readable bytes: "512 B", "1.50 KiB", "3.20 MiB", "1.07 GiB".
 std::string FormatBytes(int64_t bytes);
+// FormatBytes with the exact count after it, "1.07 GiB (1148903424 bytes)": for a limit or a
+// need that a user may copy into a setting, where the rounded figure could fall short.
+std::string FormatBytesExactly(int64_t bytes);
 
 }  // namespace hoist

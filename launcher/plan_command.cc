@@ -1,12 +1,8 @@
 // `hoist plan`: the settings that fit a job into a memory budget (runtime/memory_plan.h), as a
 // ranked table and a config file; and the planning step of `hoist train --memory-budget`.
-#include <unistd.h>
-
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
-#include <functional>
 #include <iostream>
-#include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -15,6 +11,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/node.h"
 #include "core/file_system.h"
 #include "core/memory_tracker.h"
 #include "launcher/commands.h"
@@ -61,7 +58,7 @@ std::string SetFlags(const std::vector<std::string>& overrides) {
 
 std::string Limit(int64_t bytes, const char* none) {
   if (bytes == 0) return none;
-  if (bytes == std::numeric_limits<int64_t>::max()) return "no limit";
+  if (bytes == runtime::kNoNvmeLimit) return "no limit";
   return FormatBytes(bytes) + " per node";
 }
 
@@ -104,14 +101,32 @@ std::string Why(const MemoryPlan& plan) {
   const PlanCandidate& best = plan.candidates.front();
   if (!plan.base) return "";
   const PlanCandidate& base = *plan.base;
+  const runtime::PlanOptions& o = plan.options;
   std::ostringstream out;
   out << "the config as given (" << base.choice.Describe() << ") ";
   if (!plan.base_fits) {
-    out << "needs " << FormatBytes(base.device_bytes) << " of device memory per rank";
-    if (plan.options.host_budget_bytes > 0 &&
-        base.host_bytes_per_node > plan.options.host_budget_bytes) {
-      out << " and " << FormatBytes(base.host_bytes_per_node) << " of host memory per node";
+    // Each limit it exceeds, with the excess: the two sizes alone can round to the same text.
+    std::vector<std::string> over;
+    auto add = [&](int64_t need, const char* what, int64_t limit, const char* kind) {
+      over.push_back(FormatBytes(need) + " of " + what + ", " + FormatBytes(need - limit) +
+                     " over its " + FormatBytes(limit) + " " + kind);
+    };
+    if (!o.DeviceOk(base)) {
+      add(base.device_bytes, "device memory per rank", o.device_budget_bytes, "budget");
     }
+    if (!o.HostOk(base)) {
+      add(base.host_bytes_per_node, "host memory per node", o.host_budget_bytes, "limit");
+    }
+    if (!o.NvmeOk(base)) {
+      if (o.NvmeLimited()) {
+        add(base.nvme_bytes_per_node, "NVMe per node", o.nvme_budget_bytes, "limit");
+      } else {
+        over.push_back(FormatBytes(base.nvme_bytes_per_node) +
+                       " of NVMe per node, with no NVMe budget given");
+      }
+    }
+    out << "needs ";
+    for (size_t i = 0; i < over.size(); ++i) out << (i > 0 ? " and " : "") << over[i];
     out << ": it does not fit";
   } else if (plan.overrides.empty()) {
     out << "fits (" << FormatBytes(base.device_bytes)
@@ -164,7 +179,10 @@ nlohmann::json PlanJson(const MemoryPlan& plan) {
                          {"budget",
                           {{"device_bytes", o.device_budget_bytes},
                            {"host_bytes_per_node", o.host_budget_bytes},
-                           {"nvme_bytes_per_node", o.nvme_budget_bytes}}},
+                           // null: NVMe considered without a limit.
+                           {"nvme_bytes_per_node", o.nvme_budget_bytes == runtime::kNoNvmeLimit
+                                                       ? nlohmann::json()
+                                                       : nlohmann::json(o.nvme_budget_bytes)}}},
                          {"rates",
                           {{"flops_per_s", o.rates.flops_per_s},
                            {"link_bytes_per_s", o.rates.link_bytes_per_s},
@@ -197,29 +215,6 @@ StatusOr<int64_t> OptionalBytes(const std::string& text, const std::string& what
   return runtime::ParseBytes(text, what);
 }
 
-// The most ranks any node runs, agreed by all ranks (hostnames compared by hash).
-StatusOr<int> MostRanksOnANode(comm::Communicator& comm) {
-  char name[256] = {};
-  gethostname(name, sizeof(name) - 1);
-  const uint64_t hash = std::hash<std::string>{}(name);
-  // Three 16-bit pieces, each exact in a float.
-  const float mine[3] = {float(hash & 0xffff), float((hash >> 16) & 0xffff),
-                         float((hash >> 32) & 0xffff)};
-  std::vector<float> all(static_cast<size_t>(3 * comm.world_size()));
-  HOIST_RETURN_IF_ERROR(comm.AllGather(mine, all.data(), 3, comm::DataType::kFloat32));
-  int most = 1;
-  for (int r = 0; r < comm.world_size(); ++r) {
-    int same = 0;
-    for (int q = 0; q < comm.world_size(); ++q) {
-      const float* a = all.data() + 3 * r;
-      const float* b = all.data() + 3 * q;
-      if (a[0] == b[0] && a[1] == b[1] && a[2] == b[2]) ++same;
-    }
-    most = std::max(most, same);
-  }
-  return most;
-}
-
 }  // namespace
 
 StatusOr<runtime::Config> PlanForTraining(const runtime::Config& config, int64_t budget_bytes,
@@ -230,8 +225,9 @@ StatusOr<runtime::Config> PlanForTraining(const runtime::Config& config, int64_t
   const bool has_nvme_path = !config.zero.offload_optimizer.nvme_path.empty() ||
                              !config.zero.offload_param.nvme_path.empty();
   // The job's start checks the drive's free space itself (runtime/offload_preflight.h).
-  options.nvme_budget_bytes = has_nvme_path ? std::numeric_limits<int64_t>::max() : 0;
-  HOIST_ASSIGN_OR_RETURN(options.ranks_per_node, MostRanksOnANode(comm));
+  options.nvme_budget_bytes = has_nvme_path ? runtime::kNoNvmeLimit : 0;
+  HOIST_ASSIGN_OR_RETURN(const comm::NodeCounts nodes, comm::CountRanksPerNode(comm));
+  options.ranks_per_node = nodes.most_on_a_node;
   // Every rank and every restart must choose alike, so nothing here is measured.
   options.rates.flops_per_s = runtime::kNominalFlopsPerS;
   StatusOr<MemoryPlan> plan = runtime::PlanMemory(config, comm.world_size(), options);

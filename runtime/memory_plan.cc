@@ -235,24 +235,6 @@ bool Better(const PlanCandidate& a, const PlanCandidate& b) {
   return x.micro_batch > y.micro_batch;
 }
 
-std::string Bytes(int64_t bytes) {
-  return FormatBytes(bytes) + " (" + std::to_string(bytes) + " bytes)";
-}
-
-struct Limits {
-  const PlanOptions& options;
-  bool DeviceOk(const PlanCandidate& c) const {
-    return c.device_bytes <= options.device_budget_bytes;
-  }
-  bool HostOk(const PlanCandidate& c) const {
-    return options.host_budget_bytes == 0 || c.host_bytes_per_node <= options.host_budget_bytes;
-  }
-  bool NvmeOk(const PlanCandidate& c) const {
-    return c.nvme_bytes_per_node == 0 || c.nvme_bytes_per_node <= options.nvme_budget_bytes;
-  }
-  bool Fits(const PlanCandidate& c) const { return DeviceOk(c) && HostOk(c) && NvmeOk(c); }
-};
-
 // The candidate with the least `key` among those `keep` accepts, or null.
 template <typename Keep, typename Key>
 const PlanCandidate* Least(const std::vector<PlanCandidate>& all, Keep keep, Key key) {
@@ -266,8 +248,7 @@ const PlanCandidate* Least(const std::vector<PlanCandidate>& all, Keep keep, Key
   return best;
 }
 
-Status NothingFits(const std::vector<PlanCandidate>& all, const Limits& limits) {
-  const PlanOptions& o = limits.options;
+Status NothingFits(const std::vector<PlanCandidate>& all, const PlanOptions& o) {
   auto device = [](const PlanCandidate& c) { return c.device_bytes; };
   auto host = [](const PlanCandidate& c) { return c.host_bytes_per_node; };
   auto nvme = [](const PlanCandidate& c) { return c.nvme_bytes_per_node; };
@@ -275,48 +256,56 @@ Status NothingFits(const std::vector<PlanCandidate>& all, const Limits& limits) 
   m << "no setting of the ZeRO stage, offload, activation checkpointing and micro-batch fits a "
        "device budget of "
     << FormatBytes(o.device_budget_bytes) << " per rank";
-  if (o.host_budget_bytes > 0) {
+  if (o.HostLimited()) {
     m << " with " << FormatBytes(o.host_budget_bytes) << " of host memory per node";
   }
-  if (o.nvme_budget_bytes > 0) {
-    m << (o.host_budget_bytes > 0 ? " and " : " with ") << FormatBytes(o.nvme_budget_bytes)
+  if (o.NvmeLimited()) {
+    m << (o.HostLimited() ? " and " : " with ") << FormatBytes(o.nvme_budget_bytes)
       << " of NVMe per node";
   }
   m << " (" << all.size() << " settings estimated)";
 
-  const int device_fits = static_cast<int>(std::count_if(
-      all.begin(), all.end(), [&](const PlanCandidate& c) { return limits.DeviceOk(c); }));
+  const int device_fits = static_cast<int>(
+      std::count_if(all.begin(), all.end(), [&](const PlanCandidate& c) { return o.DeviceOk(c); }));
   if (device_fits > 0) {
     m << "; " << device_fits << " of them fit the device budget but not the node's limits";
     const PlanCandidate* least_host = Least(
-        all, [&](const PlanCandidate& c) { return limits.DeviceOk(c) && limits.NvmeOk(c); }, host);
+        all, [&](const PlanCandidate& c) { return o.DeviceOk(c) && o.NvmeOk(c); }, host);
     if (least_host != nullptr) {
-      m << ": the least host memory among them is " << Bytes(least_host->host_bytes_per_node)
-        << " per node, with " << least_host->choice.Describe()
-        << "; raise the host-memory budget to at least that";
+      m << ": the least host memory among them is "
+        << FormatBytesExactly(least_host->host_bytes_per_node) << " per node, with "
+        << least_host->choice.Describe() << "; raise the host-memory budget to at least that";
     }
     const PlanCandidate* least_nvme = Least(
-        all, [&](const PlanCandidate& c) { return limits.DeviceOk(c) && limits.HostOk(c); }, nvme);
+        all, [&](const PlanCandidate& c) { return o.DeviceOk(c) && o.HostOk(c); }, nvme);
     if (least_nvme != nullptr) {
       m << (least_host != nullptr ? ", or" : ":") << " the least NVMe space among them is "
-        << Bytes(least_nvme->nvme_bytes_per_node) << " per node, with "
+        << FormatBytesExactly(least_nvme->nvme_bytes_per_node) << " per node, with "
         << least_nvme->choice.Describe() << "; raise the NVMe budget to at least that";
     }
   }
   const PlanCandidate* smallest = Least(
-      all, [&](const PlanCandidate& c) { return limits.HostOk(c) && limits.NvmeOk(c); }, device);
+      all, [&](const PlanCandidate& c) { return o.HostOk(c) && o.NvmeOk(c); }, device);
   if (smallest != nullptr) {
-    m << "; the smallest device budget that fits is " << Bytes(smallest->device_bytes)
+    m << "; the smallest device budget that fits is " << FormatBytesExactly(smallest->device_bytes)
       << " per rank, with " << smallest->choice.Describe() << "; give at least that";
   } else {
     const PlanCandidate* any = Least(
         all, [](const PlanCandidate&) { return true; }, device);
     if (any != nullptr) {
-      m << "; no setting fits the host-memory and NVMe limits at any device budget: the smallest "
-           "device peak, "
-        << Bytes(any->device_bytes) << " with " << any->choice.Describe() << ", needs "
-        << FormatBytes(any->host_bytes_per_node) << " of host memory and "
-        << FormatBytes(any->nvme_bytes_per_node) << " of NVMe per node";
+      // Only a limit that was set can block: the host's, the NVMe's or both.
+      const bool host_blocks = o.HostLimited(), nvme_blocks = o.NvmeLimited();
+      m << "; no setting fits the "
+        << (host_blocks && nvme_blocks ? "host-memory and NVMe limits"
+            : host_blocks              ? "host-memory limit"
+                                       : "NVMe limit")
+        << " at any device budget: the smallest device peak, "
+        << FormatBytesExactly(any->device_bytes) << " with " << any->choice.Describe()
+        << ", needs ";
+      if (host_blocks) m << FormatBytes(any->host_bytes_per_node) << " of host memory";
+      if (host_blocks && nvme_blocks) m << " and ";
+      if (nvme_blocks) m << FormatBytes(any->nvme_bytes_per_node) << " of NVMe";
+      m << " per node";
     }
   }
   return ResourceExhaustedError(m.str());
@@ -446,7 +435,8 @@ StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOp
     return InvalidArgumentError("the device-memory budget must be > 0 bytes, found " +
                                 std::to_string(options.device_budget_bytes));
   }
-  if (options.host_budget_bytes < 0 || options.nvme_budget_bytes < 0) {
+  if (options.host_budget_bytes < 0 ||
+      (options.nvme_budget_bytes < 0 && options.nvme_budget_bytes != kNoNvmeLimit)) {
     return InvalidArgumentError(
         "the host-memory and NVMe budgets must be >= 0 bytes (0: no host limit, no NVMe)");
   }
@@ -483,14 +473,15 @@ StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOp
     nvme = true;
   }
 
-  const Limits limits{used};
   const std::string text = base.raw.dump();
+  // Every point has the base's depth, so one recording of the model's calls serves them all.
+  const zero::ModelPasses passes = Gpt2StorePasses(base.model.n_layer);
   std::vector<PlanCandidate> all;
   Status first_refusal = Status::Ok();
   for (const PlanChoice& choice : Choices(base, world_size, nvme)) {
     StatusOr<Config> config =
         ParseConfigQuietly(text, AllOverrides(choice, base, paths), world_size, kSource);
-    StatusOr<MemoryEstimate> estimate = config.ok() ? EstimateMemory(*config, world_size)
+    StatusOr<MemoryEstimate> estimate = config.ok() ? EstimateMemory(*config, world_size, passes)
                                                     : StatusOr<MemoryEstimate>(config.status());
     if (!estimate.ok()) {
       if (plan.refused++ == 0) first_refusal = estimate.status();
@@ -508,15 +499,15 @@ StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOp
   if (all.empty()) {
     return first_refusal.WithContext("no setting of the job can be estimated");
   }
-  if (StatusOr<MemoryEstimate> estimate = EstimateMemory(base, world_size); estimate.ok()) {
+  if (StatusOr<MemoryEstimate> estimate = EstimateMemory(base, world_size, passes); estimate.ok()) {
     plan.base = Evaluate(base, std::move(estimate).value(), world_size, ranks, used.rates);
-    plan.base_fits = limits.Fits(*plan.base);
+    plan.base_fits = used.Fits(*plan.base);
   }
 
   for (const PlanCandidate& c : all) {
-    if (limits.Fits(c)) plan.candidates.push_back(c);
+    if (used.Fits(c)) plan.candidates.push_back(c);
   }
-  if (plan.candidates.empty()) return NothingFits(all, limits);
+  if (plan.candidates.empty()) return NothingFits(all, used);
   std::stable_sort(plan.candidates.begin(), plan.candidates.end(), Better);
 
   // The best as the fewest overrides of the base; the full set where the few would not give the

@@ -13,13 +13,15 @@
 //                                           gradient_accumulation_steps = train_batch_size/(m N),
 //                                           so train_batch_size stays;
 // each point is the base config re-parsed with the overrides that set it (so every rule of the
-// config applies) and estimated with EstimateMemory (runtime/memory_estimate.h). NVMe points need
-// an NVMe budget and a directory: the base's nvme_path, else PlanOptions::nvme_path; without
+// config applies) and estimated with EstimateMemory (runtime/memory_estimate.h), the model's
+// ParamStore calls recorded once for all of them. NVMe points need an NVMe budget (a size or
+// kNoNvmeLimit) and a directory: the base's nvme_path, else PlanOptions::nvme_path; without
 // either they are left out with a note. A point fits when
 //   device peak_total                         <= device_budget_bytes,
 //   (host + host_pinned peak_total) x R        <= host_budget_bytes (when > 0),
-//   nvme peak_total x R                        <= nvme_budget_bytes,
-// with R ranks per node.
+//   nvme peak_total x R                        <= nvme_budget_bytes (when not kNoNvmeLimit),
+// with R ranks per node (PlanOptions::DeviceOk, HostOk, NvmeOk). Messages name only the limits
+// that were set.
 //
 // The cost model: the predicted seconds of one optimizer step on one rank, the sum of four parts
 // (no overlap assumed, so it ranks choices rather than predicting a wall clock). Symbols: L
@@ -124,14 +126,29 @@ struct StepCost {
 StepCost EstimateStepCost(const Config& config, int world_size, int ranks_per_node,
                           const CostRates& rates);
 
+// PlanOptions::nvme_budget_bytes: NVMe offload considered, with no limit on its space (for a
+// job whose start checks the drive's free space itself).
+inline constexpr int64_t kNoNvmeLimit = -1;
+
+struct PlanCandidate;
+
 struct PlanOptions {
   int64_t device_budget_bytes = 0;  // per rank; > 0
   int64_t host_budget_bytes = 0;    // host + host_pinned per node; 0: no limit
-  int64_t nvme_budget_bytes = 0;    // per node; 0: NVMe offload not considered
+  int64_t nvme_budget_bytes = 0;    // per node; 0: NVMe offload not considered; or kNoNvmeLimit
   int ranks_per_node = 0;           // 0: all ranks on one node
   // The directory for NVMe points when the base config names none.
   std::string nvme_path;
   CostRates rates;
+
+  bool HostLimited() const { return host_budget_bytes > 0; }
+  // A size was given (not 0, not kNoNvmeLimit).
+  bool NvmeLimited() const { return nvme_budget_bytes > 0; }
+  // Whether `c` keeps within each budget (a point that puts nothing on NVMe keeps within any).
+  bool DeviceOk(const PlanCandidate& c) const;
+  bool HostOk(const PlanCandidate& c) const;
+  bool NvmeOk(const PlanCandidate& c) const;
+  bool Fits(const PlanCandidate& c) const { return DeviceOk(c) && HostOk(c) && NvmeOk(c); }
 };
 
 // One evaluated point.
@@ -143,6 +160,17 @@ struct PlanCandidate {
   int64_t nvme_bytes_per_node = 0;  // nvme peak_total x R
   StepCost cost;
 };
+
+inline bool PlanOptions::DeviceOk(const PlanCandidate& c) const {
+  return c.device_bytes <= device_budget_bytes;
+}
+inline bool PlanOptions::HostOk(const PlanCandidate& c) const {
+  return !HostLimited() || c.host_bytes_per_node <= host_budget_bytes;
+}
+inline bool PlanOptions::NvmeOk(const PlanCandidate& c) const {
+  return c.nvme_bytes_per_node == 0 || nvme_budget_bytes == kNoNvmeLimit ||
+         c.nvme_bytes_per_node <= nvme_budget_bytes;
+}
 
 struct MemoryPlan {
   int world_size = 1;
@@ -166,7 +194,8 @@ struct MemoryPlan {
 // Searches the settings above for `base` (resolved for `world_size` ranks; base.raw its effective
 // JSON). ResourceExhausted when no point fits, naming the smallest device budget that would (and
 // its settings), and the host or NVMe limit where that is what blocks; InvalidArgument for
-// budgets that are not positive or a base config none of whose points can be estimated.
+// budgets out of range (a device budget <= 0, a host budget < 0, an NVMe budget < 0 other than
+// kNoNvmeLimit) or a base config none of whose points can be estimated.
 StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOptions& options);
 
 }  // namespace hoist::runtime

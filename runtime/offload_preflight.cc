@@ -37,10 +37,6 @@ int64_t ReadCgroupValue(const std::string& path) {
   }
 }
 
-std::string Bytes(int64_t bytes) {
-  return FormatBytes(bytes) + " (" + std::to_string(bytes) + " bytes)";
-}
-
 }  // namespace
 
 OffloadFootprint OffloadFootprintPerRank(const zero::ZeroOptions& options,
@@ -121,10 +117,11 @@ Status CheckHostMemory(const OffloadFootprint& per_rank, int local_ranks, int64_
   if (rank_bytes == 0) return Status::Ok();
   const int64_t node_bytes = rank_bytes * local_ranks;
   std::ostringstream need;
-  need << "offloading (with cpu_checkpointing's block inputs) needs " << Bytes(node_bytes)
-       << " of host memory on this node (" << local_ranks << (local_ranks == 1 ? " rank" : " ranks")
-       << " x " << FormatBytes(rank_bytes) << ": " << FormatBytes(per_rank.pinned_bytes)
-       << " pinned, " << FormatBytes(per_rank.host_bytes) << " pageable)";
+  need << "offloading (with cpu_checkpointing's block inputs) needs "
+       << FormatBytesExactly(node_bytes) << " of host memory on this node (" << local_ranks
+       << (local_ranks == 1 ? " rank" : " ranks") << " x " << FormatBytes(rank_bytes) << ": "
+       << FormatBytes(per_rank.pinned_bytes) << " pinned, " << FormatBytes(per_rank.host_bytes)
+       << " pageable)";
   const std::string lower =
       "; lower it by offloading the optimizer to nvme instead of cpu "
       "(zero_optimization.offload_optimizer.device), by a smaller "
@@ -133,16 +130,17 @@ Status CheckHostMemory(const OffloadFootprint& per_rank, int local_ranks, int64_
       "spreading the job over more nodes";
   if (max_host_bytes > 0 && node_bytes > max_host_bytes) {
     return ResourceExhaustedError(need.str() + " but offload.max_host_bytes allows " +
-                                  Bytes(max_host_bytes) + lower +
+                                  FormatBytesExactly(max_host_bytes) + lower +
                                   ", or raise offload.max_host_bytes");
   }
   if (host.mem_available >= 0 && node_bytes > host.mem_available) {
     return ResourceExhaustedError(need.str() + " but the host has only " +
-                                  Bytes(host.mem_available) + " available (MemAvailable)" + lower);
+                                  FormatBytesExactly(host.mem_available) +
+                                  " available (MemAvailable)" + lower);
   }
   if (host.cgroup_free >= 0 && node_bytes > host.cgroup_free) {
     return ResourceExhaustedError(need.str() + " but the cgroup " + host.cgroup_path +
-                                  " allows only " + Bytes(host.cgroup_free) +
+                                  " allows only " + FormatBytesExactly(host.cgroup_free) +
                                   " more (memory.max - memory.current)" + lower +
                                   ", or raise the job's memory limit");
   }
@@ -203,9 +201,9 @@ Status CheckNvmePath(const std::string& path, const std::string& key, int64_t by
     free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
   }
   if (free_bytes < bytes_needed) {
-    return ResourceExhaustedError(key + " \"" + path + "\" has " + Bytes(free_bytes) +
+    return ResourceExhaustedError(key + " \"" + path + "\" has " + FormatBytesExactly(free_bytes) +
                                   " free but the job's scratch files there need " +
-                                  Bytes(bytes_needed) +
+                                  FormatBytesExactly(bytes_needed) +
                                   "; free space, choose a larger disk, or spread the job over "
                                   "more nodes");
   }

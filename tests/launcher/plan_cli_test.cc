@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -95,6 +96,51 @@ TEST(PlanCli, TrainWithAMemoryBudgetSaysWhatItChangedAndStaysWithinIt) {
   EXPECT_TRUE(Contains(train.output, "hoist: planned changes: --set ")) << train.output;
   EXPECT_TRUE(Contains(train.output, "hoist: done")) << train.output;
   EXPECT_LE(LoggedDevicePeak(dir / "log.jsonl"), budget);
+}
+
+TEST(PlanCli, WhyNamesTheHostLimitWhenOnlyItIsExceeded) {
+  const fs::path dir = testing::TempDir("hoist_plan_", "why_host");
+  const std::string job = kJob +
+                          "--set zero_optimization.stage=1 "
+                          "--set zero_optimization.offload_optimizer.device=cpu ";
+  Result generous = RunHoist("plan --memory 1GiB --flops 1e10 --top 0 --json " + job, dir, false);
+  ASSERT_EQ(generous.exit_code, 0) << generous.output;
+  const nlohmann::json plan = nlohmann::json::parse(generous.output, nullptr, false);
+  ASSERT_FALSE(plan.is_discarded()) << generous.output;
+  ASSERT_TRUE(plan.contains("base")) << generous.output;
+  // A host limit that holds every setting without offload but not the base's optimizer states on
+  // the host; the device budget holds everything.
+  int64_t host = 0;
+  for (const nlohmann::json& c : plan["candidates"]) {
+    if (c["choice"]["offload_optimizer"] == "none" && c["choice"]["offload_param"] == "none" &&
+        !c["choice"]["cpu_checkpointing"].get<bool>()) {
+      host = std::max(host, c["host_bytes_per_node"].get<int64_t>());
+    }
+  }
+  const int64_t base_host = plan["base"]["host_bytes_per_node"].get<int64_t>();
+  ASSERT_GT(host, 0);
+  ASSERT_LT(host, base_host);
+
+  Result r = RunHoist(
+      "plan --memory 1GiB --host-memory " + std::to_string(host) + " --flops 1e10 " + job, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(Contains(r.output, "of host memory per node, ")) << r.output;
+  EXPECT_TRUE(Contains(r.output, " limit: it does not fit")) << r.output;
+  EXPECT_FALSE(Contains(r.output, "of device memory per rank, ")) << r.output;
+  EXPECT_FALSE(Contains(r.output, "of NVMe per node")) << r.output;
+}
+
+TEST(PlanCli, TrainRefusalLeavesTheUnlimitedNvmeBudgetOut) {
+  const fs::path dir = testing::TempDir("hoist_plan_", "nvme_unlimited");
+  // An nvme_path makes `hoist train --memory-budget` consider NVMe without a size limit.
+  Result train = RunHoist("train --memory-budget 1KiB " + kJob +
+                              "--set zero_optimization.offload_optimizer.nvme_path='\"" +
+                              (dir / "nvme").string() + "\"'",
+                          dir);
+  EXPECT_EQ(train.exit_code, 1) << train.output;
+  EXPECT_TRUE(Contains(train.output, "the smallest device budget that fits is")) << train.output;
+  EXPECT_FALSE(Contains(train.output, "of NVMe per node")) << train.output;
+  EXPECT_FALSE(Contains(train.output, "TiB")) << train.output;
 }
 
 TEST(PlanCli, HelpNamesTheBudgets) {

@@ -258,12 +258,72 @@ TEST(MemoryPlan, NvmeNeedsABudgetAndAPath) {
                                                    "\"/var/tmp/hoist-plan-test\""));
 }
 
+TEST(MemoryPlan, UnlimitedNvmeConsidersNvmeAndLeavesTheLimitOutOfRefusals) {
+  const Config base = TinyJob(1, 5);
+  PlanOptions options = Budget(kGiB);
+  options.nvme_budget_bytes = kNoNvmeLimit;
+  options.nvme_path = "/var/tmp/hoist-plan-test";
+  const MemoryPlan generous = PlanOk(base, 1, options);
+  EXPECT_TRUE(std::any_of(
+      generous.candidates.begin(), generous.candidates.end(),
+      [](const PlanCandidate& c) { return c.choice.offload_optimizer == OffloadDevice::kNvme; }));
+
+  // Too small a device budget: the refusal names it, and no NVMe size.
+  options.device_budget_bytes = 1024;
+  const StatusOr<MemoryPlan> tiny = PlanMemory(base, 1, options);
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_EQ(tiny.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(tiny.status().message(), HasSubstr("the smallest device budget that fits is"));
+  EXPECT_THAT(tiny.status().message(), ::testing::Not(HasSubstr("NVMe")));
+  EXPECT_THAT(tiny.status().message(), ::testing::Not(HasSubstr("TiB")));
+
+  // A host limit nothing meets: the host limit blocks, the NVMe budget is still not named.
+  options.device_budget_bytes = kGiB;
+  options.host_budget_bytes = 1;
+  const StatusOr<MemoryPlan> host = PlanMemory(base, 1, options);
+  ASSERT_FALSE(host.ok());
+  EXPECT_EQ(host.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_THAT(host.status().message(), HasSubstr("with 1 B of host memory per node ("));
+  EXPECT_THAT(host.status().message(),
+              HasSubstr("no setting fits the host-memory limit at any device budget"));
+  EXPECT_THAT(host.status().message(), ::testing::Not(HasSubstr("NVMe")));
+  EXPECT_THAT(host.status().message(), ::testing::Not(HasSubstr("TiB")));
+}
+
+TEST(MemoryPlan, LimitsJudgeEachBudgetAlone) {
+  PlanCandidate c;
+  c.device_bytes = 100;
+  c.host_bytes_per_node = 200;
+  c.nvme_bytes_per_node = 300;
+  PlanOptions o = Budget(100);
+  EXPECT_TRUE(o.DeviceOk(c));
+  EXPECT_TRUE(o.HostOk(c));   // no host limit
+  EXPECT_FALSE(o.NvmeOk(c));  // NVMe not considered: nothing may go there
+  o.nvme_budget_bytes = kNoNvmeLimit;
+  EXPECT_TRUE(o.NvmeOk(c));
+  EXPECT_FALSE(o.NvmeLimited());
+  o.host_budget_bytes = 199;
+  EXPECT_FALSE(o.HostOk(c));
+  EXPECT_TRUE(o.DeviceOk(c));
+  EXPECT_FALSE(o.Fits(c));
+  o.nvme_budget_bytes = 299;
+  EXPECT_FALSE(o.NvmeOk(c));
+  o.nvme_budget_bytes = 300;
+  EXPECT_TRUE(o.NvmeOk(c));
+  c.nvme_bytes_per_node = 0;
+  o.nvme_budget_bytes = 0;
+  EXPECT_TRUE(o.NvmeOk(c));
+}
+
 TEST(MemoryPlan, RefusesBudgetsThatAreNotPositive) {
   const Config base = TinyJob(1, 5);
   const StatusOr<MemoryPlan> plan = PlanMemory(base, 1, Budget(0));
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(plan.status().message(), HasSubstr("device-memory budget must be > 0"));
+  PlanOptions negative = Budget(kGiB);
+  negative.nvme_budget_bytes = -2;
+  EXPECT_EQ(PlanMemory(base, 1, negative).status().code(), StatusCode::kInvalidArgument);
   const StatusOr<int64_t> bad = ParseBytes("16 gigs", "--memory");
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("--memory"));
