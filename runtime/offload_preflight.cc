@@ -14,16 +14,11 @@
 
 #include "core/memory_tracker.h"
 #include "offload/block_storage.h"
-#include "offload/pinned_pool.h"
 #include "offload/state_swapper.h"
+#include "zero/memory_estimate.h"
 
 namespace hoist::runtime {
 namespace {
-
-int64_t RoundUpToPages(int64_t bytes) {
-  const int64_t page = offload::PinnedHostPool::kPageBytes;
-  return (bytes + page - 1) / page * page;
-}
 
 // The first integer of a one-line file ("max" and missing files give -1).
 int64_t ReadCgroupValue(const std::string& path) {
@@ -39,46 +34,17 @@ int64_t ReadCgroupValue(const std::string& path) {
 
 }  // namespace
 
-OffloadFootprint OffloadFootprintPerRank(const zero::ZeroOptions& options,
-                                         const zero::PartitionPlan& plan,
-                                         const zero::PartitionPlan& state_plan) {
+StatusOr<OffloadFootprint> OffloadFootprintPerRank(const std::vector<zero::UnitSpec>& units,
+                                                   const zero::ZeroOptions& options, int world_size,
+                                                   int rank) {
+  // What the engine will hold from its creation on, in the places offload puts it.
+  HOIST_ASSIGN_OR_RETURN(const zero::EngineMemoryEstimate engine,
+                         zero::EstimateEngineMemory(units, options, world_size, rank));
   OffloadFootprint footprint;
-  const zero::OptimizerOffload& optimizer = options.offload_optimizer;
-  const int64_t state_elements = state_plan.total_shard();
-  const int64_t state_bytes = state_elements * int64_t{sizeof(float)};
-  switch (optimizer.place) {
-    case zero::StatePlace::kDevice: break;
-    case zero::StatePlace::kHost:
-      // fp32 master, m and v of the shard; pinned buffers are whole pages.
-      if (optimizer.pin_memory) {
-        footprint.pinned_bytes += 3 * RoundUpToPages(state_bytes);
-      } else {
-        footprint.host_bytes += 3 * state_bytes;
-      }
-      break;
-    case zero::StatePlace::kNvme: {
-      offload::StateSwapperOptions swap;
-      swap.elements = std::max<int64_t>(state_elements, 1);
-      swap.arrays = 3;
-      swap.sub_group_size = optimizer.sub_group_size;
-      swap.buffer_count = optimizer.buffer_count;
-      const offload::StateSwapper::Layout layout = offload::StateSwapper::LayoutFor(swap);
-      footprint.pinned_bytes += layout.slot_bytes;
-      footprint.optimizer_file_bytes += layout.file_bytes;
-      break;
-    }
-  }
-  if (options.offload_param.place != zero::ParamPlace::kDevice) {
-    const zero::ParamShardFootprint params =
-        zero::ParamShards::Footprint(plan, options.compute_type, options.offload_param);
-    if (options.offload_param.pin_memory) {
-      footprint.pinned_bytes += RoundUpToPages(params.resident_bytes);
-    } else {
-      footprint.host_bytes += params.resident_bytes;
-    }
-    footprint.pinned_bytes += params.staging_bytes;
-    footprint.param_file_bytes += params.file_bytes;
-  }
+  footprint.pinned_bytes = engine.ResidentTotal(Place::kHostPinned);
+  footprint.host_bytes = engine.ResidentTotal(Place::kHost);
+  footprint.optimizer_file_bytes = engine.Resident(Place::kNvme, Category::kOptimizer);
+  footprint.param_file_bytes = engine.Resident(Place::kNvme, Category::kParam);
   return footprint;
 }
 

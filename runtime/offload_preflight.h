@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "runtime/config.h"
@@ -33,12 +34,12 @@ struct OffloadFootprint {
   int64_t param_file_bytes = 0;      // scratch file under offload_param.nvme_path
 };
 
-// For the engine's offload settings, with `plan` the partition of the parameters (what
-// parameter offload keeps) and `state_plan` that of the optimizer states (a one-rank plan in
-// stage 0).
-OffloadFootprint OffloadFootprintPerRank(const zero::ZeroOptions& options,
-                                         const zero::PartitionPlan& plan,
-                                         const zero::PartitionPlan& state_plan);
+// For the engine that ZeroEngine::Create(units, options, ...) builds on `rank` of `world_size`:
+// its resident host and file bytes (zero/memory_estimate.h, the engine's own sizing). Errors:
+// what the engine would refuse for these options.
+StatusOr<OffloadFootprint> OffloadFootprintPerRank(const std::vector<zero::UnitSpec>& units,
+                                                   const zero::ZeroOptions& options, int world_size,
+                                                   int rank);
 
 // What the host can give. -1: unknown or unlimited.
 struct HostMemory {

@@ -90,13 +90,7 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
   const int rank = comm_->rank(), world_size = comm_->world_size();
   OffloadFootprint footprint;
   if (offload) {
-    const bool whole = config_.zero.stage == 0;
-    HOIST_ASSIGN_OR_RETURN(zero::PartitionPlan plan,
-                           zero::PartitionPlan::Build(units, world_size, rank));
-    HOIST_ASSIGN_OR_RETURN(
-        zero::PartitionPlan state_plan,
-        zero::PartitionPlan::Build(units, whole ? 1 : world_size, whole ? 0 : rank));
-    footprint = OffloadFootprintPerRank(*options, plan, state_plan);
+    HOIST_ASSIGN_OR_RETURN(footprint, OffloadFootprintPerRank(units, *options, world_size, rank));
   }
   footprint.pinned_bytes += activation_pinned;
   HOIST_ASSIGN_OR_RETURN(const comm::NodeCounts nodes, comm::CountRanksPerNode(*comm_));
