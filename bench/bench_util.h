@@ -38,6 +38,21 @@ inline std::vector<float> RandomVector(size_t n, uint64_t seed, float lo = -1.0f
   return v;
 }
 
+// The --set overrides that make the demo job a quiet run of `steps` steps for a benchmark: no
+// evaluation, no JSONL log, no progress lines, no checkpoints, the warm-up schedule over the run.
+inline std::vector<std::string> QuietRunOverrides(int64_t steps) {
+  const std::string n = std::to_string(steps);
+  return {"train.steps=" + n,
+          "train.eval_interval=0",
+          "data.val=\"\"",
+          "scheduler.params.total_num_steps=" + n,
+          "scheduler.params.warmup_num_steps=1",
+          "monitor.jsonl.path=\"\"",
+          "steps_per_print=0",
+          "checkpoint.dir=\"\"",
+          "checkpoint.interval_steps=0"};
+}
+
 // One command-line flag: "--name VALUE" handed to `set`, or (with `on`) a switch without a value.
 struct Flag {
   const char* name;

@@ -171,17 +171,10 @@ void EstimateMatrix() {
             "train_batch_size=" + std::to_string(4 * world * micro),
             "train_micro_batch_size_per_gpu=" + std::to_string(micro),
             "gradient_accumulation_steps=null",
-            "train.steps=3",
-            "train.eval_interval=0",
-            "scheduler.params.total_num_steps=3",
-            "scheduler.params.warmup_num_steps=1",
-            "monitor.jsonl.path=\"\"",
-            "steps_per_print=0",
-            "checkpoint.dir=\"\"",
-            "checkpoint.interval_steps=0",
             "zero_optimization.stage=" + std::to_string(stage),
             std::string("activation_checkpointing.policy=") + policy,
             std::string("bf16.enabled=") + (bf16 ? "true" : "false")};
+        for (std::string& quiet : QuietRunOverrides(3)) overrides.push_back(std::move(quiet));
         StatusOr<runtime::Config> config = runtime::LoadConfig("", overrides, world);
         if (!config.ok()) {
           std::fprintf(stderr, "%s\n", config.status().ToString().c_str());

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
 #include "runtime/config.h"
@@ -48,26 +49,19 @@ struct Measured {
 
 Config Job(const Args& args, int stage, int world) {
   const int micro = 2, global = 16;
-  std::vector<std::string> overrides = {
-      "model.n_layer=" + std::to_string(args.layers),
-      "model.n_head=8",
-      "model.n_embd=" + std::to_string(args.embd),
-      "model.seq_len=64",
-      "train_batch_size=" + std::to_string(global),
-      "train_micro_batch_size_per_gpu=" + std::to_string(micro),
-      "gradient_accumulation_steps=null",
-      "train.steps=" + std::to_string(args.steps),
-      "train.eval_interval=0",
-      "data.val=\"\"",
-      "scheduler.params.total_num_steps=" + std::to_string(args.steps),
-      "scheduler.params.warmup_num_steps=1",
-      "monitor.jsonl.path=\"\"",
-      "steps_per_print=0",
-      "checkpoint.dir=\"\"",
-      "checkpoint.interval_steps=0",
-      "zero_optimization.stage=" + std::to_string(stage),
-      "zero_optimization.stage3_param_persistence_threshold=0",
-      "zero_optimization.overlap_comm=true"};
+  std::vector<std::string> overrides = {"model.n_layer=" + std::to_string(args.layers),
+                                        "model.n_head=8",
+                                        "model.n_embd=" + std::to_string(args.embd),
+                                        "model.seq_len=64",
+                                        "train_batch_size=" + std::to_string(global),
+                                        "train_micro_batch_size_per_gpu=" + std::to_string(micro),
+                                        "gradient_accumulation_steps=null",
+                                        "zero_optimization.stage=" + std::to_string(stage),
+                                        "zero_optimization.stage3_param_persistence_threshold=0",
+                                        "zero_optimization.overlap_comm=true"};
+  for (std::string& quiet : hoist::bench::QuietRunOverrides(args.steps)) {
+    overrides.push_back(std::move(quiet));
+  }
   if (args.precision == "bf16") overrides.push_back("bf16.enabled=true");
   auto config = hoist::runtime::LoadConfig("", overrides, world);
   if (!config.ok()) {
