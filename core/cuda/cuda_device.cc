@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/cuda/cuda_status.h"
+#include "core/cuda/scoped_device.h"
 #include "core/logging.h"
 
 namespace hoist {
@@ -13,29 +14,6 @@ namespace {
 std::string FormatCudaVersion(int version) {
   return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
 }
-
-// Makes a GPU current for one scope and restores the caller's device after, so that an
-// allocation on one GPU does not silently move the thread's later work to it.
-class ScopedCurrentDevice {
- public:
-  ScopedCurrentDevice() = default;
-  ~ScopedCurrentDevice() {
-    if (restore_ >= 0) (void)cudaSetDevice(restore_);
-  }
-  ScopedCurrentDevice(const ScopedCurrentDevice&) = delete;
-  ScopedCurrentDevice& operator=(const ScopedCurrentDevice&) = delete;
-
-  cudaError_t SetDevice(int ordinal) {
-    int previous = -1;
-    bool known = cudaGetDevice(&previous) == cudaSuccess;
-    if (known && previous == ordinal) return cudaSuccess;
-    restore_ = known ? previous : -1;
-    return cudaSetDevice(ordinal);
-  }
-
- private:
-  int restore_ = -1;  // the caller's device, or -1 for nothing to restore
-};
 
 // Device memory on `ordinal`, zero-filled before it is returned: the fill runs on `fill_stream`
 // and is waited for here, so work on any other stream sees zeros without an event.
