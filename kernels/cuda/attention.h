@@ -1,0 +1,40 @@
+// Causal multi-head self-attention on the GPU; CPU twins: cpu::AttentionForward /
+// AttentionBackward (direct) and cpu::AttentionForwardTiled / AttentionBackwardTiled (tiled).
+// qkv (B,T,3C) holds q, k, v side by side; head h uses channels [h*hs, (h+1)*hs) of each,
+// hs = C/NH, scores are scaled by 1/sqrt(hs). qkv, out and the gradients are `type`.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "kernels/cuda/blas.h"
+#include "kernels/cuda/dtype.h"
+
+namespace hoist::kernels::cuda {
+
+// Direct: batched GEMMs for the scores and the weighted values, a causal softmax between them.
+// att (B,NH,T,T, fp32) receives the probabilities (0 above the diagonal), kept for backward.
+// `workspace` holds AttentionWorkspaceBytes(B,T,C,NH,type) bytes (q, k, v and the output in
+// head-major order, and the score matrix in fp32 for the backward).
+int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type);
+Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv, void* workspace,
+                        int B, int T, int C, int NH, DType type, cudaStream_t stream);
+// dqkv (B,T,3C) += gradient of out w.r.t. qkv, given the att of the forward.
+Status AttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const void* qkv,
+                         const float* att, void* workspace, int B, int T, int C, int NH, DType type,
+                         cudaStream_t stream);
+
+// Tiled: an online softmax over key tiles in shared memory; never forms the T x T matrix. Keeps
+// lse (B,NH,T, fp32), each query row's log-sum-exp of scaled scores. hs must be <= 128.
+Status AttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
+                             DType type, cudaStream_t stream);
+// dqkv += gradient, recomputing the probabilities tile by tile from qkv and lse; out is the
+// forward's output. `workspace` holds TiledAttentionBackwardWorkspaceBytes(B,T,NH) bytes.
+int64_t TiledAttentionBackwardWorkspaceBytes(int B, int T, int NH);
+Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
+                              const float* lse, void* workspace, int B, int T, int C, int NH,
+                              DType type, cudaStream_t stream);
+
+}  // namespace hoist::kernels::cuda

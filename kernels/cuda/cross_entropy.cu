@@ -1,0 +1,86 @@
+#include <cstdint>
+#include <string>
+
+#include "core/cuda/cuda_status.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace hoist::kernels::cuda {
+namespace {
+
+using detail::BlockMax;
+using detail::BlockSum;
+using detail::FromFloat;
+using detail::ToFloat;
+
+constexpr int kThreads = 512;
+
+// One block per row, three passes over it: the max, the sum of e^(x - max), then the gradient.
+// dlogits may alias logits: every thread reads and writes only the columns c = threadIdx.x +
+// k * blockDim.x in every pass, and the one value read across threads (the target's logit) is
+// read before the barriers inside BlockSum, which precede the first write.
+template <typename T>
+__global__ void SoftmaxCrossEntropyKernel(float* losses, T* dlogits, const T* logits,
+                                          const int32_t* targets, float dloss, int V, int Vp) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * Vp;
+  const int target = targets[row];
+  const float target_logit = ToFloat(x[target]);
+
+  float row_max = -INFINITY;
+  for (int c = threadIdx.x; c < V; c += blockDim.x) row_max = fmaxf(row_max, ToFloat(x[c]));
+  row_max = BlockMax(row_max, scratch);
+  float sum = 0.0f;
+  for (int c = threadIdx.x; c < V; c += blockDim.x) sum += expf(ToFloat(x[c]) - row_max);
+  sum = BlockSum(sum, scratch);
+
+  if (threadIdx.x == 0) losses[row] = logf(sum) - (target_logit - row_max);
+  if (dlogits == nullptr) return;
+  T* dx = dlogits + row * Vp;
+  // The CPU twin's arrangement: e^(x - max) * (dloss / sum), then dloss off the target.
+  const float scale = dloss / sum;
+  for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
+    float g = 0.0f;
+    if (c < V) {
+      g = expf(ToFloat(x[c]) - row_max) * scale;
+      if (c == target) g -= dloss;
+    }
+    dx[c] = FromFloat<T>(g);
+  }
+}
+
+template <typename T>
+Status LaunchSoftmaxCrossEntropy(float* losses, T* dlogits, const T* logits, const int32_t* targets,
+                                 float dloss, int N, int V, int Vp, cudaStream_t stream) {
+  SoftmaxCrossEntropyKernel<T>
+      <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dloss, V, Vp);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits, const int32_t* targets,
+                           float dloss, int N, int V, int Vp, DType type, cudaStream_t stream) {
+  constexpr const char* kOp = "SoftmaxCrossEntropy";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "losses", losses));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "logits", logits));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "targets", targets));
+  HOIST_RETURN_IF_ERROR(CheckPositive(kOp, "N", N));
+  HOIST_RETURN_IF_ERROR(CheckPositive(kOp, "V", V));
+  HOIST_RETURN_IF_ERROR(CheckPositive(kOp, "Vp", Vp));
+  if (Vp < V) {
+    return InvalidArgumentError(std::string(kOp) + ": Vp (" + std::to_string(Vp) +
+                                ") is smaller than V (" + std::to_string(V) + ")");
+  }
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  return HOIST_CUDA_DISPATCH(type, [&](auto tag) {
+    using T = decltype(tag);
+    return LaunchSoftmaxCrossEntropy<T>(losses, static_cast<T*>(dlogits),
+                                        static_cast<const T*>(logits), targets, dloss, N, V, Vp,
+                                        stream);
+  });
+}
+
+}  // namespace hoist::kernels::cuda

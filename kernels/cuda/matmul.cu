@@ -1,0 +1,310 @@
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/cuda/cuda_status.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/matmul.h"
+
+// Row-major products through column-major cuBLASLt: a row-major (R, C) array is the column-major
+// (C, R) matrix with leading dimension C, so out (N,OC) = inp @ W^T is computed as the
+// column-major out^T (OC,N) = W^T(op T of the stored (C,OC)) @ inp^T (stored (C,N)). Every product
+// runs under CUBLAS_COMPUTE_32F: true fp32 for fp32 arrays (never TF32), fp32 accumulation for
+// bf16 and fp16.
+
+namespace hoist::kernels::cuda {
+namespace {
+
+using detail::CeilDiv;
+using detail::ToFloat;
+
+cudaDataType_t CudaDataType(DType type) {
+  switch (type) {
+    case DType::kFloat32: return CUDA_R_32F;
+    case DType::kBfloat16: return CUDA_R_16BF;
+    case DType::kFloat16: break;
+  }
+  return CUDA_R_16F;
+}
+
+// One column-major product D (m,n) = op(A) @ op(B) + beta D, with an optional epilogue.
+struct LtProduct {
+  cublasOperation_t trans_a = CUBLAS_OP_N;
+  cublasOperation_t trans_b = CUBLAS_OP_N;
+  int m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  cudaDataType_t ab_type = CUDA_R_32F;
+  void* d = nullptr;  // also C (beta != 0 reads it)
+  int64_t ldd = 0;
+  cudaDataType_t d_type = CUDA_R_32F;
+  float beta = 0.0f;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const void* bias = nullptr;  // (m), d_type; with a *BIAS epilogue
+  void* aux = nullptr;         // (m,n) ld aux_ld, d_type; with a GELU_AUX* epilogue
+  int64_t aux_ld = 0;
+};
+
+struct LtDeleter {
+  void operator()(cublasLtMatmulDescOpaque_t* p) const { cublasLtMatmulDescDestroy(p); }
+  void operator()(cublasLtMatrixLayoutOpaque_t* p) const { cublasLtMatrixLayoutDestroy(p); }
+  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
+};
+using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, LtDeleter>;
+using MatrixLayout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LtDeleter>;
+using MatmulPreference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, LtDeleter>;
+
+Status MakeLayout(MatrixLayout* layout, cudaDataType_t type, int64_t rows, int64_t cols,
+                  int64_t ld) {
+  cublasLtMatrixLayout_t raw = nullptr;
+  HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw, type, rows, cols, ld));
+  layout->reset(raw);
+  return Status::Ok();
+}
+
+// The largest power of two (at most 256, cuBLASLt's default assumption) dividing p's address:
+// the preference below keeps the heuristic from choosing an algorithm that needs more.
+uint32_t AlignmentOf(const void* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  if (address == 0) return 256;
+  return static_cast<uint32_t>(std::min<uintptr_t>(address & (~address + 1), 256));
+}
+
+// Enqueues `product` on `stream`. Where cuBLASLt has no algorithm for the combination (an
+// epilogue it does not fuse for these types) and `unsupported` is given, sets *unsupported and
+// enqueues nothing; without `unsupported` that is an error.
+Status RunLtProduct(BlasHandle& blas, const LtProduct& product, cudaStream_t stream,
+                    bool* unsupported = nullptr) {
+  if (unsupported != nullptr) *unsupported = false;
+  MatmulDesc desc;
+  {
+    cublasLtMatmulDesc_t raw = nullptr;
+    HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    desc.reset(raw);
+  }
+  HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &product.trans_a, sizeof(product.trans_a)));
+  HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &product.trans_b, sizeof(product.trans_b)));
+  HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+      desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &product.epilogue, sizeof(product.epilogue)));
+  if (product.bias != nullptr) {
+    HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &product.bias, sizeof(product.bias)));
+  }
+  if (product.aux != nullptr) {
+    HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &product.aux, sizeof(product.aux)));
+    HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &product.aux_ld, sizeof(product.aux_ld)));
+  }
+
+  const bool a_t = product.trans_a == CUBLAS_OP_T;
+  const bool b_t = product.trans_b == CUBLAS_OP_T;
+  MatrixLayout a_layout, b_layout, d_layout;
+  HOIST_RETURN_IF_ERROR(MakeLayout(&a_layout, product.ab_type, a_t ? product.k : product.m,
+                                   a_t ? product.m : product.k, product.lda));
+  HOIST_RETURN_IF_ERROR(MakeLayout(&b_layout, product.ab_type, b_t ? product.n : product.k,
+                                   b_t ? product.k : product.n, product.ldb));
+  HOIST_RETURN_IF_ERROR(MakeLayout(&d_layout, product.d_type, product.m, product.n, product.ldd));
+
+  MatmulPreference preference;
+  {
+    cublasLtMatmulPreference_t raw = nullptr;
+    HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw));
+    preference.reset(raw);
+  }
+  const uint64_t workspace_bytes = static_cast<uint64_t>(blas.workspace_bytes());
+  HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
+      sizeof(workspace_bytes)));
+  const uint32_t align_a = AlignmentOf(product.a), align_b = AlignmentOf(product.b),
+                 align_d = AlignmentOf(product.d);
+  HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+  HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+  HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+  HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+
+  cublasLtMatmulHeuristicResult_t heuristic = {};
+  int found = 0;
+  const cublasStatus_t search = cublasLtMatmulAlgoGetHeuristic(
+      blas.lt(), desc.get(), a_layout.get(), b_layout.get(), d_layout.get(), d_layout.get(),
+      preference.get(), 1, &heuristic, &found);
+  if (unsupported != nullptr &&
+      (search == CUBLAS_STATUS_NOT_SUPPORTED || (search == CUBLAS_STATUS_SUCCESS && found == 0))) {
+    *unsupported = true;
+    return Status::Ok();
+  }
+  if (search != CUBLAS_STATUS_SUCCESS) {
+    return CublasError(search, "cublasLtMatmulAlgoGetHeuristic(...)", __FILE__, __LINE__);
+  }
+  if (found == 0) {
+    return InternalError("cuBLASLt offers no algorithm for a " + std::to_string(product.m) + "x" +
+                         std::to_string(product.n) + "x" + std::to_string(product.k) + " product");
+  }
+  const float alpha = 1.0f;
+  HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
+      blas.lt(), desc.get(), &alpha, product.a, a_layout.get(), product.b, b_layout.get(),
+      &product.beta, product.d, d_layout.get(), product.d, d_layout.get(), &heuristic.algo,
+      blas.workspace(), static_cast<size_t>(blas.workspace_bytes()), stream));
+  return Status::Ok();
+}
+
+// Column sums of dout (N,OC) into dbias: block (32 columns) x (kBiasRowLanes row lanes), one
+// block per column tile and chunk of rows. Within a block the sum has a fixed order; the
+// chunks meet through fp32 atomics unless there is only one.
+constexpr int kBiasRowLanes = 8;
+constexpr int kBiasRowsPerChunk = 256;
+
+template <typename T>
+__global__ void BiasGradKernel(float* dbias, const T* dout, int N, int OC, bool atomic) {
+  __shared__ float partial[kBiasRowLanes][33];
+  const int col = blockIdx.x * 32 + threadIdx.x;
+  const int row_begin = blockIdx.y * kBiasRowsPerChunk;
+  const int row_end = min(N, row_begin + kBiasRowsPerChunk);
+  float sum = 0.0f;
+  if (col < OC) {
+    for (int row = row_begin + threadIdx.y; row < row_end; row += kBiasRowLanes) {
+      sum += ToFloat(dout[static_cast<int64_t>(row) * OC + col]);
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= OC) return;
+  float total = 0.0f;
+  for (int lane = 0; lane < kBiasRowLanes; ++lane) total += partial[lane][threadIdx.x];
+  if (atomic) {
+    atomicAdd(dbias + col, total);
+  } else {
+    dbias[col] += total;
+  }
+}
+
+Status LaunchBiasGrad(float* dbias, const void* dout, int N, int OC, DType type,
+                      cudaStream_t stream) {
+  const dim3 grid(CeilDiv(OC, 32), CeilDiv(N, kBiasRowsPerChunk));
+  const dim3 block(32, kBiasRowLanes);
+  const bool atomic = grid.y > 1;
+  const auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    BiasGradKernel<T>
+        <<<grid, block, 0, stream>>>(dbias, static_cast<const T*>(dout), N, OC, atomic);
+  };
+  HOIST_CUDA_DISPATCH(type, launch);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
+Status CheckSizes(const char* op, int N, int C, int OC) {
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "N", N));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "C", C));
+  return CheckPositive(op, "OC", OC);
+}
+
+}  // namespace
+
+Status MatmulForward(BlasHandle& blas, void* out, const void* inp, const void* weight,
+                     const void* bias, int N, int C, int OC, DType type, cudaStream_t stream,
+                     void* gelu_out) {
+  constexpr const char* kOp = "MatmulForward";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "inp", inp));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "weight", weight));
+  HOIST_RETURN_IF_ERROR(CheckSizes(kOp, N, C, OC));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+
+  LtProduct product;
+  product.trans_a = CUBLAS_OP_T;  // weight stored (C,OC) column-major
+  product.m = OC;
+  product.n = N;
+  product.k = C;
+  product.a = weight;
+  product.lda = C;
+  product.b = inp;
+  product.ldb = C;
+  product.ab_type = product.d_type = CudaDataType(type);
+  product.ldd = OC;
+  product.bias = bias;
+
+  if (gelu_out != nullptr && OC % 8 == 0) {
+    // GELU_AUX(_BIAS) writes GELU(pre) into D and pre-activation into the aux matrix, so D is
+    // gelu_out and aux is out. cuBLASLt asks for an aux leading dimension divisible by 8; other
+    // widths, and type combinations it does not fuse, take the unfused path below.
+    LtProduct fused = product;
+    fused.d = gelu_out;
+    fused.epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    fused.aux = out;
+    fused.aux_ld = OC;
+    bool unsupported = false;
+    HOIST_RETURN_IF_ERROR(RunLtProduct(blas, fused, stream, &unsupported));
+    if (!unsupported) return Status::Ok();
+  }
+  product.d = out;
+  product.epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  HOIST_RETURN_IF_ERROR(RunLtProduct(blas, product, stream));
+  if (gelu_out == nullptr) return Status::Ok();
+  // Unfused: GELU of the pre-activation as stored (rounded to `type`), as the CPU model does.
+  return GeluForward(gelu_out, out, static_cast<int64_t>(N) * OC, type, stream);
+}
+
+Status MatmulBackward(BlasHandle& blas, void* dinp, float* dweight, float* dbias, const void* dout,
+                      const void* inp, const void* weight, int N, int C, int OC, DType type,
+                      cudaStream_t stream) {
+  constexpr const char* kOp = "MatmulBackward";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dweight", dweight));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "inp", inp));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "weight", weight));
+  HOIST_RETURN_IF_ERROR(CheckSizes(kOp, N, C, OC));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  const cudaDataType_t data_type = CudaDataType(type);
+
+  if (dinp != nullptr) {
+    // dinp^T (C,N) += W^T (stored (C,OC)) @ dout^T (stored (OC,N)).
+    LtProduct product;
+    product.m = C;
+    product.n = N;
+    product.k = OC;
+    product.a = weight;
+    product.lda = C;
+    product.b = dout;
+    product.ldb = OC;
+    product.ab_type = product.d_type = data_type;
+    product.d = dinp;
+    product.ldd = C;
+    product.beta = 1.0f;
+    HOIST_RETURN_IF_ERROR(RunLtProduct(blas, product, stream));
+  }
+  {
+    // dweight^T (C,OC) += inp^T (stored (C,N)) @ dout (op T of the stored (OC,N)), into fp32.
+    LtProduct product;
+    product.trans_b = CUBLAS_OP_T;
+    product.m = C;
+    product.n = OC;
+    product.k = N;
+    product.a = inp;
+    product.lda = C;
+    product.b = dout;
+    product.ldb = OC;
+    product.ab_type = data_type;
+    product.d = dweight;
+    product.ldd = C;
+    product.d_type = CUDA_R_32F;
+    product.beta = 1.0f;
+    HOIST_RETURN_IF_ERROR(RunLtProduct(blas, product, stream));
+  }
+  if (dbias == nullptr) return Status::Ok();
+  return LaunchBiasGrad(dbias, dout, N, OC, type, stream);
+}
+
+}  // namespace hoist::kernels::cuda
