@@ -380,33 +380,38 @@ float* Gpt2Model::grads() {
 const float* Gpt2Model::grads() const { return const_cast<Gpt2Model*>(this)->grads(); }
 
 void Gpt2Model::InitializeUnit(int unit, uint64_t seed, float* out) const {
-  const int L = config_.n_layer, C = config_.n_embd, V = config_.vocab_size;
+  InitializeGpt2Unit(config_, unit, seed, out);
+}
+
+void InitializeGpt2Unit(const ModelConfig& config, int unit, uint64_t seed, float* out) {
+  const ParamLayout layout = ParamLayout::For(config);
+  const int L = config.n_layer, C = config.n_embd, V = config.vocab_size;
   const double kStd = 0.02;
   const double residual_std = kStd / std::sqrt(2.0 * L);
-  std::memset(out, 0, static_cast<size_t>(layout_.unit_size(unit)) * sizeof(float));
+  std::memset(out, 0, static_cast<size_t>(layout.unit_size(unit)) * sizeof(float));
   const int layer = unit - 1;  // for block units
   auto fill_normal = [&](int tensor, int64_t count, double std) {
     // One stream per (tensor, layer), so any unit can be drawn on its own.
     const uint64_t slice = static_cast<uint64_t>(tensor) * 1000003u +
                            static_cast<uint64_t>(ParamLayout::PerBlock(tensor) ? layer : 0);
     Rng rng(seed ^ (slice * 0x9E3779B97F4A7C15ull));
-    float* p = out + layout_.local_offsets[tensor];
+    float* p = out + layout.local_offsets[tensor];
     for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>(rng.Normal() * std);
   };
   auto fill_ones = [&](int tensor) {
-    float* w = out + layout_.local_offsets[tensor];
-    for (int64_t i = 0; i < layout_.unit_sizes[tensor]; ++i) w[i] = 1.0f;
+    float* w = out + layout.local_offsets[tensor];
+    for (int64_t i = 0; i < layout.unit_sizes[tensor]; ++i) w[i] = 1.0f;
   };
   if (unit == 0) {
     // Only the real vocabulary rows of wte are drawn: padded rows stay 0 and, since no token and
     // no target ever touches them, keep a zero gradient forever.
     fill_normal(kWte, int64_t{V} * C, kStd);
-    fill_normal(kWpe, layout_.unit_sizes[kWpe], kStd);
+    fill_normal(kWpe, layout.unit_sizes[kWpe], kStd);
   } else if (unit <= L) {
-    fill_normal(kQkvW, layout_.unit_sizes[kQkvW], kStd);
-    fill_normal(kAttProjW, layout_.unit_sizes[kAttProjW], residual_std);
-    fill_normal(kFcW, layout_.unit_sizes[kFcW], kStd);
-    fill_normal(kFcProjW, layout_.unit_sizes[kFcProjW], residual_std);
+    fill_normal(kQkvW, layout.unit_sizes[kQkvW], kStd);
+    fill_normal(kAttProjW, layout.unit_sizes[kAttProjW], residual_std);
+    fill_normal(kFcW, layout.unit_sizes[kFcW], kStd);
+    fill_normal(kFcProjW, layout.unit_sizes[kFcProjW], residual_std);
     fill_ones(kLn1W);
     fill_ones(kLn2W);
   } else {

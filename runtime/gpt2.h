@@ -94,6 +94,10 @@ struct ParamLayout {
   std::vector<zero::UnitSpec> Units() const;
 };
 
+// GPT-2's initialisation of one unit (Gpt2Model::InitializeUnit), for models that are not a
+// Gpt2Model (the GPU model draws the same values).
+void InitializeGpt2Unit(const ModelConfig& config, int unit, uint64_t seed, float* out);
+
 class Gpt2Model {
  public:
   // Allocates activations for micro-batches up to (max_B, max_T) on `device`, and the

@@ -1,0 +1,231 @@
+// The GPU model and its optimizer against the CPU model, which is their reference: the same
+// weights give the same losses and gradients, and the same training steps the same loss curve
+// (fp32 to 1e-4 relative, bf16 within bf16's tolerance). Every suite is Cuda*: label "gpu"; they
+// skip where no GPU is visible.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/cuda/cuda_device.h"
+#include "core/cuda/stream.h"
+#include "core/memory_tracker.h"
+#include "kernels/cpu/adamw_step.h"
+#include "kernels/cpu/ops.h"
+#include "runtime/cuda/cuda_adamw.h"
+#include "runtime/cuda/gpt2_cuda.h"
+#include "runtime/gpt2.h"
+
+namespace hoist::runtime {
+namespace {
+
+namespace kc = ::hoist::kernels::cuda;
+
+#define SKIP_WITHOUT_GPU()                                                                \
+  do {                                                                                    \
+    if (CudaDeviceCount() == 0) {                                                         \
+      GTEST_SKIP() << "no CUDA GPU visible (driver " << CudaDriverVersionString() << ")"; \
+    }                                                                                     \
+  } while (0)
+
+#define ASSERT_OK(expr)                                            \
+  do {                                                             \
+    const ::hoist::Status assert_status_ = (expr);                 \
+    ASSERT_TRUE(assert_status_.ok()) << assert_status_.ToString(); \
+  } while (0)
+
+ModelConfig TinyConfig(AttentionKind attention) {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 64;
+  m.vocab_size = 101;  // padded to 128: the padding columns are exercised
+  m.seq_len = 32;
+  m.attention = attention;
+  return m;
+}
+
+std::vector<int32_t> RandomTokens(size_t n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> out(n);
+  for (int32_t& t : out) t = dist(rng);
+  return out;
+}
+
+// One GPU, a stream, a GPU model and a CPU model with the same weights.
+class CudaGpt2 : public ::testing::TestWithParam<AttentionKind> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    auto device = CudaDevice::Open(0, &tracker_);
+    ASSERT_TRUE(device.ok()) << device.status().ToString();
+    device_ = std::move(device).value();
+    auto stream = CudaStream::Create();
+    ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+    stream_ = std::move(stream).value();
+  }
+
+  void Build(kc::DType compute) {
+    config_ = TinyConfig(GetParam());
+    auto cpu = Gpt2Model::Create(config_, B_, T_, &cpu_device_);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+    cpu_ = std::move(cpu).value();
+    cpu_->InitializeWeights(1234);
+    auto gpu = CudaGpt2Model::Create(config_, B_, T_, compute, device_.get(), stream_);
+    ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
+    gpu_ = std::move(gpu).value();
+    ASSERT_OK(gpu_->LoadParameters(cpu_->params()));
+  }
+
+  // The CPU reference of CudaAdamW::Step: the same norm, clipping and per-tensor decay.
+  void CpuStep(std::vector<float>& m, std::vector<float>& v, int64_t step, float lr, float clip,
+               const zero::AdamWParams& adam) {
+    const ParamLayout& layout = cpu_->layout();
+    const double norm =
+        std::sqrt(kernels::cpu::SumOfSquares(cpu_->grads(), static_cast<size_t>(layout.total)));
+    kernels::cpu::AdamWHyperparams h;
+    h.lr = lr;
+    h.beta1 = adam.beta1;
+    h.beta2 = adam.beta2;
+    h.eps = adam.eps;
+    h.grad_scale = clip > 0 ? static_cast<float>(std::min(1.0, clip / (norm + 1e-6))) : 1.0f;
+    h.step = step;
+    for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+      const int layers = ParamLayout::PerBlock(tensor) ? layout.n_layer : 1;
+      for (int l = 0; l < layers; ++l) {
+        const int64_t offset = layout.Offset(tensor, l);
+        kernels::cpu::AdamWShard shard;
+        shard.param = cpu_->params() + offset;
+        shard.m = m.data() + offset;
+        shard.v = v.data() + offset;
+        shard.grad = cpu_->grads() + offset;
+        shard.n = static_cast<size_t>(layout.unit_sizes[tensor]);
+        h.weight_decay = ParamLayout::Decayed(tensor) ? adam.weight_decay : 0.0f;
+        kernels::cpu::AdamWFusedStep(shard, h);
+      }
+    }
+  }
+
+  MemoryTracker tracker_;      // the GPU's allocations
+  MemoryTracker cpu_tracker_;  // the reference model's
+  CpuDevice cpu_device_{Place::kDevice, &cpu_tracker_};
+  std::unique_ptr<CudaDevice> device_;
+  CudaStream stream_;
+  ModelConfig config_;
+  const int B_ = 2, T_ = 32;
+  std::unique_ptr<Gpt2Model> cpu_;
+  std::unique_ptr<CudaGpt2Model> gpu_;
+};
+
+TEST_P(CudaGpt2, Fp32LossAndGradientsMatchTheCpuModel) {
+  Build(kc::DType::kFloat32);
+  const std::vector<int32_t> inputs = RandomTokens(B_ * T_, config_.vocab_size, 1);
+  const std::vector<int32_t> targets = RandomTokens(B_ * T_, config_.vocab_size, 2);
+  cpu_->ZeroGradients();
+  const float cpu_loss = cpu_->Forward(inputs.data(), targets.data(), B_, T_, 1.0f);
+  cpu_->Backward();
+  ASSERT_OK(gpu_->ZeroGradients());
+  auto gpu_loss = gpu_->Forward(inputs.data(), targets.data(), B_, T_, 1.0f);
+  ASSERT_TRUE(gpu_loss.ok()) << gpu_loss.status().ToString();
+  ASSERT_OK(gpu_->Backward());
+  EXPECT_NEAR(*gpu_loss, cpu_loss, 1e-5 * std::fabs(cpu_loss));
+
+  const int64_t total = cpu_->layout().total;
+  std::vector<float> grads(static_cast<size_t>(total));
+  ASSERT_OK(gpu_->ReadGradients(grads.data()));
+  int reported = 0;
+  for (int64_t i = 0; i < total; ++i) {
+    const double ref = cpu_->grads()[i];
+    if (std::fabs(grads[static_cast<size_t>(i)] - ref) > 1e-5 + 1e-3 * std::fabs(ref) &&
+        reported++ < 8) {
+      ADD_FAILURE() << "gradient " << i << ": GPU " << grads[static_cast<size_t>(i)] << ", CPU "
+                    << ref;
+    }
+  }
+}
+
+TEST_P(CudaGpt2, Fp32TrainingFollowsTheCpuLossCurve) {
+  Build(kc::DType::kFloat32);
+  zero::AdamWParams adam;
+  adam.weight_decay = 0.1f;
+  auto optimizer = CudaAdamW::Create(gpu_.get(), adam, device_.get());
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status().ToString();
+  const int64_t total = cpu_->layout().total;
+  std::vector<float> m(static_cast<size_t>(total)), v(static_cast<size_t>(total));
+  const float lr = 3e-3f, clip = 1.0f;
+  for (int step = 1; step <= 8; ++step) {
+    const std::vector<int32_t> inputs = RandomTokens(B_ * T_, config_.vocab_size, 10 + step);
+    const std::vector<int32_t> targets = RandomTokens(B_ * T_, config_.vocab_size, 20 + step);
+    cpu_->ZeroGradients();
+    const float cpu_loss = cpu_->Forward(inputs.data(), targets.data(), B_, T_, 1.0f);
+    cpu_->Backward();
+    CpuStep(m, v, step, lr, clip, adam);
+
+    ASSERT_OK(gpu_->ZeroGradients());
+    auto gpu_loss = gpu_->Forward(inputs.data(), targets.data(), B_, T_, 1.0f);
+    ASSERT_TRUE(gpu_loss.ok()) << gpu_loss.status().ToString();
+    ASSERT_OK(gpu_->Backward());
+    auto result = (*optimizer)->Step(lr, 1.0f, clip);
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    EXPECT_FALSE(result->overflow);
+    EXPECT_NEAR(*gpu_loss, cpu_loss, 1e-4 * std::fabs(cpu_loss)) << "step " << step;
+  }
+}
+
+TEST_P(CudaGpt2, Bf16TrainingStaysWithinBf16OfTheFp32CpuRun) {
+  Build(kc::DType::kBfloat16);
+  zero::AdamWParams adam;
+  auto optimizer = CudaAdamW::Create(gpu_.get(), adam, device_.get());
+  ASSERT_TRUE(optimizer.ok()) << optimizer.status().ToString();
+  const int64_t total = cpu_->layout().total;
+  std::vector<float> m(static_cast<size_t>(total)), v(static_cast<size_t>(total));
+  const float lr = 1e-3f;
+  for (int step = 1; step <= 5; ++step) {
+    const std::vector<int32_t> inputs = RandomTokens(B_ * T_, config_.vocab_size, 30 + step);
+    const std::vector<int32_t> targets = RandomTokens(B_ * T_, config_.vocab_size, 40 + step);
+    cpu_->ZeroGradients();
+    const float cpu_loss = cpu_->Forward(inputs.data(), targets.data(), B_, T_, 1.0f);
+    cpu_->Backward();
+    CpuStep(m, v, step, lr, 0.0f, adam);
+    ASSERT_OK(gpu_->ZeroGradients());
+    auto gpu_loss = gpu_->Forward(inputs.data(), targets.data(), B_, T_, 1.0f);
+    ASSERT_TRUE(gpu_loss.ok()) << gpu_loss.status().ToString();
+    ASSERT_OK(gpu_->Backward());
+    ASSERT_TRUE((*optimizer)->Step(lr, 1.0f, 0.0f).ok());
+    // bf16 keeps 8 significant bits: activations and their gradients round at every op, so the
+    // mean loss (about ln 101 = 4.6 here) may move by a few bf16 ulps of the logits' scale.
+    EXPECT_NEAR(*gpu_loss, cpu_loss, 2e-2 * std::fabs(cpu_loss)) << "step " << step;
+  }
+}
+
+TEST_P(CudaGpt2, RefusesABatchBeyondItsAllocationAndBackwardWithoutForward) {
+  Build(kc::DType::kFloat32);
+  const std::vector<int32_t> tokens(static_cast<size_t>(4 * T_), 0);
+  auto loss = gpu_->Forward(tokens.data(), tokens.data(), 4, T_, 1.0f);
+  EXPECT_EQ(loss.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(gpu_->Backward().code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_P(CudaGpt2, CountsItsMemoryInTheTracker) {
+  Build(kc::DType::kBfloat16);
+  const MemorySnapshot memory = tracker_.Snapshot();  // the GPU's alone
+  const int64_t total = gpu_->layout().total;
+  EXPECT_EQ(memory.Current(Place::kDevice, Category::kParam), total * 4 + total * 2);
+  EXPECT_EQ(memory.Current(Place::kDevice, Category::kGrad), total * 4);
+  EXPECT_EQ(memory.Current(Place::kDevice, Category::kActivation) +
+                memory.Current(Place::kDevice, Category::kWorkspace),
+            CudaGpt2Model::ActivationBytes(config_, B_, T_, kc::DType::kBfloat16));
+}
+
+INSTANTIATE_TEST_SUITE_P(Attention, CudaGpt2,
+                         ::testing::Values(AttentionKind::kDirect, AttentionKind::kTiled),
+                         [](const ::testing::TestParamInfo<AttentionKind>& info) {
+                           return info.param == AttentionKind::kDirect ? "direct" : "tiled";
+                         });
+
+}  // namespace
+}  // namespace hoist::runtime
