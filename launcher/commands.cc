@@ -16,6 +16,10 @@
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
 #include "runtime/trainer.h"
+#if defined(HOIST_HAVE_CUDA)
+#include "core/cuda/cuda_device.h"
+#include "runtime/cuda/cuda_training.h"
+#endif
 
 namespace hoist::launcher {
 
@@ -23,6 +27,39 @@ int ReportError(const Status& status) {
   std::cerr << "hoist: error: " << status.message() << "\n";
   return 1;
 }
+
+namespace {
+
+// Where `hoist train --device` runs the step: an empty factory is the CPU path. auto takes the
+// GPU when this build has CUDA, a GPU is visible and the job is one the GPU path runs; otherwise
+// the CPU, saying why on rank 0 when a GPU was there.
+StatusOr<runtime::DeviceTrainingFactory> ChooseDevice(const std::string& device,
+                                                      const runtime::Config& config,
+                                                      std::ostream* out) {
+  if (device == "cpu") return runtime::DeviceTrainingFactory();
+#if defined(HOIST_HAVE_CUDA)
+  if (device == "cuda") return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);
+  if (CudaDeviceCount() == 0) return runtime::DeviceTrainingFactory();
+  const Status supported = runtime::SupportsDeviceTraining(config, "cuda");
+  if (supported.ok()) return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);
+  if (out != nullptr) {
+    *out << "hoist: a GPU is visible, but this job trains on the CPU: " << supported.message()
+         << "\n";
+  }
+  return runtime::DeviceTrainingFactory();
+#else
+  (void)config;
+  (void)out;
+  if (device == "cuda") {
+    return UnimplementedError(
+        "--device cuda: this build of hoist has no CUDA (nvcc was not found when it was "
+        "configured); rebuild where the CUDA toolkit is installed, or use --device cpu");
+  }
+  return runtime::DeviceTrainingFactory();
+#endif
+}
+
+}  // namespace
 
 void AddTrainCommand(CLI::App& app, int* exit_code) {
   struct Args {
@@ -32,6 +69,7 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     std::string resume_from;
     std::string memory_profile;
     std::string memory_budget;
+    std::string device = "auto";
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand(
@@ -52,6 +90,10 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
                   "Fit the job into this much device memory per rank (16GiB, 512MiB, ...): "
                   "choose the ZeRO stage, offload, activation checkpointing and micro-batch as "
                   "`hoist plan` does, say what changed, and train that");
+  cmd->add_option("--device", args->device,
+                  "Where the step runs: cuda (this rank's GPU, by local rank), cpu, or auto "
+                  "(the GPU when one is visible and the job can run there, else the CPU)")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   cmd->callback([args, exit_code] {
     int64_t memory_budget = 0;
     if (!args->memory_budget.empty()) {
@@ -96,7 +138,14 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
         return;
       }
     }
+    StatusOr<runtime::DeviceTrainingFactory> device =
+        ChooseDevice(args->device, *config, rank_env->rank == 0 ? &std::cout : nullptr);
+    if (!device.ok()) {
+      *exit_code = ReportError(device.status());
+      return;
+    }
     runtime::TrainerOptions options;
+    options.device_training = *device;
     options.resume = args->resume;
     options.resume_from = args->resume_from;
     options.out = rank_env->rank == 0 ? &std::cout : nullptr;

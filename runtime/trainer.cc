@@ -66,7 +66,11 @@ Status CheckProfileDirectory(const std::string& path) {
 }  // namespace
 
 Trainer::Trainer(const Config& config, const TrainerOptions& options)
-    : config_(config), options_(options), device_(Place::kDevice, options.tracker) {}
+    : config_(config),
+      options_(options),
+      // On the CPU path host memory is the compute device's; with a DeviceTraining it is the
+      // host's.
+      device_(options.device_training ? Place::kHost : Place::kDevice, options.tracker) {}
 
 Trainer::~Trainer() {
   // Requests still waiting (the job failed to start, or Run was never called) end now, before
@@ -150,6 +154,49 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
   return Status::Ok();
 }
 
+Status Trainer::CreateModel() {
+  const int B = static_cast<int>(config_.train_micro_batch_size_per_gpu);
+  const int T = config_.model.seq_len;
+  if (options_.device_training) {
+    HOIST_RETURN_IF_ERROR(SupportsDeviceTraining(config_, "cuda"));
+    // One rank without a device (or out of its memory) stops every rank, each saying why.
+    auto device = options_.device_training(config_, comm_, options_.local_rank, device_.tracker());
+    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, device.status()));
+    device_training_ = std::move(device).value();
+    if (comm_->rank() == 0) HOIST_LOG(INFO) << "training on " << device_training_->name();
+    return Status::Ok();
+  }
+  const ParamLayout layout = ParamLayout::For(config_.model);
+  zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
+  HOIST_RETURN_IF_ERROR(PrepareOffload(layout.Units(), &zero_options));
+  {
+    // Opening the scratch files and allocating the host buffers can fail on one rank alone (a
+    // disk filled since the check): every rank stops with that rank's reason.
+    auto engine = zero::ZeroEngine::Create(layout.Units(), zero_options, comm_, &device_);
+    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, engine.status()));
+    engine_ = std::move(engine).value();
+  }
+  HOIST_ASSIGN_OR_RETURN(
+      model_, Gpt2Model::Create(config_.model, B, T, &device_, engine_.get(),
+                                DataTypeOf(config_.precision()), config_.activation_checkpointing));
+  model_->set_phase_hook([this](Gpt2Model::Phase phase, int block) {
+    switch (phase) {
+      case Gpt2Model::Phase::kForwardEmbedding:
+      case Gpt2Model::Phase::kForwardBlock: EnterPhase(PhaseKind::kForward, block); break;
+      // The head's forward and backward: the final layernorm, the logits and the loss.
+      case Gpt2Model::Phase::kForwardHead:
+      case Gpt2Model::Phase::kBackwardHead: EnterPhase(PhaseKind::kLoss); break;
+      case Gpt2Model::Phase::kBackwardBlock:
+      case Gpt2Model::Phase::kBackwardEmbedding: EnterPhase(PhaseKind::kBackward, block); break;
+    }
+  });
+  return Status::Ok();
+}
+
+int64_t Trainer::optimizer_steps() const {
+  return device_training_ != nullptr ? device_training_->step_count() : engine_->step_count();
+}
+
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
                                                    const TrainerOptions& options) {
   std::unique_ptr<Trainer> trainer(new Trainer(config, options));
@@ -209,30 +256,7 @@ Status Trainer::Initialize() {
                       << (control_server_->requires_token() ? ", token required)" : ", no token)");
     }
   }
-  const ParamLayout layout = ParamLayout::For(config_.model);
-  zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
-  HOIST_RETURN_IF_ERROR(PrepareOffload(layout.Units(), &zero_options));
-  {
-    // Opening the scratch files and allocating the host buffers can fail on one rank alone (a
-    // disk filled since the check): every rank stops with that rank's reason.
-    auto engine = zero::ZeroEngine::Create(layout.Units(), zero_options, comm_, &device_);
-    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, engine.status()));
-    engine_ = std::move(engine).value();
-  }
-  HOIST_ASSIGN_OR_RETURN(
-      model_, Gpt2Model::Create(config_.model, B, T, &device_, engine_.get(),
-                                DataTypeOf(config_.precision()), config_.activation_checkpointing));
-  model_->set_phase_hook([this](Gpt2Model::Phase phase, int block) {
-    switch (phase) {
-      case Gpt2Model::Phase::kForwardEmbedding:
-      case Gpt2Model::Phase::kForwardBlock: EnterPhase(PhaseKind::kForward, block); break;
-      // The head's forward and backward: the final layernorm, the logits and the loss.
-      case Gpt2Model::Phase::kForwardHead:
-      case Gpt2Model::Phase::kBackwardHead: EnterPhase(PhaseKind::kLoss); break;
-      case Gpt2Model::Phase::kBackwardBlock:
-      case Gpt2Model::Phase::kBackwardEmbedding: EnterPhase(PhaseKind::kBackward, block); break;
-    }
-  });
+  HOIST_RETURN_IF_ERROR(CreateModel());
   if (config_.precision() == Precision::kFloat16) {
     scaler_ = std::make_unique<LossScaler>(config_.fp16);
   }
@@ -269,8 +293,12 @@ Status Trainer::Initialize() {
     HOIST_ASSIGN_OR_RETURN(log_bytes, LoadCheckpoint(resume_dir));
   } else {
     const uint64_t seed = config_.train.seed;
-    HOIST_RETURN_IF_ERROR(engine_->Initialize(
-        [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); }));
+    if (device_training_ != nullptr) {
+      HOIST_RETURN_IF_ERROR(device_training_->InitializeWeights(seed));
+    } else {
+      HOIST_RETURN_IF_ERROR(engine_->Initialize(
+          [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); }));
+    }
   }
   HOIST_ASSIGN_OR_RETURN(log_, JsonlLog::Open(config_.monitor.jsonl_path, rank, log_bytes));
   profile_last_step_ = step_ + config_.monitor.memory_profile_steps;  // counted from the start
@@ -298,24 +326,38 @@ StatusOr<StepRecord> Trainer::Step() {
   StepRecord record;
   record.step = step_ + 1;
   record.loss_scale = scaler_ != nullptr ? scaler_->scale() : 1.0f;
-  HOIST_RETURN_IF_ERROR(engine_->ZeroGrads());
+  if (device_training_ != nullptr) {
+    HOIST_RETURN_IF_ERROR(device_training_->ZeroGrads());
+  } else {
+    HOIST_RETURN_IF_ERROR(engine_->ZeroGrads());
+  }
   double loss_sum = 0.0;
   const float dloss = record.loss_scale / static_cast<float>(accumulation);
   auto& phase_s = record.phase_s;
-  const double recompute_before = model_->recompute_seconds();
+  const double recompute_before = model_ != nullptr ? model_->recompute_seconds() : 0.0;
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     const auto t0 = Clock::now();
     train_loader_->Next(inputs, targets);
     const auto t1 = Clock::now();
-    loss_sum += model_->Forward(inputs, targets, B, T, dloss);
+    if (device_training_ != nullptr) {
+      HOIST_ASSIGN_OR_RETURN(const float loss,
+                             device_training_->Forward(inputs, targets, B, T, dloss));
+      loss_sum += loss;
+    } else {
+      loss_sum += model_->Forward(inputs, targets, B, T, dloss);
+    }
     const auto t2 = Clock::now();
-    model_->Backward();
-    HOIST_RETURN_IF_ERROR(engine_->status());
+    if (device_training_ != nullptr) {
+      HOIST_RETURN_IF_ERROR(device_training_->Backward());
+    } else {
+      model_->Backward();
+      HOIST_RETURN_IF_ERROR(engine_->status());
+    }
     phase_s[int(StepPhase::kData)] += std::chrono::duration<double>(t1 - t0).count();
     phase_s[int(StepPhase::kForward)] += std::chrono::duration<double>(t2 - t1).count();
     phase_s[int(StepPhase::kBackward)] += SecondsSince(t2);
   }
-  record.recompute_s = model_->recompute_seconds() - recompute_before;
+  if (model_ != nullptr) record.recompute_s = model_->recompute_seconds() - recompute_before;
   EnterPhase(PhaseKind::kReduce);
   const auto reduce_start = Clock::now();
   // The loss of the whole global batch: every rank's mean, averaged over the ranks.
@@ -331,14 +373,16 @@ StatusOr<StepRecord> Trainer::Step() {
   // the scheduler's iteration k - 1; a skipped step does not advance it.
   // A learning rate set through the control service replaces the schedule.
   record.lr = lr_override_ ? static_cast<float>(*lr_override_)
-                           : static_cast<float>(schedule_->LrAt(engine_->step_count() - 1));
+                           : static_cast<float>(schedule_->LrAt(optimizer_steps() - 1));
   const double loss_reduce_s = SecondsSince(reduce_start);
   // The engine finishes the reduction and steps; with offload the step is the host's or NVMe's.
-  EnterPhase(engine_->options().offload_optimizer.place == zero::StatePlace::kDevice
-                 ? PhaseKind::kOptimizer
-                 : PhaseKind::kOffload);
+  const bool offloaded =
+      engine_ != nullptr && engine_->options().offload_optimizer.place != zero::StatePlace::kDevice;
+  EnterPhase(offloaded ? PhaseKind::kOffload : PhaseKind::kOptimizer);
   HOIST_ASSIGN_OR_RETURN(zero::StepResult result,
-                         engine_->Step(record.lr, record.loss_scale, clip_));
+                         device_training_ != nullptr
+                             ? device_training_->Step(record.lr, record.loss_scale, clip_)
+                             : engine_->Step(record.lr, record.loss_scale, clip_));
   record.grad_norm = result.grad_norm;
   phase_s[int(StepPhase::kReduce)] = loss_reduce_s + result.reduce_s;
   phase_s[int(StepPhase::kOptimizer)] = result.optimizer_s;
@@ -389,11 +433,17 @@ StatusOr<float> Trainer::Evaluate() {
   const int64_t steps = std::max<int64_t>(1, config_.train.eval_steps);
   for (int64_t i = 0; i < steps; ++i) {
     val_loader_->Next(inputs, targets);
+    if (device_training_ != nullptr) {
+      HOIST_ASSIGN_OR_RETURN(const float loss,
+                             device_training_->Forward(inputs, targets, B, T, 0.0f));
+      sum += loss;
+      continue;
+    }
     sum += model_->Forward(inputs, targets, B, T);
     HOIST_RETURN_IF_ERROR(engine_->status());
   }
   // A parameter shard that could not be read was served as zeros: no loss from it.
-  HOIST_RETURN_IF_ERROR(engine_->AgreeOnDeferredErrors());
+  if (engine_ != nullptr) HOIST_RETURN_IF_ERROR(engine_->AgreeOnDeferredErrors());
   float loss = static_cast<float>(sum / static_cast<double>(steps));
   HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg));
   return loss;
@@ -432,10 +482,14 @@ Status Trainer::RunSteps() {
   const int rank = comm_->rank();
   if (out != nullptr) {
     *out << "hoist: training GPT-2 (" << config_.model.n_layer << " layers, "
-         << config_.model.n_embd << " channels, " << model_->num_parameters() << " parameters) for "
-         << total << " steps of " << config_.train_batch_size << " x " << config_.model.seq_len
-         << " tokens on " << comm_->world_size() << (comm_->world_size() == 1 ? " rank" : " ranks")
-         << ", ZeRO stage " << config_.zero.stage << ", " << PrecisionName(config_.precision())
+         << config_.model.n_embd << " channels, "
+         << (device_training_ != nullptr ? device_training_->num_parameters()
+                                         : model_->num_parameters())
+         << " parameters) for " << total << " steps of " << config_.train_batch_size << " x "
+         << config_.model.seq_len << " tokens on " << comm_->world_size()
+         << (comm_->world_size() == 1 ? " rank" : " ranks") << ", ZeRO stage " << config_.zero.stage
+         << ", " << PrecisionName(config_.precision())
+         << (device_training_ != nullptr ? ", on " + device_training_->name() : std::string())
          << ", from step " << step_ << "\n";
   }
   while (step_ < total) {
@@ -489,7 +543,8 @@ Status Trainer::RunSteps() {
       for (int op = 0; op < comm::kNumCollectiveOps; ++op) {
         metrics.comm_bytes[op] = counting_->bytes(static_cast<comm::CollectiveOp>(op));
       }
-      const zero::OffloadStats offload = engine_->offload_stats();
+      const zero::OffloadStats offload =
+          engine_ != nullptr ? engine_->offload_stats() : zero::OffloadStats{};
       metrics.offload_bytes[0][0] = offload.from_host_bytes;  // read from host memory
       metrics.offload_bytes[1][0] = offload.to_host_bytes;
       metrics.offload_bytes[0][1] = offload.nvme_read_bytes;
@@ -522,6 +577,15 @@ Status Trainer::RunSteps() {
                         {"peak_total", PeakTotalJson(memory)},
                         {"peak_rss", ProcessPeakResidentBytes()}};
   end["skipped_steps"] = scaler_ != nullptr ? scaler_->skipped_steps() : bf16_skipped_steps_;
+  if (device_training_ != nullptr) {
+    // The device allocator's view: reserved includes its cache, which the tables above omit.
+    const DeviceMemoryStats cache = device_training_->memory_stats();
+    end["device_allocator"] = {{"name", device_training_->name()},
+                               {"allocated", cache.allocated},
+                               {"reserved", cache.reserved},
+                               {"max_allocated", cache.max_allocated},
+                               {"max_reserved", cache.max_reserved}};
+  }
   if (stopped_) end["stopped"] = stop_reason_;
   if (!profile_peaks_.empty()) {
     nlohmann::json phases = nlohmann::json::object();

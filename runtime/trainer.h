@@ -29,6 +29,7 @@
 #include "runtime/control.h"
 #include "runtime/control_server.h"
 #include "runtime/data_loader.h"
+#include "runtime/device_training.h"
 #include "runtime/gpt2.h"
 #include "runtime/jsonl_log.h"
 #include "runtime/loss_scaler.h"
@@ -70,6 +71,10 @@ struct TrainerOptions {
   // Where checkpoints are written and read (tests inject faults); nullptr: the real one. Must
   // outlive the trainer.
   FileSystem* checkpoint_fs = nullptr;
+  // Runs the step on an accelerator instead of the CPU model and the ZeRO engine (the hoist
+  // binary passes the CUDA one for --device cuda); empty: the CPU path. The job must pass
+  // SupportsDeviceTraining. Host-side buffers (the batch, the loaders) then count as kHost.
+  DeviceTrainingFactory device_training;
 };
 
 // What one optimizer step did.
@@ -105,8 +110,15 @@ class Trainer {
 
   int64_t step() const { return step_; }
   const std::vector<float>& losses() const { return losses_; }
-  Gpt2Model& model() { return *model_; }
-  zero::ZeroEngine& engine() { return *engine_; }
+  // The CPU path's model and engine (checked: not for a run with a DeviceTraining).
+  Gpt2Model& model() {
+    HOIST_CHECK(model_ != nullptr) << "the step runs on " << device_training_->name();
+    return *model_;
+  }
+  zero::ZeroEngine& engine() {
+    HOIST_CHECK(engine_ != nullptr) << "the step runs on " << device_training_->name();
+    return *engine_;
+  }
   int rank() const { return comm_->rank(); }
   // The Prometheus endpoint; nullptr unless metrics.enabled.
   const MetricsExporter* metrics() const { return metrics_.get(); }
@@ -127,6 +139,10 @@ class Trainer {
     return options_.checkpoint_fs != nullptr ? *options_.checkpoint_fs : FileSystem::Posix();
   }
   Status PrepareOffload(const std::vector<zero::UnitSpec>& units, zero::ZeroOptions* options);
+  // Builds the engine and the CPU model, or the DeviceTraining.
+  Status CreateModel();
+  // The optimizer steps taken, from whichever path runs the step.
+  int64_t optimizer_steps() const;
   // Restores the state saved in `step_dir`; returns the JSONL log's size at that checkpoint.
   StatusOr<int64_t> LoadCheckpoint(const std::string& step_dir);
   void PrintProgress(const StepRecord& record);
@@ -155,6 +171,8 @@ class Trainer {
   comm::Communicator* comm_ = nullptr;
   std::unique_ptr<zero::ZeroEngine> engine_;
   std::unique_ptr<Gpt2Model> model_;
+  // The accelerator path (options.device_training); when set, engine_ and model_ are null.
+  std::unique_ptr<DeviceTraining> device_training_;
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<JsonlLog> log_;

@@ -22,7 +22,8 @@ Status Trainer::SaveCheckpoint() {
   // each rank writes the shard it owns.
   std::vector<float> master, m, v;
   StreamedBlobs streamed;
-  if (engine_->states_on_nvme()) {
+  const bool on_nvme = engine_ != nullptr && engine_->states_on_nvme();
+  if (on_nvme) {
     // Too large, perhaps, to hold in memory: written a sub-group at a time as they are read.
     const int64_t bytes = engine_->state_elements() * int64_t{sizeof(float)};
     streamed.names = {"master", "adam_m", "adam_v"};
@@ -37,11 +38,15 @@ Status Trainer::SaveCheckpoint() {
           });
     };
   } else if (config_.zero.stage > 0 || rank == 0) {
-    const int64_t elements = engine_->state_elements();
+    // A DeviceTraining keeps stage 0's whole states: rank 0 writes them, as the engine's.
+    const int64_t elements = device_training_ != nullptr ? device_training_->state_elements()
+                                                         : engine_->state_elements();
     master.resize(static_cast<size_t>(elements));
     m.resize(static_cast<size_t>(elements));
     v.resize(static_cast<size_t>(elements));
-    HOIST_RETURN_IF_ERROR(engine_->ReadState(master.data(), m.data(), v.data()));
+    HOIST_RETURN_IF_ERROR(device_training_ != nullptr
+                              ? device_training_->ReadState(master.data(), m.data(), v.data())
+                              : engine_->ReadState(master.data(), m.data(), v.data()));
     const int64_t bytes = elements * int64_t{sizeof(float)};
     blobs.push_back({"master", master.data(), bytes});
     blobs.push_back({"adam_m", m.data(), bytes});
@@ -62,7 +67,7 @@ Status Trainer::SaveCheckpoint() {
   Status committed = Status::Ok();
   if (rank == 0) {
     nlohmann::json metadata = {{"step", step_},
-                               {"optimizer_step_count", engine_->step_count()},
+                               {"optimizer_step_count", optimizer_steps()},
                                {"loss", losses_.empty() ? 0.0f : losses_.back()},
                                {"tokens", tokens_seen_},
                                {"train_s", train_seconds_},
@@ -127,11 +132,13 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
         " but the job has stage " + std::to_string(config_.zero.stage) +
         "; resume with zero_optimization.stage " + std::to_string(saved_stage));
   }
-  const int64_t elements = engine_->state_elements();
+  const int64_t elements =
+      device_training_ != nullptr ? device_training_->state_elements() : engine_->state_elements();
   const int64_t bytes = elements * int64_t{sizeof(float)};
   HOIST_ASSIGN_OR_RETURN(int64_t optimizer_steps, counter("optimizer_step_count"));
   std::vector<float> master, m, v;
-  if (engine_->states_on_nvme()) {
+  const bool on_nvme = engine_ != nullptr && engine_->states_on_nvme();
+  if (on_nvme) {
     // Straight from the shard file to the NVMe states, a sub-group at a time (no stage 0 here:
     // its states cannot be offloaded).
     // The restore is collective: a rank whose shard fails to open or read says so inside it,
@@ -182,12 +189,14 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     HOIST_RETURN_IF_ERROR(states.Read("adam_m", m.data(), bytes));
     HOIST_RETURN_IF_ERROR(states.Read("adam_v", v.data(), bytes));
   }
-  if (!engine_->states_on_nvme()) {
+  if (!on_nvme) {
     int64_t loader_words[2];
     HOIST_RETURN_IF_ERROR(reader.Read("train_loader", loader_words, sizeof(loader_words)));
     HOIST_RETURN_IF_ERROR(train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]}));
     HOIST_RETURN_IF_ERROR(
-        engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
+        device_training_ != nullptr
+            ? device_training_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps)
+            : engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
   }
   if (scaler_ != nullptr) {
     if (!metadata.contains("loss_scaler")) {

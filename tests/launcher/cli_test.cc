@@ -57,6 +57,36 @@ TEST(Cli, TokenizeOfAMissingFileIsNamed) {
   EXPECT_FALSE(fs::exists(dir / "out.bin"));
 }
 
+TEST(Cli, AnUnknownDeviceIsRefusedNamingTheChoices) {
+  fs::path dir = TempDir("device_unknown");
+  Result r = RunHoist("train --device tpu", dir);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("--device"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cuda"), std::string::npos) << r.output;
+}
+
+TEST(Cli, DeviceCudaWithoutAGpuSaysSoAndHowToTrainOnTheCpu) {
+  fs::path dir = TempDir("device_cuda");
+  // Hides every GPU, so the answer is the same on a machine that has one.
+  Result r = RunHoist("train --device cuda --set train.steps=5", dir, "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("hoist: error:"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--device cpu"), std::string::npos) << r.output;
+}
+
+TEST(Cli, DeviceAutoWithoutAGpuTrainsOnTheCpu) {
+  fs::path dir = TempDir("device_auto");
+  Result r = RunHoist(
+      "train --device auto --set train.steps=2 --set scheduler.params.total_num_steps=60 "
+      "--set model.n_layer=1 --set checkpoint.dir= --set checkpoint.interval_steps=0 "
+      "--set train.eval_interval=0 "
+      "--set monitor.jsonl.path=",
+      dir, "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("hoist: done, 2 steps"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" on cuda"), std::string::npos) << r.output;
+}
+
 TEST(Cli, MultiRankEnvironmentWithoutALauncherIsRefusedClearly) {
   fs::path dir = TempDir("ranks");
   Result r = RunHoist("train", dir, "RANK=0 WORLD_SIZE=2");
