@@ -160,6 +160,30 @@ Status RunLtProduct(BlasHandle& blas, const LtProduct& product, cudaStream_t str
   return Status::Ok();
 }
 
+// out (N,OC) += bias (OC), rounded to T: the bias epilogue's work, for a bias whose address
+// cuBLASLt's epilogue does not take (it wants 16-byte alignment).
+template <typename T>
+__global__ void AddBiasKernel(T* out, const T* bias, int64_t N, int OC) {
+  const int64_t total = N * OC;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = detail::FromFloat<T>(ToFloat(out[i]) + ToFloat(bias[i % OC]));
+  }
+}
+
+Status LaunchAddBias(void* out, const void* bias, int N, int OC, DType type, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(N) * OC;
+  const int blocks = static_cast<int>(std::min<int64_t>(CeilDiv(total, 256), 4096));
+  const auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    AddBiasKernel<T>
+        <<<blocks, 256, 0, stream>>>(static_cast<T*>(out), static_cast<const T*>(bias), N, OC);
+  };
+  HOIST_CUDA_DISPATCH(type, launch);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
 // Column sums of dout (N,OC) into dbias: block (32 columns) x (kBiasRowLanes row lanes), one
 // block per column tile and chunk of rows. Within a block the sum has a fixed order; the
 // chunks meet through fp32 atomics unless there is only one.
@@ -234,9 +258,11 @@ Status MatmulForward(BlasHandle& blas, void* out, const void* inp, const void* w
   product.ldb = C;
   product.ab_type = product.d_type = CudaDataType(type);
   product.ldd = OC;
-  product.bias = bias;
+  // cuBLASLt's bias epilogues want the bias 16-byte aligned; another bias is added after.
+  const bool bias_epilogue = bias != nullptr && AlignmentOf(bias) >= 16;
+  product.bias = bias_epilogue ? bias : nullptr;
 
-  if (gelu_out != nullptr && OC % 8 == 0) {
+  if (gelu_out != nullptr && OC % 8 == 0 && (bias == nullptr || bias_epilogue)) {
     // GELU_AUX(_BIAS) writes GELU(pre) into D and pre-activation into the aux matrix, so D is
     // gelu_out and aux is out. cuBLASLt asks for an aux leading dimension divisible by 8; other
     // widths, and type combinations it does not fuse, take the unfused path below.
@@ -250,8 +276,11 @@ Status MatmulForward(BlasHandle& blas, void* out, const void* inp, const void* w
     if (!unsupported) return Status::Ok();
   }
   product.d = out;
-  product.epilogue = bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  product.epilogue = bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
   HOIST_RETURN_IF_ERROR(RunLtProduct(blas, product, stream));
+  if (bias != nullptr && !bias_epilogue) {
+    HOIST_RETURN_IF_ERROR(LaunchAddBias(out, bias, N, OC, type, stream));
+  }
   if (gelu_out == nullptr) return Status::Ok();
   // Unfused: GELU of the pre-activation as stored (rounded to `type`), as the CPU model does.
   return GeluForward(gelu_out, out, static_cast<int64_t>(N) * OC, type, stream);

@@ -136,6 +136,7 @@ class CudaUnscale : public CudaKernelTest {
     int* d_flag = nullptr;
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&d_flag), sizeof(int)), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(d_flag, &flag_start, sizeof(int), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // before the op's stream reads it
     const Status status =
         UnscaleAndCheck(d_x.as<float>(), static_cast<int64_t>(x->size()), scale, d_flag, stream());
     EXPECT_TRUE(status.ok()) << status.ToString();

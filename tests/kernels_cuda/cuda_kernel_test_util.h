@@ -92,6 +92,7 @@ class DeviceArray {
     ASSERT_EQ(values.size(), n_);
     if (type_ == DType::kFloat32) {
       ASSERT_EQ(cudaMemcpy(data_, values.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+      Settle();
       return;
     }
     std::vector<uint16_t> bits(n_);
@@ -101,6 +102,7 @@ class DeviceArray {
       cpu::CastFp32ToFp16(bits.data(), values.data(), static_cast<int64_t>(n_));
     }
     ASSERT_EQ(cudaMemcpy(data_, bits.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    Settle();
   }
   // Waits for the device, then widens every element to fp32.
   std::vector<float> Download() const {
@@ -120,9 +122,17 @@ class DeviceArray {
     return out;
   }
   // All bits set: a NaN in every type, so an element the op does not write fails the compare.
-  void Poison() { EXPECT_EQ(cudaMemset(data_, 0xFF, bytes()), cudaSuccess); }
+  void Poison() {
+    EXPECT_EQ(cudaMemset(data_, 0xFF, bytes()), cudaSuccess);
+    Settle();
+  }
 
  private:
+  // Plain cudaMemcpy and cudaMemset go to the legacy default stream, which the tests' own
+  // (non-blocking) streams do not wait for, and may return before the device has the bytes:
+  // wait for them before any op reads or overwrites the array.
+  static void Settle() { EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
+
   DType type_;
   size_t n_;
   void* data_ = nullptr;
@@ -136,6 +146,7 @@ class DeviceInts {
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&data_), n_ * sizeof(int32_t) + 1), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(data_, values.data(), n_ * sizeof(int32_t), cudaMemcpyHostToDevice),
               cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // see DeviceArray::Settle
   }
   ~DeviceInts() { cudaFree(data_); }
   DeviceInts(const DeviceInts&) = delete;

@@ -63,18 +63,24 @@ class CudaMatmul : public CudaKernelTest, public ::testing::WithParamInterface<D
   }
 
   // The forward on the GPU against cpu::MatmulForward on the same (rounded) inputs.
-  void CheckForward(int OC, bool with_bias, bool with_gelu) {
+  // With `misaligned_bias` the bias starts one element past an aligned address, where cuBLASLt's
+  // bias epilogue is not used and the bias is added after the product (rounded twice).
+  void CheckForward(int OC, bool with_bias, bool with_gelu, bool misaligned_bias = false) {
     const DType type = GetParam();
     const auto inp = RoundTo(type, RandomFloats(kN * kC, 11));
     const auto weight = RoundTo(type, RandomFloats(OC * kC, 12, -0.2f, 0.2f));
     const auto bias = RoundTo(type, RandomFloats(OC, 13));
-    DeviceArray d_inp(type, inp), d_weight(type, weight), d_bias(type, bias);
+    std::vector<float> stored_bias = bias;
+    if (misaligned_bias) stored_bias.insert(stored_bias.begin(), 0.0f);
+    DeviceArray d_inp(type, inp), d_weight(type, weight), d_bias(type, stored_bias);
+    const void* bias_ptr =
+        static_cast<const char*>(d_bias.data()) + (misaligned_bias ? DTypeSize(type) : 0);
     DeviceArray d_out(type, static_cast<size_t>(kN) * OC);
     DeviceArray d_gelu(type, static_cast<size_t>(kN) * OC);
     d_out.Poison();
     d_gelu.Poison();
     HOIST_ASSERT_OK(MatmulForward(*blas_, d_out.data(), d_inp.data(), d_weight.data(),
-                                  with_bias ? d_bias.data() : nullptr, kN, kC, OC, type, stream(),
+                                  with_bias ? bias_ptr : nullptr, kN, kC, OC, type, stream(),
                                   with_gelu ? d_gelu.data() : nullptr));
 
     std::vector<float> ref(static_cast<size_t>(kN) * OC), magnitude(ref.size());
@@ -84,7 +90,9 @@ class CudaMatmul : public CudaKernelTest, public ::testing::WithParamInterface<D
     cpu::MatmulForward(magnitude.data(), Abs(inp).data(), Abs(weight).data(),
                        with_bias ? abs_bias.data() : nullptr, kN, kC, OC);
     const std::vector<float> out = d_out.Download();
-    ExpectCloseScaled(out, ref, magnitude, ToleranceFor(type), OrderEps(kC), "out");
+    Tolerance out_tol = ToleranceFor(type);
+    if (misaligned_bias) out_tol.rtol *= 2;  // the product and the sum are each rounded
+    ExpectCloseScaled(out, ref, magnitude, out_tol, OrderEps(kC), "out");
     if (!with_gelu) return;
     // GELU of the GPU's own pre-activation (fused: of its fp32 value before rounding; unfused:
     // of the stored one), so only GELU's evaluation and one rounding remain; GELU's slope is
@@ -102,6 +110,10 @@ class CudaMatmul : public CudaKernelTest, public ::testing::WithParamInterface<D
 TEST_P(CudaMatmul, ForwardMatchesCpu) { CheckForward(kOC, /*with_bias=*/true, false); }
 
 TEST_P(CudaMatmul, ForwardWithoutBias) { CheckForward(kOC, /*with_bias=*/false, false); }
+
+TEST_P(CudaMatmul, ForwardWithAMisalignedBiasAddsItAfterTheProduct) {
+  CheckForward(kOC, /*with_bias=*/true, /*with_gelu=*/true, /*misaligned_bias=*/true);
+}
 
 // OC = 200 is a multiple of 8, where cuBLASLt's GELU_AUX epilogue may run fused.
 TEST_P(CudaMatmul, GeluEpilogueKeepsPreActivation) {
