@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/agree.h"
 #include "comm/world.h"
 #include "core/logging.h"
 #include "core/rank_env.h"
@@ -30,33 +31,80 @@ int ReportError(const Status& status) {
 
 namespace {
 
-// Where `hoist train --device` runs the step: an empty factory is the CPU path. auto takes the
-// GPU when this build has CUDA, a GPU is visible and the job is one the GPU path runs; otherwise
-// the CPU, saying why on rank 0 when a GPU was there.
+// Why this rank cannot train on its GPU, or Ok: the build, the GPUs visible to it (one per rank
+// on a node: NCCL refuses two ranks on one GPU), NCCL for more than one rank, the job itself.
+Status LocalGpuReadiness(const runtime::Config& config, int local_rank, int world_size,
+                         bool memory_budget) {
+#if defined(HOIST_HAVE_CUDA)
+  (void)world_size;  // without NCCL it decides below
+  const int gpus = CudaDeviceCount();
+  if (gpus == 0) {
+    return UnavailableError("no CUDA GPU is visible (driver " + CudaDriverVersionString() +
+                            "; check CUDA_VISIBLE_DEVICES)");
+  }
+  if (local_rank >= gpus) {
+    return UnavailableError("local rank " + std::to_string(local_rank) +
+                            " has no GPU of its own (" + std::to_string(gpus) +
+                            " visible; NCCL needs one GPU per rank): start at most that many "
+                            "ranks per node");
+  }
+#if !defined(HOIST_HAVE_NCCL)
+  if (world_size > 1)
+    return UnimplementedError("this build of hoist has no NCCL for " + std::to_string(world_size) +
+                              " GPU ranks");
+#endif
+  if (memory_budget) {
+    return UnimplementedError(
+        "--memory-budget plans the CPU path's memory; the GPU path's is not modelled yet");
+  }
+  return runtime::SupportsDeviceTraining(config, "cuda");
+#else
+  (void)config;
+  (void)local_rank;
+  (void)world_size;
+  (void)memory_budget;
+  return UnimplementedError(
+      "this build of hoist has no CUDA (nvcc was not found when it was configured); rebuild "
+      "where the CUDA toolkit is installed");
+#endif
+}
+
+// Where `hoist train --device` runs the step: an empty factory is the CPU path. cuda requires
+// this rank's GPU (a clear error otherwise); auto takes the GPUs only when every rank can (the
+// ranks agree over `comm`, so that no rank takes the other path), else the CPU, saying why on
+// rank 0 when a GPU was there.
 StatusOr<runtime::DeviceTrainingFactory> ChooseDevice(const std::string& device,
                                                       const runtime::Config& config,
+                                                      const RankEnv& rank_env,
+                                                      comm::Communicator& comm, bool memory_budget,
                                                       std::ostream* out) {
   if (device == "cpu") return runtime::DeviceTrainingFactory();
+  const Status ready =
+      LocalGpuReadiness(config, rank_env.local_rank, rank_env.world_size, memory_budget);
+  if (device == "cuda") {
+    if (!ready.ok()) {
+      return Status(ready.code(),
+                    "--device cuda: " + ready.message() + "; --device cpu trains on the CPU");
+    }
+    return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);
+  }
+  const Status everywhere = comm::AgreeOnStatus(comm, ready);
+  if (everywhere.ok()) {
 #if defined(HOIST_HAVE_CUDA)
-  if (device == "cuda") return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);
-  if (CudaDeviceCount() == 0) return runtime::DeviceTrainingFactory();
-  const Status supported = runtime::SupportsDeviceTraining(config, "cuda");
-  if (supported.ok()) return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);
-  if (out != nullptr) {
-    *out << "hoist: a GPU is visible, but this job trains on the CPU: " << supported.message()
+    return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);
+#endif
+  }
+  const bool saw_gpu =
+#if defined(HOIST_HAVE_CUDA)
+      CudaDeviceCount() > 0;
+#else
+      false;
+#endif
+  if (out != nullptr && saw_gpu) {
+    *out << "hoist: a GPU is visible, but this job trains on the CPU: " << everywhere.message()
          << "\n";
   }
   return runtime::DeviceTrainingFactory();
-#else
-  (void)config;
-  (void)out;
-  if (device == "cuda") {
-    return UnimplementedError(
-        "--device cuda: this build of hoist has no CUDA (nvcc was not found when it was "
-        "configured); rebuild where the CUDA toolkit is installed, or use --device cpu");
-  }
-  return runtime::DeviceTrainingFactory();
-#endif
 }
 
 }  // namespace
@@ -139,7 +187,8 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       }
     }
     StatusOr<runtime::DeviceTrainingFactory> device =
-        ChooseDevice(args->device, *config, rank_env->rank == 0 ? &std::cout : nullptr);
+        ChooseDevice(args->device, *config, *rank_env, **communicator, memory_budget > 0,
+                     rank_env->rank == 0 ? &std::cout : nullptr);
     if (!device.ok()) {
       *exit_code = ReportError(device.status());
       return;

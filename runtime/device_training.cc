@@ -19,6 +19,12 @@ Status SupportsDeviceTraining(const Config& config, const std::string& device) {
   if (config.zero.offload_param.device != OffloadDevice::kNone) {
     return refuse("zero_optimization.offload_param", "offloading the parameters");
   }
+  const int head_size = config.model.n_embd / config.model.n_head;
+  if (config.model.attention == AttentionKind::kTiled && head_size > 128) {
+    return refuse("model.attention",
+                  "tiled attention with heads of " + std::to_string(head_size) +
+                      " channels (the GPU's tiled kernel takes at most 128; direct has no limit)");
+  }
   if (config.activation_checkpointing.policy != CheckpointPolicy::kNone) {
     return refuse("activation_checkpointing.policy",
                   std::string("activation checkpointing (policy ") +

@@ -340,6 +340,8 @@ StatusOr<StepRecord> Trainer::Step() {
     train_loader_->Next(inputs, targets);
     const auto t1 = Clock::now();
     if (device_training_ != nullptr) {
+      // The device's step has no per-block phases: forward (with the loss) and backward whole.
+      EnterPhase(PhaseKind::kForward);
       HOIST_ASSIGN_OR_RETURN(const float loss,
                              device_training_->Forward(inputs, targets, B, T, dloss));
       loss_sum += loss;
@@ -348,6 +350,7 @@ StatusOr<StepRecord> Trainer::Step() {
     }
     const auto t2 = Clock::now();
     if (device_training_ != nullptr) {
+      EnterPhase(PhaseKind::kBackward);
       HOIST_RETURN_IF_ERROR(device_training_->Backward());
     } else {
       model_->Backward();

@@ -193,10 +193,15 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     int64_t loader_words[2];
     HOIST_RETURN_IF_ERROR(reader.Read("train_loader", loader_words, sizeof(loader_words)));
     HOIST_RETURN_IF_ERROR(train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]}));
-    HOIST_RETURN_IF_ERROR(
-        device_training_ != nullptr
-            ? device_training_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps)
-            : engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
+    if (device_training_ != nullptr) {
+      // The engine agrees inside RestoreState; here every rank learns whether all restored.
+      HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(
+          *comm_,
+          device_training_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps)));
+    } else {
+      HOIST_RETURN_IF_ERROR(
+          engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
+    }
   }
   if (scaler_ != nullptr) {
     if (!metadata.contains("loss_scaler")) {

@@ -94,13 +94,14 @@ StatusOr<CudaAdamW::Result> CudaAdamW::Step(float lr, float loss_scale, float ma
   double sum = 0;
   HOIST_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&sum, sum_device, sizeof(double), cudaMemcpyDeviceToHost, stream));
-  HOIST_RETURN_IF_ERROR(model_->stream().Synchronize());
-  // The compute stream waited for the reduction, so it has completed: its handle can go (an
-  // NcclWork waits in its destructor, which must not happen while the reduction is queued).
+  // The reduction first: NcclWork::Wait polls with comm.timeout_s and aborts NCCL when a peer
+  // never comes, where a stream synchronisation would wait for ever.
   if (pending_reduction_ != nullptr) {
-    HOIST_RETURN_IF_ERROR(pending_reduction_->Wait());
+    const Status reduced = pending_reduction_->Wait();
     pending_reduction_.reset();
+    HOIST_RETURN_IF_ERROR(reduced);
   }
+  HOIST_RETURN_IF_ERROR(model_->stream().Synchronize());
   Result result;
   // The norm of the unscaled gradients: the scale comes out of the square root exactly.
   const double total = sum * static_cast<double>(inv_scale) * static_cast<double>(inv_scale);

@@ -9,6 +9,7 @@
 #include "core/cuda/cuda_device.h"
 #include "core/cuda/cuda_status.h"
 #include "core/cuda/stream.h"
+#include "core/logging.h"
 #include "runtime/cuda/cuda_adamw.h"
 #include "runtime/cuda/gpt2_cuda.h"
 #if defined(HOIST_HAVE_NCCL)
@@ -41,7 +42,10 @@ class CudaTraining final : public DeviceTraining {
   comm::Communicator* host = nullptr;
 
   ~CudaTraining() override {
-    // Queued work may still read the buffers: finish it before they go.
+    // A pending gradient reduction is waited for with its deadline (the optimizer's handle)
+    // before the stream: a peer that never comes must not hold the stream for ever. Then queued
+    // work may still read the buffers: finish it before they go.
+    optimizer.reset();
     if (!stream.empty()) (void)stream.Synchronize();
   }
 
@@ -105,6 +109,22 @@ Status OpenDevice(int local_rank, MemoryTracker* tracker, CudaTraining* training
   return Status::Ok();
 }
 
+Status BuildModel(const Config& config, CudaTraining* training) {
+  const int B = static_cast<int>(config.train_micro_batch_size_per_gpu);
+  HOIST_ASSIGN_OR_RETURN(
+      training->model,
+      CudaGpt2Model::Create(config.model, B, config.model.seq_len, ComputeType(config.precision()),
+                            training->device.get(), training->stream));
+  zero::AdamWParams adam;
+  adam.beta1 = config.optimizer.beta1;
+  adam.beta2 = config.optimizer.beta2;
+  adam.eps = config.optimizer.eps;
+  adam.weight_decay = config.optimizer.weight_decay;
+  HOIST_ASSIGN_OR_RETURN(training->optimizer,
+                         CudaAdamW::Create(training->model.get(), adam, training->device.get()));
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<DeviceTraining>> CreateCudaTraining(const Config& config,
@@ -131,18 +151,16 @@ StatusOr<std::unique_ptr<DeviceTraining>> CreateCudaTraining(const Config& confi
                               "NCCL or train with --device cpu");
 #endif
   }
-  const int B = static_cast<int>(config.train_micro_batch_size_per_gpu);
-  HOIST_ASSIGN_OR_RETURN(
-      training->model,
-      CudaGpt2Model::Create(config.model, B, config.model.seq_len, ComputeType(config.precision()),
-                            training->device.get(), training->stream));
-  zero::AdamWParams adam;
-  adam.beta1 = config.optimizer.beta1;
-  adam.beta2 = config.optimizer.beta2;
-  adam.eps = config.optimizer.eps;
-  adam.weight_decay = config.optimizer.weight_decay;
-  HOIST_ASSIGN_OR_RETURN(training->optimizer,
-                         CudaAdamW::Create(training->model.get(), adam, training->device.get()));
+  // A rank out of device memory says so while every rank's NCCL group is still alive, so that
+  // no rank tears its group down while the others wait in it.
+  Status built = BuildModel(config, training.get());
+  if (comm != nullptr) built = comm::AgreeOnStatus(*comm, built);
+  HOIST_RETURN_IF_ERROR(built);
+  if (comm != nullptr && comm->world_size() > 1 && comm->rank() == 0 &&
+      config.communication_data_type != Precision::kFloat32) {
+    HOIST_LOG(INFO) << "communication_data_type " << PrecisionName(config.communication_data_type)
+                    << ": the GPU path reduces its fp32 gradients in fp32";
+  }
   return std::unique_ptr<DeviceTraining>(std::move(training));
 }
 

@@ -45,9 +45,10 @@ class CpuStandIn final : public DeviceTraining {
         training->model_,
         Gpt2Model::Create(config.model, static_cast<int>(config.train_micro_batch_size_per_gpu),
                           config.model.seq_len, &training->device_));
-    const size_t total = static_cast<size_t>(training->model_->layout().total);
-    training->m_.assign(total, 0.0f);
-    training->v_.assign(total, 0.0f);
+    // The moments count as optimizer states on the stand-in's "device", as the GPU's do.
+    const int64_t bytes = training->model_->layout().total * int64_t{sizeof(float)};
+    HOIST_ASSIGN_OR_RETURN(training->m_, training->device_.Allocate(bytes, Category::kOptimizer));
+    HOIST_ASSIGN_OR_RETURN(training->v_, training->device_.Allocate(bytes, Category::kOptimizer));
     return std::unique_ptr<DeviceTraining>(std::move(training));
   }
 
@@ -95,8 +96,8 @@ class CpuStandIn final : public DeviceTraining {
         const int64_t offset = layout.Offset(tensor, l);
         kernels::cpu::AdamWShard shard;
         shard.param = model_->params() + offset;
-        shard.m = m_.data() + offset;
-        shard.v = v_.data() + offset;
+        shard.m = m_.as<float>() + offset;
+        shard.v = v_.as<float>() + offset;
         shard.grad = model_->grads() + offset;
         shard.n = static_cast<size_t>(layout.unit_sizes[tensor]);
         h.weight_decay = ParamLayout::Decayed(tensor) ? config_.optimizer.weight_decay : 0.0f;
@@ -115,16 +116,16 @@ class CpuStandIn final : public DeviceTraining {
   Status ReadState(float* master, float* m, float* v) override {
     const size_t n = static_cast<size_t>(model_->layout().total);
     std::copy_n(model_->params(), n, master);
-    std::copy_n(m_.data(), n, m);
-    std::copy_n(v_.data(), n, v);
+    std::copy_n(m_.as<float>(), n, m);
+    std::copy_n(v_.as<float>(), n, v);
     return Status::Ok();
   }
   Status RestoreState(const float* master, const float* m, const float* v,
                       int64_t step_count) override {
     const size_t n = static_cast<size_t>(model_->layout().total);
     std::copy_n(master, n, model_->params());
-    std::copy_n(m, n, m_.data());
-    std::copy_n(v, n, v_.data());
+    std::copy_n(m, n, m_.as<float>());
+    std::copy_n(v, n, v_.as<float>());
     steps_ = step_count;
     return Status::Ok();
   }
@@ -137,7 +138,7 @@ class CpuStandIn final : public DeviceTraining {
   comm::Communicator* comm_;
   CpuDevice device_;
   std::unique_ptr<Gpt2Model> model_;
-  std::vector<float> m_, v_;
+  Buffer m_, v_;  // Adam's moments, fp32
   int64_t steps_ = 0;
 };
 
@@ -182,8 +183,9 @@ TEST(TrainerDeviceTraining, HostBuffersCountAsHostAndTheModelAsDevice) {
   ASSERT_TRUE(runs[0].status.ok()) << runs[0].status.ToString();
   const MemorySnapshot& memory = runs[0].memory;
   EXPECT_GT(memory.Current(Place::kDevice, Category::kParam), 0);
-  EXPECT_GT(memory.Current(Place::kHost, Category::kActivation), 0);   // the batch
-  EXPECT_EQ(memory.Current(Place::kDevice, Category::kOptimizer), 0);  // none on the CPU path's
+  EXPECT_GT(memory.Current(Place::kHost, Category::kActivation), 0);  // the batch
+  EXPECT_GT(memory.Current(Place::kDevice, Category::kOptimizer), 0);
+  EXPECT_EQ(memory.Current(Place::kHost, Category::kParam), 0);
 }
 
 TEST(TrainerDeviceTraining, CheckpointsResumeOnEitherPath) {
