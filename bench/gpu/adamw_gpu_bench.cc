@@ -51,6 +51,15 @@ void Check(const hoist::Status& s) {
   }
 }
 
+// n elements of T in device memory, zero-filled; exits on failure.
+template <typename T>
+T* DeviceZeros(size_t n) {
+  void* p = nullptr;
+  CHECK_CUDA(cudaMalloc(&p, n * sizeof(T)));
+  CHECK_CUDA(cudaMemset(p, 0, n * sizeof(T)));
+  return static_cast<T*>(p);
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -75,23 +84,16 @@ int main(int argc, char** argv) {
   CHECK_CUDA(cudaSetDevice(0));
   std::printf("GPU: %s\n", Value(hoist::CudaDeviceName(0)).c_str());
   hoist::CudaStream stream = Value(hoist::CudaStream::Create());
-  float *param, *grad, *m, *v;
-  uint16_t* copy;
   const size_t n = static_cast<size_t>(params);
-  CHECK_CUDA(cudaMalloc(&param, n * 4));
-  CHECK_CUDA(cudaMalloc(&grad, n * 4));
-  CHECK_CUDA(cudaMalloc(&m, n * 4));
-  CHECK_CUDA(cudaMalloc(&v, n * 4));
-  CHECK_CUDA(cudaMalloc(&copy, n * 2));
-  CHECK_CUDA(cudaMemset(param, 0, n * 4));
-  CHECK_CUDA(cudaMemset(grad, 0, n * 4));
-  CHECK_CUDA(cudaMemset(m, 0, n * 4));
-  CHECK_CUDA(cudaMemset(v, 0, n * 4));
+  float* param = DeviceZeros<float>(n);
+  float* grad = DeviceZeros<float>(n);
+  float* m = DeviceZeros<float>(n);
+  float* v = DeviceZeros<float>(n);
+  uint16_t* copy = DeviceZeros<uint16_t>(n);
   // The anchor copies as many bytes as the step moves, half read and half written.
   const size_t copy_bytes = n * 30 / 2;
-  char *src, *dst;
-  CHECK_CUDA(cudaMalloc(&src, copy_bytes));
-  CHECK_CUDA(cudaMalloc(&dst, copy_bytes));
+  char* src = DeviceZeros<char>(copy_bytes);
+  char* dst = DeviceZeros<char>(copy_bytes);
 
   std::vector<kc::AdamWTensor> list;
   const int64_t per = params / tensors;
