@@ -1,15 +1,26 @@
 // The direct attention: batched cuBLAS GEMMs per (b, h) around a causal softmax kernel.
 //
-// q, k and v are first copied out of qkv into head-major fp32 arrays (B,NH,T,hs) in the
-// workspace: widening bf16/fp16 to fp32 is exact, so every GEMM below runs in plain fp32
-// (CUBLAS_COMPUTE_32F, default math mode, no TF32) for every dtype, and att, already fp32, is
-// multiplied as it is stored. Each output is rounded once to `type` when it is copied back.
+// q, k and v are first copied out of qkv into head-major arrays (B,NH,T,hs) of the same type
+// (exact). Every GEMM runs under CUBLAS_COMPUTE_32F in the default math mode and writes fp32:
+//   - fp32: true fp32 throughout (never TF32); att, already fp32, is multiplied as it is stored.
+//   - bf16/fp16: 16-bit inputs on the tensor cores with fp32 accumulation. The probabilities
+//     enter P v and P^T dout as a 16-bit copy P of att (rounded once, as the CPU model rounds
+//     the att it keeps in 16-bit modes), and dL/dscores enters dq and dk rounded once to 16 bits.
+//     The backward re-derives P from att: the forward's copy lives in the workspace, which other
+//     layers reuse between the two passes.
+// Each output is rounded once to `type` when it is copied back (added, for the gradients).
 //
-// Workspace, in fp32 elements, with BTC = B*T*C and BHTT = B*NH*T*T:
-//   [0, 3 BTC)              q, k, v heads (B,NH,T,hs) each          forward and backward
-//   [3 BTC, 4 BTC)          out heads (forward) / dout heads (backward)
-//   [4 BTC, 7 BTC)          dq, dk, dv heads                         backward
-//   [7 BTC, 7 BTC + BHTT)   dL/datt, then dL/dscores in place        backward
+// Workspace in bytes, with e = sizeof(type), BTC = B*T*C and BHTT = B*NH*T*T:
+//   [0, 4e BTC)                    q, k, v, dout heads (B,NH,T,hs), `type`; the forward's out
+//                                  heads (fp32) take the dout slot where `type` is fp32
+//   [4e BTC, 4e BTC + 12 BTC)      dq, dk, dv heads, fp32 (backward); the forward's out heads
+//                                  take the dq slot where `type` is 16-bit
+//   [4e BTC + 12 BTC, + 4 BHTT)    scores region, one (T,T) fp32 block per head:
+//                                  fp32 backward: dL/datt, then dL/dscores in place
+//                                  16-bit forward: P, packed (the first 2 BHTT bytes)
+//                                  16-bit backward: P, packed; then dL/datt (fp32), then
+//                                  dL/dscores rounded to `type` in place, each row over the
+//                                  first half of its own fp32 row (leading dimension 2T)
 // The forward writes its scores straight into att and normalises them there.
 #include <cublas_v2.h>
 
@@ -17,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/cuda/attention.h"
@@ -34,9 +46,9 @@ using detail::WarpSum;
 constexpr int kThreads = 256;
 constexpr int kWarpsPerBlock = kThreads / 32;
 
-// src (B,T,parts*C) in `T` -> dst + part*B*T*C, each (B,NH,T,hs) fp32.
+// src (B,T,parts*C) -> dst + part*B*T*C, each (B,NH,T,hs), both `T`.
 template <typename T>
-__global__ void PermuteToHeadsKernel(float* dst, const T* src, int B, int T_, int C, int NH,
+__global__ void PermuteToHeadsKernel(T* dst, const T* src, int B, int T_, int C, int NH,
                                      int parts) {
   const int64_t width = static_cast<int64_t>(parts) * C;
   const int64_t total = static_cast<int64_t>(B) * T_ * width;
@@ -49,8 +61,7 @@ __global__ void PermuteToHeadsKernel(float* dst, const T* src, int B, int T_, in
     const int part = rest / C, c = rest % C;
     const int b = static_cast<int>(bt / T_), t = static_cast<int>(bt % T_);
     const int h = c / hs, d = c % hs;
-    dst[part * part_size + ((static_cast<int64_t>(b) * NH + h) * T_ + t) * hs + d] =
-        ToFloat(src[i]);
+    dst[part * part_size + ((static_cast<int64_t>(b) * NH + h) * T_ + t) * hs + d] = src[i];
   }
 }
 
@@ -76,8 +87,10 @@ __global__ void HeadsToRowsKernel(T* dst, const float* src, int B, int T_, int C
 }
 
 // One warp per row (b, h, t) of att (B,NH,T,T), which holds the scaled scores: the causal
-// softmax over columns [0, t], zeros after.
-__global__ void CausalSoftmaxKernel(float* att, int rows, int T_) {
+// softmax over columns [0, t], zeros after. For a 16-bit P, probs (B,NH,T,T) also receives each
+// probability rounded to P; for P = float, probs is unused (att is the P of the products).
+template <typename P>
+__global__ void CausalSoftmaxKernel(float* att, P* probs, int rows, int T_) {
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
@@ -93,11 +106,25 @@ __global__ void CausalSoftmaxKernel(float* att, int rows, int T_) {
     sum += e;
   }
   const float inv_sum = 1.0f / WarpSum(sum);
-  for (int s = lane; s < T_; s += 32) a[s] = s <= t ? a[s] * inv_sum : 0.0f;
+  if constexpr (std::is_same_v<P, float>) {
+    for (int s = lane; s < T_; s += 32) a[s] = s <= t ? a[s] * inv_sum : 0.0f;
+  } else {
+    P* p = probs + static_cast<int64_t>(row) * T_;
+    for (int s = lane; s < T_; s += 32) {
+      const float value = s <= t ? a[s] * inv_sum : 0.0f;
+      a[s] = value;
+      p[s] = FromFloat<P>(value);
+    }
+  }
 }
 
 // One warp per row: datt (dL/dP) becomes dL/dscores = scale * P * (dP - sum_s P dP), 0 to the
-// right of the diagonal.
+// right of the diagonal. G = float: in place. A 16-bit G: rounded to G and stored over the first
+// half of the row's own bytes (element s inside fp32 element s/2), so the 16-bit matrix has
+// leading dimension 2T. A chunk of 32 columns overwrites only fp32 elements at or before its own,
+// and the warp has read those already, except within the first chunk, where __syncwarp orders
+// its reads before its writes.
+template <typename G>
 __global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int rows, int T_,
                                             float scale) {
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
@@ -109,7 +136,28 @@ __global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int r
   float dot = 0.0f;
   for (int s = lane; s <= t; s += 32) dot += p[s] * g[s];
   dot = WarpSum(dot);
-  for (int s = lane; s < T_; s += 32) g[s] = s <= t ? scale * p[s] * (g[s] - dot) : 0.0f;
+  if constexpr (std::is_same_v<G, float>) {
+    for (int s = lane; s < T_; s += 32) g[s] = s <= t ? scale * p[s] * (g[s] - dot) : 0.0f;
+  } else {
+    G* out = reinterpret_cast<G*>(g);
+    // Every lane runs every chunk (the bound is the warp's, not the lane's): __syncwarp needs
+    // the whole warp.
+    for (int s0 = 0; s0 < T_; s0 += 32) {
+      const int s = s0 + lane;
+      const float value = s <= t ? scale * p[s] * (g[s] - dot) : 0.0f;
+      __syncwarp();
+      if (s < T_) out[s] = FromFloat<G>(value);
+    }
+  }
+}
+
+// dst[i] = src[i] rounded to `T`, i < n.
+template <typename T>
+__global__ void RoundKernel(T* dst, const float* src, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    dst[i] = FromFloat<T>(src[i]);
+  }
 }
 
 int ElementwiseBlocks(int64_t n) {
@@ -117,13 +165,13 @@ int ElementwiseBlocks(int64_t n) {
   return static_cast<int>(std::min<int64_t>(kMaxBlocks, (n + kThreads - 1) / kThreads));
 }
 
-Status LaunchPermute(float* dst, const void* src, int B, int T, int C, int NH, int parts,
-                     DType type, cudaStream_t stream) {
+Status LaunchPermute(void* dst, const void* src, int B, int T, int C, int NH, int parts, DType type,
+                     cudaStream_t stream) {
   const int blocks = ElementwiseBlocks(static_cast<int64_t>(B) * T * parts * C);
   const auto launch = [&](auto tag) {
     using E = decltype(tag);
-    PermuteToHeadsKernel<E>
-        <<<blocks, kThreads, 0, stream>>>(dst, static_cast<const E*>(src), B, T, C, NH, parts);
+    PermuteToHeadsKernel<E><<<blocks, kThreads, 0, stream>>>(
+        static_cast<E*>(dst), static_cast<const E*>(src), B, T, C, NH, parts);
   };
   HOIST_CUDA_DISPATCH(type, launch);
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
@@ -144,14 +192,53 @@ Status LaunchHeadsToRows(void* dst, const float* src, int B, int T, int C, int N
   return Status::Ok();
 }
 
-// Column-major C (m,n) = alpha op(A) op(B) + beta C for each of `batch` matrices, all fp32.
+// probs: P in `type` (unused for fp32).
+Status LaunchCausalSoftmax(float* att, void* probs, int rows, int T, DType type,
+                           cudaStream_t stream) {
+  const int blocks = CeilDiv(rows, kWarpsPerBlock);
+  const auto launch = [&](auto tag) {
+    using E = decltype(tag);
+    CausalSoftmaxKernel<E><<<blocks, kThreads, 0, stream>>>(att, static_cast<E*>(probs), rows, T);
+  };
+  HOIST_CUDA_DISPATCH(type, launch);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
+Status LaunchCausalSoftmaxBackward(float* datt, const float* att, int rows, int T, float scale,
+                                   DType type, cudaStream_t stream) {
+  const int blocks = CeilDiv(rows, kWarpsPerBlock);
+  const auto launch = [&](auto tag) {
+    using E = decltype(tag);
+    CausalSoftmaxBackwardKernel<E><<<blocks, kThreads, 0, stream>>>(datt, att, rows, T, scale);
+  };
+  HOIST_CUDA_DISPATCH(type, launch);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
+// For a 16-bit type only (fp32 multiplies att itself).
+Status LaunchRound(void* dst, const float* src, int64_t n, DType type, cudaStream_t stream) {
+  const int blocks = ElementwiseBlocks(n);
+  const auto launch = [&](auto tag) {
+    using E = decltype(tag);
+    RoundKernel<E><<<blocks, kThreads, 0, stream>>>(static_cast<E*>(dst), src, n);
+  };
+  HOIST_CUDA_DISPATCH(type, launch);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
+// Column-major C (m,n) = alpha op(A) op(B) + beta C for each of `batch` matrices: A and B of
+// ab_type (strides and leading dimensions in its elements), C fp32, fp32 accumulation. 16-bit
+// inputs run on the tensor cores; fp32 stays true fp32 (the handle's default math mode).
 Status BatchedGemm(BlasHandle& blas, cublasOperation_t trans_a, cublasOperation_t trans_b, int m,
-                   int n, int k, float alpha, const float* a, int lda, int64_t stride_a,
-                   const float* b, int ldb, int64_t stride_b, float beta, float* c, int ldc,
-                   int64_t stride_c, int batch) {
+                   int n, int k, float alpha, cudaDataType_t ab_type, const void* a, int lda,
+                   int64_t stride_a, const void* b, int ldb, int64_t stride_b, float beta, float* c,
+                   int ldc, int64_t stride_c, int batch) {
   HOIST_CUBLAS_RETURN_IF_ERROR(
-      cublasGemmStridedBatchedEx(blas.blas(), trans_a, trans_b, m, n, k, &alpha, a, CUDA_R_32F, lda,
-                                 stride_a, b, CUDA_R_32F, ldb, stride_b, &beta, c, CUDA_R_32F, ldc,
+      cublasGemmStridedBatchedEx(blas.blas(), trans_a, trans_b, m, n, k, &alpha, a, ab_type, lda,
+                                 stride_a, b, ab_type, ldb, stride_b, &beta, c, CUDA_R_32F, ldc,
                                  stride_c, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return Status::Ok();
 }
@@ -168,12 +255,30 @@ Status CheckShape(const char* op, int B, int T, int C, int NH) {
   return Status::Ok();
 }
 
+// The regions of the workspace (see the top of the file).
+struct Workspace {
+  char* heads;   // q, k, v, dout heads in `type`
+  float* grads;  // dq, dk, dv heads (fp32); the forward's out heads
+  float* scores;
+};
+
+Workspace CarveWorkspace(void* workspace, int B, int T, int C, DType type) {
+  const int64_t btc = static_cast<int64_t>(B) * T * C;
+  char* base = static_cast<char*>(workspace);
+  Workspace w;
+  w.heads = base;
+  w.grads = reinterpret_cast<float*>(base + 4 * btc * static_cast<int64_t>(DTypeSize(type)));
+  w.scores = w.grads + 3 * btc;
+  return w;
+}
+
 }  // namespace
 
-int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType /*type: all fp32*/) {
+int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type) {
   const int64_t btc = static_cast<int64_t>(B) * T * C;
   const int64_t bhtt = static_cast<int64_t>(B) * NH * T * T;
-  return (7 * btc + bhtt) * static_cast<int64_t>(sizeof(float));
+  const auto f = static_cast<int64_t>(sizeof(float));
+  return 4 * btc * static_cast<int64_t>(DTypeSize(type)) + 3 * btc * f + bhtt * f;
 }
 
 Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv, void* workspace,
@@ -189,22 +294,27 @@ Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv
   const int64_t btc = static_cast<int64_t>(B) * T * C, head = static_cast<int64_t>(T) * hs,
                 tt = static_cast<int64_t>(T) * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  float* q = static_cast<float*>(workspace);
-  float* k = q + btc;
-  float* v = k + btc;
-  float* out_heads = v + btc;
+  const cudaDataType_t ab_type = CudaDataType(type);
+  const int64_t e = static_cast<int64_t>(DTypeSize(type));
+  const Workspace w = CarveWorkspace(workspace, B, T, C, type);
+  const char* q = w.heads;
+  const char* k = q + btc * e;
+  const char* v = k + btc * e;
+  // fp32 out heads: in the dout slot where that is fp32 too, else over dq.
+  float* out_heads =
+      type == DType::kFloat32 ? reinterpret_cast<float*>(w.heads + 3 * btc * e) : w.grads;
+  // The P of out = P v: att itself for fp32, its 16-bit copy otherwise.
+  void* probs = type == DType::kFloat32 ? static_cast<void*>(att) : static_cast<void*>(w.scores);
 
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas.blas(), stream));
-  HOIST_RETURN_IF_ERROR(LaunchPermute(q, qkv, B, T, C, NH, 3, type, stream));
+  HOIST_RETURN_IF_ERROR(LaunchPermute(w.heads, qkv, B, T, C, NH, 3, type, stream));
   // Row-major att (T,T) = scale q k^T is the column-major att^T = scale k q^T.
-  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, k, hs, head, q,
-                                    hs, head, 0.0f, att, T, tt, batch));
-  const int rows = batch * T;
-  CausalSoftmaxKernel<<<CeilDiv(rows, kWarpsPerBlock), kThreads, 0, stream>>>(att, rows, T);
-  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
-  // out (T,hs) = att v: column-major out^T = v^T att^T.
-  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, hs, head,
-                                    att, T, tt, 0.0f, out_heads, hs, head, batch));
+  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, ab_type, k, hs,
+                                    head, q, hs, head, 0.0f, att, T, tt, batch));
+  HOIST_RETURN_IF_ERROR(LaunchCausalSoftmax(att, probs, batch * T, T, type, stream));
+  // out (T,hs) = P v: column-major out^T = v^T P^T.
+  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, ab_type, v, hs,
+                                    head, probs, T, tt, 0.0f, out_heads, hs, head, batch));
   return LaunchHeadsToRows<false>(out, out_heads, B, T, C, NH, 1, type, stream);
 }
 
@@ -223,34 +333,43 @@ Status AttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const v
   const int64_t btc = static_cast<int64_t>(B) * T * C, head = static_cast<int64_t>(T) * hs,
                 tt = static_cast<int64_t>(T) * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  float* q = static_cast<float*>(workspace);
-  float* k = q + btc;
-  float* v = k + btc;
-  float* dout_heads = v + btc;
-  float* dq = dout_heads + btc;
+  const bool fp32 = type == DType::kFloat32;
+  const cudaDataType_t ab_type = CudaDataType(type);
+  const int64_t e = static_cast<int64_t>(DTypeSize(type));
+  const Workspace w = CarveWorkspace(workspace, B, T, C, type);
+  const char* q = w.heads;
+  const char* k = q + btc * e;
+  const char* v = k + btc * e;
+  char* dout_heads = w.heads + 3 * btc * e;
+  float* dq = w.grads;
   float* dk = dq + btc;
   float* dv = dk + btc;
-  float* datt = dv + btc;
+  float* datt = w.scores;
+  // P for dv: att itself for fp32; for 16 bits, att rounded into the (not yet written) scores.
+  const void* probs = fp32 ? static_cast<const void*>(att) : static_cast<const void*>(datt);
+  // dL/dscores for dq and dk: fp32 in place (leading dimension T), or 16-bit over the first half
+  // of each fp32 row (leading dimension 2T, 2 T^2 elements per head).
+  const int ds_ld = fp32 ? T : 2 * T;
+  const int64_t ds_stride = fp32 ? tt : 2 * tt;
 
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas.blas(), stream));
-  HOIST_RETURN_IF_ERROR(LaunchPermute(q, qkv, B, T, C, NH, 3, type, stream));
+  HOIST_RETURN_IF_ERROR(LaunchPermute(w.heads, qkv, B, T, C, NH, 3, type, stream));
   HOIST_RETURN_IF_ERROR(LaunchPermute(dout_heads, dout, B, T, C, NH, 1, type, stream));
+  if (!fp32) HOIST_RETURN_IF_ERROR(LaunchRound(datt, att, batch * tt, type, stream));
+  // dv (T,hs) = P^T dout: column-major dv^T = dout^T P. Before datt, which overwrites the
+  // 16-bit P.
+  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, ab_type,
+                                    dout_heads, hs, head, probs, T, tt, 0.0f, dv, hs, head, batch));
   // datt (T,T) = dout v^T: column-major datt^T = v dout^T.
-  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, hs, head,
-                                    dout_heads, hs, head, 0.0f, datt, T, tt, batch));
-  // dv (T,hs) = att^T dout: column-major dv^T = dout^T att.
-  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dout_heads, hs,
-                                    head, att, T, tt, 0.0f, dv, hs, head, batch));
-  const int rows = batch * T;
-  CausalSoftmaxBackwardKernel<<<CeilDiv(rows, kWarpsPerBlock), kThreads, 0, stream>>>(
-      datt, att, rows, T, scale);
-  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, ab_type, v, hs,
+                                    head, dout_heads, hs, head, 0.0f, datt, T, tt, batch));
+  HOIST_RETURN_IF_ERROR(LaunchCausalSoftmaxBackward(datt, att, batch * T, T, scale, type, stream));
   // With dS = dL/dscores (scale included): dq = dS k (column-major dq^T = k^T dS^T) and
   // dk = dS^T q (column-major dk^T = q^T dS).
-  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, k, hs, head,
-                                    datt, T, tt, 0.0f, dq, hs, head, batch));
-  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, q, hs, head,
-                                    datt, T, tt, 0.0f, dk, hs, head, batch));
+  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, ab_type, k, hs,
+                                    head, datt, ds_ld, ds_stride, 0.0f, dq, hs, head, batch));
+  HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, ab_type, q, hs,
+                                    head, datt, ds_ld, ds_stride, 0.0f, dk, hs, head, batch));
   return LaunchHeadsToRows<true>(dqkv, dq, B, T, C, NH, 3, type, stream);
 }
 

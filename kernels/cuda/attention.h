@@ -16,8 +16,12 @@ namespace hoist::kernels::cuda {
 
 // Direct: batched GEMMs for the scores and the weighted values, a causal softmax between them.
 // att (B,NH,T,T, fp32) receives the probabilities (0 above the diagonal), kept for backward.
-// `workspace` holds AttentionWorkspaceBytes(B,T,C,NH,type) bytes (q, k, v and the output in
-// head-major order, and the score matrix in fp32 for the backward).
+// fp32 runs every product in true fp32. bf16/fp16 run them on the tensor cores (16-bit inputs,
+// fp32 accumulation): the probabilities and dL/dscores enter their products rounded once to
+// `type` (as the CPU model keeps att rounded in 16-bit modes); att itself stays fp32.
+// `workspace` holds AttentionWorkspaceBytes(B,T,C,NH,type) bytes, 4*e*BTC + 12*BTC + 4*BHTT with
+// e = sizeof(type), BTC = B*T*C, BHTT = B*NH*T*T (head-major q, k, v, dout in `type`, fp32
+// gradient heads and one fp32 T x T block per head); nothing in it outlives a call.
 int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type);
 Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv, void* workspace,
                         int B, int T, int C, int NH, DType type, cudaStream_t stream);

@@ -315,6 +315,13 @@ Status CheckTiledShape(const char* op, int B, int T, int C, int NH) {
     return InvalidArgumentError(std::string(op) + ": head size C/NH = " + std::to_string(C / NH) +
                                 " exceeds " + std::to_string(kMaxHeadSize));
   }
+  // One grid row per (b, h): grid.y is limited to 65535.
+  if (static_cast<int64_t>(B) * NH > 65535) {
+    return InvalidArgumentError(std::string(op) +
+                                ": B*NH = " + std::to_string(static_cast<int64_t>(B) * NH) +
+                                " exceeds 65535 (one grid row per batch row and head); use a "
+                                "smaller micro-batch");
+  }
   return Status::Ok();
 }
 

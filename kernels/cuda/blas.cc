@@ -1,11 +1,44 @@
 #include "kernels/cuda/blas.h"
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
 #include "core/cuda/cuda_status.h"
 
 namespace hoist::kernels::cuda {
+
+size_t LtPlanKeyHash::operator()(const LtPlanKey& key) const {
+  // An FNV-1a-style mix of the fields, a 64-bit word at a time.
+  uint64_t h = 14695981039346656037ull;
+  const auto mix = [&h](int64_t value) {
+    h ^= static_cast<uint64_t>(value);
+    h *= 1099511628211ull;
+  };
+  for (int64_t value : {int64_t{key.trans_a},
+                        int64_t{key.trans_b},
+                        int64_t{key.m},
+                        int64_t{key.n},
+                        int64_t{key.k},
+                        key.lda,
+                        key.ldb,
+                        key.ldd,
+                        int64_t{key.ab_type},
+                        int64_t{key.d_type},
+                        int64_t{key.epilogue},
+                        int64_t{key.has_bias},
+                        int64_t{key.has_aux},
+                        key.aux_ld,
+                        int64_t{key.beta_nonzero},
+                        int64_t{key.align_a},
+                        int64_t{key.align_b},
+                        int64_t{key.align_d},
+                        int64_t{key.align_bias},
+                        int64_t{key.align_aux}}) {
+    mix(value);
+  }
+  return static_cast<size_t>(h);
+}
 
 StatusOr<std::unique_ptr<BlasHandle>> BlasHandle::Create(int64_t workspace_bytes) {
   if (workspace_bytes < 0) {
@@ -37,6 +70,7 @@ StatusOr<std::unique_ptr<BlasHandle>> BlasHandle::Create(int64_t workspace_bytes
 BlasHandle::~BlasHandle() {
   // Work enqueued with the workspace may still be running on a caller's stream; cudaFree waits
   // for the device, so the memory is not reused under it.
+  lt_plans_.clear();  // descriptors and layouts go before the handle that used them
   if (workspace_ != nullptr) cudaFree(workspace_);
   if (blas_ != nullptr) cublasDestroy(blas_);
   if (lt_ != nullptr) cublasLtDestroy(lt_);

@@ -13,6 +13,15 @@ const char* DTypeName(DType type) {
   return "unknown";
 }
 
+cudaDataType_t CudaDataType(DType type) {
+  switch (type) {
+    case DType::kFloat32: return CUDA_R_32F;
+    case DType::kBfloat16: return CUDA_R_16BF;
+    case DType::kFloat16: break;
+  }
+  return CUDA_R_16F;
+}
+
 Status CheckPointer(const char* op, const char* name, const void* p) {
   if (p != nullptr) return Status::Ok();
   return InvalidArgumentError(std::string(op) + ": " + name + " is null");

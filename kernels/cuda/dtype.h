@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cuda_runtime_api.h>
+#include <library_types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,8 @@ enum class DType { kFloat32, kBfloat16, kFloat16 };
 
 inline size_t DTypeSize(DType type) { return type == DType::kFloat32 ? 4 : 2; }
 const char* DTypeName(DType type);  // "fp32", "bf16", "fp16"
+// The CUDA library type of `type`, for cuBLAS and cuBLASLt: CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F.
+cudaDataType_t CudaDataType(DType type);
 
 // Validation helpers the entries share: each returns kInvalidArgument "<op>: <what>" or Ok.
 Status CheckPointer(const char* op, const char* name, const void* p);

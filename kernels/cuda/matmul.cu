@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/cuda/device_math.cuh"
@@ -21,15 +22,6 @@ namespace {
 
 using detail::CeilDiv;
 using detail::ToFloat;
-
-cudaDataType_t CudaDataType(DType type) {
-  switch (type) {
-    case DType::kFloat32: return CUDA_R_32F;
-    case DType::kBfloat16: return CUDA_R_16BF;
-    case DType::kFloat16: break;
-  }
-  return CUDA_R_16F;
-}
 
 // One column-major product D (m,n) = op(A) @ op(B) + beta D, with an optional epilogue.
 struct LtProduct {
@@ -51,16 +43,7 @@ struct LtProduct {
   int64_t aux_ld = 0;
 };
 
-struct LtDeleter {
-  void operator()(cublasLtMatmulDescOpaque_t* p) const { cublasLtMatmulDescDestroy(p); }
-  void operator()(cublasLtMatrixLayoutOpaque_t* p) const { cublasLtMatrixLayoutDestroy(p); }
-  void operator()(cublasLtMatmulPreferenceOpaque_t* p) const { cublasLtMatmulPreferenceDestroy(p); }
-};
-using MatmulDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, LtDeleter>;
-using MatrixLayout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, LtDeleter>;
-using MatmulPreference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, LtDeleter>;
-
-Status MakeLayout(MatrixLayout* layout, cudaDataType_t type, int64_t rows, int64_t cols,
+Status MakeLayout(LtMatrixLayout* layout, cudaDataType_t type, int64_t rows, int64_t cols,
                   int64_t ld) {
   cublasLtMatrixLayout_t raw = nullptr;
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw, type, rows, cols, ld));
@@ -76,45 +59,67 @@ uint32_t AlignmentOf(const void* p) {
   return static_cast<uint32_t>(std::min<uintptr_t>(address & (~address + 1), 256));
 }
 
-// Enqueues `product` on `stream`. Where cuBLASLt has no algorithm for the combination (an
-// epilogue it does not fuse for these types) and `unsupported` is given, sets *unsupported and
-// enqueues nothing; without `unsupported` that is an error.
-Status RunLtProduct(BlasHandle& blas, const LtProduct& product, cudaStream_t stream,
-                    bool* unsupported = nullptr) {
-  if (unsupported != nullptr) *unsupported = false;
-  MatmulDesc desc;
+LtPlanKey KeyOf(const LtProduct& product) {
+  LtPlanKey key;
+  key.trans_a = static_cast<int>(product.trans_a);
+  key.trans_b = static_cast<int>(product.trans_b);
+  key.m = product.m;
+  key.n = product.n;
+  key.k = product.k;
+  key.lda = product.lda;
+  key.ldb = product.ldb;
+  key.ldd = product.ldd;
+  key.ab_type = static_cast<int>(product.ab_type);
+  key.d_type = static_cast<int>(product.d_type);
+  key.epilogue = static_cast<int>(product.epilogue);
+  key.has_bias = product.bias != nullptr;
+  key.has_aux = product.aux != nullptr;
+  key.aux_ld = product.aux != nullptr ? product.aux_ld : 0;
+  key.beta_nonzero = product.beta != 0.0f;
+  key.align_a = AlignmentOf(product.a);
+  key.align_b = AlignmentOf(product.b);
+  key.align_d = AlignmentOf(product.d);
+  key.align_bias = product.bias != nullptr ? AlignmentOf(product.bias) : 0;
+  key.align_aux = product.aux != nullptr ? AlignmentOf(product.aux) : 0;
+  return key;
+}
+
+// The descriptor, layouts and algorithm for `product`, as the heuristic picks them for the
+// alignments in `key`. A heuristic that finds nothing gives a plan marked unsupported.
+Status MakePlan(BlasHandle& blas, const LtProduct& product, const LtPlanKey& key, LtPlan* plan) {
   {
     cublasLtMatmulDesc_t raw = nullptr;
     HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&raw, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    desc.reset(raw);
+    plan->desc.reset(raw);
   }
+  cublasLtMatmulDesc_t desc = plan->desc.get();
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-      desc.get(), CUBLASLT_MATMUL_DESC_TRANSA, &product.trans_a, sizeof(product.trans_a)));
+      desc, CUBLASLT_MATMUL_DESC_TRANSA, &product.trans_a, sizeof(product.trans_a)));
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-      desc.get(), CUBLASLT_MATMUL_DESC_TRANSB, &product.trans_b, sizeof(product.trans_b)));
+      desc, CUBLASLT_MATMUL_DESC_TRANSB, &product.trans_b, sizeof(product.trans_b)));
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-      desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE, &product.epilogue, sizeof(product.epilogue)));
+      desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &product.epilogue, sizeof(product.epilogue)));
+  // The heuristic sees the pointers of the call that makes the plan; later calls set their own.
   if (product.bias != nullptr) {
     HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &product.bias, sizeof(product.bias)));
+        desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &product.bias, sizeof(product.bias)));
   }
   if (product.aux != nullptr) {
     HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &product.aux, sizeof(product.aux)));
+        desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &product.aux, sizeof(product.aux)));
     HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
-        desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &product.aux_ld, sizeof(product.aux_ld)));
+        desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &product.aux_ld, sizeof(product.aux_ld)));
   }
 
   const bool a_t = product.trans_a == CUBLAS_OP_T;
   const bool b_t = product.trans_b == CUBLAS_OP_T;
-  MatrixLayout a_layout, b_layout, d_layout;
-  HOIST_RETURN_IF_ERROR(MakeLayout(&a_layout, product.ab_type, a_t ? product.k : product.m,
+  HOIST_RETURN_IF_ERROR(MakeLayout(&plan->a, product.ab_type, a_t ? product.k : product.m,
                                    a_t ? product.m : product.k, product.lda));
-  HOIST_RETURN_IF_ERROR(MakeLayout(&b_layout, product.ab_type, b_t ? product.n : product.k,
+  HOIST_RETURN_IF_ERROR(MakeLayout(&plan->b, product.ab_type, b_t ? product.n : product.k,
                                    b_t ? product.k : product.n, product.ldb));
-  HOIST_RETURN_IF_ERROR(MakeLayout(&d_layout, product.d_type, product.m, product.n, product.ldd));
+  HOIST_RETURN_IF_ERROR(MakeLayout(&plan->d, product.d_type, product.m, product.n, product.ldd));
 
-  MatmulPreference preference;
+  LtMatmulPreference preference;
   {
     cublasLtMatmulPreference_t raw = nullptr;
     HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw));
@@ -124,39 +129,86 @@ Status RunLtProduct(BlasHandle& blas, const LtProduct& product, cudaStream_t str
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
       preference.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes,
       sizeof(workspace_bytes)));
-  const uint32_t align_a = AlignmentOf(product.a), align_b = AlignmentOf(product.b),
-                 align_d = AlignmentOf(product.d);
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)));
+      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &key.align_a,
+      sizeof(key.align_a)));
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)));
+      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &key.align_b,
+      sizeof(key.align_b)));
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof(align_d)));
+      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &key.align_d,
+      sizeof(key.align_d)));
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
-      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof(align_d)));
+      preference.get(), CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &key.align_d,
+      sizeof(key.align_d)));
 
   cublasLtMatmulHeuristicResult_t heuristic = {};
   int found = 0;
-  const cublasStatus_t search = cublasLtMatmulAlgoGetHeuristic(
-      blas.lt(), desc.get(), a_layout.get(), b_layout.get(), d_layout.get(), d_layout.get(),
-      preference.get(), 1, &heuristic, &found);
-  if (unsupported != nullptr &&
-      (search == CUBLAS_STATUS_NOT_SUPPORTED || (search == CUBLAS_STATUS_SUCCESS && found == 0))) {
-    *unsupported = true;
+  const cublasStatus_t search =
+      cublasLtMatmulAlgoGetHeuristic(blas.lt(), desc, plan->a.get(), plan->b.get(), plan->d.get(),
+                                     plan->d.get(), preference.get(), 1, &heuristic, &found);
+  if (search == CUBLAS_STATUS_NOT_SUPPORTED || (search == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    plan->unsupported = true;
+    plan->search_status = search;
     return Status::Ok();
   }
   if (search != CUBLAS_STATUS_SUCCESS) {
     return CublasError(search, "cublasLtMatmulAlgoGetHeuristic(...)", __FILE__, __LINE__);
   }
-  if (found == 0) {
+  plan->algo = heuristic.algo;
+  return Status::Ok();
+}
+
+// Plans kept per handle. Training asks for a few dozen shapes; a caller that keeps changing
+// them (varying sequence lengths) starts the cache over rather than growing it without bound.
+constexpr size_t kMaxLtPlans = 512;
+
+// Enqueues `product` on `stream`, with the plan prepared for its key (made on first use). Where
+// cuBLASLt has no algorithm for the combination (an epilogue it does not fuse for these types)
+// and `unsupported` is given, sets *unsupported and enqueues nothing; without `unsupported` that
+// is an error.
+Status RunLtProduct(BlasHandle& blas, const LtProduct& product, cudaStream_t stream,
+                    bool* unsupported = nullptr) {
+  if (unsupported != nullptr) *unsupported = false;
+  const LtPlanKey key = KeyOf(product);
+  BlasHandle::LtPlans& plans = blas.lt_plans();
+  auto found = plans.find(key);
+  if (found == plans.end()) {
+    auto plan = std::make_unique<LtPlan>();
+    // A plan that fails to build is not kept: the next call tries again.
+    HOIST_RETURN_IF_ERROR(MakePlan(blas, product, key, plan.get()));
+    if (plans.size() >= kMaxLtPlans) plans.clear();
+    found = plans.emplace(key, std::move(plan)).first;
+  }
+  LtPlan& plan = *found->second;
+  if (plan.unsupported) {
+    if (unsupported != nullptr) {
+      *unsupported = true;
+      return Status::Ok();
+    }
+    if (plan.search_status != CUBLAS_STATUS_SUCCESS) {
+      return CublasError(plan.search_status, "cublasLtMatmulAlgoGetHeuristic(...)", __FILE__,
+                         __LINE__);
+    }
     return InternalError("cuBLASLt offers no algorithm for a " + std::to_string(product.m) + "x" +
                          std::to_string(product.n) + "x" + std::to_string(product.k) + " product");
   }
+  // The descriptor is host state that cublasLtMatmul reads when it enqueues, so this call's
+  // pointers can replace the last call's even while that product still runs.
+  if (product.bias != nullptr) {
+    HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+        plan.desc.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, &product.bias, sizeof(product.bias)));
+  }
+  if (product.aux != nullptr) {
+    HOIST_CUBLAS_RETURN_IF_ERROR(
+        cublasLtMatmulDescSetAttribute(plan.desc.get(), CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                       &product.aux, sizeof(product.aux)));
+  }
   const float alpha = 1.0f;
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
-      blas.lt(), desc.get(), &alpha, product.a, a_layout.get(), product.b, b_layout.get(),
-      &product.beta, product.d, d_layout.get(), product.d, d_layout.get(), &heuristic.algo,
-      blas.workspace(), static_cast<size_t>(blas.workspace_bytes()), stream));
+      blas.lt(), plan.desc.get(), &alpha, product.a, plan.a.get(), product.b, plan.b.get(),
+      &product.beta, product.d, plan.d.get(), product.d, plan.d.get(), &plan.algo, blas.workspace(),
+      static_cast<size_t>(blas.workspace_bytes()), stream));
   return Status::Ok();
 }
 

@@ -33,23 +33,98 @@ struct Shape {
 // hs = 16; T = 67 is not a multiple of the 32-row tiles, so every kernel sees a partial tile.
 constexpr Shape kShape = {2, 67, 64, 4};
 
-// |got - ref| <= atol + rtol |ref| + order_eps * max|ref|. The atol + rtol part is the dtype's one
-// rounding of each output (ToleranceFor); the last term is the fp32 arithmetic done in another
-// order than the CPU's (sums over T and hs, exp and log evaluated differently), a few units of
-// fp32 rounding times the sizes summed, so it scales with the largest magnitude in the output.
+// |got - ref| <= atol + rtol |ref| + order_eps * max|ref| (+ rtol * magnitude[i] where given).
+// The atol + rtol part is the dtype's one rounding of each output (ToleranceFor); the order_eps
+// term is the fp32 arithmetic done in another order than the CPU's (sums over T and hs, exp and
+// log evaluated differently), a few units of fp32 rounding times the sizes summed, so it scales
+// with the largest magnitude in the output. `magnitude` is for the direct path's 16-bit operands,
+// see AttentionMagnitudes.
 void ExpectCloseToScale(const std::vector<float>& got, const std::vector<float>& ref, Tolerance tol,
-                        const std::string& what, double order_eps = 1e-5) {
+                        const std::string& what, double order_eps = 1e-5,
+                        const std::vector<double>& magnitude = {}) {
   ASSERT_EQ(got.size(), ref.size()) << what;
+  ASSERT_TRUE(magnitude.empty() || magnitude.size() == ref.size()) << what;
   double scale = 0.0;
   for (float r : ref) scale = std::max(scale, static_cast<double>(std::fabs(r)));
   int reported = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
-    const double bound = tol.atol + tol.rtol * std::fabs(ref[i]) + order_eps * scale;
+    const double bound = tol.atol + tol.rtol * std::fabs(ref[i]) + order_eps * scale +
+                         (magnitude.empty() ? 0.0 : tol.rtol * magnitude[i]);
     if (!(std::fabs(static_cast<double>(got[i]) - ref[i]) <= bound) && reported++ < 5) {
       ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << ref[i] << " (bound "
                     << bound << ")";
     }
   }
+}
+
+// In bf16/fp16 the direct path multiplies the probabilities P and dS = dL/dscores rounded once to
+// the 16-bit type (the tensor cores take 16-bit operands), where the CPU twin multiplies them in
+// fp32. Rounding x to 16 bits changes it by at most u|x| (u = 2^-8 for bf16, 2^-11 for fp16), so
+// a sum of products with one rounded factor moves by at most u times the same sum over absolute
+// values:
+//   out[t,d]  by u sum_s P[t,s] |v[s,d]|        dv[s,d] by u sum_t P[t,s] |dout[t,d]|
+//   dq[t,d]   by u sum_s |dS[t,s]| |k[s,d]|     dk[s,d] by u sum_t |dS[t,s]| |q[t,d]|
+// These sums, computed here in double (B,T,C) for out and (B,T,3C) for dqkv, bound the extra
+// error as rtol * sum with ToleranceFor's rtol (about 4u). The sums do not shrink with
+// cancellation, which a relative bound on the result would need.
+struct Magnitudes {
+  std::vector<double> out, dqkv;
+};
+
+Magnitudes AttentionMagnitudes(const std::vector<float>& qkv, const std::vector<float>& dout,
+                               const Shape& s) {
+  const int T = s.T, C = s.C, C3 = 3 * s.C, hs = s.C / s.NH;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  Magnitudes m{std::vector<double>(s.out(), 0.0), std::vector<double>(s.qkv(), 0.0)};
+  std::vector<double> p(static_cast<size_t>(T) * T), ds(static_cast<size_t>(T) * T);
+  for (int b = 0; b < s.B; ++b) {
+    for (int h = 0; h < s.NH; ++h) {
+      const auto q = [&](int t, int d) {
+        return double{qkv[(static_cast<size_t>(b) * T + t) * C3 + h * hs + d]};
+      };
+      const auto k = [&](int t, int d) { return q(t, d + C); };
+      const auto v = [&](int t, int d) { return q(t, d + 2 * C); };
+      const auto g = [&](int t, int d) {
+        return double{dout[(static_cast<size_t>(b) * T + t) * C + h * hs + d]};
+      };
+      for (int t = 0; t < T; ++t) {
+        double* pt = &p[static_cast<size_t>(t) * T];
+        double row_max = -INFINITY, sum = 0.0, dot = 0.0;
+        for (int u = 0; u <= t; ++u) {
+          double score = 0.0;
+          for (int d = 0; d < hs; ++d) score += q(t, d) * k(u, d);
+          pt[u] = score * scale;
+          row_max = std::max(row_max, pt[u]);
+        }
+        for (int u = 0; u <= t; ++u) sum += (pt[u] = std::exp(pt[u] - row_max));
+        for (int u = 0; u <= t; ++u) pt[u] /= sum;
+        double* dst = &ds[static_cast<size_t>(t) * T];
+        for (int u = 0; u <= t; ++u) {
+          double dp = 0.0;
+          for (int d = 0; d < hs; ++d) dp += g(t, d) * v(u, d);
+          dst[u] = dp;
+          dot += pt[u] * dp;
+        }
+        for (int u = 0; u <= t; ++u) dst[u] = std::fabs(scale * pt[u] * (dst[u] - dot));
+      }
+      for (int t = 0; t < T; ++t) {
+        for (int u = 0; u <= t; ++u) {
+          const double pu = p[static_cast<size_t>(t) * T + u],
+                       du = ds[static_cast<size_t>(t) * T + u];
+          for (int d = 0; d < hs; ++d) {
+            m.out[(static_cast<size_t>(b) * T + t) * C + h * hs + d] += pu * std::fabs(v(u, d));
+            double* dq = &m.dqkv[(static_cast<size_t>(b) * T + t) * C3 + h * hs + d];
+            double* dk = &m.dqkv[(static_cast<size_t>(b) * T + u) * C3 + C + h * hs + d];
+            double* dv = dk + C;
+            *dq += du * std::fabs(k(u, d));
+            *dk += du * std::fabs(q(t, d));
+            *dv += pu * std::fabs(g(t, d));
+          }
+        }
+      }
+    }
+  }
+  return m;
 }
 
 class CudaAttention : public CudaKernelTest, public ::testing::WithParamInterface<DType> {
@@ -76,7 +151,9 @@ class CudaAttention : public CudaKernelTest, public ::testing::WithParamInterfac
                                      workspace.data(), s.B, s.T, s.C, s.NH, type, stream()));
     std::vector<float> out(s.out()), att(s.att());
     cpu::AttentionForward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-    ExpectCloseToScale(d_out.Download(), out, ToleranceFor(type), "out");
+    const Magnitudes magnitudes =
+        type == DType::kFloat32 ? Magnitudes{} : AttentionMagnitudes(qkv, dout, s);
+    ExpectCloseToScale(d_out.Download(), out, ToleranceFor(type), "out", 1e-5, magnitudes.out);
     // att stays fp32 for every type and is computed from the same (rounded) inputs.
     ExpectCloseToScale(d_att.Download(), att, ToleranceFor(DType::kFloat32), "att");
 
@@ -87,7 +164,7 @@ class CudaAttention : public CudaKernelTest, public ::testing::WithParamInterfac
                                       type, stream()));
     std::vector<float> dqkv = dqkv0;
     cpu::AttentionBackward(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.C, s.NH);
-    ExpectCloseToScale(d_dqkv.Download(), dqkv, ToleranceFor(type), "dqkv");
+    ExpectCloseToScale(d_dqkv.Download(), dqkv, ToleranceFor(type), "dqkv", 1e-5, magnitudes.dqkv);
   }
 
   void CheckTiled(const Shape& s) {
@@ -163,9 +240,16 @@ TEST_P(CudaAttention, TiledAgreesWithDirect) {
   HOIST_ASSERT_OK(AttentionBackwardTiled(tiled_dqkv.data(), d_dout.data(), d_qkv.data(),
                                          tiled_out.data(), lse.as<float>(), workspace.data(), s.B,
                                          s.T, s.C, s.NH, type, stream()));
-  // Each side rounds once to `type`: two roundings apart at most, within ToleranceFor's rtol.
-  ExpectCloseToScale(tiled_out.Download(), direct_out.Download(), ToleranceFor(type), "out");
-  ExpectCloseToScale(tiled_dqkv.Download(), direct_dqkv.Download(), ToleranceFor(type), "dqkv");
+  // Each side rounds once to `type`: two roundings apart at most, within ToleranceFor's rtol. The
+  // tiled path keeps P and dS in fp32, the direct one rounds them in 16-bit types (see
+  // AttentionMagnitudes), from the inputs as the device holds them.
+  const Magnitudes magnitudes =
+      type == DType::kFloat32 ? Magnitudes{}
+                              : AttentionMagnitudes(RoundTo(type, qkv), RoundTo(type, dout), s);
+  ExpectCloseToScale(tiled_out.Download(), direct_out.Download(), ToleranceFor(type), "out", 1e-5,
+                     magnitudes.out);
+  ExpectCloseToScale(tiled_dqkv.Download(), direct_dqkv.Download(), ToleranceFor(type), "dqkv",
+                     1e-5, magnitudes.dqkv);
 }
 
 TEST_P(CudaAttention, DirectRefusesBadArguments) {
@@ -218,6 +302,16 @@ TEST(CudaAttentionTiledValidation, RefusesNullPointersSizesAndStream) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(AttentionForwardTiled(kFake, kFakeFloats, kFake, 1, 8, 64, 3, type, kFakeStream).code(),
             StatusCode::kInvalidArgument);
+  // One grid row per (b, h): B*NH = 65536 is one past what grid.y takes.
+  const Status too_many_rows =
+      AttentionForwardTiled(kFake, kFakeFloats, kFake, 32768, 8, 64, 2, type, kFakeStream);
+  EXPECT_EQ(too_many_rows.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many_rows.message().find("B*NH = 65536"), std::string::npos)
+      << too_many_rows.message();
+  EXPECT_EQ(AttentionBackwardTiled(kFake, kFake, kFake, kFake, kFakeFloats, kFake, 32768, 8, 64, 2,
+                                   type, kFakeStream)
+                .code(),
+            StatusCode::kInvalidArgument);
   const Status null_stream =
       AttentionForwardTiled(kFake, kFakeFloats, kFake, 1, 8, 64, 2, type, nullptr);
   EXPECT_EQ(null_stream.code(), StatusCode::kInvalidArgument);
@@ -233,9 +327,11 @@ TEST(CudaAttentionTiledValidation, RefusesNullPointersSizesAndStream) {
 
 TEST(CudaAttentionTiledValidation, WorkspaceSizes) {
   EXPECT_EQ(TiledAttentionBackwardWorkspaceBytes(2, 67, 4), int64_t{2} * 4 * 67 * 4);
-  // q, k, v, the head-major output and dq, dk, dv in fp32, plus one T x T score matrix per head.
-  EXPECT_EQ(AttentionWorkspaceBytes(2, 67, 64, 4, DType::kBfloat16),
-            (int64_t{7} * 2 * 67 * 64 + int64_t{2} * 4 * 67 * 67) * 4);
+  // q, k, v and dout heads in `type`, dq, dk, dv in fp32, plus one fp32 T x T block per head.
+  const int64_t btc = int64_t{2} * 67 * 64, bhtt = int64_t{2} * 4 * 67 * 67;
+  EXPECT_EQ(AttentionWorkspaceBytes(2, 67, 64, 4, DType::kFloat32), (7 * btc + bhtt) * 4);
+  EXPECT_EQ(AttentionWorkspaceBytes(2, 67, 64, 4, DType::kBfloat16), 20 * btc + 4 * bhtt);
+  EXPECT_EQ(AttentionWorkspaceBytes(2, 67, 64, 4, DType::kFloat16), 20 * btc + 4 * bhtt);
 }
 
 }  // namespace

@@ -129,6 +129,50 @@ TEST_P(CudaMatmul, GeluOddWidthTakesUnfusedPath) {
   CheckForward(100, /*with_bias=*/true, /*with_gelu=*/true);
 }
 
+// The second product of a shape runs the plan the first one made (the handle keeps no more), with
+// its own bias, aux (pre-activation) and output pointers: both calls' arrays stay alive, so a
+// pointer left over from the first call would show as the first call's values.
+TEST_P(CudaMatmul, RepeatedShapeReusesItsPlanWithEachCallsPointers) {
+  const DType type = GetParam();
+  const auto inp = RoundTo(type, RandomFloats(kN * kC, 21));
+  const auto weight = RoundTo(type, RandomFloats(kOC * kC, 22, -0.2f, 0.2f));
+  const std::vector<float> biases[2] = {RoundTo(type, RandomFloats(kOC, 23)),
+                                        RoundTo(type, RandomFloats(kOC, 24))};
+  const size_t n = static_cast<size_t>(kN) * kOC;
+  DeviceArray d_inp(type, inp), d_weight(type, weight);
+  DeviceArray d_bias0(type, biases[0]), d_bias1(type, biases[1]);
+  DeviceArray d_out0(type, n), d_out1(type, n), d_gelu0(type, n), d_gelu1(type, n);
+  const DeviceArray* d_bias[2] = {&d_bias0, &d_bias1};
+  DeviceArray* d_out[2] = {&d_out0, &d_out1};
+  DeviceArray* d_gelu[2] = {&d_gelu0, &d_gelu1};
+  size_t plans_after_first = 0;
+  for (int i = 0; i < 2; ++i) {
+    d_out[i]->Poison();
+    d_gelu[i]->Poison();
+    HOIST_ASSERT_OK(MatmulForward(*blas_, d_out[i]->data(), d_inp.data(), d_weight.data(),
+                                  d_bias[i]->data(), kN, kC, kOC, type, stream(),
+                                  d_gelu[i]->data()));
+    if (i == 0) plans_after_first = blas_->lt_plans().size();
+  }
+  EXPECT_GT(plans_after_first, 0u);
+  EXPECT_EQ(blas_->lt_plans().size(), plans_after_first);
+
+  const Tolerance tol = ToleranceFor(type);
+  for (int i = 0; i < 2; ++i) {
+    const std::string what = "call " + std::to_string(i) + " ";
+    std::vector<float> ref(n), magnitude(n), gelu_ref(n);
+    cpu::MatmulForward(ref.data(), inp.data(), weight.data(), biases[i].data(), kN, kC, kOC);
+    const auto abs_bias = Abs(biases[i]);
+    cpu::MatmulForward(magnitude.data(), Abs(inp).data(), Abs(weight).data(), abs_bias.data(), kN,
+                       kC, kOC);
+    const std::vector<float> out = d_out[i]->Download();
+    ExpectCloseScaled(out, ref, magnitude, tol, OrderEps(kC), what + "out");
+    cpu::GeluForward(gelu_ref.data(), out.data(), out.size());
+    ExpectCloseScaled(d_gelu[i]->Download(), gelu_ref, Abs(out), tol, 2 * tol.rtol,
+                      what + "gelu_out");
+  }
+}
+
 // The backward accumulates: every gradient starts from the same random values on both sides.
 void CheckBackward(BlasHandle& blas, cudaStream_t stream, DType type, bool with_dinp,
                    bool with_dbias) {
