@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -31,6 +32,27 @@ StatusOr<NodeCounts> CountRanksPerNode(Communicator& comm) {
     if (r == comm.rank()) counts.on_this_node = same;
   }
   return counts;
+}
+
+Status RefuseSharedResource(Communicator& comm, const std::string& mine, const std::string& what) {
+  // A fixed record per rank: the name's first bytes, zero-padded. The all-gather copies bits;
+  // float32 elements only size it.
+  constexpr size_t kBytes = 256;
+  constexpr int64_t kWords = kBytes / sizeof(float);
+  std::vector<char> all(kBytes * static_cast<size_t>(comm.world_size()));
+  char record[kBytes] = {};
+  std::memcpy(record, mine.data(), std::min(mine.size(), kBytes - 1));
+  HOIST_RETURN_IF_ERROR(comm.AllGather(record, all.data(), kWords, DataType::kFloat32)
+                            .WithContext("comparing the " + what + " each rank uses"));
+  if (record[0] == '\0') return Status::Ok();
+  for (int r = 0; r < comm.world_size(); ++r) {
+    if (r == comm.rank()) continue;
+    if (std::memcmp(all.data() + kBytes * static_cast<size_t>(r), record, kBytes) == 0) {
+      return UnavailableError("rank " + std::to_string(comm.rank()) + " and rank " +
+                              std::to_string(r) + " would both use " + what + " " + record);
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace hoist::comm

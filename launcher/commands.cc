@@ -1,5 +1,7 @@
 #include "launcher/commands.h"
 
+#include <unistd.h>
+
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "comm/agree.h"
+#include "comm/node.h"
 #include "comm/world.h"
 #include "core/logging.h"
 #include "core/rank_env.h"
@@ -31,22 +34,14 @@ int ReportError(const Status& status) {
 
 namespace {
 
-// Why this rank cannot train on its GPU, or Ok: the build, the GPUs visible to it (one per rank
-// on a node: NCCL refuses two ranks on one GPU), NCCL for more than one rank, the job itself.
-Status LocalGpuReadiness(const runtime::Config& config, int local_rank, int world_size,
-                         bool memory_budget) {
+// Why this rank cannot train on its GPU, or Ok: the build, a GPU visible to it, NCCL for more
+// than one rank, the job itself. Whether two ranks would share a GPU is ChooseDevice's question.
+Status LocalGpuReadiness(const runtime::Config& config, int world_size, bool memory_budget) {
 #if defined(HOIST_HAVE_CUDA)
   (void)world_size;  // without NCCL it decides below
-  const int gpus = CudaDeviceCount();
-  if (gpus == 0) {
+  if (CudaDeviceCount() == 0) {
     return UnavailableError("no CUDA GPU is visible (driver " + CudaDriverVersionString() +
                             "; check CUDA_VISIBLE_DEVICES)");
-  }
-  if (local_rank >= gpus) {
-    return UnavailableError("local rank " + std::to_string(local_rank) +
-                            " has no GPU of its own (" + std::to_string(gpus) +
-                            " visible; NCCL needs one GPU per rank): start at most that many "
-                            "ranks per node");
   }
 #if !defined(HOIST_HAVE_NCCL)
   if (world_size > 1)
@@ -60,7 +55,6 @@ Status LocalGpuReadiness(const runtime::Config& config, int local_rank, int worl
   return runtime::SupportsDeviceTraining(config, "cuda");
 #else
   (void)config;
-  (void)local_rank;
   (void)world_size;
   (void)memory_budget;
   return UnimplementedError(
@@ -69,26 +63,58 @@ Status LocalGpuReadiness(const runtime::Config& config, int local_rank, int worl
 #endif
 }
 
+// Collective: `ready`, or why this rank's GPU (local rank modulo the GPUs it sees, as the GPU
+// path opens it) is one another rank would use too; NCCL needs one GPU per rank. The GPUs are
+// told apart by host name and PCI bus id, so a launcher that gives each rank its own
+// CUDA_VISIBLE_DEVICES (every rank seeing "GPU 0") passes.
+Status RefuseSharedGpu(comm::Communicator& comm, int local_rank, const Status& ready) {
+  std::string mine;
+#if defined(HOIST_HAVE_CUDA)
+  const int gpus = CudaDeviceCount();
+  if (ready.ok() && gpus > 0) {
+    const StatusOr<std::string> bus_id = CudaDevicePciBusId(local_rank % gpus);
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    // Without a bus id this rank cannot be compared; opening the GPU will say what is wrong.
+    if (bus_id.ok()) mine = *bus_id + " on " + host;
+  }
+#else
+  (void)local_rank;
+#endif
+  const Status shared = comm::RefuseSharedResource(comm, mine, "the GPU");
+  if (!ready.ok()) return ready;
+  if (!shared.ok() && shared.code() == StatusCode::kUnavailable) {
+    return Status(shared.code(), shared.message() +
+                                     " (NCCL needs one GPU per rank): start at most as many "
+                                     "ranks per node as it has GPUs");
+  }
+  return shared;
+}
+
 // Where `hoist train --device` runs the step: an empty factory is the CPU path. cuda requires
-// this rank's GPU (a clear error otherwise); auto takes the GPUs only when every rank can (the
-// ranks agree over `comm`, so that no rank takes the other path), else the CPU, saying why on
-// rank 0 when a GPU was there.
+// every rank's own GPU (a clear error on every rank otherwise); auto takes the GPUs only when
+// every rank can, else the CPU, saying why on rank 0 when a GPU was there. Both are agreed over
+// `comm`, so that no rank takes another path or waits for a rank that gave up.
 StatusOr<runtime::DeviceTrainingFactory> ChooseDevice(const std::string& device,
                                                       const runtime::Config& config,
                                                       const RankEnv& rank_env,
                                                       comm::Communicator& comm, bool memory_budget,
                                                       std::ostream* out) {
   if (device == "cpu") return runtime::DeviceTrainingFactory();
-  const Status ready =
-      LocalGpuReadiness(config, rank_env.local_rank, rank_env.world_size, memory_budget);
-  if (device == "cuda") {
-    if (!ready.ok()) {
-      return Status(ready.code(),
-                    "--device cuda: " + ready.message() + "; --device cpu trains on the CPU");
-    }
-    return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);
-  }
+  const Status ready = RefuseSharedGpu(
+      comm, rank_env.local_rank, LocalGpuReadiness(config, rank_env.world_size, memory_budget));
   const Status everywhere = comm::AgreeOnStatus(comm, ready);
+  if (device == "cuda") {
+    if (!everywhere.ok()) {
+      return Status(everywhere.code(),
+                    "--device cuda: " + everywhere.message() + "; --device cpu trains on the CPU");
+    }
+#if defined(HOIST_HAVE_CUDA)
+    return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);
+#else
+    return UnimplementedError("--device cuda: this build of hoist has no CUDA");  // not reached
+#endif
+  }
   if (everywhere.ok()) {
 #if defined(HOIST_HAVE_CUDA)
     return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);

@@ -71,6 +71,12 @@ StatusOr<std::string> CudaDeviceName(int ordinal) {
   return std::string(prop.name);
 }
 
+StatusOr<std::string> CudaDevicePciBusId(int ordinal) {
+  char id[32] = {};
+  HOIST_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof(id)), ordinal));
+  return std::string(id);
+}
+
 StatusOr<std::unique_ptr<CudaDevice>> CudaDevice::Open(int ordinal, MemoryTracker* tracker) {
   HOIST_CHECK_GE(ordinal, 0);
   HOIST_CHECK(tracker != nullptr);

@@ -27,6 +27,9 @@ std::string CudaDriverVersionString();
 std::string CudaRuntimeVersionString();
 // The product name of GPU `ordinal`, e.g. "NVIDIA H100 80GB HBM3".
 StatusOr<std::string> CudaDeviceName(int ordinal);
+// The PCI bus id of GPU `ordinal`, "0000:3b:00.0": the same GPU has the same id in every process
+// on its machine, whatever CUDA_VISIBLE_DEVICES each one sees.
+StatusOr<std::string> CudaDevicePciBusId(int ordinal);
 
 class CudaDevice final : public Device {
  public:

@@ -85,6 +85,15 @@ Status CudaAdamW::ReduceGradients(comm::Communicator* comm) {
 }
 
 StatusOr<CudaAdamW::Result> CudaAdamW::Step(float lr, float loss_scale, float max_norm) {
+  // The reduction first, before anything that blocks the host on the compute stream (which
+  // waits for it): NcclWork::Wait polls with comm.timeout_s and aborts NCCL when a peer never
+  // comes, where a stream synchronisation, or the copy of the sum below into pageable memory,
+  // would wait for ever.
+  if (pending_reduction_ != nullptr) {
+    const Status reduced = pending_reduction_->Wait();
+    pending_reduction_.reset();
+    HOIST_RETURN_IF_ERROR(reduced);
+  }
   cudaStream_t stream = model_->stream().get();
   const float inv_scale = 1.0f / loss_scale;
   double* sum_device = workspace_.as<double>();
@@ -94,13 +103,6 @@ StatusOr<CudaAdamW::Result> CudaAdamW::Step(float lr, float loss_scale, float ma
   double sum = 0;
   HOIST_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(&sum, sum_device, sizeof(double), cudaMemcpyDeviceToHost, stream));
-  // The reduction first: NcclWork::Wait polls with comm.timeout_s and aborts NCCL when a peer
-  // never comes, where a stream synchronisation would wait for ever.
-  if (pending_reduction_ != nullptr) {
-    const Status reduced = pending_reduction_->Wait();
-    pending_reduction_.reset();
-    HOIST_RETURN_IF_ERROR(reduced);
-  }
   HOIST_RETURN_IF_ERROR(model_->stream().Synchronize());
   Result result;
   // The norm of the unscaled gradients: the scale comes out of the square root exactly.

@@ -144,7 +144,12 @@ StatusOr<std::unique_ptr<DeviceTraining>> CreateCudaTraining(const Config& confi
     comm::NcclOptions options;
     options.local_rank = local_rank;
     options.timeout_s = config.comm.timeout_s;
-    HOIST_ASSIGN_OR_RETURN(training->nccl, comm::NcclCommunicator::Create(comm, options));
+    // Connecting can fail on one rank alone too; the others must not go on to the next
+    // agreement below with one rank fewer.
+    StatusOr<std::unique_ptr<comm::NcclCommunicator>> nccl =
+        comm::NcclCommunicator::Create(comm, options);
+    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm, nccl.ok() ? Status::Ok() : nccl.status()));
+    training->nccl = std::move(nccl).value();
 #else
     return UnimplementedError("--device cuda on " + std::to_string(comm->world_size()) +
                               " ranks needs NCCL, which this build of hoist lacks; rebuild with "
