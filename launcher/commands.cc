@@ -58,8 +58,8 @@ Status LocalGpuReadiness(const runtime::Config& config, int world_size, bool mem
   (void)world_size;
   (void)memory_budget;
   return UnimplementedError(
-      "this build of hoist has no CUDA (nvcc was not found when it was configured); rebuild "
-      "where the CUDA toolkit is installed");
+      "this build of hoist has no CUDA (configured without nvcc, or with HOIST_WITH_CUDA=OFF); "
+      "rebuild where the CUDA toolkit is installed");
 #endif
 }
 
