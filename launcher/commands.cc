@@ -28,7 +28,10 @@
 namespace hoist::launcher {
 
 int ReportError(const Status& status) {
-  std::cerr << "hoist: error: " << status.message() << "\n";
+  // One write: the ranks of a job share the terminal, and pieces of their lines would interleave.
+  const std::string line = "hoist: error: " + status.message() + "\n";
+  std::cerr.write(line.data(), static_cast<std::streamsize>(line.size()));
+  std::cerr.flush();
   return 1;
 }
 
