@@ -257,17 +257,24 @@ Status CheckShape(const char* op, int B, int T, int C, int NH) {
 
 // The regions of the workspace (see the top of the file).
 struct Workspace {
-  char* heads;   // q, k, v, dout heads in `type`
-  float* grads;  // dq, dk, dv heads (fp32); the forward's out heads
+  char* heads;  // q, k, v, dout heads in `type`, each B*T*C: q = heads, then k, v, fourth
+  const char* k;
+  const char* v;
+  char* fourth;  // the dout heads (backward); the forward's fp32 out heads where `type` is fp32
+  float* grads;  // dq, dk, dv heads (fp32); the forward's out heads for a 16-bit `type`
   float* scores;
 };
 
 Workspace CarveWorkspace(void* workspace, int B, int T, int C, DType type) {
   const int64_t btc = static_cast<int64_t>(B) * T * C;
+  const int64_t part = btc * static_cast<int64_t>(DTypeSize(type));
   char* base = static_cast<char*>(workspace);
   Workspace w;
   w.heads = base;
-  w.grads = reinterpret_cast<float*>(base + 4 * btc * static_cast<int64_t>(DTypeSize(type)));
+  w.k = base + part;
+  w.v = base + 2 * part;
+  w.fourth = base + 3 * part;
+  w.grads = reinterpret_cast<float*>(base + 4 * part);
   w.scores = w.grads + 3 * btc;
   return w;
 }
@@ -291,18 +298,13 @@ Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv
   HOIST_RETURN_IF_ERROR(CheckShape(kOp, B, T, C, NH));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
   const int hs = C / NH, batch = B * NH;
-  const int64_t btc = static_cast<int64_t>(B) * T * C, head = static_cast<int64_t>(T) * hs,
-                tt = static_cast<int64_t>(T) * T;
+  const int64_t head = static_cast<int64_t>(T) * hs, tt = static_cast<int64_t>(T) * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const cudaDataType_t ab_type = CudaDataType(type);
-  const int64_t e = static_cast<int64_t>(DTypeSize(type));
   const Workspace w = CarveWorkspace(workspace, B, T, C, type);
-  const char* q = w.heads;
-  const char* k = q + btc * e;
-  const char* v = k + btc * e;
+  const char *q = w.heads, *k = w.k, *v = w.v;
   // fp32 out heads: in the dout slot where that is fp32 too, else over dq.
-  float* out_heads =
-      type == DType::kFloat32 ? reinterpret_cast<float*>(w.heads + 3 * btc * e) : w.grads;
+  float* out_heads = type == DType::kFloat32 ? reinterpret_cast<float*>(w.fourth) : w.grads;
   // The P of out = P v: att itself for fp32, its 16-bit copy otherwise.
   void* probs = type == DType::kFloat32 ? static_cast<void*>(att) : static_cast<void*>(w.scores);
 
@@ -335,12 +337,9 @@ Status AttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const v
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const bool fp32 = type == DType::kFloat32;
   const cudaDataType_t ab_type = CudaDataType(type);
-  const int64_t e = static_cast<int64_t>(DTypeSize(type));
   const Workspace w = CarveWorkspace(workspace, B, T, C, type);
-  const char* q = w.heads;
-  const char* k = q + btc * e;
-  const char* v = k + btc * e;
-  char* dout_heads = w.heads + 3 * btc * e;
+  const char *q = w.heads, *k = w.k, *v = w.v;
+  char* dout_heads = w.fourth;
   float* dq = w.grads;
   float* dk = dq + btc;
   float* dv = dk + btc;
