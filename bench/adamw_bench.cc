@@ -35,11 +35,10 @@ extern char** environ;
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using hoist::DType;
 using hoist::kernels::cpu::AdamWFusedStep;
 using hoist::kernels::cpu::AdamWHyperparams;
 using hoist::kernels::cpu::AdamWShard;
-using hoist::kernels::cpu::GradFormat;
-using hoist::kernels::cpu::HalfFormat;
 
 struct FreeDeleter {
   void operator()(void* p) const { std::free(p); }
@@ -222,11 +221,11 @@ int main(int argc, char** argv) {
     shard.m = m.get();
     shard.v = v.get();
     shard.grad = g.get();
-    shard.grad_format = GradFormat::kFp32;
+    shard.grad_format = DType::kFloat32;
     shard.n = n;
     AdamWShard fused = shard;
     fused.param_copy = copy.get();
-    fused.copy_format = HalfFormat::kBf16;
+    fused.copy_format = DType::kBFloat16;
 
     std::vector<double> bound, adamw, bound_copy, fused_copy;
     for (int r = -1; r < reps; ++r) {  // r = -1 warms up every variant

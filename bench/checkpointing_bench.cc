@@ -65,8 +65,7 @@ void StepTimes(const ModelConfig& m, int B, int rounds) {
   std::vector<std::unique_ptr<Gpt2Model>> models;
   for (const PolicyCase& p : policies) {
     models.push_back(
-        std::move(Gpt2Model::Create(m, B, T, &device, nullptr, comm::DataType::kFloat32, p.ac))
-            .value());
+        std::move(Gpt2Model::Create(m, B, T, &device, nullptr, DType::kFloat32, p.ac)).value());
     models.back()->InitializeWeights(1);
   }
   Rng rng(3);
@@ -93,12 +92,12 @@ void StepTimes(const ModelConfig& m, int B, int rounds) {
     median.push_back(t[t.size() / 2]);
   }
   const int64_t none_bytes =
-      Gpt2Model::ActivationFootprint(m, B, T, comm::DataType::kFloat32, policies[0].ac).device;
+      Gpt2Model::ActivationFootprint(m, B, T, DType::kFloat32, policies[0].ac).device;
   std::printf("   %-14s %10s %9s %12s %10s %12s\n", "policy", "step ms", "vs none", "activations",
               "saved", "recompute ms");
   for (size_t i = 0; i < policies.size(); ++i) {
     const int64_t bytes =
-        Gpt2Model::ActivationFootprint(m, B, T, comm::DataType::kFloat32, policies[i].ac).device;
+        Gpt2Model::ActivationFootprint(m, B, T, DType::kFloat32, policies[i].ac).device;
     const double recompute_ms =
         1e3 * models[i]->recompute_seconds() / double(rounds + 1);  // per step, all rounds
     std::printf("   %-14s %10.2f %8.3fx %12s %9.1f%% %12.2f\n", policies[i].name, 1e3 * median[i],

@@ -33,8 +33,8 @@
 
 namespace {
 
+using hoist::DType;
 using hoist::comm::Communicator;
-using hoist::comm::DataType;
 using hoist::comm::ReduceOp;
 using Clock = std::chrono::steady_clock;
 
@@ -150,23 +150,21 @@ int main(int argc, char** argv) {
       switch (op) {
         case Op::kAllReduce:
           calls.push_back([&] {
-            Check(ours->AllReduce(a.data(), count, DataType::kFloat32, ReduceOp::kSum),
-                  "AllReduce");
+            Check(ours->AllReduce(a.data(), count, DType::kFloat32, ReduceOp::kSum), "AllReduce");
           });
           calls.push_back([&] {
             MPI_Allreduce(MPI_IN_PLACE, a.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, raw);
           });
           if (shm)
             calls.push_back([&] {
-              Check(shm->AllReduce(a.data(), count, DataType::kFloat32, ReduceOp::kSum),
+              Check(shm->AllReduce(a.data(), count, DType::kFloat32, ReduceOp::kSum),
                     "shm AllReduce");
             });
           break;
         case Op::kReduceScatter:
           calls.push_back([&] {
-            Check(
-                ours->ReduceScatter(a.data(), b.data(), block, DataType::kFloat32, ReduceOp::kSum),
-                "ReduceScatter");
+            Check(ours->ReduceScatter(a.data(), b.data(), block, DType::kFloat32, ReduceOp::kSum),
+                  "ReduceScatter");
           });
           calls.push_back([&] {
             MPI_Reduce_scatter_block(a.data(), b.data(), static_cast<int>(block), MPI_FLOAT,
@@ -174,14 +172,13 @@ int main(int argc, char** argv) {
           });
           if (shm)
             calls.push_back([&] {
-              Check(
-                  shm->ReduceScatter(a.data(), b.data(), block, DataType::kFloat32, ReduceOp::kSum),
-                  "shm ReduceScatter");
+              Check(shm->ReduceScatter(a.data(), b.data(), block, DType::kFloat32, ReduceOp::kSum),
+                    "shm ReduceScatter");
             });
           break;
         case Op::kAllGather:
           calls.push_back([&] {
-            Check(ours->AllGather(a.data(), b.data(), block, DataType::kFloat32), "AllGather");
+            Check(ours->AllGather(a.data(), b.data(), block, DType::kFloat32), "AllGather");
           });
           calls.push_back([&] {
             MPI_Allgather(a.data(), static_cast<int>(block), MPI_FLOAT, b.data(),
@@ -189,7 +186,7 @@ int main(int argc, char** argv) {
           });
           if (shm)
             calls.push_back([&] {
-              Check(shm->AllGather(a.data(), b.data(), block, DataType::kFloat32), "shm AllGather");
+              Check(shm->AllGather(a.data(), b.data(), block, DType::kFloat32), "shm AllGather");
             });
           break;
       }

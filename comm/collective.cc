@@ -22,7 +22,7 @@ int64_t CallBytes(const CollectiveCall& call, int world_size) {
   if (call.op == CollectiveOp::kReduceScatter || call.op == CollectiveOp::kAllGather) {
     elements *= world_size;
   }
-  return elements * static_cast<int64_t>(DataTypeSize(call.type));
+  return elements * static_cast<int64_t>(DTypeSize(call.type));
 }
 
 std::string Describe(const CollectiveCall& call, int world_size) {
@@ -34,7 +34,7 @@ std::string Describe(const CollectiveCall& call, int world_size) {
     out << ReduceOpName(call.reduce) << ", ";
   }
   if (call.op == CollectiveOp::kBroadcast) out << "root " << call.root << ", ";
-  out << call.count << " x " << DataTypeName(call.type) << ", " << CallBytes(call, world_size)
+  out << call.count << " x " << DTypeName(call.type) << ", " << CallBytes(call, world_size)
       << " bytes)";
   return out.str();
 }
@@ -57,20 +57,20 @@ Status ValidateCall(const CollectiveCall& call, int rank, int world_size, const 
   return Status::Ok();
 }
 
-float LoadElement(const void* base, int64_t i, DataType type) {
+float LoadElement(const void* base, int64_t i, DType type) {
   switch (type) {
-    case DataType::kFloat32: return static_cast<const float*>(base)[i];
-    case DataType::kBFloat16: return BFloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DType::kFloat32: return static_cast<const float*>(base)[i];
+    case DType::kBFloat16: return BFloat16ToFloat(static_cast<const uint16_t*>(base)[i]);
+    case DType::kFloat16: return HalfToFloat(static_cast<const uint16_t*>(base)[i]);
   }
   return 0.0f;
 }
 
-void StoreElement(void* base, int64_t i, DataType type, float value) {
+void StoreElement(void* base, int64_t i, DType type, float value) {
   switch (type) {
-    case DataType::kFloat32: static_cast<float*>(base)[i] = value; return;
-    case DataType::kBFloat16: static_cast<uint16_t*>(base)[i] = FloatToBFloat16(value); return;
-    case DataType::kFloat16: static_cast<uint16_t*>(base)[i] = FloatToHalf(value); return;
+    case DType::kFloat32: static_cast<float*>(base)[i] = value; return;
+    case DType::kBFloat16: static_cast<uint16_t*>(base)[i] = FloatToBFloat16(value); return;
+    case DType::kFloat16: static_cast<uint16_t*>(base)[i] = FloatToHalf(value); return;
   }
 }
 
@@ -91,16 +91,16 @@ void ReduceLoop(const void* const* inputs, int n, void* out, int64_t count, Redu
 
 }  // namespace
 
-void ReduceInRankOrder(const void* const* inputs, int n, void* out, int64_t count, DataType type,
+void ReduceInRankOrder(const void* const* inputs, int n, void* out, int64_t count, DType type,
                        ReduceOp op) {
   switch (type) {
-    case DataType::kFloat32:
+    case DType::kFloat32:
       ReduceLoop(
           inputs, n, out, count, op,
           [](const void* b, int64_t i) { return static_cast<const float*>(b)[i]; },
           [](void* b, int64_t i, float v) { static_cast<float*>(b)[i] = v; });
       return;
-    case DataType::kBFloat16:
+    case DType::kBFloat16:
       ReduceLoop(
           inputs, n, out, count, op,
           [](const void* b, int64_t i) {
@@ -108,7 +108,7 @@ void ReduceInRankOrder(const void* const* inputs, int n, void* out, int64_t coun
           },
           [](void* b, int64_t i, float v) { static_cast<uint16_t*>(b)[i] = FloatToBFloat16(v); });
       return;
-    case DataType::kFloat16:
+    case DType::kFloat16:
       ReduceLoop(
           inputs, n, out, count, op,
           [](const void* b, int64_t i) { return HalfToFloat(static_cast<const uint16_t*>(b)[i]); },

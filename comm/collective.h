@@ -19,14 +19,14 @@ const char* CollectiveOpName(CollectiveOp op);
 struct CollectiveCall {
   CollectiveOp op = CollectiveOp::kBarrier;
   int64_t count = 0;  // per-rank block: count, recv_count or send_count
-  DataType type = DataType::kFloat32;
+  DType type = DType::kFloat32;
   ReduceOp reduce = ReduceOp::kSum;
   int root = 0;
 
   bool operator==(const CollectiveCall&) const = default;
 };
 
-// "AllReduce(sum, 7 x float32, 28 bytes)": the op, its arguments and the bytes of the larger buffer
+// "AllReduce(sum, 7 x fp32, 28 bytes)": the op, its arguments and the bytes of the larger buffer
 // this rank passed.
 std::string Describe(const CollectiveCall& call, int world_size);
 
@@ -39,13 +39,13 @@ Status ValidateCall(const CollectiveCall& call, int rank, int world_size, const 
                     const void* recv);
 
 // Element i of a buffer of `type`, as fp32; and the store that rounds to nearest even.
-float LoadElement(const void* base, int64_t i, DataType type);
-void StoreElement(void* base, int64_t i, DataType type, float value);
+float LoadElement(const void* base, int64_t i, DType type);
+void StoreElement(void* base, int64_t i, DType type, float value);
 
 // out[i] = reduction of inputs[0][i], inputs[1][i], ... inputs[n-1][i] for i in [0, count):
 // summed in fp32 in rank order, divided by n for kAvg, rounded once to `type`. `out` may alias
 // any input.
-void ReduceInRankOrder(const void* const* inputs, int n, void* out, int64_t count, DataType type,
+void ReduceInRankOrder(const void* const* inputs, int n, void* out, int64_t count, DType type,
                        ReduceOp op);
 
 }  // namespace hoist::comm

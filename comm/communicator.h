@@ -32,17 +32,13 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace hoist::comm {
 
-enum class DataType { kFloat32, kBFloat16, kFloat16 };
 enum class ReduceOp { kSum, kAvg };
 
-// Bytes per element.
-size_t DataTypeSize(DataType type);
-// "float32", "bfloat16", "float16".
-const char* DataTypeName(DataType type);
 // "sum", "avg".
 const char* ReduceOpName(ReduceOp op);
 
@@ -67,30 +63,30 @@ class Communicator {
   virtual int world_size() const = 0;
 
   // In place: every rank's `buf` of `count` elements becomes the reduction over all ranks.
-  virtual Status AllReduce(void* buf, int64_t count, DataType type, ReduceOp op) = 0;
+  virtual Status AllReduce(void* buf, int64_t count, DType type, ReduceOp op) = 0;
 
   // `send` holds world_size() * recv_count elements; rank r receives the reduction of block r
   // (elements [r * recv_count, (r + 1) * recv_count)) into `recv`.
-  virtual Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DataType type,
+  virtual Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DType type,
                                ReduceOp op) = 0;
 
   // Each rank contributes `send_count` elements; `recv` holds world_size() * send_count
   // elements, rank r's contribution at block r. `send` may alias block rank() of `recv`.
-  virtual Status AllGather(const void* send, void* recv, int64_t send_count, DataType type) = 0;
+  virtual Status AllGather(const void* send, void* recv, int64_t send_count, DType type) = 0;
 
   // Rank `root`'s `buf` is copied into every other rank's `buf`.
-  virtual Status Broadcast(void* buf, int64_t count, DataType type, int root) = 0;
+  virtual Status Broadcast(void* buf, int64_t count, DType type, int root) = 0;
 
   // Returns once every rank has entered Barrier.
   virtual Status Barrier() = 0;
 
   // Asynchronous forms of the collectives above, with the same arguments and results.
-  virtual CommHandle AllReduceAsync(void* buf, int64_t count, DataType type, ReduceOp op) = 0;
+  virtual CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) = 0;
   virtual CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count,
-                                        DataType type, ReduceOp op) = 0;
+                                        DType type, ReduceOp op) = 0;
   virtual CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                                    DataType type) = 0;
-  virtual CommHandle BroadcastAsync(void* buf, int64_t count, DataType type, int root) = 0;
+                                    DType type) = 0;
+  virtual CommHandle BroadcastAsync(void* buf, int64_t count, DType type, int root) = 0;
 
   // Ends the whole job, every rank, after a failure this rank cannot recover from (a collective
   // that timed out, say): MPI aborts MPI_COMM_WORLD with `exit_code`; backends without a job of

@@ -13,53 +13,51 @@ const char* CollectiveOpLabel(CollectiveOp op) {
   return "unknown";
 }
 
-void CountingCommunicator::Count(CollectiveOp op, int64_t elements, DataType type) {
-  bytes_[int(op)].fetch_add(elements * static_cast<int64_t>(DataTypeSize(type)),
+void CountingCommunicator::Count(CollectiveOp op, int64_t elements, DType type) {
+  bytes_[int(op)].fetch_add(elements * static_cast<int64_t>(DTypeSize(type)),
                             std::memory_order_relaxed);
 }
 
-Status CountingCommunicator::AllReduce(void* buf, int64_t count, DataType type, ReduceOp op) {
+Status CountingCommunicator::AllReduce(void* buf, int64_t count, DType type, ReduceOp op) {
   Count(CollectiveOp::kAllReduce, count, type);
   return inner_->AllReduce(buf, count, type, op);
 }
 
 Status CountingCommunicator::ReduceScatter(const void* send, void* recv, int64_t recv_count,
-                                           DataType type, ReduceOp op) {
+                                           DType type, ReduceOp op) {
   Count(CollectiveOp::kReduceScatter, recv_count * world_size(), type);
   return inner_->ReduceScatter(send, recv, recv_count, type, op);
 }
 
 Status CountingCommunicator::AllGather(const void* send, void* recv, int64_t send_count,
-                                       DataType type) {
+                                       DType type) {
   Count(CollectiveOp::kAllGather, send_count * world_size(), type);
   return inner_->AllGather(send, recv, send_count, type);
 }
 
-Status CountingCommunicator::Broadcast(void* buf, int64_t count, DataType type, int root) {
+Status CountingCommunicator::Broadcast(void* buf, int64_t count, DType type, int root) {
   Count(CollectiveOp::kBroadcast, count, type);
   return inner_->Broadcast(buf, count, type, root);
 }
 
-CommHandle CountingCommunicator::AllReduceAsync(void* buf, int64_t count, DataType type,
-                                                ReduceOp op) {
+CommHandle CountingCommunicator::AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) {
   Count(CollectiveOp::kAllReduce, count, type);
   return inner_->AllReduceAsync(buf, count, type, op);
 }
 
 CommHandle CountingCommunicator::ReduceScatterAsync(const void* send, void* recv,
-                                                    int64_t recv_count, DataType type,
-                                                    ReduceOp op) {
+                                                    int64_t recv_count, DType type, ReduceOp op) {
   Count(CollectiveOp::kReduceScatter, recv_count * world_size(), type);
   return inner_->ReduceScatterAsync(send, recv, recv_count, type, op);
 }
 
 CommHandle CountingCommunicator::AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                                                DataType type) {
+                                                DType type) {
   Count(CollectiveOp::kAllGather, send_count * world_size(), type);
   return inner_->AllGatherAsync(send, recv, send_count, type);
 }
 
-CommHandle CountingCommunicator::BroadcastAsync(void* buf, int64_t count, DataType type, int root) {
+CommHandle CountingCommunicator::BroadcastAsync(void* buf, int64_t count, DType type, int root) {
   Count(CollectiveOp::kBroadcast, count, type);
   return inner_->BroadcastAsync(buf, count, type, root);
 }

@@ -34,22 +34,21 @@ class CountingCommunicator final : public Communicator {
 
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
-  Status AllReduce(void* buf, int64_t count, DataType type, ReduceOp op) override;
-  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DataType type,
+  Status AllReduce(void* buf, int64_t count, DType type, ReduceOp op) override;
+  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DType type,
                        ReduceOp op) override;
-  Status AllGather(const void* send, void* recv, int64_t send_count, DataType type) override;
-  Status Broadcast(void* buf, int64_t count, DataType type, int root) override;
+  Status AllGather(const void* send, void* recv, int64_t send_count, DType type) override;
+  Status Broadcast(void* buf, int64_t count, DType type, int root) override;
   Status Barrier() override { return inner_->Barrier(); }
-  CommHandle AllReduceAsync(void* buf, int64_t count, DataType type, ReduceOp op) override;
-  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DataType type,
+  CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override;
+  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType type,
                                 ReduceOp op) override;
-  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                            DataType type) override;
-  CommHandle BroadcastAsync(void* buf, int64_t count, DataType type, int root) override;
+  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count, DType type) override;
+  CommHandle BroadcastAsync(void* buf, int64_t count, DType type, int root) override;
   void Abort(const Status& reason, int exit_code) override { inner_->Abort(reason, exit_code); }
 
  private:
-  void Count(CollectiveOp op, int64_t elements, DataType type);
+  void Count(CollectiveOp op, int64_t elements, DType type);
 
   Communicator* inner_;
   std::array<std::atomic<int64_t>, kNumCollectiveOps> bytes_{};

@@ -52,7 +52,7 @@ Notice MakeNotice(int64_t entered, const CollectiveCall& call) {
 
 CollectiveCall CallOf(const Notice& notice) {
   return CollectiveCall{static_cast<CollectiveOp>(notice.op), notice.count,
-                        static_cast<DataType>(notice.type), static_cast<ReduceOp>(notice.reduce),
+                        static_cast<DType>(notice.type), static_cast<ReduceOp>(notice.reduce),
                         notice.root};
 }
 
@@ -219,8 +219,8 @@ class MpiCommunicator : public QueuedCommunicator {
     return status;
   }
 
-  static MPI_Datatype WireType(DataType type) {
-    return type == DataType::kFloat32 ? MPI_FLOAT : MPI_UINT16_T;
+  static MPI_Datatype WireType(DType type) {
+    return type == DType::kFloat32 ? MPI_FLOAT : MPI_UINT16_T;
   }
 
   // Runs on the worker (or inline in a blocking call): one collective from start to finish.
@@ -245,9 +245,9 @@ class MpiCommunicator : public QueuedCommunicator {
     }
     const int64_t entered = ++entered_;
     const int count = static_cast<int>(call.count);
-    const bool wide = call.type != DataType::kFloat32 && (call.op == CollectiveOp::kAllReduce ||
-                                                          call.op == CollectiveOp::kReduceScatter);
-    const size_t element = DataTypeSize(call.type);
+    const bool wide = call.type != DType::kFloat32 && (call.op == CollectiveOp::kAllReduce ||
+                                                       call.op == CollectiveOp::kReduceScatter);
+    const size_t element = DTypeSize(call.type);
     const size_t block_bytes = static_cast<size_t>(call.count) * element;
     MPI_Request request = MPI_REQUEST_NULL;
     // Where a reduce-scatter's fp32 result lands before it is copied out or narrowed.
@@ -302,7 +302,7 @@ class MpiCommunicator : public QueuedCommunicator {
     const float n = static_cast<float>(size_);
     const bool avg = call.reduce == ReduceOp::kAvg;
     if (call.op == CollectiveOp::kAllReduce) {
-      if (call.type == DataType::kFloat32) {
+      if (call.type == DType::kFloat32) {
         if (avg) {
           float* out = static_cast<float*>(recv);
           for (int64_t i = 0; i < call.count; ++i) out[i] /= n;
@@ -313,7 +313,7 @@ class MpiCommunicator : public QueuedCommunicator {
         StoreElement(recv, i, call.type, avg ? wide_in_[i] / n : wide_in_[i]);
       }
     } else if (call.op == CollectiveOp::kReduceScatter) {
-      if (call.type == DataType::kFloat32 && rs_out == recv) {
+      if (call.type == DType::kFloat32 && rs_out == recv) {
         if (avg) {
           float* out = static_cast<float*>(recv);
           for (int64_t i = 0; i < call.count; ++i) out[i] /= n;

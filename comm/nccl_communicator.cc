@@ -45,13 +45,13 @@ Status NcclError(ncclResult_t result, ncclComm_t comm, const char* what, const c
   return Status(NcclErrorCode(result), std::move(message));
 }
 
-ncclDataType_t ToNccl(DataType type) {
+ncclDataType_t ToNccl(DType type) {
   switch (type) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kFloat16: return ncclFloat16;
+    case DType::kFloat32: return ncclFloat32;
+    case DType::kBFloat16: return ncclBfloat16;
+    case DType::kFloat16: return ncclFloat16;
   }
-  HOIST_CHECK(false) << "unknown DataType " << static_cast<int>(type);
+  HOIST_CHECK(false) << "unknown DType " << static_cast<int>(type);
   return ncclFloat32;
 }
 
@@ -83,12 +83,12 @@ struct Call {
   const void* send = nullptr;
   void* recv = nullptr;
   int64_t count = 0;  // per-rank block: count, recv_count or send_count
-  DataType type = DataType::kFloat32;
+  DType type = DType::kFloat32;
   ReduceOp reduce = ReduceOp::kSum;
   int root = 0;
 };
 
-// "ReduceScatter(avg, 1024 x bfloat16, 8192 bytes)": the bytes of the larger buffer passed.
+// "ReduceScatter(avg, 1024 x bf16, 8192 bytes)": the bytes of the larger buffer passed.
 std::string Describe(const Call& call, int world_size) {
   std::ostringstream out;
   out << OpName(call.op) << "(";
@@ -98,8 +98,8 @@ std::string Describe(const Call& call, int world_size) {
   if (call.op == Op::kBroadcast) out << "root " << call.root << ", ";
   int64_t elements = call.count;
   if (call.op == Op::kReduceScatter || call.op == Op::kAllGather) elements *= world_size;
-  out << call.count << " x " << DataTypeName(call.type) << ", "
-      << elements * static_cast<int64_t>(DataTypeSize(call.type)) << " bytes)";
+  out << call.count << " x " << DTypeName(call.type) << ", "
+      << elements * static_cast<int64_t>(DTypeSize(call.type)) << " bytes)";
   return out.str();
 }
 
@@ -291,7 +291,7 @@ class NcclCommunicator::State {
     return Status::Ok();
   }
 
-  // "AllReduce(sum, 4 x float32, 16 bytes) on rank 0 of 1 (GPU 0)".
+  // "AllReduce(sum, 4 x fp32, 16 bytes) on rank 0 of 1 (GPU 0)".
   std::string Where(const Call& call) const {
     return Describe(call, world_size_) + " on rank " + std::to_string(rank_) + " of " +
            std::to_string(world_size_) + " (GPU " + std::to_string(device_) + ")";
@@ -467,7 +467,7 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(Communicato
   }
   // Every rank learns whether all are ready, so that none waits for a peer that already gave up.
   float failed_ranks = local.ok() ? 0.0f : 1.0f;
-  HOIST_RETURN_IF_ERROR(host->AllReduce(&failed_ranks, 1, DataType::kFloat32, ReduceOp::kSum)
+  HOIST_RETURN_IF_ERROR(host->AllReduce(&failed_ranks, 1, DType::kFloat32, ReduceOp::kSum)
                             .WithContext("agreeing on NCCL readiness over the host communicator"));
   if (!local.ok()) return local;
   if (failed_ranks > 0.0f) {
@@ -478,7 +478,7 @@ StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(Communicato
   }
   // The id is opaque bytes; float32 elements only size the message (a broadcast copies bits).
   static_assert(sizeof(ncclUniqueId) % sizeof(float) == 0);
-  HOIST_RETURN_IF_ERROR(host->Broadcast(&id, sizeof(id) / sizeof(float), DataType::kFloat32, 0)
+  HOIST_RETURN_IF_ERROR(host->Broadcast(&id, sizeof(id) / sizeof(float), DType::kFloat32, 0)
                             .WithContext("broadcasting the NCCL unique id"));
   HOIST_RETURN_IF_ERROR(state->Connect(id));
   return std::unique_ptr<NcclCommunicator>(new NcclCommunicator(std::move(state)));
@@ -499,21 +499,20 @@ Status NcclCommunicator::WaitFor(const CudaEvent& ready) {
   return ready.StreamWait(state_->stream());
 }
 
-Status NcclCommunicator::AllReduce(void* buf, int64_t count, DataType type, ReduceOp op) {
+Status NcclCommunicator::AllReduce(void* buf, int64_t count, DType type, ReduceOp op) {
   return AllReduceAsync(buf, count, type, op)->Wait();
 }
 
-Status NcclCommunicator::ReduceScatter(const void* send, void* recv, int64_t recv_count,
-                                       DataType type, ReduceOp op) {
+Status NcclCommunicator::ReduceScatter(const void* send, void* recv, int64_t recv_count, DType type,
+                                       ReduceOp op) {
   return ReduceScatterAsync(send, recv, recv_count, type, op)->Wait();
 }
 
-Status NcclCommunicator::AllGather(const void* send, void* recv, int64_t send_count,
-                                   DataType type) {
+Status NcclCommunicator::AllGather(const void* send, void* recv, int64_t send_count, DType type) {
   return AllGatherAsync(send, recv, send_count, type)->Wait();
 }
 
-Status NcclCommunicator::Broadcast(void* buf, int64_t count, DataType type, int root) {
+Status NcclCommunicator::Broadcast(void* buf, int64_t count, DType type, int root) {
   return BroadcastAsync(buf, count, type, root)->Wait();
 }
 
@@ -522,12 +521,12 @@ Status NcclCommunicator::Barrier() {
             .send = state_->scratch(),
             .recv = state_->scratch(),
             .count = 1,
-            .type = DataType::kFloat32,
+            .type = DType::kFloat32,
             .reduce = ReduceOp::kSum};
   return Issue(state_, call)->Wait();
 }
 
-CommHandle NcclCommunicator::AllReduceAsync(void* buf, int64_t count, DataType type, ReduceOp op) {
+CommHandle NcclCommunicator::AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) {
   return Issue(state_, Call{.op = Op::kAllReduce,
                             .send = buf,
                             .recv = buf,
@@ -537,7 +536,7 @@ CommHandle NcclCommunicator::AllReduceAsync(void* buf, int64_t count, DataType t
 }
 
 CommHandle NcclCommunicator::ReduceScatterAsync(const void* send, void* recv, int64_t recv_count,
-                                                DataType type, ReduceOp op) {
+                                                DType type, ReduceOp op) {
   return Issue(state_, Call{.op = Op::kReduceScatter,
                             .send = send,
                             .recv = recv,
@@ -547,13 +546,13 @@ CommHandle NcclCommunicator::ReduceScatterAsync(const void* send, void* recv, in
 }
 
 CommHandle NcclCommunicator::AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                                            DataType type) {
+                                            DType type) {
   return Issue(
       state_,
       Call{.op = Op::kAllGather, .send = send, .recv = recv, .count = send_count, .type = type});
 }
 
-CommHandle NcclCommunicator::BroadcastAsync(void* buf, int64_t count, DataType type, int root) {
+CommHandle NcclCommunicator::BroadcastAsync(void* buf, int64_t count, DType type, int root) {
   return Issue(state_, Call{.op = Op::kBroadcast,
                             .send = buf,
                             .recv = buf,

@@ -91,22 +91,21 @@ class NcclCommunicator final : public Communicator {
   // completes. Never blocks the host.
   Status WaitFor(const CudaEvent& ready);
 
-  Status AllReduce(void* buf, int64_t count, DataType type, ReduceOp op) override;
-  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DataType type,
+  Status AllReduce(void* buf, int64_t count, DType type, ReduceOp op) override;
+  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DType type,
                        ReduceOp op) override;
-  Status AllGather(const void* send, void* recv, int64_t send_count, DataType type) override;
-  Status Broadcast(void* buf, int64_t count, DataType type, int root) override;
+  Status AllGather(const void* send, void* recv, int64_t send_count, DType type) override;
+  Status Broadcast(void* buf, int64_t count, DType type, int root) override;
   // A one-element all-reduce on a scratch buffer, waited for on the host.
   Status Barrier() override;
 
   // Each returns an NcclWork (dynamic_cast the handle to reach StreamWait). A call that fails
   // before anything is issued returns a handle whose Wait reports why.
-  CommHandle AllReduceAsync(void* buf, int64_t count, DataType type, ReduceOp op) override;
-  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DataType type,
+  CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override;
+  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType type,
                                 ReduceOp op) override;
-  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                            DataType type) override;
-  CommHandle BroadcastAsync(void* buf, int64_t count, DataType type, int root) override;
+  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count, DType type) override;
+  CommHandle BroadcastAsync(void* buf, int64_t count, DType type, int root) override;
 
   // Aborts the NCCL communicator (its kernels stop; later calls fail with `reason`), then hands
   // the job's end to the host communicator's Abort.

@@ -19,7 +19,7 @@ StatusOr<NodeCounts> CountRanksPerNode(Communicator& comm) {
                          float((hash >> 32) & 0xffff)};
   const int world = comm.world_size();
   std::vector<float> all(static_cast<size_t>(3 * world));
-  HOIST_RETURN_IF_ERROR(comm.AllGather(mine, all.data(), 3, DataType::kFloat32));
+  HOIST_RETURN_IF_ERROR(comm.AllGather(mine, all.data(), 3, DType::kFloat32));
   auto same_node = [&](int a, int b) {
     return std::equal(all.begin() + 3 * a, all.begin() + 3 * a + 3, all.begin() + 3 * b);
   };
@@ -42,7 +42,7 @@ Status RefuseSharedResource(Communicator& comm, const std::string& mine, const s
   std::vector<char> all(kBytes * static_cast<size_t>(comm.world_size()));
   char record[kBytes] = {};
   std::memcpy(record, mine.data(), std::min(mine.size(), kBytes - 1));
-  HOIST_RETURN_IF_ERROR(comm.AllGather(record, all.data(), kWords, DataType::kFloat32)
+  HOIST_RETURN_IF_ERROR(comm.AllGather(record, all.data(), kWords, DType::kFloat32)
                             .WithContext("comparing the " + what + " each rank uses"));
   if (record[0] == '\0') return Status::Ok();
   for (int r = 0; r < comm.world_size(); ++r) {

@@ -16,37 +16,36 @@ namespace hoist::comm {
 
 class QueuedCommunicator : public Communicator {
  public:
-  Status AllReduce(void* buf, int64_t count, DataType type, ReduceOp op) override {
+  Status AllReduce(void* buf, int64_t count, DType type, ReduceOp op) override {
     return queue_->Run(Task({CollectiveOp::kAllReduce, count, type, op, 0}, buf, buf));
   }
-  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DataType type,
+  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DType type,
                        ReduceOp op) override {
     return queue_->Run(Task({CollectiveOp::kReduceScatter, recv_count, type, op, 0}, send, recv));
   }
-  Status AllGather(const void* send, void* recv, int64_t send_count, DataType type) override {
+  Status AllGather(const void* send, void* recv, int64_t send_count, DType type) override {
     return queue_->Run(
         Task({CollectiveOp::kAllGather, send_count, type, ReduceOp::kSum, 0}, send, recv));
   }
-  Status Broadcast(void* buf, int64_t count, DataType type, int root) override {
+  Status Broadcast(void* buf, int64_t count, DType type, int root) override {
     return queue_->Run(
         Task({CollectiveOp::kBroadcast, count, type, ReduceOp::kSum, root}, buf, buf));
   }
   Status Barrier() override { return queue_->Run(Task(CollectiveCall{}, nullptr, nullptr)); }
 
-  CommHandle AllReduceAsync(void* buf, int64_t count, DataType type, ReduceOp op) override {
+  CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override {
     return queue_->Submit(Task({CollectiveOp::kAllReduce, count, type, op, 0}, buf, buf));
   }
-  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DataType type,
+  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType type,
                                 ReduceOp op) override {
     return queue_->Submit(
         Task({CollectiveOp::kReduceScatter, recv_count, type, op, 0}, send, recv));
   }
-  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                            DataType type) override {
+  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count, DType type) override {
     return queue_->Submit(
         Task({CollectiveOp::kAllGather, send_count, type, ReduceOp::kSum, 0}, send, recv));
   }
-  CommHandle BroadcastAsync(void* buf, int64_t count, DataType type, int root) override {
+  CommHandle BroadcastAsync(void* buf, int64_t count, DType type, int root) override {
     return queue_->Submit(
         Task({CollectiveOp::kBroadcast, count, type, ReduceOp::kSum, root}, buf, buf));
   }

@@ -381,7 +381,7 @@ class ShmCommunicator : public QueuedCommunicator {
     for (int q = 0; q < options_.world_size; ++q) {
       const Descriptor& d = Record(q).descriptor[parity];
       const CollectiveCall theirs{static_cast<CollectiveOp>(d.op), d.count,
-                                  static_cast<DataType>(d.type), static_cast<ReduceOp>(d.reduce),
+                                  static_cast<DType>(d.type), static_cast<ReduceOp>(d.reduce),
                                   d.root};
       if (d.entered != entered || !(theirs == call)) {
         return Fail(InvalidArgumentError(
@@ -418,7 +418,7 @@ class ShmCommunicator : public QueuedCommunicator {
 
     const int n = options_.world_size;
     const int r = options_.rank;
-    const int64_t element = static_cast<int64_t>(DataTypeSize(call.type));
+    const int64_t element = static_cast<int64_t>(DTypeSize(call.type));
     const int64_t slot_elements = options_.slot_bytes / element;
     const int64_t chunk =
         call.op == CollectiveOp::kReduceScatter ? slot_elements / n : slot_elements;

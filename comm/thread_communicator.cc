@@ -108,7 +108,7 @@ class ThreadGroup::State {
   void Execute() {
     const Call& call = *call_;
     const int64_t n = call.count;
-    const size_t element = DataTypeSize(call.type);
+    const size_t element = DTypeSize(call.type);
     switch (call.op) {
       case Op::kBarrier: return;
       case Op::kAllReduce:
@@ -195,35 +195,34 @@ class ThreadCommunicator : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return state_->world_size(); }
 
-  Status AllReduce(void* buf, int64_t count, DataType type, ReduceOp op) override {
+  Status AllReduce(void* buf, int64_t count, DType type, ReduceOp op) override {
     return queue_.Run(AllReduceTask(buf, count, type, op));
   }
-  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DataType type,
+  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DType type,
                        ReduceOp op) override {
     return queue_.Run(ReduceScatterTask(send, recv, recv_count, type, op));
   }
-  Status AllGather(const void* send, void* recv, int64_t send_count, DataType type) override {
+  Status AllGather(const void* send, void* recv, int64_t send_count, DType type) override {
     return queue_.Run(AllGatherTask(send, recv, send_count, type));
   }
-  Status Broadcast(void* buf, int64_t count, DataType type, int root) override {
+  Status Broadcast(void* buf, int64_t count, DType type, int root) override {
     return queue_.Run(BroadcastTask(buf, count, type, root));
   }
   Status Barrier() override {
     return queue_.Run([this] { return state_->Run(rank_, Call{}, nullptr, nullptr); });
   }
 
-  CommHandle AllReduceAsync(void* buf, int64_t count, DataType type, ReduceOp op) override {
+  CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override {
     return queue_.Submit(AllReduceTask(buf, count, type, op));
   }
-  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DataType type,
+  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType type,
                                 ReduceOp op) override {
     return queue_.Submit(ReduceScatterTask(send, recv, recv_count, type, op));
   }
-  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                            DataType type) override {
+  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count, DType type) override {
     return queue_.Submit(AllGatherTask(send, recv, send_count, type));
   }
-  CommHandle BroadcastAsync(void* buf, int64_t count, DataType type, int root) override {
+  CommHandle BroadcastAsync(void* buf, int64_t count, DType type, int root) override {
     return queue_.Submit(BroadcastTask(buf, count, type, root));
   }
 
@@ -235,22 +234,22 @@ class ThreadCommunicator : public Communicator {
   }
 
  private:
-  std::function<Status()> AllReduceTask(void* buf, int64_t count, DataType type, ReduceOp op) {
+  std::function<Status()> AllReduceTask(void* buf, int64_t count, DType type, ReduceOp op) {
     return [=, this] { return state_->Run(rank_, {Op::kAllReduce, count, type, op, 0}, buf, buf); };
   }
   std::function<Status()> ReduceScatterTask(const void* send, void* recv, int64_t recv_count,
-                                            DataType type, ReduceOp op) {
+                                            DType type, ReduceOp op) {
     return [=, this] {
       return state_->Run(rank_, {Op::kReduceScatter, recv_count, type, op, 0}, send, recv);
     };
   }
   std::function<Status()> AllGatherTask(const void* send, void* recv, int64_t send_count,
-                                        DataType type) {
+                                        DType type) {
     return [=, this] {
       return state_->Run(rank_, {Op::kAllGather, send_count, type, ReduceOp::kSum, 0}, send, recv);
     };
   }
-  std::function<Status()> BroadcastTask(void* buf, int64_t count, DataType type, int root) {
+  std::function<Status()> BroadcastTask(void* buf, int64_t count, DType type, int root) {
     return [=, this] {
       return state_->Run(rank_, {Op::kBroadcast, count, type, ReduceOp::kSum, root}, buf, buf);
     };

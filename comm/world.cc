@@ -20,32 +20,31 @@ class SelfCommunicator : public Communicator {
 
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
-  Status AllReduce(void* buf, int64_t count, DataType type, ReduceOp op) override {
+  Status AllReduce(void* buf, int64_t count, DType type, ReduceOp op) override {
     return comm_.AllReduce(buf, count, type, op);
   }
-  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DataType type,
+  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DType type,
                        ReduceOp op) override {
     return comm_.ReduceScatter(send, recv, recv_count, type, op);
   }
-  Status AllGather(const void* send, void* recv, int64_t send_count, DataType type) override {
+  Status AllGather(const void* send, void* recv, int64_t send_count, DType type) override {
     return comm_.AllGather(send, recv, send_count, type);
   }
-  Status Broadcast(void* buf, int64_t count, DataType type, int root) override {
+  Status Broadcast(void* buf, int64_t count, DType type, int root) override {
     return comm_.Broadcast(buf, count, type, root);
   }
   Status Barrier() override { return comm_.Barrier(); }
-  CommHandle AllReduceAsync(void* buf, int64_t count, DataType type, ReduceOp op) override {
+  CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override {
     return comm_.AllReduceAsync(buf, count, type, op);
   }
-  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DataType type,
+  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType type,
                                 ReduceOp op) override {
     return comm_.ReduceScatterAsync(send, recv, recv_count, type, op);
   }
-  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count,
-                            DataType type) override {
+  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count, DType type) override {
     return comm_.AllGatherAsync(send, recv, send_count, type);
   }
-  CommHandle BroadcastAsync(void* buf, int64_t count, DataType type, int root) override {
+  CommHandle BroadcastAsync(void* buf, int64_t count, DType type, int root) override {
     return comm_.BroadcastAsync(buf, count, type, root);
   }
   void Abort(const Status& reason, int exit_code) override { comm_.Abort(reason, exit_code); }

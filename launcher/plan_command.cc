@@ -327,10 +327,9 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
       const runtime::PlanOptions& o = plan.options;
       const runtime::ModelConfig& m = config.model;
       std::cout << "job: GPT-2, " << m.n_layer << " layers, " << m.n_embd << " wide, "
-                << runtime::PrecisionName(config.precision()) << ", train_batch_size "
-                << config.train_batch_size << " on " << plan.world_size
-                << (plan.world_size == 1 ? " rank" : " ranks") << " (" << plan.ranks_per_node
-                << " per node)\n";
+                << DTypeName(config.precision()) << ", train_batch_size " << config.train_batch_size
+                << " on " << plan.world_size << (plan.world_size == 1 ? " rank" : " ranks") << " ("
+                << plan.ranks_per_node << " per node)\n";
       std::cout << "budget: device " << FormatBytes(o.device_budget_bytes) << " per rank, host "
                 << Limit(o.host_budget_bytes, "no limit") << ", NVMe "
                 << Limit(o.nvme_budget_bytes, "not considered") << "\n";

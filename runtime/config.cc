@@ -602,15 +602,6 @@ Status ReadTopLevel(const Section& top, Config* config) {
 
 int ModelConfig::padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
 
-const char* PrecisionName(Precision precision) {
-  switch (precision) {
-    case Precision::kFloat32: return "fp32";
-    case Precision::kBFloat16: return "bf16";
-    case Precision::kFloat16: return "fp16";
-  }
-  return "unknown";
-}
-
 const char* OffloadDeviceName(OffloadDevice device) {
   switch (device) {
     case OffloadDevice::kNone: return "none";
@@ -647,10 +638,10 @@ bool ControlConfig::loopback() const {
   return inet_pton(AF_INET6, bind.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
-Precision Config::precision() const {
-  if (fp16.enabled) return Precision::kFloat16;
-  if (bf16.enabled) return Precision::kBFloat16;
-  return Precision::kFloat32;
+DType Config::precision() const {
+  if (fp16.enabled) return DType::kFloat16;
+  if (bf16.enabled) return DType::kBFloat16;
+  return DType::kFloat32;
 }
 
 namespace {

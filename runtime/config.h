@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace hoist::runtime {
@@ -113,13 +114,6 @@ struct MonitorConfig {
   std::string memory_profile_path;
   int64_t memory_profile_steps = 2;  // >= 1
 };
-
-// The compute precision of training. fp32 master weights and optimizer states are kept in every
-// case; kBFloat16 and kFloat16 compute (and, by default, communicate) in 16 bits.
-enum class Precision { kFloat32, kBFloat16, kFloat16 };
-
-// "fp32", "bf16" or "fp16" (DeepSpeed's communication_data_type spellings).
-const char* PrecisionName(Precision precision);
 
 // `fp16`: fp16 mixed precision with loss scaling, as DeepSpeed's fp16 section and its
 // DynamicLossScaler define it (runtime/loss_scaler.h). The dynamic-scaling keys are validated
@@ -341,13 +335,13 @@ struct Config {
   OffloadConfig offload;
   // DeepSpeed's top-level communication_data_type ("fp32", "fp16" or "bf16", any case): the
   // type gradients are reduced in. Unset: the compute precision().
-  Precision communication_data_type = Precision::kFloat32;
+  DType communication_data_type = DType::kFloat32;
   nlohmann::json raw;  // the effective JSON after overrides (saved in checkpoints)
   // The notices logged for accepted-but-ignored DeepSpeed keys, one line each.
   std::vector<std::string> notices;
 
   // fp16.enabled -> kFloat16, bf16.enabled -> kBFloat16, else kFloat32.
-  Precision precision() const;
+  DType precision() const;
 };
 
 // Parses `text` (strict JSON) with the dotted overrides ("a.b=v"; v is JSON if it parses as

@@ -192,11 +192,11 @@ Status ReadCommunicationDataType(const Section& top, Config* config) {
   HOIST_RETURN_IF_ERROR(top.String("communication_data_type", &dtype));
   const std::string lower = Lower(dtype);
   if (lower == "fp32") {
-    config->communication_data_type = Precision::kFloat32;
+    config->communication_data_type = DType::kFloat32;
   } else if (lower == "fp16") {
-    config->communication_data_type = Precision::kFloat16;
+    config->communication_data_type = DType::kFloat16;
   } else if (lower == "bf16") {
-    config->communication_data_type = Precision::kBFloat16;
+    config->communication_data_type = DType::kBFloat16;
   } else {
     std::string message =
         "must be \"fp32\", \"fp16\" or \"bf16\" (or unset: the compute "

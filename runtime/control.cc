@@ -309,7 +309,7 @@ StatusOr<AgreedCommands> ExchangeCommands(comm::Communicator& comm, const Contro
   }
   slots[kSignalSlot] = signalled ? 1.0f : 0.0f;
   HOIST_RETURN_IF_ERROR(
-      comm.AllReduce(slots.data(), kNumSlots, comm::DataType::kFloat32, comm::ReduceOp::kSum));
+      comm.AllReduce(slots.data(), kNumSlots, DType::kFloat32, comm::ReduceOp::kSum));
   AgreedCommands agreed;
   ControlCommands& c = agreed.commands;
   c.pause = slots[kPauseSlot] != 0;

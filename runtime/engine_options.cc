@@ -4,21 +4,12 @@
 
 namespace hoist::runtime {
 
-comm::DataType DataTypeOf(Precision precision) {
-  switch (precision) {
-    case Precision::kFloat32: return comm::DataType::kFloat32;
-    case Precision::kBFloat16: return comm::DataType::kBFloat16;
-    case Precision::kFloat16: return comm::DataType::kFloat16;
-  }
-  return comm::DataType::kFloat32;
-}
-
 zero::ZeroOptions ZeroOptionsFrom(const Config& config) {
   zero::ZeroOptions options;
   const ZeroConfig& z = config.zero;
   options.stage = z.stage;
-  options.compute_type = DataTypeOf(config.precision());
-  options.comm_type = DataTypeOf(config.communication_data_type);
+  options.compute_type = config.precision();
+  options.comm_type = config.communication_data_type;
   options.reduce_bucket_size = z.reduce_bucket_size;
   options.allgather_bucket_size = z.allgather_bucket_size;
   options.overlap_comm = z.overlap_comm;

@@ -8,9 +8,6 @@
 
 namespace hoist::runtime {
 
-// The element type of `precision`.
-comm::DataType DataTypeOf(Precision precision);
-
 // The engine options of `config`'s zero_optimization, precision and optimizer sections.
 zero::ZeroOptions ZeroOptionsFrom(const Config& config);
 

@@ -7,8 +7,8 @@
 
 #include "core/check.h"
 #include "core/random.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/ops.h"
-#include "zero/precision.h"
 
 namespace hoist::runtime {
 
@@ -134,8 +134,7 @@ class Gpt2Model::FlatStore final : public zero::ParamStore {
   Buffer params_, grads_;
 };
 
-Gpt2Model::Gpt2Model(const ModelConfig& config, int max_B, int max_T,
-                     comm::DataType activation_type,
+Gpt2Model::Gpt2Model(const ModelConfig& config, int max_B, int max_T, DType activation_type,
                      const ActivationCheckpointingConfig& checkpointing)
     : config_(config),
       layout_(ParamLayout::For(config)),
@@ -158,7 +157,7 @@ Gpt2Model::~Gpt2Model() = default;
 
 StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
     const ModelConfig& config, int max_B, int max_T, Device* device, zero::ParamStore* store,
-    comm::DataType activation_type, const ActivationCheckpointingConfig& checkpointing) {
+    DType activation_type, const ActivationCheckpointingConfig& checkpointing) {
   if (max_B <= 0 || max_T <= 0 || max_T > config.seq_len) {
     return InvalidArgumentError("micro-batch (" + std::to_string(max_B) + ", " +
                                 std::to_string(max_T) + ") does not fit model.seq_len " +
@@ -176,7 +175,7 @@ StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
 }
 
 Gpt2Model::ActivationBytes Gpt2Model::ActivationFootprint(
-    const ModelConfig& config, int max_B, int max_T, comm::DataType activation_type,
+    const ModelConfig& config, int max_B, int max_T, DType activation_type,
     const ActivationCheckpointingConfig& checkpointing) {
   Gpt2Model model(config, max_B, max_T, activation_type, checkpointing);
   ActivationBytes bytes;
@@ -273,7 +272,7 @@ Status Gpt2Model::AllocateActivations(Device* device, ActivationBytes* bytes) {
     }
   };
   // The 16-bit copies of the kept layers: each tensor's layers back to back.
-  const auto element = static_cast<int64_t>(comm::DataTypeSize(activation_type_));
+  const auto element = static_cast<int64_t>(DTypeSize(activation_type_));
   int64_t stored_elements = 0, pinned_elements = 0;
   if (half) {
     for (int s = 0; s < kNumSaved; ++s) {
@@ -341,9 +340,9 @@ void Gpt2Model::Keep(int s, int l) {
     return;
   }
   void* base = KeptOnHost(s) ? pinned_.data() : stored_.data();
-  void* stored = zero::ElementPtr(base, activation_type_, stored_offset_[i] + index * count);
-  zero::FromFloat(work_[i], stored, activation_type_, count);
-  zero::ToFloat(stored, activation_type_, work_[i], count);
+  void* stored = ElementPtr(base, activation_type_, stored_offset_[i] + index * count);
+  kernels::cpu::FromFloat(work_[i], stored, activation_type_, count);
+  kernels::cpu::ToFloat(stored, activation_type_, work_[i], count);
 }
 
 void Gpt2Model::Restore(int s, int l) {
@@ -353,18 +352,18 @@ void Gpt2Model::Restore(int s, int l) {
   if (index < 0) return;
   const int64_t count = SavedCount(s, last_B_, last_T_);
   const void* base = KeptOnHost(s) ? pinned_.data() : stored_.data();
-  const void* stored = zero::ElementPtr(base, activation_type_, stored_offset_[i] + index * count);
-  zero::ToFloat(stored, activation_type_, work_[i], count);
+  const void* stored = ElementPtr(base, activation_type_, stored_offset_[i] + index * count);
+  kernels::cpu::ToFloat(stored, activation_type_, work_[i], count);
 }
 
 void Gpt2Model::Round(float* x, int64_t count) {
   if (!half_activations()) return;
   // Through the scratch a piece at a time: rounding is elementwise.
-  const int64_t piece = round_scratch_.bytes() / int64_t(comm::DataTypeSize(activation_type_));
+  const int64_t piece = round_scratch_.bytes() / int64_t(DTypeSize(activation_type_));
   for (int64_t begin = 0; begin < count; begin += piece) {
     const int64_t n = std::min(piece, count - begin);
-    zero::FromFloat(x + begin, round_scratch_.data(), activation_type_, n);
-    zero::ToFloat(round_scratch_.data(), activation_type_, x + begin, n);
+    kernels::cpu::FromFloat(x + begin, round_scratch_.data(), activation_type_, n);
+    kernels::cpu::ToFloat(round_scratch_.data(), activation_type_, x + begin, n);
   }
 }
 

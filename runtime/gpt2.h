@@ -108,7 +108,7 @@ class Gpt2Model {
   // block inputs live in pinned host memory.
   static StatusOr<std::unique_ptr<Gpt2Model>> Create(
       const ModelConfig& config, int max_B, int max_T, Device* device,
-      zero::ParamStore* store = nullptr, comm::DataType activation_type = comm::DataType::kFloat32,
+      zero::ParamStore* store = nullptr, DType activation_type = DType::kFloat32,
       const ActivationCheckpointingConfig& checkpointing = {});
   ~Gpt2Model();
 
@@ -121,8 +121,7 @@ class Gpt2Model {
     int64_t host_pinned = 0;
   };
   static ActivationBytes ActivationFootprint(
-      const ModelConfig& config, int max_B, int max_T,
-      comm::DataType activation_type = comm::DataType::kFloat32,
+      const ModelConfig& config, int max_B, int max_T, DType activation_type = DType::kFloat32,
       const ActivationCheckpointingConfig& checkpointing = {});
 
   // The phases of a training forward and backward, reported to the phase hook as each begins
@@ -185,7 +184,7 @@ class Gpt2Model {
   int Vp() const { return config_.padded_vocab_size(); }
 
  private:
-  Gpt2Model(const ModelConfig& config, int max_B, int max_T, comm::DataType activation_type,
+  Gpt2Model(const ModelConfig& config, int max_B, int max_T, DType activation_type,
             const ActivationCheckpointingConfig& checkpointing);
   Status Allocate(Device* device);
   // Carves the activation arrays out of buffers from `device` (and a pinned pool for
@@ -205,7 +204,7 @@ class Gpt2Model {
     kSavedResidual3,
     kNumSaved
   };
-  bool half_activations() const { return activation_type_ != comm::DataType::kFloat32; }
+  bool half_activations() const { return activation_type_ != DType::kFloat32; }
   bool tiled() const { return config_.attention == AttentionKind::kTiled; }
   // Whether layer l keeps saved tensor s from forward to backward (otherwise backward recomputes
   // it). Every layer keeps its output, residual3: it is the next layer's input.
@@ -239,7 +238,7 @@ class Gpt2Model {
   class FlatStore;
   std::unique_ptr<FlatStore> own_store_;
   zero::ParamStore* store_ = nullptr;
-  comm::DataType activation_type_ = comm::DataType::kFloat32;
+  DType activation_type_ = DType::kFloat32;
   ActivationCheckpointingConfig checkpointing_;
   // kept_index_[s][l]: layer l's place among the layers that keep s, or -1 when it does not.
   std::array<std::vector<int>, kNumSaved> kept_index_;

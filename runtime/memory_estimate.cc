@@ -96,7 +96,7 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   // The model's and the trainer's own memory, held throughout.
   MemorySnapshot::Table held{};
   const Gpt2Model::ActivationBytes activations = Gpt2Model::ActivationFootprint(
-      config.model, B, T, DataTypeOf(config.precision()), config.activation_checkpointing);
+      config.model, B, T, config.precision(), config.activation_checkpointing);
   const int64_t batch_bytes = int64_t{2} * B * T * int64_t{sizeof(int32_t)};
   int64_t data_bytes = DataLoader::TrackedHostBytes(config.data.train, Split::kTrain);
   if (config.train.eval_interval > 0 && !config.data.val.empty()) {
@@ -131,7 +131,7 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
                            : "throughout";
   }
   e.zero_paper_model_states = zero::ZeroPaperModelStateBytes(
-      layout.total, config.zero.stage, world_size, config.precision() != Precision::kFloat32);
+      layout.total, config.zero.stage, world_size, config.precision() != DType::kFloat32);
   e.engine = std::move(engine);
   return e;
 }
@@ -165,7 +165,7 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
   const ActivationCheckpointingConfig& ac = config.activation_checkpointing;
   out << "model: GPT-2, " << config.model.n_layer << " layers, " << config.model.n_embd << " wide, "
       << e.parameters << " parameters; micro-batch " << config.train_micro_batch_size_per_gpu
-      << " x " << config.model.seq_len << " tokens, " << PrecisionName(config.precision())
+      << " x " << config.model.seq_len << " tokens, " << DTypeName(config.precision())
       << ", ZeRO stage " << config.zero.stage << " on " << e.world_size
       << (e.world_size == 1 ? " rank" : " ranks") << "\n";
   out << "activation checkpointing: " << CheckpointPolicyName(ac.policy);

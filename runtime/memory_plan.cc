@@ -386,9 +386,8 @@ StepCost EstimateStepCost(const Config& config, int world_size, int ranks_per_no
   const double n = world_size;
   const double shard = std::ceil(psi / n);
   const double a = (n - 1) / n;
-  const double p = static_cast<double>(comm::DataTypeSize(DataTypeOf(config.precision())));
-  const double c =
-      static_cast<double>(comm::DataTypeSize(DataTypeOf(config.communication_data_type)));
+  const double p = static_cast<double>(DTypeSize(config.precision()));
+  const double c = static_cast<double>(DTypeSize(config.communication_data_type));
   const double micro = static_cast<double>(config.train_micro_batch_size_per_gpu);
   const double g = static_cast<double>(config.gradient_accumulation_steps);
   const double tokens = micro * g * m.seq_len;

@@ -86,7 +86,7 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
   const int64_t activation_pinned =
       Gpt2Model::ActivationFootprint(
           config_.model, static_cast<int>(config_.train_micro_batch_size_per_gpu),
-          config_.model.seq_len, DataTypeOf(config_.precision()), config_.activation_checkpointing)
+          config_.model.seq_len, config_.precision(), config_.activation_checkpointing)
           .host_pinned;
   const bool offload =
       optimizer.device != OffloadDevice::kNone || param.device != OffloadDevice::kNone;
@@ -172,13 +172,13 @@ Status Trainer::CreateModel() {
   {
     // Opening the scratch files and allocating the host buffers can fail on one rank alone (a
     // disk filled since the check): every rank stops with that rank's reason.
-    auto engine = zero::ZeroEngine::Create(layout.Units(), zero_options, comm_, &device_);
+    auto engine = zero::ZeroEngine::Create(layout.Units(), zero_options, comm_, &backend_);
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, engine.status()));
     engine_ = std::move(engine).value();
   }
   HOIST_ASSIGN_OR_RETURN(
-      model_, Gpt2Model::Create(config_.model, B, T, &device_, engine_.get(),
-                                DataTypeOf(config_.precision()), config_.activation_checkpointing));
+      model_, Gpt2Model::Create(config_.model, B, T, &device_, engine_.get(), config_.precision(),
+                                config_.activation_checkpointing));
   model_->set_phase_hook([this](Gpt2Model::Phase phase, int block) {
     switch (phase) {
       case Gpt2Model::Phase::kForwardEmbedding:
@@ -257,7 +257,7 @@ Status Trainer::Initialize() {
     }
   }
   HOIST_RETURN_IF_ERROR(CreateModel());
-  if (config_.precision() == Precision::kFloat16) {
+  if (config_.precision() == DType::kFloat16) {
     scaler_ = std::make_unique<LossScaler>(config_.fp16);
   }
   HOIST_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(ScheduleParamsFrom(config_)));
@@ -365,7 +365,7 @@ StatusOr<StepRecord> Trainer::Step() {
   const auto reduce_start = Clock::now();
   // The loss of the whole global batch: every rank's mean, averaged over the ranks.
   float loss = static_cast<float>(loss_sum / static_cast<double>(accumulation));
-  HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg));
+  HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat32, comm::ReduceOp::kAvg));
   record.loss = loss;
   if (!std::isfinite(record.loss) && scaler_ == nullptr) {
     return FailedPreconditionError("the loss became " + std::to_string(record.loss) + " at step " +
@@ -391,7 +391,7 @@ StatusOr<StepRecord> Trainer::Step() {
   phase_s[int(StepPhase::kOptimizer)] = result.optimizer_s;
   if (scaler_ != nullptr) {
     HOIST_ASSIGN_OR_RETURN(record.skipped, scaler_->Update(result.overflow));
-  } else if (result.overflow && config_.precision() == Precision::kBFloat16) {
+  } else if (result.overflow && config_.precision() == DType::kBFloat16) {
     // bf16 has fp32's range: an inf or NaN here is a rare spike, skipped as DeepSpeed's bf16
     // optimizer does (check_grad_overflow), on every rank alike.
     record.skipped = true;
@@ -448,7 +448,7 @@ StatusOr<float> Trainer::Evaluate() {
   // A parameter shard that could not be read was served as zeros: no loss from it.
   if (engine_ != nullptr) HOIST_RETURN_IF_ERROR(engine_->AgreeOnDeferredErrors());
   float loss = static_cast<float>(sum / static_cast<double>(steps));
-  HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, comm::DataType::kFloat32, comm::ReduceOp::kAvg));
+  HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat32, comm::ReduceOp::kAvg));
   return loss;
 }
 
@@ -491,7 +491,7 @@ Status Trainer::RunSteps() {
          << " parameters) for " << total << " steps of " << config_.train_batch_size << " x "
          << config_.model.seq_len << " tokens on " << comm_->world_size()
          << (comm_->world_size() == 1 ? " rank" : " ranks") << ", ZeRO stage " << config_.zero.stage
-         << ", " << PrecisionName(config_.precision())
+         << ", " << DTypeName(config_.precision())
          << (device_training_ != nullptr ? ", on " + device_training_->name() : std::string())
          << ", from step " << step_ << "\n";
   }
@@ -658,8 +658,7 @@ Status Trainer::PublishStatus(const StepRecord& record, const MemorySnapshot& me
   float* mine = gathered_memory_.data() + kWords * world_size;
   std::memcpy(mine, &memory.current, kTableBytes);
   std::memcpy(reinterpret_cast<char*>(mine) + kTableBytes, &memory.peak, kTableBytes);
-  HOIST_RETURN_IF_ERROR(
-      comm_->AllGather(mine, gathered_memory_.data(), kWords, comm::DataType::kFloat32));
+  HOIST_RETURN_IF_ERROR(comm_->AllGather(mine, gathered_memory_.data(), kWords, DType::kFloat32));
   if (control_ == nullptr) return Status::Ok();
   JobStatus status;
   status.step = record.step;

@@ -25,6 +25,7 @@
 #include "core/device.h"
 #include "core/file_system.h"
 #include "core/status.h"
+#include "kernels/cpu_backend.h"
 #include "runtime/config.h"
 #include "runtime/control.h"
 #include "runtime/control_server.h"
@@ -165,6 +166,7 @@ class Trainer {
   Config config_;
   TrainerOptions options_;
   CpuDevice device_;
+  kernels::CpuBackend backend_{&device_};         // the CPU path's compute backend, over device_
   std::unique_ptr<comm::ThreadGroup> own_group_;  // a group of one, when training alone
   // The group's communicator, counting the bytes of each collective for the metrics.
   std::unique_ptr<comm::CountingCommunicator> counting_;

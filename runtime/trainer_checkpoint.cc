@@ -55,8 +55,7 @@ Status Trainer::SaveCheckpoint() {
   Status written = WriteRankShard(dir, step_, rank, blobs, streamed, checkpoint_fs());
   // Every rank learns whether every shard was written before rank 0 commits.
   float failures = written.ok() ? 0.0f : 1.0f;
-  HOIST_RETURN_IF_ERROR(
-      comm_->AllReduce(&failures, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum));
+  HOIST_RETURN_IF_ERROR(comm_->AllReduce(&failures, 1, DType::kFloat32, comm::ReduceOp::kSum));
   HOIST_RETURN_IF_ERROR(written);
   if (failures > 0) {
     return UnavailableError("checkpoint of step " + std::to_string(step_) + " in " + dir + ": " +
@@ -92,8 +91,7 @@ Status Trainer::SaveCheckpoint() {
     }
   }
   failures = committed.ok() ? 0.0f : 1.0f;
-  HOIST_RETURN_IF_ERROR(
-      comm_->AllReduce(&failures, 1, comm::DataType::kFloat32, comm::ReduceOp::kSum));
+  HOIST_RETURN_IF_ERROR(comm_->AllReduce(&failures, 1, DType::kFloat32, comm::ReduceOp::kSum));
   HOIST_RETURN_IF_ERROR(committed);
   if (failures > 0) {
     return UnavailableError("rank 0 failed to commit the checkpoint of step " +

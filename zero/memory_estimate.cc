@@ -11,7 +11,7 @@
 namespace hoist::zero {
 
 int64_t ComputeBytes(const ZeroOptions& options) {
-  return static_cast<int64_t>(comm::DataTypeSize(options.compute_type));
+  return static_cast<int64_t>(DTypeSize(options.compute_type));
 }
 
 bool IsPersistentUnit(const UnitPartition& part, const ZeroOptions& options) {
@@ -39,7 +39,7 @@ int64_t StateArrayBytes(const PartitionPlan& state_plan) {
 }
 
 bool HasSeparateMaster(const ZeroOptions& options) {
-  return options.compute_type != DataType::kFloat32 ||
+  return options.compute_type != DType::kFloat32 ||
          options.offload_optimizer.place != StatePlace::kDevice ||
          options.offload_param.place != ParamPlace::kDevice;
 }
@@ -75,25 +75,25 @@ bool PrefetchGathers(const UnitPartition& part, int64_t live_elements, const Zer
 }
 
 bool UsesWorkingParams(const ZeroOptions& options) {
-  return options.compute_type != DataType::kFloat32;
+  return options.compute_type != DType::kFloat32;
 }
 
 int64_t WorkingParamBytes(const UnitPartition& part) { return part.size * int64_t{sizeof(float)}; }
 
 bool UsesWorkingGrads(const ZeroOptions& options) {
-  return options.stage >= 2 || options.compute_type != DataType::kFloat32;
+  return options.stage >= 2 || options.compute_type != DType::kFloat32;
 }
 
 int64_t WorkingGradBytes(const UnitPartition& part) { return part.padded * int64_t{sizeof(float)}; }
 
 int64_t ReductionSendBytes(const UnitPartition& part, const ZeroOptions& options) {
-  if (options.comm_type == DataType::kFloat32) return 0;
-  return part.padded * static_cast<int64_t>(comm::DataTypeSize(options.comm_type));
+  if (options.comm_type == DType::kFloat32) return 0;
+  return part.padded * static_cast<int64_t>(DTypeSize(options.comm_type));
 }
 
 int64_t ReductionRecvBytes(const UnitPartition& part, const ZeroOptions& options) {
   if (!options.reduce_scatter) return 0;
-  return part.shard * static_cast<int64_t>(comm::DataTypeSize(options.comm_type));
+  return part.shard * static_cast<int64_t>(DTypeSize(options.comm_type));
 }
 
 int64_t ReductionsKeptElements(const ZeroOptions& options) {
@@ -198,6 +198,7 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
   }
   tracker.Add(kCompute, Category::kParam, PersistentBufferBytes(plan, options));
   tracker.Add(kCompute, Category::kGrad, GradBufferBytes(plan, options));
+  tracker.Add(kCompute, Category::kWorkspace, EngineWorkspaceBytes());
 
   const int64_t state_bytes = StateArrayBytes(state_plan);
   const OptimizerOffload& optimizer = options.offload_optimizer;
@@ -265,7 +266,7 @@ class Replay {
       return;
     }
     const int64_t staging = AllReduceStagingElements(plan_, options_) *
-                            static_cast<int64_t>(comm::DataTypeSize(options_.comm_type));
+                            static_cast<int64_t>(DTypeSize(options_.comm_type));
     tracker_.Add(kCompute, Category::kComm, staging);
     tracker_.Remove(kCompute, Category::kComm, staging);
   }

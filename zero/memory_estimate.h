@@ -49,6 +49,9 @@ int64_t ParamBufferBytes(const PartitionPlan& plan, const ZeroOptions& options);
 int64_t PersistentBufferBytes(const PartitionPlan& plan, const ZeroOptions& options);
 // Compute-type gradient accumulators: whole padded model (stages 0/1) or shards (2/3).
 int64_t GradBufferBytes(const PartitionPlan& plan, const ZeroOptions& options);
+// The engine's device workspace: the step's sum of squares (one double), where the backend
+// writes it before the host reads it back.
+constexpr int64_t EngineWorkspaceBytes() { return sizeof(double); }
 // One fp32 optimizer array (master, m or v) over this rank's shard of the state plan.
 int64_t StateArrayBytes(const PartitionPlan& state_plan);
 // Whether the fp32 master weights are an array of their own: in mixed precision, and whenever

@@ -29,15 +29,14 @@ struct ParamShards::Staging {
   uint64_t order = 0;  // when its write started, to wait for the oldest first
 };
 
-ParamShards::ParamShards(const PartitionPlan& plan, comm::DataType type,
-                         const ParamOffload& options, offload::PinnedHostPool& pool,
-                         MemoryTracker& tracker)
+ParamShards::ParamShards(const PartitionPlan& plan, DType type, const ParamOffload& options,
+                         offload::PinnedHostPool& pool, MemoryTracker& tracker)
     : plan_(plan),
       type_(type),
       options_(options),
       pool_(pool),
       tracker_(tracker),
-      csize_(comm::DataTypeSize(type)) {}
+      csize_(DTypeSize(type)) {}
 
 ParamShards::~ParamShards() {
   // Background transfers own staging buffers until they finish.
@@ -47,8 +46,7 @@ ParamShards::~ParamShards() {
   if (storage_ != nullptr) tracker_.Remove(Place::kNvme, Category::kParam, storage_->size_bytes());
 }
 
-StatusOr<std::unique_ptr<ParamShards>> ParamShards::Create(const PartitionPlan& plan,
-                                                           comm::DataType type,
+StatusOr<std::unique_ptr<ParamShards>> ParamShards::Create(const PartitionPlan& plan, DType type,
                                                            const ParamOffload& options,
                                                            offload::PinnedHostPool& pool,
                                                            MemoryTracker& tracker) {
@@ -117,9 +115,9 @@ Status CheckBufferSize(int64_t largest_on_file, const ParamOffload& options) {
 
 }  // namespace
 
-ParamShardFootprint ParamShards::Footprint(const PartitionPlan& plan, comm::DataType type,
+ParamShardFootprint ParamShards::Footprint(const PartitionPlan& plan, DType type,
                                            const ParamOffload& options) {
-  const size_t csize = comm::DataTypeSize(type);
+  const size_t csize = DTypeSize(type);
   const Layout layout = PlanLayout(plan, csize, options);
   ParamShardFootprint footprint;
   footprint.resident_bytes = layout.resident_bytes;
@@ -132,10 +130,9 @@ ParamShardFootprint ParamShards::Footprint(const PartitionPlan& plan, comm::Data
   return footprint;
 }
 
-Status ParamShards::Validate(const PartitionPlan& plan, comm::DataType type,
-                             const ParamOffload& options) {
+Status ParamShards::Validate(const PartitionPlan& plan, DType type, const ParamOffload& options) {
   if (options.place == ParamPlace::kDevice) return Status::Ok();
-  const Layout layout = PlanLayout(plan, comm::DataTypeSize(type), options);
+  const Layout layout = PlanLayout(plan, DTypeSize(type), options);
   if (layout.file_bytes == 0) return Status::Ok();
   return CheckBufferSize(layout.largest_on_file, options);
 }

@@ -76,20 +76,18 @@ struct ParamShardFootprint {
 
 class ParamShards {
  public:
-  static ParamShardFootprint Footprint(const PartitionPlan& plan, comm::DataType type,
+  static ParamShardFootprint Footprint(const PartitionPlan& plan, DType type,
                                        const ParamOffload& options);
   // The refusal Create gives for options that cannot hold `plan` (a buffer_size below the
   // largest shard on NVMe), without allocating anything; Ok otherwise.
-  static Status Validate(const PartitionPlan& plan, comm::DataType type,
-                         const ParamOffload& options);
+  static Status Validate(const PartitionPlan& plan, DType type, const ParamOffload& options);
   // The staging buffers allocated for `buffer_count`: at least two (the unit being gathered and
   // the next one).
   static int StagingCount(int buffer_count);
 
   // `plan` gives every unit's shard (size and order); `type` the compute type. `pool`, `tracker`
   // must outlive the object. `options.place` must not be kDevice.
-  static StatusOr<std::unique_ptr<ParamShards>> Create(const PartitionPlan& plan,
-                                                       comm::DataType type,
+  static StatusOr<std::unique_ptr<ParamShards>> Create(const PartitionPlan& plan, DType type,
                                                        const ParamOffload& options,
                                                        offload::PinnedHostPool& pool,
                                                        MemoryTracker& tracker);
@@ -119,7 +117,7 @@ class ParamShards {
 
  private:
   struct Staging;  // a staging buffer and what it is doing
-  ParamShards(const PartitionPlan& plan, comm::DataType type, const ParamOffload& options,
+  ParamShards(const PartitionPlan& plan, DType type, const ParamOffload& options,
               offload::PinnedHostPool& pool, MemoryTracker& tracker);
   Status Allocate();
   int64_t unit_bytes(int unit) const;
@@ -131,7 +129,7 @@ class ParamShards {
   void Defer(const Status& status);
 
   PartitionPlan plan_;
-  comm::DataType type_;
+  DType type_;
   ParamOffload options_;
   offload::PinnedHostPool& pool_;
   MemoryTracker& tracker_;

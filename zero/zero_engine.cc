@@ -9,9 +9,7 @@
 #include "comm/agree.h"
 #include "core/check.h"
 #include "core/logging.h"
-#include "kernels/cpu/ops.h"
 #include "zero/memory_estimate.h"
-#include "zero/precision.h"
 
 namespace hoist::zero {
 
@@ -62,17 +60,20 @@ float ClipScale(double norm, float max_norm) {
   return static_cast<float>(std::min(1.0, max_norm / (norm + 1e-6)));
 }
 
-ZeroEngine::ZeroEngine(const ZeroOptions& options, comm::Communicator* comm, Device* device,
-                       PartitionPlan plan, PartitionPlan state_plan)
+ZeroEngine::ZeroEngine(const ZeroOptions& options, comm::Communicator* comm,
+                       kernels::Backend* backend, PartitionPlan plan, PartitionPlan state_plan)
     : options_(options),
       comm_(comm),
-      device_(device),
+      backend_(backend),
+      device_(&backend->device()),
       plan_(std::move(plan)),
       state_plan_(std::move(state_plan)),
-      csize_(comm::DataTypeSize(options.compute_type)) {}
+      csize_(DTypeSize(options.compute_type)) {}
 
 ZeroEngine::~ZeroEngine() {
-  // Collectives still in flight own buffers of ours: let them finish before the buffers go.
+  // Work still queued on the stream, and collectives in flight, use buffers of ours: let them
+  // finish before the buffers go.
+  (void)Sync();
   for (auto& pending : reductions_) {
     if (pending->handle) (void)pending->handle->Wait();
   }
@@ -83,7 +84,8 @@ ZeroEngine::~ZeroEngine() {
 
 StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> units,
                                                          const ZeroOptions& options,
-                                                         comm::Communicator* comm, Device* device) {
+                                                         comm::Communicator* comm,
+                                                         kernels::Backend* backend) {
   HOIST_RETURN_IF_ERROR(ValidateZeroOptions(options));
   HOIST_ASSIGN_OR_RETURN(PartitionPlan plan,
                          PartitionPlan::Build(units, comm->world_size(), comm->rank()));
@@ -93,7 +95,7 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> u
           ? PartitionPlan::Build(std::move(units), 1, 0)
           : PartitionPlan::Build(std::move(units), comm->world_size(), comm->rank()));
   std::unique_ptr<ZeroEngine> engine(
-      new ZeroEngine(options, comm, device, std::move(plan), std::move(state_plan)));
+      new ZeroEngine(options, comm, backend, std::move(plan), std::move(state_plan)));
   HOIST_RETURN_IF_ERROR(engine->Allocate());
   return engine;
 }
@@ -127,6 +129,7 @@ Status ZeroEngine::Allocate() {
   HOIST_ASSIGN_OR_RETURN(grads_,
                          device_->Allocate(GradBufferBytes(plan_, options_), Category::kGrad));
   HOIST_RETURN_IF_ERROR(AllocateStates());
+  HOIST_ASSIGN_OR_RETURN(norm_, device_->Allocate(EngineWorkspaceBytes(), Category::kWorkspace));
 
   work_params_.resize(static_cast<size_t>(n));
   work_grads_.resize(static_cast<size_t>(n));
@@ -223,32 +226,43 @@ float* ZeroEngine::master(int unit) const {
 }
 
 Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& fill) {
-  const DataType type = options_.compute_type;
+  const DType type = options_.compute_type;
+  const kernels::CopyDirection up = states_on_device() ? kernels::CopyDirection::kHostToDevice
+                                                       : kernels::CopyDirection::kHostToHost;
   std::vector<float> values;
-  // Fills `values` with the unit's weights and writes its compute-type copies.
-  auto init_unit = [&](int u) {
+  // Fills `values` with the unit's weights and writes its compute-type copies (and, with
+  // `to_master`, its owned range of the master weights). `values` is host memory that the next
+  // unit refills: the copies are waited for before that.
+  auto init_unit = [&](int u, bool to_master) -> Status {
     const UnitPartition& part = plan_.unit(u);
     values.assign(static_cast<size_t>(part.padded), 0.0f);
     fill(u, values.data());
-    if (void* whole = whole_params(u)) FromFloat(values.data(), whole, type, part.padded);
+    if (void* whole = whole_params(u)) {
+      HOIST_RETURN_IF_ERROR(
+          backend_->Cast(whole, type, values.data(), DType::kFloat32, part.padded, stream()));
+    }
+    if (to_master && state_master_ != nullptr) {
+      const UnitPartition& owned = state_plan_.unit(u);
+      HOIST_RETURN_IF_ERROR(backend_->Copy(master(u), values.data() + owned.owned_begin,
+                                           owned.owned_real * static_cast<int64_t>(sizeof(float)),
+                                           up, stream()));
+    }
     if (options_.stage == 3) {
-      FromFloat(values.data() + part.owned_begin, BeginOwnedWrite(u), type, part.shard);
+      HOIST_RETURN_IF_ERROR(backend_->Cast(BeginOwnedWrite(u), type,
+                                           values.data() + part.owned_begin, DType::kFloat32,
+                                           part.shard, stream()));
+      HOIST_RETURN_IF_ERROR(Sync());  // the shard's store may hand it to another thread
       EndOwnedWrite(u);
     }
+    return Sync();
   };
   step_count_ = 0;
   if (swapper_ == nullptr) {
-    for (int u = 0; u < plan_.num_units(); ++u) {
-      init_unit(u);
-      if (state_master_ != nullptr) {
-        const UnitPartition& owned = state_plan_.unit(u);
-        std::memcpy(master(u), values.data() + owned.owned_begin,
-                    static_cast<size_t>(owned.owned_real) * sizeof(float));
-      }
-    }
-    const auto state_bytes = static_cast<size_t>(state_plan_.total_shard()) * sizeof(float);
-    std::memset(state_m_, 0, state_bytes);
-    std::memset(state_v_, 0, state_bytes);
+    for (int u = 0; u < plan_.num_units(); ++u) HOIST_RETURN_IF_ERROR(init_unit(u, true));
+    const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
+    HOIST_RETURN_IF_ERROR(backend_->Zero(state_m_, state_bytes, stream()));
+    HOIST_RETURN_IF_ERROR(backend_->Zero(state_v_, state_bytes, stream()));
+    HOIST_RETURN_IF_ERROR(Sync());
     if (param_shards_ == nullptr) return Status::Ok();
     return AgreeOnFailure(FinishOwnedWrites());
   }
@@ -268,7 +282,7 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
           const int64_t hi = std::min(begin + count, owned.shard_offset + owned.shard);
           if (lo >= hi) continue;
           if (u != filled) {
-            init_unit(u);
+            HOIST_RETURN_IF_ERROR(init_unit(u, false));
             filled = u;
           }
           const int64_t real_hi = std::min(hi, owned.shard_offset + owned.owned_real);
@@ -286,6 +300,8 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
 
 Status ZeroEngine::StartGather(int unit) {
   const UnitPartition& part = plan_.unit(unit);
+  // The collective reads the shard on the host's side of the stream.
+  HOIST_RETURN_IF_ERROR(Sync());
   auto pending = std::make_unique<Pending>();
   pending->unit = unit;
   pending->gathered = MustAllocate(device_, GatheredUnitBytes(part, options_), Category::kParam,
@@ -319,7 +335,7 @@ Status ZeroEngine::FinishPending(Pending& pending) {
 const float* ZeroEngine::AcquireParams(int unit) {
   const auto u = static_cast<size_t>(unit);
   if (acquire_count_[u]++ > 0) return acquired_params_[u];
-  const DataType type = options_.compute_type;
+  const DType type = options_.compute_type;
   const UnitPartition& part = plan_.unit(unit);
   const void* source = whole_params(unit);
   if (source == nullptr) {  // stage 3, sharded: gather it (unless a prefetch already started)
@@ -333,7 +349,9 @@ const float* ZeroEngine::AcquireParams(int unit) {
   } else {
     work_params_[u] = MustAllocate(device_, WorkingParamBytes(part), Category::kParam,
                                    "a unit's fp32 working weights");
-    ToFloat(source, type, work_params_[u].as<float>(), part.size);
+    Fail(
+        backend_->Cast(work_params_[u].data(), DType::kFloat32, source, type, part.size, stream()));
+    Fail(Sync());  // the model reads the copy, and the gathered unit goes below
     acquired_params_[u] = work_params_[u].as<float>();
     if (gathers_[u] != nullptr) {  // the fp32 copy is all the model needs now
       gathers_[u]->gathered = Buffer();
@@ -382,10 +400,12 @@ float* ZeroEngine::AcquireGrads(int unit) {
 void ZeroEngine::ReleaseGrads(int unit) {
   const auto u = static_cast<size_t>(unit);
   const UnitPartition& part = plan_.unit(unit);
-  const DataType type = options_.compute_type;
+  const DType type = options_.compute_type;
   if (options_.stage < 2) {
-    if (type != DataType::kFloat32) {
-      AccumulateFloat(whole_grads(unit), type, work_grads_[u].as<float>(), part.size);
+    if (type != DType::kFloat32) {
+      Fail(backend_->Accumulate(whole_grads(unit), type, work_grads_[u].data(), DType::kFloat32,
+                                1.0f, part.size, stream()));
+      Fail(Sync());  // before the working gradient goes
       work_grads_[u] = Buffer();
     }
     return;
@@ -393,14 +413,16 @@ void ZeroEngine::ReleaseGrads(int unit) {
   // Stages 2/3: reduce the unit's gradient into its owners' shards now.
   auto pending = std::make_unique<Pending>();
   pending->unit = unit;
-  const DataType wire = options_.comm_type;
+  const DType wire = options_.comm_type;
   const int64_t send_bytes = ReductionSendBytes(part, options_);
   if (send_bytes == 0) {  // fp32 on the wire: the working gradient itself
     pending->send = std::move(work_grads_[u]);
   } else {
     pending->send =
         MustAllocate(device_, send_bytes, Category::kComm, "a gradient reduction buffer");
-    FromFloat(work_grads_[u].as<float>(), pending->send.data(), wire, part.padded);
+    Fail(backend_->Cast(pending->send.data(), wire, work_grads_[u].data(), DType::kFloat32,
+                        part.padded, stream()));
+    Fail(Sync());  // the collective reads it, and the working gradient goes
     work_grads_[u] = Buffer();
   }
   if (options_.reduce_scatter) {
@@ -432,26 +454,24 @@ Status ZeroEngine::DrainReductions(int64_t keep_elements) {
       continue;
     }
     void* shard = ElementPtr(grads_.data(), options_.compute_type, part.shard_offset);
-    if (options_.comm_type == options_.compute_type) {
-      Accumulate(shard, pending->result, options_.compute_type, 1.0f, part.shard);
-    } else {
-      std::vector<float> widened(static_cast<size_t>(part.shard));
-      ToFloat(pending->result, options_.comm_type, widened.data(), part.shard);
-      AccumulateFloat(shard, options_.compute_type, widened.data(), part.shard);
-    }
+    Status added = backend_->Accumulate(shard, options_.compute_type, pending->result,
+                                        options_.comm_type, 1.0f, part.shard, stream());
+    if (added.ok()) added = Sync();  // before the reduction's buffers go
+    if (!added.ok() && first.ok()) first = added;
   }
   return first;
 }
 
 Status ZeroEngine::ZeroGrads() {
   HOIST_RETURN_IF_ERROR(DrainReductions(0));
-  std::memset(grads_.data(), 0, static_cast<size_t>(grads_.bytes()));
+  HOIST_RETURN_IF_ERROR(backend_->Zero(grads_.data(), grads_.bytes(), stream()));
+  HOIST_RETURN_IF_ERROR(Sync());  // the model adds to them from the host
   return status_;
 }
 
 Status ZeroEngine::ReduceFullGrads() {
   if (comm_->world_size() == 1) return Status::Ok();
-  const DataType type = options_.compute_type, wire = options_.comm_type;
+  const DType type = options_.compute_type, wire = options_.comm_type;
   const int64_t total = plan_.total_padded();
   const int64_t bucket = options_.reduce_bucket_size;
   if (wire == type) {
@@ -470,26 +490,25 @@ Status ZeroEngine::ReduceFullGrads() {
   }
   // A different wire type: through a staging buffer, one bucket at a time.
   const int64_t chunk = AllReduceStagingElements(plan_, options_);
-  Buffer staging = MustAllocate(device_, chunk * static_cast<int64_t>(comm::DataTypeSize(wire)),
+  Buffer staging = MustAllocate(device_, chunk * static_cast<int64_t>(DTypeSize(wire)),
                                 Category::kComm, "a gradient all-reduce buffer");
-  std::vector<float> wide(static_cast<size_t>(chunk));
   for (int64_t begin = 0; begin < total; begin += chunk) {
     const int64_t count = std::min(chunk, total - begin);
     void* grads = ElementPtr(grads_.data(), type, begin);
-    ToFloat(grads, type, wide.data(), count);
-    FromFloat(wide.data(), staging.data(), wire, count);
+    HOIST_RETURN_IF_ERROR(backend_->Cast(staging.data(), wire, grads, type, count, stream()));
+    HOIST_RETURN_IF_ERROR(Sync());
     HOIST_RETURN_IF_ERROR(comm_->AllReduce(staging.data(), count, wire, comm::ReduceOp::kAvg));
-    ToFloat(staging.data(), wire, wide.data(), count);
-    FromFloat(wide.data(), grads, type, count);
+    HOIST_RETURN_IF_ERROR(backend_->Cast(grads, type, staging.data(), wire, count, stream()));
   }
-  return Status::Ok();
+  return Sync();
 }
 
 Status ZeroEngine::GatherUpdatedParams() {
   // Stages 1/2 with one rank updated the whole copy in place; stage 3's persistent units are
   // refreshed from their shards even then.
   if (comm_->world_size() == 1 && options_.stage < 3) return Status::Ok();
-  const DataType type = options_.compute_type;
+  HOIST_RETURN_IF_ERROR(Sync());  // the collectives read what the step wrote
+  const DType type = options_.compute_type;
   std::vector<comm::CommHandle> handles;
   int64_t in_flight = 0;
   Status first = Status::Ok();
@@ -535,19 +554,25 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   // A parameter shard that could not be read during this step's passes was replaced by zeros:
   // the step is void, on every rank.
   HOIST_RETURN_IF_ERROR(AgreeOnDeferredErrors());
-  const DataType type = options_.compute_type;
+  const DType type = options_.compute_type;
   const float inv_scale = 1.0f / loss_scale;
 
-  double local = 0.0;
+  double* norm = norm_.as<double>();
+  HOIST_RETURN_IF_ERROR(backend_->Zero(norm, sizeof(double), stream()));
   for (int u = 0; u < plan_.num_units(); ++u) {
-    local += ScaledSumOfSquares(owned_grads(u), type, inv_scale, state_plan_.unit(u).owned_real);
+    HOIST_RETURN_IF_ERROR(backend_->SumOfSquares(owned_grads(u), type, inv_scale,
+                                                 state_plan_.unit(u).owned_real, norm, stream()));
   }
+  double local = 0.0;
+  HOIST_RETURN_IF_ERROR(backend_->Copy(&local, norm, sizeof(double),
+                                       kernels::CopyDirection::kDeviceToHost, stream()));
+  HOIST_RETURN_IF_ERROR(Sync());
   double total = local;
   if (state_plan_.world_size() > 1) {
     // Two fp32 words, the sum and its rounding error, keep the double's precision on the wire.
     float words[2] = {static_cast<float>(local), 0.0f};
     words[1] = static_cast<float>(local - static_cast<double>(words[0]));
-    HOIST_RETURN_IF_ERROR(comm_->AllReduce(words, 2, DataType::kFloat32, comm::ReduceOp::kSum));
+    HOIST_RETURN_IF_ERROR(comm_->AllReduce(words, 2, DType::kFloat32, comm::ReduceOp::kSum));
     total = static_cast<double>(words[0]) + static_cast<double>(words[1]);
   }
   StepResult result;
@@ -557,12 +582,11 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   result.reduce_s = std::chrono::duration<double>(reduced - started).count();
   if (result.overflow) return result;
 
-  kernels::cpu::AdamWHyperparams h;
+  kernels::AdamWStepScalars h;
   h.lr = lr;
   h.beta1 = options_.adam.beta1;
   h.beta2 = options_.adam.beta2;
   h.eps = options_.adam.eps;
-  h.weight_decay = options_.adam.weight_decay;  // per segment: UpdatePiece zeroes it where off
   h.grad_scale = ClipScale(result.grad_norm, max_norm) * inv_scale;
   h.step = ++step_count_;
   Status updated = Status::Ok();
@@ -573,19 +597,22 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
       const UnitPartition& owned = state_plan_.unit(u);
       if (owned.owned_real == 0) continue;
       void* compute = BeginOwnedWrite(u);
-      UpdatePiece(u, 0, owned.owned_real, master(u), state_m_ + owned.shard_offset,
-                  state_v_ + owned.shard_offset, compute, h);
+      updated = UpdatePiece(u, 0, owned.owned_real, master(u), state_m_ + owned.shard_offset,
+                            state_v_ + owned.shard_offset, compute, h);
       EndOwnedWrite(u);
+      if (!updated.ok()) break;
     }
+    if (updated.ok()) updated = Sync();
   } else {
     updated = swapper_->ForEachSubGroup(
         offload::StateSwapper::Access::kReadWrite,
         [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
-          UpdateRange(begin, count, arrays[0], arrays[1], arrays[2], h);
-          return Status::Ok();
+          HOIST_RETURN_IF_ERROR(UpdateRange(begin, count, arrays[0], arrays[1], arrays[2], h));
+          return Sync();  // the swapper writes the sub-group back once this returns
         });
     CloseOwnedWrite();
   }
+  HOIST_RETURN_IF_ERROR(status_);
   if (param_shards_ != nullptr) {
     Status stored = FinishOwnedWrites();
     if (updated.ok()) updated = stored;
@@ -618,71 +645,61 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
 }
 
 const void* ZeroEngine::owned_grads(int unit) {
-  const DataType type = options_.compute_type;
+  const DType type = options_.compute_type;
   if (options_.stage >= 2) return ElementPtr(grads_.data(), type, plan_.unit(unit).shard_offset);
   return ElementPtr(whole_grads(unit), type, state_plan_.unit(unit).owned_begin);
 }
 
 void* ZeroEngine::owned_params(int unit) {
-  const DataType type = options_.compute_type;
+  const DType type = options_.compute_type;
   if (options_.stage == 3) return ElementPtr(params_.data(), type, plan_.unit(unit).shard_offset);
   return ElementPtr(whole_params(unit), type, state_plan_.unit(unit).owned_begin);
 }
 
-void ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
-                             void* compute, const kernels::cpu::AdamWHyperparams& h) {
-  using kernels::cpu::GradFormat;
-  using kernels::cpu::HalfFormat;
-  const DataType type = options_.compute_type;
+Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
+                               void* compute, const kernels::AdamWStepScalars& h) {
+  const DType type = options_.compute_type;
   const UnitPartition& owned = state_plan_.unit(unit);
   const void* grads = owned_grads(unit);
   const int64_t base = owned.owned_begin;  // unit coordinates of owned element 0
+  std::vector<kernels::AdamWTensorRef> pieces;
   for (const ParamSegment& segment : state_plan_.spec(unit).segments) {
     const int64_t begin = std::max(base + lo, segment.begin);
     const int64_t end = std::min(base + hi, segment.end);
     if (begin >= end) continue;
     const int64_t at = begin - base;  // owned-range coordinates
-    kernels::cpu::AdamWShard piece;
+    kernels::AdamWTensorRef& piece = pieces.emplace_back();
     piece.param = master + (at - lo);
     piece.m = m + (at - lo);
     piece.v = v + (at - lo);
     piece.grad = ElementPtr(grads, type, at);
-    piece.n = static_cast<size_t>(end - begin);
-    switch (type) {
-      case DataType::kFloat32: piece.grad_format = GradFormat::kFp32; break;
-      case DataType::kBFloat16:
-        piece.grad_format = GradFormat::kBf16;
-        piece.param_copy = static_cast<uint16_t*>(ElementPtr(compute, type, at));
-        piece.copy_format = HalfFormat::kBf16;
-        break;
-      case DataType::kFloat16:
-        piece.grad_format = GradFormat::kFp16;
-        piece.param_copy = static_cast<uint16_t*>(ElementPtr(compute, type, at));
-        piece.copy_format = HalfFormat::kFp16;
-        break;
-    }
-    kernels::cpu::AdamWHyperparams segment_h = h;
-    if (!segment.decay) segment_h.weight_decay = 0.0f;
-    kernels::cpu::AdamWFusedStep(piece, segment_h);
+    piece.n = end - begin;
+    if (IsHalf(type)) piece.copy = ElementPtr(compute, type, at);
+    piece.weight_decay = segment.decay ? options_.adam.weight_decay : 0.0f;
   }
+  HOIST_RETURN_IF_ERROR(backend_->AdamW(pieces, type, type, h, stream()));
   // fp32 with the master copy away from the model: the model's copy is the master's bits.
   float* model = static_cast<float*>(compute) + lo;
-  if (type == DataType::kFloat32 && model != master) {
-    std::memcpy(model, master, static_cast<size_t>(hi - lo) * sizeof(float));
+  if (type == DType::kFloat32 && model != master) {
+    HOIST_RETURN_IF_ERROR(backend_->Copy(
+        model, master, (hi - lo) * static_cast<int64_t>(sizeof(float)), StateToModel(), stream()));
   }
+  return Status::Ok();
 }
 
-void ZeroEngine::UpdateRange(int64_t begin, int64_t count, float* master, float* m, float* v,
-                             const kernels::cpu::AdamWHyperparams& h) {
+Status ZeroEngine::UpdateRange(int64_t begin, int64_t count, float* master, float* m, float* v,
+                               const kernels::AdamWStepScalars& h) {
   for (int u = 0; u < plan_.num_units(); ++u) {
     const UnitPartition& owned = state_plan_.unit(u);
     const int64_t lo = std::max(begin, owned.shard_offset);
     const int64_t hi = std::min(begin + count, owned.shard_offset + owned.owned_real);
     if (lo >= hi) continue;
     // Units come in order, each over one or more sub-groups: its copy stays open until the next.
-    UpdatePiece(u, lo - owned.shard_offset, hi - owned.shard_offset, master + (lo - begin),
-                m + (lo - begin), v + (lo - begin), OpenOwnedWrite(u), h);
+    HOIST_RETURN_IF_ERROR(UpdatePiece(u, lo - owned.shard_offset, hi - owned.shard_offset,
+                                      master + (lo - begin), m + (lo - begin), v + (lo - begin),
+                                      OpenOwnedWrite(u), h));
   }
+  return Status::Ok();
 }
 
 void* ZeroEngine::OpenOwnedWrite(int unit) {
@@ -706,7 +723,9 @@ void* ZeroEngine::BeginOwnedWrite(int unit) {
 }
 
 void ZeroEngine::EndOwnedWrite(int unit) {
-  if (param_shards_ != nullptr) param_shards_->CommitWrite(unit);
+  if (param_shards_ == nullptr) return;
+  Fail(Sync());  // the store's writer thread takes the copy from here
+  param_shards_->CommitWrite(unit);
 }
 
 Status ZeroEngine::FinishOwnedWrites() {
@@ -719,6 +738,14 @@ Status ZeroEngine::FinishOwnedWrites() {
 Status ZeroEngine::AgreeOnDeferredErrors() {
   if (param_shards_ == nullptr) return Status::Ok();
   return AgreeOnFailure(param_shards_->TakeDeferredError());
+}
+
+Status ZeroEngine::Sync() const { return backend_->compute_stream().Synchronize(); }
+
+kernels::CopyDirection ZeroEngine::StateToModel() const {
+  return options_.offload_optimizer.place == StatePlace::kDevice
+             ? kernels::CopyDirection::kDeviceToDevice
+             : kernels::CopyDirection::kHostToDevice;
 }
 
 Status ZeroEngine::AgreeOnFailure(const Status& local) const {

@@ -41,7 +41,7 @@
 #include "comm/communicator.h"
 #include "core/device.h"
 #include "core/status.h"
-#include "kernels/cpu/adamw_step.h"
+#include "kernels/backend.h"
 #include "offload/pinned_pool.h"
 #include "offload/state_swapper.h"
 #include "zero/param_shards.h"
@@ -49,8 +49,6 @@
 #include "zero/partition.h"
 
 namespace hoist::zero {
-
-using comm::DataType;
 
 struct AdamWParams {
   float beta1 = 0.9f;
@@ -79,8 +77,8 @@ struct OptimizerOffload {
 
 struct ZeroOptions {
   int stage = 0;  // 0..3
-  DataType compute_type = DataType::kFloat32;
-  DataType comm_type = DataType::kFloat32;
+  DType compute_type = DType::kFloat32;
+  DType comm_type = DType::kFloat32;
   int64_t reduce_bucket_size = 500000000;  // elements
   int64_t allgather_bucket_size = 500000000;
   bool overlap_comm = false;
@@ -131,10 +129,13 @@ struct OffloadStats {
 
 class ZeroEngine final : public ParamStore {
  public:
-  // `comm` (the data-parallel group) and `device` must outlive the engine.
+  // `comm` (the data-parallel group) and `backend` must outlive the engine. The engine allocates
+  // the model states from the backend's device (and from host pools where offloaded) and touches
+  // the device's bytes only through the backend's ops, on its compute stream.
   static StatusOr<std::unique_ptr<ZeroEngine>> Create(std::vector<UnitSpec> units,
                                                       const ZeroOptions& options,
-                                                      comm::Communicator* comm, Device* device);
+                                                      comm::Communicator* comm,
+                                                      kernels::Backend* backend);
   ~ZeroEngine() override;
 
   // Sets the weights: `fill(unit, out)` writes the unit's fp32 values into `out` (unit size).
@@ -193,8 +194,24 @@ class ZeroEngine final : public ParamStore {
 
  private:
   struct Pending;  // a reduction or gather in flight
-  ZeroEngine(const ZeroOptions& options, comm::Communicator* comm, Device* device,
+  ZeroEngine(const ZeroOptions& options, comm::Communicator* comm, kernels::Backend* backend,
              PartitionPlan plan, PartitionPlan state_plan);
+  const Stream& stream() const { return backend_->compute_stream(); }
+  // Waits for the work enqueued on the compute stream: before the host, a collective or another
+  // thread reads what it wrote, or a buffer it uses goes.
+  Status Sync() const;
+  // How bytes move between the optimizer states' place and the model's (device) memory, and
+  // between the states' place and the host.
+  kernels::CopyDirection StateToModel() const;
+  kernels::CopyDirection StateToHost() const {
+    return states_on_device() ? kernels::CopyDirection::kDeviceToHost
+                              : kernels::CopyDirection::kHostToHost;
+  }
+  kernels::CopyDirection StateFromHost() const {
+    return states_on_device() ? kernels::CopyDirection::kHostToDevice
+                              : kernels::CopyDirection::kHostToHost;
+  }
+  bool states_on_device() const { return options_.offload_optimizer.place == StatePlace::kDevice; }
   Status Allocate();
   void Fail(const Status& status);
   bool stage3_sharded(int unit) const;
@@ -217,11 +234,11 @@ class ZeroEngine final : public ParamStore {
   // AdamW over elements [lo, hi) of the unit's owned range, whose fp32 master, m and v are at
   // master, m, v (pointing at element lo); writes the compute-type copy.
   // `compute` is the unit's owned-range compute-type copy (from BeginOwnedWrite).
-  void UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
-                   void* compute, const kernels::cpu::AdamWHyperparams& h);
+  Status UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
+                     void* compute, const kernels::AdamWStepScalars& h);
   // The same over elements [begin, begin + count) of the flat owned shard.
-  void UpdateRange(int64_t begin, int64_t count, float* master, float* m, float* v,
-                   const kernels::cpu::AdamWHyperparams& h);
+  Status UpdateRange(int64_t begin, int64_t count, float* master, float* m, float* v,
+                     const kernels::AdamWStepScalars& h);
   // The compute-type copy of the unit's owned range, to be rewritten: in place, or (parameter
   // offload) a zero-filled buffer that EndOwnedWrite stores; FinishOwnedWrites waits for the
   // stores and returns the first error.
@@ -238,7 +255,8 @@ class ZeroEngine final : public ParamStore {
 
   ZeroOptions options_;
   comm::Communicator* comm_;
-  Device* device_;
+  kernels::Backend* backend_;
+  Device* device_;  // the backend's
   PartitionPlan plan_, state_plan_;
   size_t csize_;  // bytes of one compute-type element
   Status status_;
@@ -260,6 +278,7 @@ class ZeroEngine final : public ParamStore {
   Buffer grads_;   // compute type: whole padded model (stages 0/1) or shards (2/3)
   Buffer master_;  // fp32 owned shard (mixed precision only)
   Buffer m_, v_;   // fp32 owned shard
+  Buffer norm_;    // one double: the step's sum of squares (EngineWorkspaceBytes)
   // Offloaded to pinned host memory instead (StatePlace::kHost with pin_memory).
   offload::PinnedBuffer pinned_master_, pinned_m_, pinned_v_;
   // The resident flat state arrays (state plan shard layout), wherever they are; null under

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <span>
 
-#include "zero/precision.h"
 #include "zero/zero_engine.h"
 
 namespace hoist::zero {
@@ -24,8 +23,16 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
           return Status::Ok();
         })));
   }
-  auto owned_master = [&](int u) -> const float* {
-    return swapper_ != nullptr ? swapped.data() + state_plan_.unit(u).shard_offset : master(u);
+  // Otherwise the master shard is read down from where it lives, unit by unit.
+  auto read_master = [&](int u, float* out, int64_t count) -> Status {
+    if (swapper_ != nullptr) {
+      std::memcpy(out, swapped.data() + state_plan_.unit(u).shard_offset,
+                  static_cast<size_t>(count) * sizeof(float));
+      return Status::Ok();
+    }
+    HOIST_RETURN_IF_ERROR(backend_->Copy(
+        out, master(u), count * static_cast<int64_t>(sizeof(float)), StateToHost(), stream()));
+    return Sync();
   };
   std::vector<float> out;
   out.reserve(static_cast<size_t>(plan_.total_real()));
@@ -34,13 +41,12 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
     const UnitPartition& owned = state_plan_.unit(u);
     unit.assign(static_cast<size_t>(owned.padded), 0.0f);
     if (state_plan_.world_size() == 1) {
-      std::memcpy(unit.data(), owned_master(u), static_cast<size_t>(owned.size) * sizeof(float));
+      HOIST_RETURN_IF_ERROR(read_master(u, unit.data(), owned.size));
     } else {
       std::vector<float> shard(static_cast<size_t>(owned.shard), 0.0f);
-      std::memcpy(shard.data(), owned_master(u),
-                  static_cast<size_t>(owned.owned_real) * sizeof(float));
+      HOIST_RETURN_IF_ERROR(read_master(u, shard.data(), owned.owned_real));
       HOIST_RETURN_IF_ERROR(
-          comm_->AllGather(shard.data(), unit.data(), owned.shard, DataType::kFloat32));
+          comm_->AllGather(shard.data(), unit.data(), owned.shard, DType::kFloat32));
     }
     out.insert(out.end(), unit.begin(), unit.begin() + owned.size);
   }
@@ -60,32 +66,37 @@ Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) cons
           return Status::Ok();
         }));
   }
+  const kernels::CopyDirection down = StateToHost();
   for (int u = 0; u < plan_.num_units(); ++u) {
     const UnitPartition& owned = state_plan_.unit(u);
     float* dst = master_out + owned.shard_offset;
     std::memset(dst, 0, static_cast<size_t>(owned.shard) * sizeof(float));
-    std::memcpy(dst, master(u), static_cast<size_t>(owned.owned_real) * sizeof(float));
+    HOIST_RETURN_IF_ERROR(backend_->Copy(
+        dst, master(u), owned.owned_real * static_cast<int64_t>(sizeof(float)), down, stream()));
   }
-  const auto state_bytes = static_cast<size_t>(state_plan_.total_shard()) * sizeof(float);
-  std::memcpy(m_out, state_m_, state_bytes);
-  std::memcpy(v_out, state_v_, state_bytes);
-  return Status::Ok();
+  const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
+  HOIST_RETURN_IF_ERROR(backend_->Copy(m_out, state_m_, state_bytes, down, stream()));
+  HOIST_RETURN_IF_ERROR(backend_->Copy(v_out, state_v_, state_bytes, down, stream()));
+  return Sync();
 }
 
 Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const float* v_in,
                                 int64_t step_count) {
-  const DataType type = options_.compute_type;
+  const DType type = options_.compute_type;
+  const kernels::CopyDirection up = StateFromHost();
   for (int u = 0; u < plan_.num_units(); ++u) {
     const UnitPartition& owned = state_plan_.unit(u);
     const float* weights = master_in + owned.shard_offset;
-    const auto bytes = static_cast<size_t>(owned.owned_real) * sizeof(float);
+    const int64_t bytes = owned.owned_real * static_cast<int64_t>(sizeof(float));
     if (swapper_ == nullptr && (param_shards_ != nullptr || master(u) != owned_params(u))) {
-      std::memcpy(master(u), weights, bytes);
+      HOIST_RETURN_IF_ERROR(backend_->Copy(master(u), weights, bytes, up, stream()));
     }
     // The model's copy of the owned range (for fp32 on the device, the master itself).
-    FromFloat(weights, BeginOwnedWrite(u), type, owned.owned_real);
+    HOIST_RETURN_IF_ERROR(backend_->Cast(BeginOwnedWrite(u), type, weights, DType::kFloat32,
+                                         owned.owned_real, stream()));
     EndOwnedWrite(u);
   }
+  HOIST_RETURN_IF_ERROR(Sync());
   HOIST_RETURN_IF_ERROR(AgreeOnFailure(FinishOwnedWrites()));
   if (swapper_ != nullptr) {
     HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroup(
@@ -98,9 +109,10 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
           return Status::Ok();
         })));
   } else {
-    const auto state_bytes = static_cast<size_t>(state_plan_.total_shard()) * sizeof(float);
-    std::memcpy(state_m_, m_in, state_bytes);
-    std::memcpy(state_v_, v_in, state_bytes);
+    const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
+    HOIST_RETURN_IF_ERROR(backend_->Copy(state_m_, m_in, state_bytes, up, stream()));
+    HOIST_RETURN_IF_ERROR(backend_->Copy(state_v_, v_in, state_bytes, up, stream()));
+    HOIST_RETURN_IF_ERROR(Sync());
   }
   step_count_ = step_count;
   HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
@@ -118,7 +130,7 @@ Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
 
 Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_count) {
   HOIST_CHECK(swapper_ != nullptr) << "RestoreStateInPieces needs the optimizer states on NVMe";
-  const DataType type = options_.compute_type;
+  const DType type = options_.compute_type;
   Status written = swapper_->ForEachSubGroup(
       offload::StateSwapper::Access::kWrite,
       [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
@@ -132,11 +144,12 @@ Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_cou
           void* compute = OpenOwnedWrite(u);
           const int64_t real_hi = std::min(hi, owned.shard_offset + owned.owned_real);
           if (real_hi > lo) {
-            FromFloat(arrays[0] + (lo - begin), ElementPtr(compute, type, lo - owned.shard_offset),
-                      type, real_hi - lo);
+            HOIST_RETURN_IF_ERROR(backend_->Cast(ElementPtr(compute, type, lo - owned.shard_offset),
+                                                 type, arrays[0] + (lo - begin), DType::kFloat32,
+                                                 real_hi - lo, stream()));
           }
         }
-        return Status::Ok();
+        return Sync();  // the swapper writes the sub-group out once this returns
       });
   CloseOwnedWrite();
   Status stored = FinishOwnedWrites();

@@ -25,6 +25,7 @@
 namespace {
 
 namespace kc = ::hoist::kernels::cuda;
+using hoist::DType;
 
 #define CHECK_CUDA(expr)                                              \
   do {                                                                \
@@ -126,7 +127,7 @@ int main(int argc, char** argv) {
     });
     p.step = r + 1;
     const double s = time_ms([&] {
-      Check(kc::AdamWMultiTensor(list, kc::DType::kFloat32, kc::DType::kBfloat16, p, stream.get()));
+      Check(kc::AdamWMultiTensor(list, DType::kFloat32, DType::kBFloat16, p, stream.get()));
     });
     if (r >= 2) {  // the first two warm up
       copy_ms.push_back(c);

@@ -32,6 +32,7 @@
 namespace {
 
 namespace kc = ::hoist::kernels::cuda;
+using hoist::DType;
 using hoist::runtime::CudaAdamW;
 using hoist::runtime::CudaGpt2Model;
 using Clock = std::chrono::steady_clock;
@@ -62,7 +63,7 @@ struct Measured {
 
 // One hoist run at batch B; an error (out of memory, say) comes back as a Status.
 hoist::StatusOr<Measured> RunHoist(const hoist::runtime::ModelConfig& config, int B,
-                                   const Options& o, kc::DType type) {
+                                   const Options& o, DType type) {
   hoist::MemoryTracker tracker;
   HOIST_ASSIGN_OR_RETURN(auto device, hoist::CudaDevice::Open(0, &tracker));
   HOIST_ASSIGN_OR_RETURN(hoist::CudaStream stream, hoist::CudaStream::Create());
@@ -144,7 +145,7 @@ int main(int argc, char** argv) {
   config.seq_len = o.seq;
   config.attention = o.attention == "tiled" ? hoist::runtime::AttentionKind::kTiled
                                             : hoist::runtime::AttentionKind::kDirect;
-  const kc::DType type = o.dtype == "fp32" ? kc::DType::kFloat32 : kc::DType::kBfloat16;
+  const DType type = o.dtype == "fp32" ? DType::kFloat32 : DType::kBFloat16;
   const auto layout = hoist::runtime::ParamLayout::For(config);
   const double n_params = static_cast<double>(layout.total - layout.sizes[hoist::runtime::kWpe]);
   const double flops_per_token =

@@ -37,9 +37,11 @@ StatusOr<CudaEvent> CudaEvent::Create(EventTiming timing) {
   return CudaEvent(event);
 }
 
-Status CudaEvent::Record(const CudaStream& stream) {
+Status CudaEvent::Record(const Stream& stream) {
   HOIST_CHECK(event_ != nullptr) << "Record() on an empty CudaEvent";
-  HOIST_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_, stream.get()));
+  HOIST_CHECK(stream.kind() == DeviceKind::kCuda) << "a CUDA event cannot record a host stream";
+  const cudaStream_t raw = static_cast<const CudaStream&>(stream).get();
+  HOIST_CUDA_RETURN_IF_ERROR(cudaEventRecord(event_, raw));
   return Status::Ok();
 }
 

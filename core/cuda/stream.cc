@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/cuda/cuda_status.h"
+#include "core/cuda/event.h"
 #include "core/logging.h"
 
 namespace hoist {
@@ -48,6 +49,11 @@ StatusOr<CudaStream> CudaStream::Create(int priority) {
 cudaStream_t CudaStream::get() const {
   HOIST_CHECK(stream_ != nullptr) << "get() of an empty CudaStream would name the default stream";
   return stream_;
+}
+
+Status CudaStream::WaitEvent(const Event& event) const {
+  HOIST_CHECK(event.kind() == DeviceKind::kCuda) << "a CUDA stream cannot wait on a host event";
+  return static_cast<const CudaEvent&>(event).StreamWait(*this);
 }
 
 Status CudaStream::Synchronize() const {

@@ -1,6 +1,6 @@
-// CudaStream: an owned CUDA stream, created non-blocking so that it never synchronises with the
-// legacy default stream (hoist issues no work there). Work on one stream runs in order; order
-// between streams comes only from CudaEvent (core/cuda/event.h).
+// CudaStream: the CUDA backend's Stream (core/stream.h), an owned CUDA stream, created non-blocking
+// so that it never synchronises with the legacy default stream (hoist issues no work there). Work
+// on one stream runs in order; order between streams comes only from CudaEvent (core/cuda/event.h).
 // Movable, not copyable; the stream is destroyed with the object (pending work still finishes,
 // CUDA defers the release). A stream may be used from several threads, but the caller orders the
 // work it issues; the object itself is not synchronised.
@@ -9,14 +9,15 @@
 #include <cuda_runtime_api.h>
 
 #include "core/status.h"
+#include "core/stream.h"
 
 namespace hoist {
 
-class CudaStream {
+class CudaStream final : public Stream {
  public:
   // An empty handle (no stream); get() is nullptr. Use Create() for a real one.
   CudaStream() = default;
-  ~CudaStream();
+  ~CudaStream() override;
   CudaStream(CudaStream&& other) noexcept;
   CudaStream& operator=(CudaStream&& other) noexcept;
   CudaStream(const CudaStream&) = delete;
@@ -31,8 +32,11 @@ class CudaStream {
   cudaStream_t get() const;
   bool empty() const { return stream_ == nullptr; }
 
+  DeviceKind kind() const override { return DeviceKind::kCuda; }
+  // Stream: cudaStreamWaitEvent on a CudaEvent.
+  Status WaitEvent(const Event& event) const override;
   // Blocks the calling thread until all work issued to the stream so far has finished.
-  Status Synchronize() const;
+  Status Synchronize() const override;
   // True when all work issued so far has finished; never blocks.
   StatusOr<bool> IsIdle() const;
 

@@ -38,6 +38,8 @@ void AdamWFusedStepAt(SimdLevel level, const AdamWShard& shard, const AdamWHyper
   if (shard.n == 0) return;
   HOIST_CHECK(shard.param != nullptr && shard.m != nullptr && shard.v != nullptr &&
               shard.grad != nullptr);
+  HOIST_CHECK(shard.param_copy == nullptr || IsHalf(shard.copy_format))
+      << "the parameter copy of the fused AdamW step is 16-bit";
   // The same per-step constants as ops.h's AdamW: bias corrections in double because beta2^t
   // creeps towards 1 slowly, then rounded once to float.
   const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
@@ -53,7 +55,7 @@ void AdamWFusedStepAt(SimdLevel level, const AdamWShard& shard, const AdamWHyper
   c.eps = h.eps;
   c.grad_scale = h.grad_scale;
 
-  const size_t grad_bytes = shard.grad_format == GradFormat::kFp32 ? 4 : 2;
+  const size_t grad_bytes = DTypeSize(shard.grad_format);
   const long long chunks = static_cast<long long>((shard.n + kChunk - 1) / kChunk);
 #pragma omp parallel for schedule(static) if (chunks > 1)
   for (long long i = 0; i < chunks; ++i) {

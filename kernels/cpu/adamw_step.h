@@ -19,13 +19,9 @@
 #include <cstdint>
 
 #include "core/cpu_features.h"
+#include "core/dtype.h"
 
 namespace hoist::kernels::cpu {
-
-// How an array of 16-bit values (uint16_t bit patterns) encodes its numbers.
-enum class HalfFormat { kBf16, kFp16 };
-// The element type of the gradients handed to the step.
-enum class GradFormat { kFp32, kBf16, kFp16 };
 
 struct AdamWHyperparams {
   float lr = 1e-3f;
@@ -38,16 +34,16 @@ struct AdamWHyperparams {
 };
 
 // One shard: n elements in each array. param, m and v are updated in place. grad holds n floats
-// (kFp32) or n uint16_t (kBf16, kFp16). param_copy, when not null, receives n uint16_t in
-// copy_format. No two arrays may overlap.
+// (kFloat32) or n uint16_t (kBFloat16, kFloat16). param_copy, when not null, receives n uint16_t
+// in copy_format, which is 16-bit (checked). No two arrays may overlap.
 struct AdamWShard {
   float* param = nullptr;
   float* m = nullptr;
   float* v = nullptr;
   const void* grad = nullptr;
-  GradFormat grad_format = GradFormat::kFp32;
+  DType grad_format = DType::kFloat32;
   uint16_t* param_copy = nullptr;
-  HalfFormat copy_format = HalfFormat::kBf16;
+  DType copy_format = DType::kBFloat16;
   size_t n = 0;
 };
 

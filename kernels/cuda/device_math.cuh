@@ -68,12 +68,12 @@ inline int CeilDiv(int64_t a, int64_t b) { return static_cast<int>((a + b - 1) /
 
 // Calls `body` (a generic lambda taking a value of the element type) with the type for `dtype`:
 // HOIST_CUDA_DISPATCH(dtype, [&](auto tag) { using T = decltype(tag); ... }).
-#define HOIST_CUDA_DISPATCH(dtype, body)                                           \
-  [&]() {                                                                          \
-    switch (dtype) {                                                               \
-      case ::hoist::kernels::cuda::DType::kFloat32: return body(float{});          \
-      case ::hoist::kernels::cuda::DType::kBfloat16: return body(__nv_bfloat16{}); \
-      case ::hoist::kernels::cuda::DType::kFloat16: break;                         \
-    }                                                                              \
-    return body(__half{});                                                         \
+#define HOIST_CUDA_DISPATCH(dtype, body)                            \
+  [&]() {                                                           \
+    switch (dtype) {                                                \
+      case ::hoist::DType::kFloat32: return body(float{});          \
+      case ::hoist::DType::kBFloat16: return body(__nv_bfloat16{}); \
+      case ::hoist::DType::kFloat16: break;                         \
+    }                                                               \
+    return body(__half{});                                          \
   }()

@@ -4,19 +4,10 @@
 
 namespace hoist::kernels::cuda {
 
-const char* DTypeName(DType type) {
-  switch (type) {
-    case DType::kFloat32: return "fp32";
-    case DType::kBfloat16: return "bf16";
-    case DType::kFloat16: return "fp16";
-  }
-  return "unknown";
-}
-
 cudaDataType_t CudaDataType(DType type) {
   switch (type) {
     case DType::kFloat32: return CUDA_R_32F;
-    case DType::kBfloat16: return CUDA_R_16BF;
+    case DType::kBFloat16: return CUDA_R_16BF;
     case DType::kFloat16: break;
   }
   return CUDA_R_16F;

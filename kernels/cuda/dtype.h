@@ -1,9 +1,9 @@
 // The element types of the CUDA kernels and the conventions every kernels/cuda/ op follows.
 //
-//   - Activations and their gradients are arrays of one DType: fp32, bf16 or fp16 (16-bit values
-//     are the hardware formats __nv_bfloat16 / __half, the same bits as the CPU's uint16_t
-//     patterns). Arithmetic is fp32 inside every kernel; each output element is rounded once to
-//     its array's type (round to nearest even), as the CPU model rounds its activations.
+//   - Activations and their gradients are arrays of one DType (core/dtype.h): fp32, bf16 or fp16
+//     (16-bit values are the hardware formats __nv_bfloat16 / __half, the same bits as the CPU's
+//     uint16_t patterns). Arithmetic is fp32 inside every kernel; each output element is rounded
+//     once to its array's type (round to nearest even), as the CPU model rounds its activations.
 //   - Parameter gradients (dweight, dbias, dwte, ...) and layernorm statistics are fp32.
 //   - Shapes and names follow kernels/cpu/ops.h: N = B*T rows, C channels, OC output channels,
 //     NH heads, V real vocabulary, Vp padded. Backward ops ACCUMULATE (+=) into every gradient
@@ -25,14 +25,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace hoist::kernels::cuda {
 
-enum class DType { kFloat32, kBfloat16, kFloat16 };
-
-inline size_t DTypeSize(DType type) { return type == DType::kFloat32 ? 4 : 2; }
-const char* DTypeName(DType type);  // "fp32", "bf16", "fp16"
 // The CUDA library type of `type`, for cuBLAS and cuBLASLt: CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F.
 cudaDataType_t CudaDataType(DType type);
 

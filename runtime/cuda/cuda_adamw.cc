@@ -39,8 +39,8 @@ StatusOr<std::unique_ptr<CudaAdamW>> CudaAdamW::Create(CudaGpt2Model* model,
   // One tensor per (unit, tensor slice), each with its own weight decay.
   float* m = optimizer->moments_.as<float>();
   float* v = m + total;
-  const size_t e = kc::DTypeSize(model->compute_type());
-  const bool copies = model->compute_type() != kc::DType::kFloat32;
+  const size_t e = DTypeSize(model->compute_type());
+  const bool copies = model->compute_type() != DType::kFloat32;
   for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
     const int layers = ParamLayout::PerBlock(tensor) ? layout.n_layer : 1;
     for (int l = 0; l < layers; ++l) {
@@ -74,7 +74,7 @@ Status CudaAdamW::ReduceGradients(comm::Communicator* comm) {
   HOIST_RETURN_IF_ERROR(produced.Record(compute));
   HOIST_RETURN_IF_ERROR(nccl->WaitFor(produced));
   pending_reduction_ = nccl->AllReduceAsync(model_->grads(), model_->layout().total,
-                                            comm::DataType::kFloat32, comm::ReduceOp::kAvg);
+                                            DType::kFloat32, comm::ReduceOp::kAvg);
   auto* nccl_work = dynamic_cast<comm::NcclWork*>(pending_reduction_.get());
   HOIST_CHECK(nccl_work != nullptr) << "an NcclCommunicator returned a foreign handle";
   return nccl_work->StreamWait(compute);
@@ -119,7 +119,7 @@ StatusOr<CudaAdamW::Result> CudaAdamW::Step(float lr, float loss_scale, float ma
   p.grad_scale = zero::ClipScale(result.grad_norm, max_norm) * inv_scale;
   p.step = ++step_count_;
   HOIST_RETURN_IF_ERROR(
-      kc::AdamWMultiTensor(tensors_, kc::DType::kFloat32, model_->compute_type(), p, stream));
+      kc::AdamWMultiTensor(tensors_, DType::kFloat32, model_->compute_type(), p, stream));
   return result;
 }
 

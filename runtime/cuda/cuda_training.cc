@@ -21,15 +21,6 @@ namespace {
 
 namespace kc = ::hoist::kernels::cuda;
 
-kc::DType ComputeType(Precision precision) {
-  switch (precision) {
-    case Precision::kFloat32: return kc::DType::kFloat32;
-    case Precision::kBFloat16: return kc::DType::kBfloat16;
-    case Precision::kFloat16: return kc::DType::kFloat16;
-  }
-  return kc::DType::kFloat32;
-}
-
 class CudaTraining final : public DeviceTraining {
  public:
   // Members are declared in the order they must be built and, reversed, destroyed: the stream
@@ -113,7 +104,7 @@ Status BuildModel(const Config& config, CudaTraining* training) {
   const int B = static_cast<int>(config.train_micro_batch_size_per_gpu);
   HOIST_ASSIGN_OR_RETURN(
       training->model,
-      CudaGpt2Model::Create(config.model, B, config.model.seq_len, ComputeType(config.precision()),
+      CudaGpt2Model::Create(config.model, B, config.model.seq_len, config.precision(),
                             training->device.get(), training->stream));
   zero::AdamWParams adam;
   adam.beta1 = config.optimizer.beta1;
@@ -162,8 +153,8 @@ StatusOr<std::unique_ptr<DeviceTraining>> CreateCudaTraining(const Config& confi
   if (comm != nullptr) built = comm::AgreeOnStatus(*comm, built);
   HOIST_RETURN_IF_ERROR(built);
   if (comm != nullptr && comm->world_size() > 1 && comm->rank() == 0 &&
-      config.communication_data_type != Precision::kFloat32) {
-    HOIST_LOG(INFO) << "communication_data_type " << PrecisionName(config.communication_data_type)
+      config.communication_data_type != DType::kFloat32) {
+    HOIST_LOG(INFO) << "communication_data_type " << DTypeName(config.communication_data_type)
                     << ": the GPU path reduces its fp32 gradients in fp32";
   }
   return std::unique_ptr<DeviceTraining>(std::move(training));

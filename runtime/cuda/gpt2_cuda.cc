@@ -18,7 +18,6 @@ namespace hoist::runtime {
 namespace {
 
 namespace kc = ::hoist::kernels::cuda;
-using kc::DType;
 
 constexpr int64_t kAlign = 256;  // every carved array starts on a 256-byte boundary
 
@@ -90,7 +89,7 @@ void CudaGpt2Model::Carve(char* activations, char* scratch, int64_t* activation_
   const int L = config_.n_layer, C = config_.n_embd, NH = config_.n_head;
   const int Vp = config_.padded_vocab_size();
   const int64_t BT = int64_t{max_B_} * max_T_;
-  const int64_t e = static_cast<int64_t>(kc::DTypeSize(compute_));
+  const int64_t e = static_cast<int64_t>(DTypeSize(compute_));
   Carver a(activations);
   ln1_ = a.Take(L * BT * C * e);
   ln1_mean_ = a.TakeFloats(L * BT);
@@ -137,7 +136,7 @@ Status CudaGpt2Model::Allocate(Device* device) {
   if (compute_ != DType::kFloat32) {
     HOIST_ASSIGN_OR_RETURN(
         copy_,
-        device->Allocate(total * static_cast<int64_t>(kc::DTypeSize(compute_)), Category::kParam));
+        device->Allocate(total * static_cast<int64_t>(DTypeSize(compute_)), Category::kParam));
   }
   HOIST_ASSIGN_OR_RETURN(grads_, device->Allocate(total * 4, Category::kGrad));
   // Count first, then carve the same sequence out of the two buffers.
@@ -156,7 +155,7 @@ void* CudaGpt2Model::compute_params() const {
 
 const void* CudaGpt2Model::W(int tensor, int layer) const {
   return static_cast<const char*>(compute_params()) +
-         layout_.Offset(tensor, layer) * static_cast<int64_t>(kc::DTypeSize(compute_));
+         layout_.Offset(tensor, layer) * static_cast<int64_t>(DTypeSize(compute_));
 }
 
 float* CudaGpt2Model::G(int tensor, int layer) const {
@@ -165,7 +164,7 @@ float* CudaGpt2Model::G(int tensor, int layer) const {
 
 Status CudaGpt2Model::Zero(void* p, int64_t count) const {
   HOIST_CUDA_RETURN_IF_ERROR(
-      cudaMemsetAsync(p, 0, static_cast<size_t>(count) * kc::DTypeSize(compute_), stream_.get()));
+      cudaMemsetAsync(p, 0, static_cast<size_t>(count) * DTypeSize(compute_), stream_.get()));
   return Status::Ok();
 }
 
@@ -222,7 +221,7 @@ StatusOr<float> CudaGpt2Model::Forward(const int32_t* inputs, const int32_t* tar
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size();
   const int64_t BT = int64_t{B} * T;
   const int N = static_cast<int>(BT);
-  const int64_t e = static_cast<int64_t>(kc::DTypeSize(compute_));
+  const int64_t e = static_cast<int64_t>(DTypeSize(compute_));
   const int64_t maxBT = int64_t{max_B_} * max_T_;
   const DType t = compute_;
   cudaStream_t s = stream_.get();
@@ -310,7 +309,7 @@ Status CudaGpt2Model::Backward() {
   const int Vp = config_.padded_vocab_size();
   const int64_t BT = int64_t{B} * T;
   const int N = static_cast<int>(BT);
-  const int64_t e = static_cast<int64_t>(kc::DTypeSize(compute_));
+  const int64_t e = static_cast<int64_t>(DTypeSize(compute_));
   const int64_t maxBT = int64_t{max_B_} * max_T_;
   const DType t = compute_;
   cudaStream_t s = stream_.get();

@@ -37,15 +37,14 @@ class CudaGpt2Model {
   // Activations for micro-batches up to (max_B, max_T). `compute` is the type of the
   // activations and the parameters' compute copy.
   static StatusOr<std::unique_ptr<CudaGpt2Model>> Create(
-      const ModelConfig& config, int max_B, int max_T, kernels::cuda::DType compute, Device* device,
+      const ModelConfig& config, int max_B, int max_T, DType compute, Device* device,
       const CudaStream& stream, const ActivationCheckpointingConfig& checkpointing = {});
   ~CudaGpt2Model();
   CudaGpt2Model(const CudaGpt2Model&) = delete;
   CudaGpt2Model& operator=(const CudaGpt2Model&) = delete;
 
   // Device bytes Create allocates besides the parameters and gradients, for (max_B, max_T).
-  static int64_t ActivationBytes(const ModelConfig& config, int max_B, int max_T,
-                                 kernels::cuda::DType compute);
+  static int64_t ActivationBytes(const ModelConfig& config, int max_B, int max_T, DType compute);
 
   // Copies fp32 weights (layout().total, flat unit-major, host memory) in, and writes the compute
   // copy. Blocks until the copy is done.
@@ -68,7 +67,7 @@ class CudaGpt2Model {
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
-  kernels::cuda::DType compute_type() const { return compute_; }
+  DType compute_type() const { return compute_; }
   const CudaStream& stream() const { return stream_; }
   // Device arrays of layout().total elements.
   float* params() const { return master_.as<float>(); }
@@ -79,7 +78,7 @@ class CudaGpt2Model {
   const void* logits() const { return logits_; }
 
  private:
-  CudaGpt2Model(const ModelConfig& config, int max_B, int max_T, kernels::cuda::DType compute,
+  CudaGpt2Model(const ModelConfig& config, int max_B, int max_T, DType compute,
                 const CudaStream& stream);
   Status Allocate(Device* device);
   // Points the activation and scratch arrays into the two buffers (null: only counts) and
@@ -95,7 +94,7 @@ class CudaGpt2Model {
   ModelConfig config_;
   ParamLayout layout_;
   int max_B_, max_T_;
-  kernels::cuda::DType compute_;
+  DType compute_;
   const CudaStream& stream_;
   std::unique_ptr<kernels::cuda::BlasHandle> blas_;
   Buffer master_, copy_, grads_, activations_, scratch_;

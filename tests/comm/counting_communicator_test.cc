@@ -26,23 +26,23 @@ TEST(CountingCommunicator, CountsEachOpsBuffersAndPassesResultsThrough) {
     EXPECT_EQ(comm.rank(), rank);
     EXPECT_EQ(comm.world_size(), kWorld);
     std::vector<float> sum(10, static_cast<float>(rank + 1));
-    HOIST_RETURN_IF_ERROR(comm.AllReduce(sum.data(), 10, DataType::kFloat32, ReduceOp::kSum));
+    HOIST_RETURN_IF_ERROR(comm.AllReduce(sum.data(), 10, DType::kFloat32, ReduceOp::kSum));
     EXPECT_EQ(sum[0], 6.0f);
     // 2 bytes per element: 7 bf16 elements reduced asynchronously.
     std::vector<uint16_t> half(7, 0);
     HOIST_RETURN_IF_ERROR(
-        comm.AllReduceAsync(half.data(), 7, DataType::kBFloat16, ReduceOp::kSum)->Wait());
+        comm.AllReduceAsync(half.data(), 7, DType::kBFloat16, ReduceOp::kSum)->Wait());
     std::vector<float> scatter_in(kWorld * 4, 1.0f), scatter_out(4);
     HOIST_RETURN_IF_ERROR(comm.ReduceScatter(scatter_in.data(), scatter_out.data(), 4,
-                                             DataType::kFloat32, ReduceOp::kSum));
+                                             DType::kFloat32, ReduceOp::kSum));
     EXPECT_EQ(scatter_out[3], static_cast<float>(kWorld));
     std::vector<float> gathered(kWorld * 5);
     std::vector<float> mine(5, static_cast<float>(rank));
     HOIST_RETURN_IF_ERROR(
-        comm.AllGatherAsync(mine.data(), gathered.data(), 5, DataType::kFloat32)->Wait());
+        comm.AllGatherAsync(mine.data(), gathered.data(), 5, DType::kFloat32)->Wait());
     EXPECT_EQ(gathered[5 * 2], 2.0f);
     std::vector<float> root(6, static_cast<float>(rank));
-    HOIST_RETURN_IF_ERROR(comm.Broadcast(root.data(), 6, DataType::kFloat32, 1));
+    HOIST_RETURN_IF_ERROR(comm.Broadcast(root.data(), 6, DType::kFloat32, 1));
     EXPECT_EQ(root[0], 1.0f);
     HOIST_RETURN_IF_ERROR(comm.Barrier());
     for (int op = 0; op < kNumCollectiveOps; ++op) {

@@ -40,46 +40,46 @@ bool Contains(const std::string& text, const std::string& part) {
 
 // Values of `type` held as raw bytes, drawn from a fixed seed; never zero, so that an output
 // that was not written cannot pass.
-std::vector<uint8_t> RandomElements(DataType type, int64_t count, uint32_t seed) {
+std::vector<uint8_t> RandomElements(DType type, int64_t count, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(0.25f, 4.0f);
-  std::vector<uint8_t> bytes(count * DataTypeSize(type));
+  std::vector<uint8_t> bytes(count * DTypeSize(type));
   for (int64_t i = 0; i < count; ++i) {
     const float v = (i % 2 ? -1.0f : 1.0f) * dist(rng);
-    if (type == DataType::kFloat32) {
+    if (type == DType::kFloat32) {
       std::memcpy(&bytes[i * 4], &v, 4);
     } else {
-      const uint16_t h = type == DataType::kBFloat16 ? FloatToBFloat16(v) : FloatToHalf(v);
+      const uint16_t h = type == DType::kBFloat16 ? FloatToBFloat16(v) : FloatToHalf(v);
       std::memcpy(&bytes[i * 2], &h, 2);
     }
   }
   return bytes;
 }
 
-float LoadElement(const std::vector<uint8_t>& bytes, DataType type, int64_t i) {
-  if (type == DataType::kFloat32) {
+float LoadElement(const std::vector<uint8_t>& bytes, DType type, int64_t i) {
+  if (type == DType::kFloat32) {
     float v;
     std::memcpy(&v, &bytes[i * 4], 4);
     return v;
   }
   uint16_t h;
   std::memcpy(&h, &bytes[i * 2], 2);
-  return type == DataType::kBFloat16 ? BFloat16ToFloat(h) : HalfToFloat(h);
+  return type == DType::kBFloat16 ? BFloat16ToFloat(h) : HalfToFloat(h);
 }
 
 // The reduction of `contributions` (one per rank) computed on the host as the Communicator
 // contract defines it: rank-ordered fp32 sum, divided by N for kAvg, one rounding at the end.
-std::vector<uint8_t> HostReduce(const std::vector<std::vector<uint8_t>>& contributions,
-                                DataType type, ReduceOp op, int64_t count) {
-  std::vector<uint8_t> out(count * DataTypeSize(type));
+std::vector<uint8_t> HostReduce(const std::vector<std::vector<uint8_t>>& contributions, DType type,
+                                ReduceOp op, int64_t count) {
+  std::vector<uint8_t> out(count * DTypeSize(type));
   for (int64_t i = 0; i < count; ++i) {
     float sum = 0.0f;
     for (const auto& c : contributions) sum += LoadElement(c, type, i);
     if (op == ReduceOp::kAvg) sum /= static_cast<float>(contributions.size());
-    if (type == DataType::kFloat32) {
+    if (type == DType::kFloat32) {
       std::memcpy(&out[i * 4], &sum, 4);
     } else {
-      const uint16_t h = type == DataType::kBFloat16 ? FloatToBFloat16(sum) : FloatToHalf(sum);
+      const uint16_t h = type == DType::kBFloat16 ? FloatToBFloat16(sum) : FloatToHalf(sum);
       std::memcpy(&out[i * 2], &h, 2);
     }
   }
@@ -143,23 +143,23 @@ TEST_F(NcclTest, BootstrapsOverAOneRankThreadGroup) {
 }
 
 struct DtypeOp {
-  DataType type;
+  DType type;
   ReduceOp op;
 };
 
 void PrintTo(const DtypeOp& p, std::ostream* out) {
-  *out << DataTypeName(p.type) << " " << ReduceOpName(p.op);
+  *out << DTypeName(p.type) << " " << ReduceOpName(p.op);
 }
 
 std::string Name(const ::testing::TestParamInfo<DtypeOp>& info) {
-  return std::string(DataTypeName(info.param.type)) + "_" + ReduceOpName(info.param.op);
+  return std::string(DTypeName(info.param.type)) + "_" + ReduceOpName(info.param.op);
 }
 
 class NcclReduceTest : public NcclTest, public ::testing::WithParamInterface<DtypeOp> {};
 
 TEST_P(NcclReduceTest, AllReduceMatchesHostReduction) {
   const auto [type, op] = GetParam();
-  const int64_t bytes = kCount * DataTypeSize(type);
+  const int64_t bytes = kCount * DTypeSize(type);
   std::vector<uint8_t> input = RandomElements(type, kCount, 11);
   Buffer buf = Allocate(bytes);
   Upload(buf.data(), input);
@@ -169,7 +169,7 @@ TEST_P(NcclReduceTest, AllReduceMatchesHostReduction) {
 
 TEST_P(NcclReduceTest, AllReduceAsyncMatchesHostReduction) {
   const auto [type, op] = GetParam();
-  const int64_t bytes = kCount * DataTypeSize(type);
+  const int64_t bytes = kCount * DTypeSize(type);
   std::vector<uint8_t> input = RandomElements(type, kCount, 12);
   Buffer buf = Allocate(bytes);
   Upload(buf.data(), input);
@@ -182,7 +182,7 @@ TEST_P(NcclReduceTest, AllReduceAsyncMatchesHostReduction) {
 
 TEST_P(NcclReduceTest, ReduceScatterWritesEveryElementOfThePoisonedOutput) {
   const auto [type, op] = GetParam();
-  const int64_t bytes = kCount * DataTypeSize(type);
+  const int64_t bytes = kCount * DTypeSize(type);
   std::vector<uint8_t> input = RandomElements(type, kCount, 13);
   Buffer send = Allocate(bytes);
   Buffer recv = Allocate(bytes);
@@ -195,25 +195,25 @@ TEST_P(NcclReduceTest, ReduceScatterWritesEveryElementOfThePoisonedOutput) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryDtypeAndOp, NcclReduceTest,
-                         ::testing::Values(DtypeOp{DataType::kFloat32, ReduceOp::kSum},
-                                           DtypeOp{DataType::kFloat32, ReduceOp::kAvg},
-                                           DtypeOp{DataType::kBFloat16, ReduceOp::kSum},
-                                           DtypeOp{DataType::kBFloat16, ReduceOp::kAvg},
-                                           DtypeOp{DataType::kFloat16, ReduceOp::kSum},
-                                           DtypeOp{DataType::kFloat16, ReduceOp::kAvg}),
+                         ::testing::Values(DtypeOp{DType::kFloat32, ReduceOp::kSum},
+                                           DtypeOp{DType::kFloat32, ReduceOp::kAvg},
+                                           DtypeOp{DType::kBFloat16, ReduceOp::kSum},
+                                           DtypeOp{DType::kBFloat16, ReduceOp::kAvg},
+                                           DtypeOp{DType::kFloat16, ReduceOp::kSum},
+                                           DtypeOp{DType::kFloat16, ReduceOp::kAvg}),
                          Name);
 
 struct Dtype {
-  DataType type;
+  DType type;
 };
 
-void PrintTo(const Dtype& p, std::ostream* out) { *out << DataTypeName(p.type); }
+void PrintTo(const Dtype& p, std::ostream* out) { *out << DTypeName(p.type); }
 
 class NcclCopyTest : public NcclTest, public ::testing::WithParamInterface<Dtype> {};
 
 TEST_P(NcclCopyTest, AllGatherFillsThePoisonedOutput) {
-  const DataType type = GetParam().type;
-  const int64_t bytes = kCount * DataTypeSize(type);
+  const DType type = GetParam().type;
+  const int64_t bytes = kCount * DTypeSize(type);
   std::vector<uint8_t> input = RandomElements(type, kCount, 21);
   Buffer send = Allocate(bytes);
   Buffer recv = Allocate(bytes * comm_->world_size());
@@ -224,8 +224,8 @@ TEST_P(NcclCopyTest, AllGatherFillsThePoisonedOutput) {
 }
 
 TEST_P(NcclCopyTest, AllGatherInPlaceKeepsOwnBlock) {
-  const DataType type = GetParam().type;
-  const int64_t bytes = kCount * DataTypeSize(type);
+  const DType type = GetParam().type;
+  const int64_t bytes = kCount * DTypeSize(type);
   std::vector<uint8_t> input = RandomElements(type, kCount, 22);
   Buffer recv = Allocate(bytes * comm_->world_size());
   Upload(recv.data(), input);
@@ -235,8 +235,8 @@ TEST_P(NcclCopyTest, AllGatherInPlaceKeepsOwnBlock) {
 }
 
 TEST_P(NcclCopyTest, BroadcastFromRootKeepsRootData) {
-  const DataType type = GetParam().type;
-  const int64_t bytes = kCount * DataTypeSize(type);
+  const DType type = GetParam().type;
+  const int64_t bytes = kCount * DTypeSize(type);
   std::vector<uint8_t> input = RandomElements(type, kCount, 23);
   Buffer buf = Allocate(bytes);
   Upload(buf.data(), input);
@@ -248,15 +248,15 @@ TEST_P(NcclCopyTest, BroadcastFromRootKeepsRootData) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryDtype, NcclCopyTest,
-                         ::testing::Values(Dtype{DataType::kFloat32}, Dtype{DataType::kBFloat16},
-                                           Dtype{DataType::kFloat16}),
+                         ::testing::Values(Dtype{DType::kFloat32}, Dtype{DType::kBFloat16},
+                                           Dtype{DType::kFloat16}),
                          [](const ::testing::TestParamInfo<Dtype>& info) {
-                           return std::string(DataTypeName(info.param.type));
+                           return std::string(DTypeName(info.param.type));
                          });
 
 TEST_F(NcclTest, HostBufferIsRejectedAndTheGroupStaysUsable) {
   std::vector<float> host(16, 1.0f);
-  Status status = comm_->AllReduce(host.data(), 16, DataType::kFloat32, ReduceOp::kSum);
+  Status status = comm_->AllReduce(host.data(), 16, DType::kFloat32, ReduceOp::kSum);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(status.message(), "not device memory")) << status.message();
   EXPECT_TRUE(Contains(status.message(), "AllReduce")) << status.message();
@@ -265,11 +265,11 @@ TEST_F(NcclTest, HostBufferIsRejectedAndTheGroupStaysUsable) {
 
 TEST_F(NcclTest, BadCountOrRootIsInvalidArgument) {
   Buffer buf = Allocate(64);
-  EXPECT_EQ(comm_->AllReduce(buf.data(), -1, DataType::kFloat32, ReduceOp::kSum).code(),
+  EXPECT_EQ(comm_->AllReduce(buf.data(), -1, DType::kFloat32, ReduceOp::kSum).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(comm_->Broadcast(buf.data(), 4, DataType::kFloat32, 1).code(),
+  EXPECT_EQ(comm_->Broadcast(buf.data(), 4, DType::kFloat32, 1).code(),
             StatusCode::kInvalidArgument);
-  EXPECT_TRUE(comm_->AllReduce(buf.data(), 0, DataType::kFloat32, ReduceOp::kSum).ok());
+  EXPECT_TRUE(comm_->AllReduce(buf.data(), 0, DType::kFloat32, ReduceOp::kSum).ok());
 }
 
 // The producer writes the collective's input after a long spin; WaitFor orders the collective
@@ -290,7 +290,7 @@ TEST_F(NcclTest, EventsOrderTheCollectiveBetweenProducerAndConsumerStreams) {
   ASSERT_TRUE(testing::LaunchDelayedStore(send.as<int>(), value, kSpinCycles, producer).ok());
   ASSERT_TRUE(produced.Record(producer).ok());
   ASSERT_TRUE(comm_->WaitFor(produced).ok());
-  CommHandle handle = comm_->AllGatherAsync(send.data(), recv.data(), 1, DataType::kFloat32);
+  CommHandle handle = comm_->AllGatherAsync(send.data(), recv.data(), 1, DType::kFloat32);
   auto* work = dynamic_cast<NcclWork*>(handle.get());
   ASSERT_NE(work, nullptr);
   ASSERT_TRUE(work->StreamWait(consumer).ok());
@@ -325,7 +325,7 @@ TEST_F(NcclTest, WaitPastTheDeadlineAbortsAndNamesOpRankAndBytes) {
   ASSERT_TRUE(testing::LaunchSpinUntilSet(release.as<int>(), int64_t{1} << 32, blocker).ok());
   ASSERT_TRUE(blocked.Record(blocker).ok());
   ASSERT_TRUE((*fast)->WaitFor(blocked).ok());
-  CommHandle handle = (*fast)->AllReduceAsync(buf.data(), 256, DataType::kFloat32, ReduceOp::kSum);
+  CommHandle handle = (*fast)->AllReduceAsync(buf.data(), 256, DType::kFloat32, ReduceOp::kSum);
   Status status = handle->Wait();
   *static_cast<volatile int*>(release.as<int>()) = 1;
   ASSERT_TRUE(blocker.Synchronize().ok());

@@ -118,18 +118,18 @@ float Value(int rank, int64_t i) {
   return static_cast<float>(0.1 * (rank + 1) - 0.37 * i + 1.0 / 3);
 }
 
-uint16_t Encode(float v, DataType type) {
-  return type == DataType::kBFloat16 ? FloatToBFloat16(v) : FloatToHalf(v);
+uint16_t Encode(float v, DType type) {
+  return type == DType::kBFloat16 ? FloatToBFloat16(v) : FloatToHalf(v);
 }
-float Decode(uint16_t bits, DataType type) {
-  return type == DataType::kBFloat16 ? BFloat16ToFloat(bits) : HalfToFloat(bits);
+float Decode(uint16_t bits, DType type) {
+  return type == DType::kBFloat16 ? BFloat16ToFloat(bits) : HalfToFloat(bits);
 }
 
 // Rank r's input element i of `type`, as the bits it stores.
-std::vector<unsigned char> Input(int rank, int64_t count, DataType type) {
-  std::vector<unsigned char> out(count * DataTypeSize(type));
+std::vector<unsigned char> Input(int rank, int64_t count, DType type) {
+  std::vector<unsigned char> out(count * DTypeSize(type));
   for (int64_t i = 0; i < count; ++i) {
-    if (type == DataType::kFloat32) {
+    if (type == DType::kFloat32) {
       const float v = Value(rank, i);
       std::memcpy(out.data() + 4 * i, &v, 4);
     } else {
@@ -140,8 +140,8 @@ std::vector<unsigned char> Input(int rank, int64_t count, DataType type) {
   return out;
 }
 
-float Element(const std::vector<unsigned char>& buf, int64_t i, DataType type) {
-  if (type == DataType::kFloat32) {
+float Element(const std::vector<unsigned char>& buf, int64_t i, DType type) {
+  if (type == DType::kFloat32) {
     float v;
     std::memcpy(&v, buf.data() + 4 * i, 4);
     return v;
@@ -152,16 +152,16 @@ float Element(const std::vector<unsigned char>& buf, int64_t i, DataType type) {
 }
 
 // The contract, written out: the fp32 sum in rank order, / n for avg, one rounding; as bits.
-std::vector<unsigned char> Reference(int n, int64_t offset, int64_t count, DataType type,
+std::vector<unsigned char> Reference(int n, int64_t offset, int64_t count, DType type,
                                      ReduceOp op) {
   std::vector<std::vector<unsigned char>> inputs;
   for (int r = 0; r < n; ++r) inputs.push_back(Input(r, offset + count, type));
-  std::vector<unsigned char> out(count * DataTypeSize(type));
+  std::vector<unsigned char> out(count * DTypeSize(type));
   for (int64_t i = 0; i < count; ++i) {
     float sum = Element(inputs[0], offset + i, type);
     for (int r = 1; r < n; ++r) sum += Element(inputs[r], offset + i, type);
     if (op == ReduceOp::kAvg) sum /= static_cast<float>(n);
-    if (type == DataType::kFloat32) {
+    if (type == DType::kFloat32) {
       std::memcpy(out.data() + 4 * i, &sum, 4);
     } else {
       const uint16_t bits = Encode(sum, type);
@@ -191,9 +191,9 @@ TEST_P(ShmWorldTest, EveryOpDtypeAndReduceOpMatchesTheRankOrderReferenceBitForBi
     std::string error;
     auto comm = Join(job, r, n, kTimeoutS, &error);
     if (!comm) return error;
-    for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16}) {
-      const std::string where = std::string(DataTypeName(type)) + " rank " + std::to_string(r);
-      const size_t element = DataTypeSize(type);
+    for (DType type : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
+      const std::string where = std::string(DTypeName(type)) + " rank " + std::to_string(r);
+      const size_t element = DTypeSize(type);
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
         auto buf = Input(r, kCount, type);
         Status s = comm->AllReduce(buf.data(), kCount, type, op);
@@ -243,7 +243,7 @@ TEST_P(ShmWorldTest, InPlaceAllGatherAndZeroCountCollectives) {
     if (!comm) return error;
     std::vector<float> buf(kCount * n, -1.0f);
     for (int64_t i = 0; i < kCount; ++i) buf[r * kCount + i] = Value(r, i);
-    Status s = comm->AllGather(buf.data() + r * kCount, buf.data(), kCount, DataType::kFloat32);
+    Status s = comm->AllGather(buf.data() + r * kCount, buf.data(), kCount, DType::kFloat32);
     if (!s.ok()) return s.ToString();
     for (int q = 0; q < n; ++q) {
       for (int64_t i = 0; i < kCount; ++i) {
@@ -251,9 +251,9 @@ TEST_P(ShmWorldTest, InPlaceAllGatherAndZeroCountCollectives) {
           return "in-place AllGather block " + std::to_string(q);
       }
     }
-    s = comm->AllReduce(nullptr, 0, DataType::kFloat32, ReduceOp::kSum);
+    s = comm->AllReduce(nullptr, 0, DType::kFloat32, ReduceOp::kSum);
     if (!s.ok()) return "zero-count AllReduce: " + s.ToString();
-    s = comm->ReduceScatter(nullptr, nullptr, 0, DataType::kBFloat16, ReduceOp::kAvg);
+    s = comm->ReduceScatter(nullptr, nullptr, 0, DType::kBFloat16, ReduceOp::kAvg);
     if (!s.ok()) return "zero-count ReduceScatter: " + s.ToString();
     return "";
   }));
@@ -272,10 +272,10 @@ TEST_P(ShmWorldTest, AsyncOpsCompleteInIssueOrderWithTheirOwnResults) {
     for (int op = 0; op < kOps; ++op) {
       for (int64_t i = 0; i < kCount; ++i) bufs[op][i] = static_cast<float>(r * 100 + op + i);
       handles.push_back(
-          comm->AllReduceAsync(bufs[op].data(), kCount, DataType::kFloat32, ReduceOp::kSum));
+          comm->AllReduceAsync(bufs[op].data(), kCount, DType::kFloat32, ReduceOp::kSum));
     }
     // The blocking broadcast runs after all of them: it overwrites buffer 0 with root's result.
-    Status s = comm->Broadcast(bufs[0].data(), kCount, DataType::kFloat32, n - 1);
+    Status s = comm->Broadcast(bufs[0].data(), kCount, DType::kFloat32, n - 1);
     if (!s.ok()) return s.ToString();
     for (int op = 0; op < kOps; ++op) {
       if (!handles[op]->Done()) return "op " + std::to_string(op) + " not done before a later call";
@@ -306,10 +306,10 @@ TEST(ShmCommunicator, RankThatNeverJoinsACollectiveTimesOutNamingItOnTheOthers) 
           return "rank 2 was not killed";
         }
         std::vector<float> buf(10, 1.0f);
-        Status s = comm->AllReduce(buf.data(), 10, DataType::kFloat32, ReduceOp::kSum);
+        Status s = comm->AllReduce(buf.data(), 10, DType::kFloat32, ReduceOp::kSum);
         if (s.code() != StatusCode::kDeadlineExceeded) return "expected a timeout: " + s.ToString();
         for (const std::string& part :
-             {std::string("AllReduce(sum, 10 x float32, 40 bytes)"),
+             {std::string("AllReduce(sum, 10 x fp32, 40 bytes)"),
               "on rank " + std::to_string(r) + " of 3", std::string("did not arrive: 2")}) {
           if (s.message().find(part) == std::string::npos)
             return "'" + part + "' missing: " + s.message();
@@ -334,7 +334,7 @@ TEST(ShmCommunicator, PeerThatDiesIsReportedWithoutWaitingForTheTimeout) {
     if (!comm) return error;
     if (r == 1) _exit(9);  // crashes after joining
     float x = 1;
-    Status s = comm->AllReduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+    Status s = comm->AllReduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
     if (s.code() != StatusCode::kUnavailable) return "expected kUnavailable: " + s.ToString();
     if (s.message().find("rank 1 (pid") == std::string::npos) return s.message();
     return "";
@@ -354,7 +354,7 @@ TEST(ShmCommunicator, AbortFailsThePeersAndExitsWithTheCode) {
       return "Abort returned";
     }
     float x = 1;
-    Status s = comm->AllReduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+    Status s = comm->AllReduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
     if (s.code() != StatusCode::kDataLoss) return "expected the abort reason: " + s.ToString();
     if (s.message().find("rank 1 aborted") == std::string::npos ||
         s.message().find("checkpoint shard corrupt") == std::string::npos) {
@@ -373,7 +373,7 @@ TEST(ShmCommunicator, MismatchedCountsFailOnEveryRankNamingBothCalls) {
     auto comm = Join(job, r, 2, kTimeoutS, &error);
     if (!comm) return error;
     std::vector<float> buf(20, 1.0f);
-    Status s = comm->AllReduce(buf.data(), r == 0 ? 10 : 11, DataType::kFloat32, ReduceOp::kSum);
+    Status s = comm->AllReduce(buf.data(), r == 0 ? 10 : 11, DType::kFloat32, ReduceOp::kSum);
     if (s.code() != StatusCode::kInvalidArgument)
       return "expected kInvalidArgument: " + s.ToString();
     if (s.message().find("mismatched collective #0") == std::string::npos) return s.message();
@@ -394,7 +394,7 @@ TEST(ShmCommunicator, LastRankToLeaveRemovesTheSegmentAndAStaleOneIsReplaced) {
     auto comm = Join(job, r, 2, kTimeoutS, &error);
     if (!comm) return error;
     float x = static_cast<float>(r + 1);
-    Status s = comm->AllReduce(&x, 1, DataType::kFloat32, ReduceOp::kSum);
+    Status s = comm->AllReduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
     if (!s.ok()) return s.ToString();
     return x == 3.0f ? "" : "sum " + std::to_string(x);
   }));

@@ -114,7 +114,7 @@ TEST_P(AsyncTest, ManyOutstandingAllReducesCompleteWithTheirOwnResults) {
     std::vector<CommHandle> handles;
     for (int op = 0; op < kOps; ++op) {
       for (int64_t i = 0; i < kCount; ++i) bufs[r][op][i] = static_cast<float>(r * 1000 + op + i);
-      handles.push_back(c.AllReduceAsync(bufs[r][op].data(), kCount, DataType::kFloat32,
+      handles.push_back(c.AllReduceAsync(bufs[r][op].data(), kCount, DType::kFloat32,
                                          op % 2 ? ReduceOp::kSum : ReduceOp::kAvg));
     }
     // Wait in reverse: completion does not depend on the order of waits.
@@ -143,9 +143,9 @@ TEST_P(AsyncTest, BlockingCallRunsAfterEarlierAsyncOnes) {
   std::vector<std::vector<float>> gathered(n, std::vector<float>(3 * n));
   ExpectAllOk(RunRanks(*group, [&](int r, Communicator& c) {
     for (float& x : bufs[r]) x = static_cast<float>(r + 1);
-    CommHandle bcast = c.BroadcastAsync(bufs[r].data(), 3, DataType::kFloat32, n - 1);
-    CommHandle gather = c.AllGatherAsync(bufs[r].data(), gathered[r].data(), 3, DataType::kFloat32);
-    HOIST_RETURN_IF_ERROR(c.AllReduce(bufs[r].data(), 3, DataType::kFloat32, ReduceOp::kSum));
+    CommHandle bcast = c.BroadcastAsync(bufs[r].data(), 3, DType::kFloat32, n - 1);
+    CommHandle gather = c.AllGatherAsync(bufs[r].data(), gathered[r].data(), 3, DType::kFloat32);
+    HOIST_RETURN_IF_ERROR(c.AllReduce(bufs[r].data(), 3, DType::kFloat32, ReduceOp::kSum));
     // Both handles completed before the blocking call returned.
     if (!bcast->Done() || !gather->Done()) return InternalError("async op not done");
     HOIST_RETURN_IF_ERROR(bcast->Wait());
@@ -172,13 +172,12 @@ TEST_P(AsyncTest, AsyncResultsEqualBlockingResultsBitForBit) {
     async_rs[r].assign(kCount, 0);
   }
   ExpectAllOk(RunRanks(*group, [&](int r, Communicator& c) {
-    HOIST_RETURN_IF_ERROR(
-        c.AllReduce(sync_ar[r].data(), kCount, DataType::kFloat32, ReduceOp::kAvg));
+    HOIST_RETURN_IF_ERROR(c.AllReduce(sync_ar[r].data(), kCount, DType::kFloat32, ReduceOp::kAvg));
     HOIST_RETURN_IF_ERROR(c.ReduceScatter(send[r].data(), sync_rs[r].data(), kCount,
-                                          DataType::kFloat32, ReduceOp::kSum));
-    CommHandle a = c.AllReduceAsync(async_ar[r].data(), kCount, DataType::kFloat32, ReduceOp::kAvg);
-    CommHandle b = c.ReduceScatterAsync(send[r].data(), async_rs[r].data(), kCount,
-                                        DataType::kFloat32, ReduceOp::kSum);
+                                          DType::kFloat32, ReduceOp::kSum));
+    CommHandle a = c.AllReduceAsync(async_ar[r].data(), kCount, DType::kFloat32, ReduceOp::kAvg);
+    CommHandle b = c.ReduceScatterAsync(send[r].data(), async_rs[r].data(), kCount, DType::kFloat32,
+                                        ReduceOp::kSum);
     HOIST_RETURN_IF_ERROR(a->Wait());
     return b->Wait();
   }));
@@ -197,7 +196,7 @@ TEST(ThreadGroupAsync, TimeoutSurfacesThroughWaitNamingOpRankBytesAndMissingRank
   for (int r = 0; r < 2; ++r) {  // rank 2 never calls
     threads.emplace_back([&, r] {
       CommHandle h =
-          group->comm(r).AllReduceAsync(bufs[r].data(), 10, DataType::kFloat32, ReduceOp::kSum);
+          group->comm(r).AllReduceAsync(bufs[r].data(), 10, DType::kFloat32, ReduceOp::kSum);
       results[r] = h->Wait();
     });
   }
@@ -205,7 +204,7 @@ TEST(ThreadGroupAsync, TimeoutSurfacesThroughWaitNamingOpRankBytesAndMissingRank
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(results[r].code(), StatusCode::kDeadlineExceeded) << results[r].ToString();
     const std::string& m = results[r].message();
-    EXPECT_NE(m.find("AllReduce(sum, 10 x float32, 40 bytes)"), std::string::npos) << m;
+    EXPECT_NE(m.find("AllReduce(sum, 10 x fp32, 40 bytes)"), std::string::npos) << m;
     EXPECT_NE(m.find("on rank " + std::to_string(r) + " of 3"), std::string::npos) << m;
     EXPECT_NE(m.find("did not arrive: 2"), std::string::npos) << m;
   }
@@ -215,12 +214,12 @@ TEST(ThreadGroupAsync, FailedGroupFailsLaterCallsFast) {
   auto group = MakeGroup(2, /*timeout_s=*/0.1);
   float x[4] = {};
   // Rank 1 never joins: rank 0 times out and the group is broken.
-  Status first = group->comm(0).AllReduce(x, 4, DataType::kFloat32, ReduceOp::kSum);
+  Status first = group->comm(0).AllReduce(x, 4, DType::kFloat32, ReduceOp::kSum);
   ASSERT_EQ(first.code(), StatusCode::kDeadlineExceeded) << first.ToString();
   // Later calls on every rank fail at once with the original error, blocking and async alike;
   // neither waits out another timeout because the group is known to be broken.
   for (int r = 0; r < 2; ++r) {
-    CommHandle h = group->comm(r).AllGatherAsync(x, x, 2, DataType::kFloat32);
+    CommHandle h = group->comm(r).AllGatherAsync(x, x, 2, DType::kFloat32);
     Status s = h->Wait();
     EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.ToString();
     EXPECT_NE(s.message().find("earlier failure"), std::string::npos) << s.message();
@@ -236,8 +235,8 @@ TEST(ThreadGroupAsync, AbortFailsWaitingAndLaterCallsWithTheReason) {
   float y[2] = {};
   // Ranks 0 and 1 wait in a barrier that rank 2 never joins; rank 2 aborts instead. They must
   // return with the abort reason long before the 30 s timeout.
-  CommHandle h0 = group->comm(0).AllReduceAsync(x, 2, DataType::kFloat32, ReduceOp::kSum);
-  CommHandle h1 = group->comm(1).AllReduceAsync(y, 2, DataType::kFloat32, ReduceOp::kSum);
+  CommHandle h0 = group->comm(0).AllReduceAsync(x, 2, DType::kFloat32, ReduceOp::kSum);
+  CommHandle h1 = group->comm(1).AllReduceAsync(y, 2, DType::kFloat32, ReduceOp::kSum);
   group->comm(2).Abort(UnavailableError("data loader failed"), 3);
   for (CommHandle* h : {&h0, &h1}) {
     Status s = (*h)->Wait();

@@ -34,25 +34,25 @@ double Value(int rank, int64_t i) {
 }
 
 // Element values in a 16-bit type, held as bits.
-std::vector<uint16_t> Encode(const std::vector<double>& values, DataType type) {
+std::vector<uint16_t> Encode(const std::vector<double>& values, DType type) {
   std::vector<uint16_t> out;
   for (double v : values) {
     const float f = static_cast<float>(v);
-    out.push_back(type == DataType::kBFloat16 ? FloatToBFloat16(f) : FloatToHalf(f));
+    out.push_back(type == DType::kBFloat16 ? FloatToBFloat16(f) : FloatToHalf(f));
   }
   return out;
 }
 
-float Decode(uint16_t bits, DataType type) {
-  return type == DataType::kBFloat16 ? BFloat16ToFloat(bits) : HalfToFloat(bits);
+float Decode(uint16_t bits, DType type) {
+  return type == DType::kBFloat16 ? BFloat16ToFloat(bits) : HalfToFloat(bits);
 }
 
 // Relative step of a type near 1: its rounding error bound, with room for fp32 accumulation.
-double Tolerance(DataType type) {
+double Tolerance(DType type) {
   switch (type) {
-    case DataType::kFloat32: return 1e-6;
-    case DataType::kBFloat16: return 0x1p-8;
-    case DataType::kFloat16: return 0x1p-11;
+    case DType::kFloat32: return 1e-6;
+    case DType::kBFloat16: return 0x1p-8;
+    case DType::kFloat16: return 0x1p-11;
   }
   return 0;
 }
@@ -78,7 +78,7 @@ TEST_P(WorldSizeTest, AllReduceFloat32MatchesSerialReferenceOnEveryRankBitForBit
       for (int64_t i = 0; i < kCount; ++i) bufs[r][i] = static_cast<float>(Value(r, i));
     }
     ExpectAllOk(RunRanks(*group, [&](int r, Communicator& c) {
-      return c.AllReduce(bufs[r].data(), kCount, DataType::kFloat32, op);
+      return c.AllReduce(bufs[r].data(), kCount, DType::kFloat32, op);
     }));
     for (int64_t i = 0; i < kCount; ++i) {
       double expected = 0;
@@ -95,7 +95,7 @@ TEST_P(WorldSizeTest, AllReduceFloat32MatchesSerialReferenceOnEveryRankBitForBit
 
 TEST_P(WorldSizeTest, AllReduceHalfTypesReduceInFloat32AndRoundOnce) {
   const int n = GetParam();
-  for (DataType type : {DataType::kBFloat16, DataType::kFloat16}) {
+  for (DType type : {DType::kBFloat16, DType::kFloat16}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
       auto group = MakeGroup(n);
       std::vector<std::vector<uint16_t>> bufs(n);
@@ -121,7 +121,7 @@ TEST_P(WorldSizeTest, AllReduceHalfTypesReduceInFloat32AndRoundOnce) {
           reference /= n;
         }
         const uint16_t expected = Encode({sum}, type)[0];
-        EXPECT_EQ(bufs[0][i], expected) << DataTypeName(type) << " element " << i;
+        EXPECT_EQ(bufs[0][i], expected) << DTypeName(type) << " element " << i;
         EXPECT_NEAR(Decode(bufs[0][i], type), reference,
                     Tolerance(type) * (1 + std::abs(reference)));
       }
@@ -132,7 +132,7 @@ TEST_P(WorldSizeTest, AllReduceHalfTypesReduceInFloat32AndRoundOnce) {
 
 TEST_P(WorldSizeTest, ReduceScatterGivesRankItsBlock) {
   const int n = GetParam();
-  for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
+  for (DType type : {DType::kFloat32, DType::kBFloat16}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
       auto group = MakeGroup(n);
       std::vector<std::vector<float>> send32(n), recv32(n, std::vector<float>(kCount, -1));
@@ -144,7 +144,7 @@ TEST_P(WorldSizeTest, ReduceScatterGivesRankItsBlock) {
         send16[r] = Encode(values, type);
       }
       ExpectAllOk(RunRanks(*group, [&](int r, Communicator& c) {
-        if (type == DataType::kFloat32) {
+        if (type == DType::kFloat32) {
           return c.ReduceScatter(send32[r].data(), recv32[r].data(), kCount, type, op);
         }
         return c.ReduceScatter(send16[r].data(), recv16[r].data(), kCount, type, op);
@@ -154,12 +154,12 @@ TEST_P(WorldSizeTest, ReduceScatterGivesRankItsBlock) {
           const int64_t at = r * kCount + i;
           double expected = 0;
           for (int s = 0; s < n; ++s) {
-            expected += type == DataType::kFloat32 ? send32[s][at] : Decode(send16[s][at], type);
+            expected += type == DType::kFloat32 ? send32[s][at] : Decode(send16[s][at], type);
           }
           if (op == ReduceOp::kAvg) expected /= n;
-          const double got = type == DataType::kFloat32 ? recv32[r][i] : Decode(recv16[r][i], type);
+          const double got = type == DType::kFloat32 ? recv32[r][i] : Decode(recv16[r][i], type);
           EXPECT_NEAR(got, expected, Tolerance(type) * (1 + std::abs(expected)))
-              << DataTypeName(type) << " " << ReduceOpName(op) << " rank " << r << " element " << i;
+              << DTypeName(type) << " " << ReduceOpName(op) << " rank " << r << " element " << i;
         }
       }
     }
@@ -168,9 +168,9 @@ TEST_P(WorldSizeTest, ReduceScatterGivesRankItsBlock) {
 
 TEST_P(WorldSizeTest, AllGatherConcatenatesInRankOrder) {
   const int n = GetParam();
-  for (DataType type : {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16}) {
+  for (DType type : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
     auto group = MakeGroup(n);
-    const size_t element = DataTypeSize(type);
+    const size_t element = DTypeSize(type);
     std::vector<std::vector<unsigned char>> send(n), recv(n);
     for (int r = 0; r < n; ++r) {
       for (size_t b = 0; b < kCount * element; ++b)
@@ -184,7 +184,7 @@ TEST_P(WorldSizeTest, AllGatherConcatenatesInRankOrder) {
       for (int s = 0; s < n; ++s) {
         EXPECT_EQ(
             std::memcmp(recv[r].data() + s * kCount * element, send[s].data(), kCount * element), 0)
-            << DataTypeName(type) << " rank " << r << " block " << s;
+            << DTypeName(type) << " rank " << r << " block " << s;
       }
     }
   }
@@ -198,7 +198,7 @@ TEST_P(WorldSizeTest, AllGatherInPlaceFromOwnBlock) {
     for (int64_t i = 0; i < kCount; ++i) bufs[r][r * kCount + i] = static_cast<float>(Value(r, i));
   }
   ExpectAllOk(RunRanks(*group, [&](int r, Communicator& c) {
-    return c.AllGather(bufs[r].data() + r * kCount, bufs[r].data(), kCount, DataType::kFloat32);
+    return c.AllGather(bufs[r].data() + r * kCount, bufs[r].data(), kCount, DType::kFloat32);
   }));
   for (int r = 0; r < n; ++r) {
     for (int s = 0; s < n; ++s) {
@@ -219,7 +219,7 @@ TEST_P(WorldSizeTest, BroadcastFromEveryRoot) {
     }
     const auto root_data = bufs[root];
     ExpectAllOk(RunRanks(*group, [&](int r, Communicator& c) {
-      return c.Broadcast(bufs[r].data(), kCount, DataType::kFloat16, root);
+      return c.Broadcast(bufs[r].data(), kCount, DType::kFloat16, root);
     }));
     for (int r = 0; r < n; ++r) EXPECT_EQ(bufs[r], root_data) << "root " << root << " rank " << r;
   }
@@ -246,7 +246,7 @@ TEST_P(WorldSizeTest, ManyCollectivesInSequenceReuseTheRendezvous) {
   ExpectAllOk(RunRanks(*group, [&](int r, Communicator& c) {
     for (int step = 0; step < 200; ++step) {
       for (float& x : bufs[r]) x = static_cast<float>(r + step);
-      HOIST_RETURN_IF_ERROR(c.AllReduce(bufs[r].data(), 3, DataType::kFloat32, ReduceOp::kSum));
+      HOIST_RETURN_IF_ERROR(c.AllReduce(bufs[r].data(), 3, DType::kFloat32, ReduceOp::kSum));
       for (float x : bufs[r]) {
         if (x != static_cast<float>(n * step + n * (n - 1) / 2)) {
           return InternalError("step " + std::to_string(step) + " got " + std::to_string(x));
@@ -268,7 +268,7 @@ TEST(ThreadGroup, RankThatNeverJoinsTimesOutNamingOpRankBytesAndMissingRank) {
     threads.emplace_back([&, r] {
       const auto start = std::chrono::steady_clock::now();
       results[r] =
-          group->comm(r).AllReduce(bufs[r].data(), kCount, DataType::kFloat32, ReduceOp::kSum);
+          group->comm(r).AllReduce(bufs[r].data(), kCount, DType::kFloat32, ReduceOp::kSum);
       elapsed_s[r] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     });
@@ -284,8 +284,7 @@ TEST(ThreadGroup, RankThatNeverJoinsTimesOutNamingOpRankBytesAndMissingRank) {
     EXPECT_LT(elapsed_s[r], kShortTimeoutS + 1.0);
   }
   // The group is broken now: a late rank fails at once instead of waiting forever.
-  Status late =
-      group->comm(2).AllReduce(bufs[0].data(), kCount, DataType::kFloat32, ReduceOp::kSum);
+  Status late = group->comm(2).AllReduce(bufs[0].data(), kCount, DType::kFloat32, ReduceOp::kSum);
   EXPECT_EQ(late.code(), StatusCode::kDeadlineExceeded);
   EXPECT_NE(late.message().find("earlier failure"), std::string::npos) << late.message();
 }
@@ -294,8 +293,8 @@ TEST(ThreadGroup, CountMismatchIsAnErrorOnEveryRank) {
   auto group = MakeGroup(2);
   std::vector<float> small(kCount), large(kCount + 1);
   auto results = RunRanks(*group, [&](int r, Communicator& c) {
-    return r == 0 ? c.AllReduce(small.data(), kCount, DataType::kFloat32, ReduceOp::kSum)
-                  : c.AllReduce(large.data(), kCount + 1, DataType::kFloat32, ReduceOp::kSum);
+    return r == 0 ? c.AllReduce(small.data(), kCount, DType::kFloat32, ReduceOp::kSum)
+                  : c.AllReduce(large.data(), kCount + 1, DType::kFloat32, ReduceOp::kSum);
   });
   for (const Status& s : results) {
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
@@ -307,8 +306,8 @@ TEST(ThreadGroup, OpMismatchIsAnErrorOnEveryRank) {
   auto group = MakeGroup(2);
   std::vector<float> buf0(kCount), buf1(kCount);
   auto results = RunRanks(*group, [&](int r, Communicator& c) {
-    return r == 0 ? c.AllReduce(buf0.data(), kCount, DataType::kFloat32, ReduceOp::kSum)
-                  : c.Broadcast(buf1.data(), kCount, DataType::kFloat32, 0);
+    return r == 0 ? c.AllReduce(buf0.data(), kCount, DType::kFloat32, ReduceOp::kSum)
+                  : c.Broadcast(buf1.data(), kCount, DType::kFloat32, 0);
   });
   for (const Status& s : results) EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
 }
@@ -318,7 +317,7 @@ TEST(ThreadGroup, BadArgumentsAreRejected) {
   EXPECT_EQ(ThreadGroup::Create(2, 0.0).status().code(), StatusCode::kInvalidArgument);
   auto group = MakeGroup(1);
   float x = 1;
-  EXPECT_EQ(group->comm(0).Broadcast(&x, 1, DataType::kFloat32, 1).code(),
+  EXPECT_EQ(group->comm(0).Broadcast(&x, 1, DType::kFloat32, 1).code(),
             StatusCode::kInvalidArgument);
 }
 

@@ -25,10 +25,10 @@ TEST(World, SingleRankGetsASelfCommunicatorWithWorkingCollectives) {
   EXPECT_EQ((*comm)->rank(), 0);
   EXPECT_EQ((*comm)->world_size(), 1);
   std::vector<float> x = {1.5f, -2.0f};
-  ASSERT_TRUE((*comm)->AllReduce(x.data(), 2, DataType::kFloat32, ReduceOp::kAvg).ok());
+  ASSERT_TRUE((*comm)->AllReduce(x.data(), 2, DType::kFloat32, ReduceOp::kAvg).ok());
   EXPECT_EQ(x, (std::vector<float>{1.5f, -2.0f}));
   std::vector<float> gathered(2, 0.0f);
-  CommHandle h = (*comm)->AllGatherAsync(x.data(), gathered.data(), 2, DataType::kFloat32);
+  CommHandle h = (*comm)->AllGatherAsync(x.data(), gathered.data(), 2, DType::kFloat32);
   ASSERT_TRUE(h->Wait().ok());
   EXPECT_EQ(gathered, x);
 }

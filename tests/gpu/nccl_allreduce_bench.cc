@@ -93,19 +93,19 @@ Status Run(int iterations) {
         }));
     // The handles are waited for after the timing: the end event is recorded behind each.
     std::vector<CommHandle> pending;
-    HOIST_ASSIGN_OR_RETURN(double ar_ms, TimeOnStream(comm->stream(), iterations, [&]() {
-                             pending.push_back(comm->AllReduceAsync(
-                                 a.data(), count, DataType::kFloat32, ReduceOp::kSum));
-                             return Status::Ok();
-                           }));
+    HOIST_ASSIGN_OR_RETURN(
+        double ar_ms, TimeOnStream(comm->stream(), iterations, [&]() {
+          pending.push_back(comm->AllReduceAsync(a.data(), count, DType::kFloat32, ReduceOp::kSum));
+          return Status::Ok();
+        }));
     HOIST_ASSIGN_OR_RETURN(double rs_ms, TimeOnStream(comm->stream(), iterations, [&]() {
                              pending.push_back(comm->ReduceScatterAsync(
-                                 a.data(), b.data(), count, DataType::kFloat32, ReduceOp::kSum));
+                                 a.data(), b.data(), count, DType::kFloat32, ReduceOp::kSum));
                              return Status::Ok();
                            }));
     for (CommHandle& handle : pending) HOIST_RETURN_IF_ERROR(handle->Wait());
     HOIST_ASSIGN_OR_RETURN(double blocking_ms, TimeBlocking(iterations, [&]() {
-                             return comm->AllReduce(a.data(), count, DataType::kFloat32,
+                             return comm->AllReduce(a.data(), count, DType::kFloat32,
                                                     ReduceOp::kSum);
                            }));
     std::printf("%10lld %12.1f %12.1f %12.1f %12.1f %12.1f %10.3f %10.3f\n",

@@ -29,7 +29,7 @@ struct Inputs {
   std::vector<uint16_t> grad16;  // its bits when grad_format is 16-bit
 };
 
-Inputs MakeInputs(size_t n, int64_t step, GradFormat grad_format, uint32_t seed) {
+Inputs MakeInputs(size_t n, int64_t step, DType grad_format, uint32_t seed) {
   Inputs in;
   in.param = RandomFloats(n, seed);
   if (step == 1) {
@@ -40,9 +40,9 @@ Inputs MakeInputs(size_t n, int64_t step, GradFormat grad_format, uint32_t seed)
     in.v = RandomFloats(n, seed + 2, 1e-4f, 1e-2f);
   }
   in.grad = RandomFloats(n, seed + 3, -1.0f, 1.0f);
-  if (grad_format != GradFormat::kFp32) {
+  if (grad_format != DType::kFloat32) {
     in.grad16.resize(n);
-    if (grad_format == GradFormat::kBf16) {
+    if (grad_format == DType::kBFloat16) {
       CastFp32ToBf16At(SimdLevel::kScalar, in.grad16.data(), in.grad.data(), n);
       CastBf16ToFp32At(SimdLevel::kScalar, in.grad.data(), in.grad16.data(), n);
     } else {
@@ -58,16 +58,16 @@ struct Outputs {
   std::vector<uint16_t> copy;  // n + 1: the last element is a guard that must stay poisoned
 };
 
-Outputs RunFused(SimdLevel level, const Inputs& in, GradFormat grad_format, bool with_copy,
-                 HalfFormat copy_format, const AdamWHyperparams& h) {
+Outputs RunFused(SimdLevel level, const Inputs& in, DType grad_format, bool with_copy,
+                 DType copy_format, const AdamWHyperparams& h) {
   const size_t n = in.param.size();
   Outputs out{in.param, in.m, in.v, std::vector<uint16_t>(n + 1, kPoison)};
   AdamWShard s;
   s.param = out.param.data();
   s.m = out.m.data();
   s.v = out.v.data();
-  s.grad = grad_format == GradFormat::kFp32 ? static_cast<const void*>(in.grad.data())
-                                            : static_cast<const void*>(in.grad16.data());
+  s.grad = grad_format == DType::kFloat32 ? static_cast<const void*>(in.grad.data())
+                                          : static_cast<const void*>(in.grad16.data());
   s.grad_format = grad_format;
   s.param_copy = with_copy ? out.copy.data() : nullptr;
   s.copy_format = copy_format;
@@ -98,10 +98,10 @@ void ExpectMatchesFloat64(const Inputs& in, const Outputs& out, const AdamWHyper
   ExpectAllClose(out.v, v, 1e-14, 4e-7, "v");
 }
 
-void ExpectCopyIsRounding(const Outputs& out, HalfFormat format) {
+void ExpectCopyIsRounding(const Outputs& out, DType format) {
   const size_t n = out.param.size();
   std::vector<uint16_t> want(n);
-  if (format == HalfFormat::kBf16) {
+  if (format == DType::kBFloat16) {
     CastFp32ToBf16At(SimdLevel::kScalar, want.data(), out.param.data(), n);
   } else {
     CastFp32ToFp16At(SimdLevel::kScalar, want.data(), out.param.data(), n);
@@ -117,18 +117,18 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 struct Case {
-  GradFormat grad_format;
-  HalfFormat copy_format;
+  DType grad_format;
+  DType copy_format;
   float weight_decay;
   int64_t step;
 };
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
   const Case& c = info.param;
-  const char* grad = c.grad_format == GradFormat::kFp32   ? "Fp32Grad"
-                     : c.grad_format == GradFormat::kBf16 ? "Bf16Grad"
-                                                          : "Fp16Grad";
-  return std::string(grad) + (c.copy_format == HalfFormat::kBf16 ? "Bf16Copy" : "Fp16Copy") +
+  const char* grad = c.grad_format == DType::kFloat32    ? "Fp32Grad"
+                     : c.grad_format == DType::kBFloat16 ? "Bf16Grad"
+                                                         : "Fp16Grad";
+  return std::string(grad) + (c.copy_format == DType::kBFloat16 ? "Bf16Copy" : "Fp16Copy") +
          (c.weight_decay > 0 ? "Decay" : "NoDecay") + "Step" + std::to_string(c.step);
 }
 
@@ -181,37 +181,36 @@ TEST_P(AdamWFusedTest, EveryLevelGivesTheScalarBits) {
 }
 
 const Case kCases[] = {
-    {GradFormat::kFp32, HalfFormat::kBf16, 0.1f, 1},
-    {GradFormat::kFp32, HalfFormat::kBf16, 0.0f, 1000},
-    {GradFormat::kFp32, HalfFormat::kFp16, 0.0f, 1},
-    {GradFormat::kFp32, HalfFormat::kFp16, 0.1f, 1000},
-    {GradFormat::kBf16, HalfFormat::kBf16, 0.1f, 1000},
-    {GradFormat::kFp16, HalfFormat::kFp16, 0.1f, 1},
+    {DType::kFloat32, DType::kBFloat16, 0.1f, 1},
+    {DType::kFloat32, DType::kBFloat16, 0.0f, 1000},
+    {DType::kFloat32, DType::kFloat16, 0.0f, 1},
+    {DType::kFloat32, DType::kFloat16, 0.1f, 1000},
+    {DType::kBFloat16, DType::kBFloat16, 0.1f, 1000},
+    {DType::kFloat16, DType::kFloat16, 0.1f, 1},
 };
 INSTANTIATE_TEST_SUITE_P(Formats, AdamWFusedTest, ::testing::ValuesIn(kCases), CaseName);
 
 TEST(AdamWFused, WithoutCopyLeavesNothingElseWritten) {
   const size_t n = 16384 + 5;
-  const Inputs in = MakeInputs(n, 1000, GradFormat::kFp32, 3);
+  const Inputs in = MakeInputs(n, 1000, DType::kFloat32, 3);
   AdamWHyperparams h;
   h.step = 1000;
   h.weight_decay = 0.1f;
-  const Outputs out =
-      RunFused(SimdLevel::kScalar, in, GradFormat::kFp32, false, HalfFormat::kBf16, h);
+  const Outputs out = RunFused(SimdLevel::kScalar, in, DType::kFloat32, false, DType::kBFloat16, h);
   ExpectMatchesFloat64(in, out, h);
   for (uint16_t x : out.copy) ASSERT_EQ(x, kPoison);
 }
 
 TEST(AdamWFused, AgreesWithOpsAdamWUpToContraction) {
   const size_t n = 4099;
-  const Inputs in = MakeInputs(n, 1000, GradFormat::kFp32, 5);
+  const Inputs in = MakeInputs(n, 1000, DType::kFloat32, 5);
   AdamWHyperparams h;
   h.lr = 1e-2f;
   h.weight_decay = 0.1f;
   h.grad_scale = 0.25f;
   h.step = 1000;
   const Outputs fused =
-      RunFused(SimdLevel::kScalar, in, GradFormat::kFp32, false, HalfFormat::kBf16, h);
+      RunFused(SimdLevel::kScalar, in, DType::kFloat32, false, DType::kBFloat16, h);
   std::vector<float> param = in.param, m = in.m, v = in.v;
   AdamW(param.data(), in.grad.data(), m.data(), v.data(), n, h.lr, h.beta1, h.beta2, h.eps,
         h.weight_decay, h.step, h.grad_scale);

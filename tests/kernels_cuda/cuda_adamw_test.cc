@@ -40,7 +40,7 @@ struct Tensor {
     d_copy.Poison();
     if (grad_type != DType::kFloat32) {
       grad_bits.resize(spec.n);
-      if (grad_type == DType::kBfloat16) {
+      if (grad_type == DType::kBFloat16) {
         cpu::CastFp32ToBf16(grad_bits.data(), grad.data(), spec.n);
       } else {
         cpu::CastFp32ToFp16(grad_bits.data(), grad.data(), spec.n);
@@ -64,15 +64,6 @@ struct Tensor {
   DeviceArray d_param, d_m, d_v, d_grad, d_copy;
 };
 
-cpu::GradFormat GradFormatOf(DType type) {
-  switch (type) {
-    case DType::kFloat32: return cpu::GradFormat::kFp32;
-    case DType::kBfloat16: return cpu::GradFormat::kBf16;
-    case DType::kFloat16: break;
-  }
-  return cpu::GradFormat::kFp16;
-}
-
 // One step on both sides, then compares every array bit for bit. cpu_grad_scale is the factor the
 // GPU ends up multiplying by (host grad_scale times the device scale, rounded once in fp32).
 void StepAndCompare(std::vector<std::unique_ptr<Tensor>>& tensors, DType grad_type, DType copy_type,
@@ -90,12 +81,11 @@ void StepAndCompare(std::vector<std::unique_ptr<Tensor>>& tensors, DType grad_ty
     shard.v = t.v.data();
     shard.grad = grad_type == DType::kFloat32 ? static_cast<const void*>(t.grad.data())
                                               : static_cast<const void*>(t.grad_bits.data());
-    shard.grad_format = GradFormatOf(grad_type);
+    shard.grad_format = grad_type;
     // The CPU writes only 16-bit copies; an fp32 copy is compared with the parameter itself.
     const bool half_copy = t.spec.has_copy && copy_type != DType::kFloat32;
     shard.param_copy = half_copy ? t.copy.data() : nullptr;
-    shard.copy_format =
-        copy_type == DType::kFloat16 ? cpu::HalfFormat::kFp16 : cpu::HalfFormat::kBf16;
+    shard.copy_format = copy_type == DType::kFloat16 ? DType::kFloat16 : DType::kBFloat16;
     shard.n = static_cast<size_t>(t.spec.n);
     cpu::AdamWHyperparams h;
     h.lr = params.lr;
@@ -144,7 +134,7 @@ TEST_P(CudaAdamW, MatchesCpuStepBitForBit) {
   const DType grad_type = GetParam();
   const TensorSpec specs[] = {{1, 0.1f, true},       {37, 0.0f, false},    {4097, 0.1f, true},
                               {10000, 0.01f, false}, {100003, 0.0f, true}, {0, 0.1f, true}};
-  for (const DType copy_type : {DType::kBfloat16, DType::kFloat16, DType::kFloat32}) {
+  for (const DType copy_type : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
     std::vector<std::unique_ptr<Tensor>> tensors;
     uint32_t seed = 100;
     for (const TensorSpec& spec : specs) {
@@ -165,11 +155,11 @@ TEST_P(CudaAdamW, MoreTensorsThanOneLaunchHolds) {
   std::vector<std::unique_ptr<Tensor>> tensors;
   for (int i = 0; i < 110; ++i) {
     const TensorSpec spec = {1 + (i * 37) % 500, i % 2 == 0 ? 0.1f : 0.0f, i % 3 != 0};
-    tensors.push_back(std::make_unique<Tensor>(spec, grad_type, DType::kBfloat16, 1000 + 7 * i));
+    tensors.push_back(std::make_unique<Tensor>(spec, grad_type, DType::kBFloat16, 1000 + 7 * i));
   }
   AdamWStepParams params = TestParams();
   params.step = 5;
-  StepAndCompare(tensors, grad_type, DType::kBfloat16, params, params.grad_scale, stream());
+  StepAndCompare(tensors, grad_type, DType::kBFloat16, params, params.grad_scale, stream());
 }
 
 // A scale the GPU computed (say, the clipping factor) multiplies the host's grad_scale.
@@ -187,7 +177,7 @@ TEST_P(CudaAdamW, DeviceGradScaleMultipliesHostScale) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllGradTypes, CudaAdamW,
-                         ::testing::Values(DType::kFloat32, DType::kBfloat16, DType::kFloat16),
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
                          testing::DTypeParamName);
 
 }  // namespace

@@ -270,7 +270,7 @@ TEST_P(CudaAttention, DirectRefusesBadArguments) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaAttention,
-                         ::testing::Values(DType::kFloat32, DType::kBfloat16, DType::kFloat16),
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
                          DTypeParamName);
 
 // The tiled entries validate before touching the device, so these run without a GPU. The
@@ -286,7 +286,7 @@ TEST(CudaAttentionTiledValidation, RefusesHeadsLargerThan128) {
   EXPECT_NE(forward.ToString().find("AttentionForwardTiled"), std::string::npos)
       << forward.ToString();
   EXPECT_EQ(AttentionBackwardTiled(kFake, kFake, kFake, kFake, kFakeFloats, kFake, 1, 8, 260, 2,
-                                   DType::kBfloat16, kFakeStream)
+                                   DType::kBFloat16, kFakeStream)
                 .code(),
             StatusCode::kInvalidArgument);
 }
@@ -330,7 +330,7 @@ TEST(CudaAttentionTiledValidation, WorkspaceSizes) {
   // q, k, v and dout heads in `type`, dq, dk, dv in fp32, plus one fp32 T x T block per head.
   const int64_t btc = int64_t{2} * 67 * 64, bhtt = int64_t{2} * 4 * 67 * 67;
   EXPECT_EQ(AttentionWorkspaceBytes(2, 67, 64, 4, DType::kFloat32), (7 * btc + bhtt) * 4);
-  EXPECT_EQ(AttentionWorkspaceBytes(2, 67, 64, 4, DType::kBfloat16), 20 * btc + 4 * bhtt);
+  EXPECT_EQ(AttentionWorkspaceBytes(2, 67, 64, 4, DType::kBFloat16), 20 * btc + 4 * bhtt);
   EXPECT_EQ(AttentionWorkspaceBytes(2, 67, 64, 4, DType::kFloat16), 20 * btc + 4 * bhtt);
 }
 

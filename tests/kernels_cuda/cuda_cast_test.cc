@@ -34,7 +34,7 @@ std::vector<float> CastInputs(size_t n, uint32_t seed) {
 
 std::vector<uint16_t> HalfBits(DType type, const std::vector<float>& x) {
   std::vector<uint16_t> bits(x.size());
-  if (type == DType::kBfloat16) {
+  if (type == DType::kBFloat16) {
     cpu::CastFp32ToBf16(bits.data(), x.data(), static_cast<int64_t>(x.size()));
   } else {
     cpu::CastFp32ToFp16(bits.data(), x.data(), static_cast<int64_t>(x.size()));
@@ -54,7 +54,7 @@ class CudaCast : public CudaKernelTest {};
 
 // n = 4099: vector path plus a tail; offset 1: the scalar path (pointers off 16-byte alignment).
 TEST_F(CudaCast, NarrowingMatchesCpuBits) {
-  for (const DType type : {DType::kBfloat16, DType::kFloat16}) {
+  for (const DType type : {DType::kBFloat16, DType::kFloat16}) {
     for (const size_t offset : {size_t{0}, size_t{1}}) {
       const size_t n = 4099;
       const std::vector<float> in = CastInputs(n + offset, 1);
@@ -72,7 +72,7 @@ TEST_F(CudaCast, NarrowingMatchesCpuBits) {
 }
 
 TEST_F(CudaCast, WideningIsExact) {
-  for (const DType type : {DType::kBfloat16, DType::kFloat16}) {
+  for (const DType type : {DType::kBFloat16, DType::kFloat16}) {
     const size_t n = 1003;
     const std::vector<float> in = testing::RoundTo(type, CastInputs(n, 2));
     DeviceArray d_in(type, in), d_out(DType::kFloat32, n);
@@ -87,8 +87,8 @@ TEST_F(CudaCast, WideningIsExact) {
 // Between the 16-bit types through fp32: one rounding, as the CPU's widen-then-narrow.
 TEST_F(CudaCast, SixteenBitToSixteenBitRoundsOnce) {
   const size_t n = 517;
-  const DType pairs[][2] = {{DType::kBfloat16, DType::kFloat16},
-                            {DType::kFloat16, DType::kBfloat16}};
+  const DType pairs[][2] = {{DType::kBFloat16, DType::kFloat16},
+                            {DType::kFloat16, DType::kBFloat16}};
   for (const auto& pair : pairs) {
     const DType from = pair[0], to = pair[1];
     const std::vector<float> in = testing::RoundTo(from, CastInputs(n, 3));
@@ -117,7 +117,7 @@ TEST_F(CudaCast, NanStaysNan) {
   const std::vector<float> in = {std::numeric_limits<float>::quiet_NaN(),
                                  -std::numeric_limits<float>::quiet_NaN(),
                                  std::numeric_limits<float>::infinity()};
-  for (const DType type : {DType::kBfloat16, DType::kFloat16}) {
+  for (const DType type : {DType::kBFloat16, DType::kFloat16}) {
     DeviceArray d_in(DType::kFloat32, in), d_half(type, in.size()), d_back(DType::kFloat32, 3);
     HOIST_ASSERT_OK(Cast(d_half.data(), type, d_in.data(), DType::kFloat32, 3, stream()));
     HOIST_ASSERT_OK(Cast(d_back.data(), DType::kFloat32, d_half.data(), type, 3, stream()));

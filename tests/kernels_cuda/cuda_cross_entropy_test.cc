@@ -111,7 +111,7 @@ TEST_P(CudaCrossEntropy, LossesOnlyWithoutGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaCrossEntropy,
-                         ::testing::Values(DType::kFloat32, DType::kBfloat16, DType::kFloat16),
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
                          testing::DTypeParamName);
 
 }  // namespace

@@ -108,7 +108,7 @@ TEST_P(CudaElementwise, UnalignedPointersMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaElementwise,
-                         ::testing::Values(DType::kFloat32, DType::kBfloat16, DType::kFloat16),
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
                          testing::DTypeParamName);
 
 }  // namespace

@@ -84,7 +84,7 @@ TEST_P(CudaEncoder, BackwardAccumulatesFp32Gradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaEncoder,
-                         ::testing::Values(DType::kFloat32, DType::kBfloat16, DType::kFloat16),
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
                          testing::DTypeParamName);
 
 }  // namespace

@@ -39,7 +39,7 @@ void ExpectInvalid(const Status& status, std::initializer_list<const char*> word
 TEST(CudaKernelArguments, NullPointersAreNamed) {
   ExpectInvalid(GeluForward(nullptr, kFake, 10, DType::kFloat32, kFakeStream),
                 {"GeluForward", "out"});
-  ExpectInvalid(GeluBackward(kFake, kFake, nullptr, 10, DType::kBfloat16, kFakeStream),
+  ExpectInvalid(GeluBackward(kFake, kFake, nullptr, 10, DType::kBFloat16, kFakeStream),
                 {"GeluBackward", "dout"});
   ExpectInvalid(ResidualForward(kFake, nullptr, kFake, 10, DType::kFloat16, kFakeStream),
                 {"ResidualForward", "a"});
@@ -57,7 +57,7 @@ TEST(CudaKernelArguments, NullPointersAreNamed) {
   ExpectInvalid(SoftmaxCrossEntropy(kFakeFloats, kFake, kFake, nullptr, 1.0f, 2, 10, 16,
                                     DType::kFloat32, kFakeStream),
                 {"SoftmaxCrossEntropy", "targets"});
-  ExpectInvalid(Cast(kFake, DType::kBfloat16, nullptr, DType::kFloat32, 10, kFakeStream),
+  ExpectInvalid(Cast(kFake, DType::kBFloat16, nullptr, DType::kFloat32, 10, kFakeStream),
                 {"Cast", "in"});
   ExpectInvalid(UnscaleAndCheck(kFakeFloats, 10, 2.0f, nullptr, kFakeStream),
                 {"UnscaleAndCheck", "found_nonfinite"});
@@ -79,7 +79,7 @@ TEST(CudaKernelArguments, NullStreamIsRefused) {
                 {"Cast", "stream"});
   ExpectInvalid(SumOfSquares({}, static_cast<double*>(kFake), kFakeFloats, nullptr),
                 {"SumOfSquares", "stream"});
-  ExpectInvalid(AdamWMultiTensor({}, DType::kFloat32, DType::kBfloat16, AdamWStepParams{}, nullptr),
+  ExpectInvalid(AdamWMultiTensor({}, DType::kFloat32, DType::kBFloat16, AdamWStepParams{}, nullptr),
                 {"AdamWMultiTensor", "stream"});
 }
 
@@ -92,7 +92,7 @@ TEST(CudaKernelArguments, NonPositiveSizesAreRefused) {
   ExpectInvalid(LayerNormBackward(kFake, kFakeFloats, kFakeFloats, kFake, kFake, kFake, kFakeFloats,
                                   kFakeFloats, 2, -8, DType::kFloat32, kFakeStream),
                 {"LayerNormBackward", "C"});
-  ExpectInvalid(Cast(kFake, DType::kBfloat16, kFake, DType::kFloat32, -1, kFakeStream),
+  ExpectInvalid(Cast(kFake, DType::kBFloat16, kFake, DType::kFloat32, -1, kFakeStream),
                 {"Cast", "n"});
 }
 
@@ -128,12 +128,12 @@ TEST(CudaKernelArguments, AdamWNamesTheBadTensor) {
   good.n = 10;
   AdamWTensor bad = good;
   bad.grad = nullptr;
-  ExpectInvalid(AdamWMultiTensor({good, bad}, DType::kFloat32, DType::kBfloat16, AdamWStepParams{},
+  ExpectInvalid(AdamWMultiTensor({good, bad}, DType::kFloat32, DType::kBFloat16, AdamWStepParams{},
                                  kFakeStream),
                 {"AdamWMultiTensor", "tensors[1].grad"});
   AdamWStepParams step_zero;
   step_zero.step = 0;
-  ExpectInvalid(AdamWMultiTensor({good}, DType::kFloat32, DType::kBfloat16, step_zero, kFakeStream),
+  ExpectInvalid(AdamWMultiTensor({good}, DType::kFloat32, DType::kBFloat16, step_zero, kFakeStream),
                 {"AdamWMultiTensor", "step"});
 }
 

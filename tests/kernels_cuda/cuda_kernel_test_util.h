@@ -40,7 +40,7 @@ using ::hoist::kernels::cpu::testing::RandomFloats;
 inline std::vector<float> RoundTo(DType type, std::vector<float> x) {
   if (type == DType::kFloat32) return x;
   std::vector<uint16_t> bits(x.size());
-  if (type == DType::kBfloat16) {
+  if (type == DType::kBFloat16) {
     cpu::CastFp32ToBf16(bits.data(), x.data(), static_cast<int64_t>(x.size()));
     cpu::CastBf16ToFp32(x.data(), bits.data(), static_cast<int64_t>(x.size()));
   } else {
@@ -58,7 +58,7 @@ struct Tolerance {
 inline Tolerance ToleranceFor(DType type) {
   switch (type) {
     case DType::kFloat32: return {1e-5, 1e-4};
-    case DType::kBfloat16:
+    case DType::kBFloat16:
       return {1e-2, 1.6e-2};  // 8 bits of mantissa: one rounding is 2^-8 relative
     case DType::kFloat16: return {1e-3, 2e-3};
   }
@@ -96,7 +96,7 @@ class DeviceArray {
       return;
     }
     std::vector<uint16_t> bits(n_);
-    if (type_ == DType::kBfloat16) {
+    if (type_ == DType::kBFloat16) {
       cpu::CastFp32ToBf16(bits.data(), values.data(), static_cast<int64_t>(n_));
     } else {
       cpu::CastFp32ToFp16(bits.data(), values.data(), static_cast<int64_t>(n_));
@@ -114,7 +114,7 @@ class DeviceArray {
     }
     std::vector<uint16_t> bits(n_);
     EXPECT_EQ(cudaMemcpy(bits.data(), data_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
-    if (type_ == DType::kBfloat16) {
+    if (type_ == DType::kBFloat16) {
       cpu::CastBf16ToFp32(out.data(), bits.data(), static_cast<int64_t>(n_));
     } else {
       cpu::CastFp16ToFp32(out.data(), bits.data(), static_cast<int64_t>(n_));

@@ -90,7 +90,7 @@ TEST_P(CudaLayerNorm, BackwardAccumulatesAllGradients) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaLayerNorm,
-                         ::testing::Values(DType::kFloat32, DType::kBfloat16, DType::kFloat16),
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
                          testing::DTypeParamName);
 
 }  // namespace

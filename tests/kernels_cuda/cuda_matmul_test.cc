@@ -271,7 +271,7 @@ TEST_P(CudaMatmul, RefusesBadArguments) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaMatmul,
-                         ::testing::Values(DType::kFloat32, DType::kBfloat16, DType::kFloat16),
+                         ::testing::Values(DType::kFloat32, DType::kBFloat16, DType::kFloat16),
                          DTypeParamName);
 
 TEST(CudaBlasError, MapsStatusesToCodes) {

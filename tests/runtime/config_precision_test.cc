@@ -20,8 +20,8 @@ using testing_util::ParseOk;
 
 TEST(ConfigPrecision, DefaultsAreDeepSpeeds) {
   Config c = ParseOk(kMinimal);
-  EXPECT_EQ(c.precision(), Precision::kFloat32);
-  EXPECT_EQ(c.communication_data_type, Precision::kFloat32);
+  EXPECT_EQ(c.precision(), DType::kFloat32);
+  EXPECT_EQ(c.communication_data_type, DType::kFloat32);
   EXPECT_FALSE(c.fp16.enabled);
   EXPECT_EQ(c.fp16.loss_scale, 0.0f);
   EXPECT_EQ(c.fp16.initial_scale_power, 16);
@@ -39,7 +39,7 @@ TEST(ConfigPrecision, Fp16SectionIsReadWhole) {
       "consecutive_hysteresis": true, "min_loss_scale": 0.25,
       "fp16_master_weights_and_grads": false})"});
   EXPECT_TRUE(c.fp16.enabled);
-  EXPECT_EQ(c.precision(), Precision::kFloat16);
+  EXPECT_EQ(c.precision(), DType::kFloat16);
   EXPECT_EQ(c.fp16.initial_scale_power, 12);
   EXPECT_EQ(c.fp16.loss_scale_window, 500);
   EXPECT_EQ(c.fp16.hysteresis, 4);
@@ -54,8 +54,8 @@ TEST(ConfigPrecision, StaticLossScaleIsRead) {
 }
 
 TEST(ConfigPrecision, Bf16AndItsLegacyNameEnableBf16) {
-  EXPECT_EQ(ParseOk(kMinimal, {"bf16.enabled=true"}).precision(), Precision::kBFloat16);
-  EXPECT_EQ(ParseOk(kMinimal, {"bfloat16.enabled=true"}).precision(), Precision::kBFloat16);
+  EXPECT_EQ(ParseOk(kMinimal, {"bf16.enabled=true"}).precision(), DType::kBFloat16);
+  EXPECT_EQ(ParseOk(kMinimal, {"bfloat16.enabled=true"}).precision(), DType::kBFloat16);
   Config c = ParseOk(kMinimal, {R"(bf16={"enabled": true, "immediate_grad_update": false,
       "check_grad_overflow": true, "bf16_master_weights_and_grads": false,
       "bf16_optimizer_states": false})"});
@@ -81,25 +81,25 @@ TEST(ConfigPrecision, Fp16AndBf16TogetherAreRefused) {
               HasSubstr("fp16.enabled and bfloat16.enabled are both true"));
   // One enabled and the other present but off is fine.
   EXPECT_EQ(ParseOk(kMinimal, {"fp16.enabled=true", "bf16.enabled=false"}).precision(),
-            Precision::kFloat16);
+            DType::kFloat16);
 }
 
 TEST(ConfigPrecision, CommunicationTypeDefaultsToTheComputePrecision) {
-  EXPECT_EQ(ParseOk(kMinimal, {"fp16.enabled=true"}).communication_data_type, Precision::kFloat16);
-  EXPECT_EQ(ParseOk(kMinimal, {"bf16.enabled=true"}).communication_data_type, Precision::kBFloat16);
+  EXPECT_EQ(ParseOk(kMinimal, {"fp16.enabled=true"}).communication_data_type, DType::kFloat16);
+  EXPECT_EQ(ParseOk(kMinimal, {"bf16.enabled=true"}).communication_data_type, DType::kBFloat16);
   EXPECT_EQ(ParseOk(kMinimal, {"bf16.enabled=true", "communication_data_type=null"})
                 .communication_data_type,
-            Precision::kBFloat16);
+            DType::kBFloat16);
 }
 
 TEST(ConfigPrecision, CommunicationTypeIsReadInAnyCase) {
   EXPECT_EQ(ParseOk(kMinimal, {"fp16.enabled=true", "communication_data_type=fp32"})
                 .communication_data_type,
-            Precision::kFloat32);
+            DType::kFloat32);
   EXPECT_EQ(ParseOk(kMinimal, {"communication_data_type=BF16"}).communication_data_type,
-            Precision::kBFloat16);
+            DType::kBFloat16);
   EXPECT_EQ(ParseOk(kMinimal, {"communication_data_type=fp16"}).communication_data_type,
-            Precision::kFloat16);
+            DType::kFloat16);
 }
 
 TEST(ConfigPrecision, UnknownCommunicationTypeListsTheValidOnes) {
@@ -112,9 +112,9 @@ TEST(ConfigPrecision, UnknownCommunicationTypeListsTheValidOnes) {
 }
 
 TEST(ConfigPrecision, PrecisionNamesAreDeepSpeeds) {
-  EXPECT_STREQ(PrecisionName(Precision::kFloat32), "fp32");
-  EXPECT_STREQ(PrecisionName(Precision::kBFloat16), "bf16");
-  EXPECT_STREQ(PrecisionName(Precision::kFloat16), "fp16");
+  EXPECT_STREQ(DTypeName(DType::kFloat32), "fp32");
+  EXPECT_STREQ(DTypeName(DType::kBFloat16), "bf16");
+  EXPECT_STREQ(DTypeName(DType::kFloat16), "fp16");
 }
 
 TEST(ConfigPrecision, AutoCastIsAcceptedWithANoticeWhenFp16IsOn) {

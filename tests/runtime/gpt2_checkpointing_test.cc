@@ -55,7 +55,7 @@ struct Result {
 
 // Two training micro-batches in a row on one model, the second smaller than the model's size
 // (strides of the kept stacks follow the batch), gradients accumulated over both.
-Result Train(const ModelConfig& m, comm::DataType type, const ActivationCheckpointingConfig& ac) {
+Result Train(const ModelConfig& m, DType type, const ActivationCheckpointingConfig& ac) {
   const int max_B = 2, max_T = 12;
   MemoryTracker tracker;
   CpuDevice device(Place::kDevice, &tracker);
@@ -90,13 +90,12 @@ TEST(Gpt2Checkpointing, EveryPolicyGivesTheGradientsOfNoCheckpointingBitForBit) 
       Policy(CheckpointPolicy::kSelective), Policy(CheckpointPolicy::kSelective, 2, true),
       Policy(CheckpointPolicy::kEveryK, 1), Policy(CheckpointPolicy::kEveryK, 9)};
   for (AttentionKind attention : {AttentionKind::kDirect, AttentionKind::kTiled}) {
-    for (comm::DataType type :
-         {comm::DataType::kFloat32, comm::DataType::kBFloat16, comm::DataType::kFloat16}) {
+    for (DType type : {DType::kFloat32, DType::kBFloat16, DType::kFloat16}) {
       const ModelConfig m = SmallConfig(attention);
       const Result reference = Train(m, type, Policy(CheckpointPolicy::kNone));
       for (const ActivationCheckpointingConfig& ac : policies) {
         SCOPED_TRACE(Describe(ac) + (attention == AttentionKind::kTiled ? " tiled " : " direct ") +
-                     comm::DataTypeName(type));
+                     DTypeName(type));
         const Result checkpointed = Train(m, type, ac);
         EXPECT_EQ(checkpointed.loss, reference.loss);
         ASSERT_EQ(checkpointed.grads.size(), reference.grads.size());
@@ -114,7 +113,7 @@ TEST(Gpt2Checkpointing, EveryPolicyGivesTheGradientsOfNoCheckpointingBitForBit) 
 
 TEST(Gpt2Checkpointing, MeasuredActivationBytesAreTheFootprintInThePredictedOrder) {
   for (AttentionKind attention : {AttentionKind::kDirect, AttentionKind::kTiled}) {
-    for (comm::DataType type : {comm::DataType::kFloat32, comm::DataType::kBFloat16}) {
+    for (DType type : {DType::kFloat32, DType::kBFloat16}) {
       ModelConfig m = SmallConfig(attention);
       m.n_layer = 8;
       m.n_embd = 32;
@@ -160,10 +159,10 @@ TEST(Gpt2Checkpointing, FullKeepsOneResidualPerBlock) {
   const int B = 2, T = 12;
   const int64_t BT = B * T, C = m.n_embd, NH = m.n_head, L = m.n_layer;
   const int64_t per_layer = BT * (C + 3 * C + C + C + C + 4 * C + 4 * C + C) + B * NH * T * T;
-  const auto none = Gpt2Model::ActivationFootprint(m, B, T, comm::DataType::kFloat32,
-                                                   Policy(CheckpointPolicy::kNone));
-  const auto full = Gpt2Model::ActivationFootprint(m, B, T, comm::DataType::kFloat32,
-                                                   Policy(CheckpointPolicy::kFull));
+  const auto none =
+      Gpt2Model::ActivationFootprint(m, B, T, DType::kFloat32, Policy(CheckpointPolicy::kNone));
+  const auto full =
+      Gpt2Model::ActivationFootprint(m, B, T, DType::kFloat32, Policy(CheckpointPolicy::kFull));
   // none - full = (L - 1) layers of everything but residual3, less padding to 16 floats.
   const int64_t expected = (L - 1) * (per_layer - BT * C) * 4;
   EXPECT_NEAR(double(none.device - full.device), double(expected), 16 * 4 * 20);
@@ -173,9 +172,9 @@ TEST(Gpt2Checkpointing, PhasesAreReportedInOrderAndCheckpointedBlocksRecompute) 
   const ModelConfig m = SmallConfig(AttentionKind::kTiled);
   CpuDevice device;
   for (CheckpointPolicy policy : {CheckpointPolicy::kNone, CheckpointPolicy::kFull}) {
-    auto model = std::move(Gpt2Model::Create(m, 1, 4, &device, nullptr, comm::DataType::kFloat32,
-                                             Policy(policy)))
-                     .value();
+    auto model =
+        std::move(Gpt2Model::Create(m, 1, 4, &device, nullptr, DType::kFloat32, Policy(policy)))
+            .value();
     model->InitializeWeights(1);
     std::vector<std::string> phases;
     model->set_phase_hook([&](Gpt2Model::Phase phase, int block) {

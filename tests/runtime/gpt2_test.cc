@@ -234,8 +234,7 @@ TEST(Gpt2Model, Bf16ActivationsStayWithinBf16RoundingOfFp32) {
   CpuDevice fp32_device(Place::kDevice, &fp32_tracker), bf16_device(Place::kDevice, &bf16_tracker);
   auto fp32 = std::move(Gpt2Model::Create(m, B, T, &fp32_device)).value();
   auto bf16 =
-      std::move(Gpt2Model::Create(m, B, T, &bf16_device, nullptr, comm::DataType::kBFloat16))
-          .value();
+      std::move(Gpt2Model::Create(m, B, T, &bf16_device, nullptr, DType::kBFloat16)).value();
   fp32->InitializeWeights(7);
   bf16->InitializeWeights(7);
   Rng rng(13);

@@ -73,8 +73,8 @@ class CpuStandIn final : public DeviceTraining {
   StatusOr<zero::StepResult> Step(float lr, float loss_scale, float max_norm) override {
     const ParamLayout& layout = model_->layout();
     if (comm_->world_size() > 1) {
-      HOIST_RETURN_IF_ERROR(comm_->AllReduce(model_->grads(), layout.total,
-                                             comm::DataType::kFloat32, comm::ReduceOp::kAvg));
+      HOIST_RETURN_IF_ERROR(
+          comm_->AllReduce(model_->grads(), layout.total, DType::kFloat32, comm::ReduceOp::kAvg));
     }
     const double inv = 1.0 / loss_scale;
     const double sum =

@@ -71,7 +71,7 @@ class CudaGpt2 : public ::testing::TestWithParam<AttentionKind> {
 
   // The CPU reference rounds its activations to `cpu_activations` (the CPU model's mixed
   // precision), the GPU model computes in `compute`.
-  void Build(kc::DType compute, comm::DataType cpu_activations = comm::DataType::kFloat32) {
+  void Build(DType compute, DType cpu_activations = DType::kFloat32) {
     config_ = TinyConfig(GetParam());
     auto cpu = Gpt2Model::Create(config_, B_, T_, &cpu_device_, nullptr, cpu_activations);
     ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
@@ -125,7 +125,7 @@ class CudaGpt2 : public ::testing::TestWithParam<AttentionKind> {
 };
 
 TEST_P(CudaGpt2, Fp32LossAndGradientsMatchTheCpuModel) {
-  Build(kc::DType::kFloat32);
+  Build(DType::kFloat32);
   const std::vector<int32_t> inputs = RandomTokens(B_ * T_, config_.vocab_size, 1);
   const std::vector<int32_t> targets = RandomTokens(B_ * T_, config_.vocab_size, 2);
   cpu_->ZeroGradients();
@@ -152,7 +152,7 @@ TEST_P(CudaGpt2, Fp32LossAndGradientsMatchTheCpuModel) {
 }
 
 TEST_P(CudaGpt2, Fp32TrainingFollowsTheCpuLossCurve) {
-  Build(kc::DType::kFloat32);
+  Build(DType::kFloat32);
   zero::AdamWParams adam;
   adam.weight_decay = 0.1f;
   auto optimizer = CudaAdamW::Create(gpu_.get(), adam, device_.get());
@@ -182,8 +182,8 @@ TEST_P(CudaGpt2, Fp32TrainingFollowsTheCpuLossCurve) {
 // 16-bit training against the CPU model with the same activation type, on one batch seen again
 // and again so that the loss falls well beyond the tolerance: a wrong gradient or update shows
 // as a curve that falls differently. The first step's gradients are also compared as a whole.
-void SixteenBitTrainingFollowsTheCpu(CudaGpt2* test, kc::DType compute,
-                                     comm::DataType cpu_activations, float loss_scale) {
+void SixteenBitTrainingFollowsTheCpu(CudaGpt2* test, DType compute, DType cpu_activations,
+                                     float loss_scale) {
   test->Build(compute, cpu_activations);
   zero::AdamWParams adam;
   auto optimizer = CudaAdamW::Create(test->gpu_.get(), adam, test->device_.get());
@@ -230,15 +230,15 @@ void SixteenBitTrainingFollowsTheCpu(CudaGpt2* test, kc::DType compute,
 }
 
 TEST_P(CudaGpt2, Bf16TrainingFollowsTheBf16CpuModel) {
-  SixteenBitTrainingFollowsTheCpu(this, kc::DType::kBfloat16, comm::DataType::kBFloat16, 1.0f);
+  SixteenBitTrainingFollowsTheCpu(this, DType::kBFloat16, DType::kBFloat16, 1.0f);
 }
 
 TEST_P(CudaGpt2, Fp16TrainingWithALossScaleFollowsTheFp16CpuModel) {
-  SixteenBitTrainingFollowsTheCpu(this, kc::DType::kFloat16, comm::DataType::kFloat16, 1024.0f);
+  SixteenBitTrainingFollowsTheCpu(this, DType::kFloat16, DType::kFloat16, 1024.0f);
 }
 
 TEST_P(CudaGpt2, RefusesABatchBeyondItsAllocationAndBackwardWithoutForward) {
-  Build(kc::DType::kFloat32);
+  Build(DType::kFloat32);
   const std::vector<int32_t> tokens(static_cast<size_t>(4 * T_), 0);
   auto loss = gpu_->Forward(tokens.data(), tokens.data(), 4, T_, 1.0f);
   EXPECT_EQ(loss.status().code(), StatusCode::kInvalidArgument);
@@ -246,14 +246,14 @@ TEST_P(CudaGpt2, RefusesABatchBeyondItsAllocationAndBackwardWithoutForward) {
 }
 
 TEST_P(CudaGpt2, CountsItsMemoryInTheTracker) {
-  Build(kc::DType::kBfloat16);
+  Build(DType::kBFloat16);
   const MemorySnapshot memory = tracker_.Snapshot();  // the GPU's alone
   const int64_t total = gpu_->layout().total;
   EXPECT_EQ(memory.Current(Place::kDevice, Category::kParam), total * 4 + total * 2);
   EXPECT_EQ(memory.Current(Place::kDevice, Category::kGrad), total * 4);
   EXPECT_EQ(memory.Current(Place::kDevice, Category::kActivation) +
                 memory.Current(Place::kDevice, Category::kWorkspace),
-            CudaGpt2Model::ActivationBytes(config_, B_, T_, kc::DType::kBfloat16));
+            CudaGpt2Model::ActivationBytes(config_, B_, T_, DType::kBFloat16));
 }
 
 INSTANTIATE_TEST_SUITE_P(Attention, CudaGpt2,

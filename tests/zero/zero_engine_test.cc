@@ -12,6 +12,7 @@
 
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
+#include "kernels/cpu_backend.h"
 #include "tests/zero/zero_test_util.h"
 
 namespace hoist::zero {
@@ -70,8 +71,8 @@ TEST(ZeroEngine, Bf16StaysNearTheFp32Run) {
       RunOptions run;
       run.world = world;
       run.zero.stage = stage;
-      run.zero.compute_type = DataType::kBFloat16;
-      run.zero.comm_type = DataType::kBFloat16;
+      run.zero.compute_type = DType::kBFloat16;
+      run.zero.comm_type = DType::kBFloat16;
       const std::vector<RankResult> bf16 = Train(run);
       ASSERT_TRUE(bf16[0].status.ok()) << bf16[0].status.ToString();
       double num = 0, den = 0;
@@ -122,8 +123,8 @@ ModelStateBytes Expected(int stage, const PartitionPlan& plan, int64_t param_byt
 }
 
 TEST(ZeroEngine, ModelStateBytesFollowTheZeroFormula) {
-  for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
-    const int64_t p = type == DataType::kFloat32 ? 4 : 2;
+  for (DType type : {DType::kFloat32, DType::kBFloat16}) {
+    const int64_t p = type == DType::kFloat32 ? 4 : 2;
     for (int stage = 0; stage <= 3; ++stage) {
       for (int world : {1, 2, 4}) {
         RunOptions run;
@@ -157,9 +158,10 @@ TEST(ZeroEngine, RejectsAStageOutOfRange) {
   auto group = comm::ThreadGroup::Create(1, 5.0);
   MemoryTracker tracker;
   CpuDevice device(Place::kDevice, &tracker);
+  kernels::CpuBackend backend(&device);
   ZeroOptions options;
   options.stage = 4;
-  auto engine = ZeroEngine::Create(ToyUnits(), options, &(*group)->comm(0), &device);
+  auto engine = ZeroEngine::Create(ToyUnits(), options, &(*group)->comm(0), &backend);
   ASSERT_FALSE(engine.ok());
   EXPECT_NE(engine.status().message().find("zero_optimization.stage"), std::string::npos);
 }

@@ -138,12 +138,13 @@ std::vector<Measured> Measure(const EngineRun& run) {
       Measured& m = out[static_cast<size_t>(r)];
       MemoryTracker tracker;
       CpuDevice device(Place::kDevice, &tracker);
+      kernels::CpuBackend backend(&device);
       ZeroOptions options = run.options;
       options.offload_optimizer.nvme_file = "optimizer-rank" + std::to_string(r);
       options.offload_optimizer.open_storage = MemoryFiles();
       options.offload_param.nvme_file = "params-rank" + std::to_string(r);
       options.offload_param.open_storage = MemoryFiles();
-      auto engine = ZeroEngine::Create(run.units, options, &(*group)->comm(r), &device);
+      auto engine = ZeroEngine::Create(run.units, options, &(*group)->comm(r), &backend);
       if (!engine.ok()) {
         m.status = engine.status();
         return;
@@ -268,7 +269,7 @@ const char* OffloadName(Offload offload) {
   return kNames[int(offload)];
 }
 
-ZeroOptions Options(int stage, DataType type, Offload offload) {
+ZeroOptions Options(int stage, DType type, Offload offload) {
   ZeroOptions options;
   options.stage = stage;
   options.compute_type = type;
@@ -299,8 +300,7 @@ std::vector<Offload> OffloadsFor(int stage) {
           Offload::kParamNvme};
 }
 
-class EstimateMatchesTracker
-    : public ::testing::TestWithParam<std::tuple<int, DataType, int, int>> {};
+class EstimateMatchesTracker : public ::testing::TestWithParam<std::tuple<int, DType, int, int>> {};
 
 TEST_P(EstimateMatchesTracker, ForEveryOffload) {
   const auto [stage, type, world, pattern] = GetParam();
@@ -314,11 +314,11 @@ TEST_P(EstimateMatchesTracker, ForEveryOffload) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    StagesTypesRanksUnits, EstimateMatchesTracker,
-    ::testing::Combine(::testing::Values(0, 1, 2, 3),
-                       ::testing::Values(DataType::kFloat32, DataType::kBFloat16),
-                       ::testing::Values(1, 2, 4), ::testing::Values(0, 1, 2)));
+INSTANTIATE_TEST_SUITE_P(StagesTypesRanksUnits, EstimateMatchesTracker,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3),
+                                            ::testing::Values(DType::kFloat32, DType::kBFloat16),
+                                            ::testing::Values(1, 2, 4),
+                                            ::testing::Values(0, 1, 2)));
 
 // The settings that change the transients, each on its own, with two micro-batches per step
 // (what overlapped reductions leave behind is alive in the next forward pass) and both orders
@@ -338,11 +338,11 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
        }},
       {"overlap_comm, everything in flight", [](ZeroOptions& o) { o.overlap_comm = true; }},
       {"all-reduce instead of reduce-scatter", [](ZeroOptions& o) { o.reduce_scatter = false; }},
-      {"fp32 on the wire", [](ZeroOptions& o) { o.comm_type = DataType::kFloat32; }},
-      {"bf16 on the wire", [](ZeroOptions& o) { o.comm_type = DataType::kBFloat16; }},
+      {"fp32 on the wire", [](ZeroOptions& o) { o.comm_type = DType::kFloat32; }},
+      {"bf16 on the wire", [](ZeroOptions& o) { o.comm_type = DType::kBFloat16; }},
       {"small all-reduce bucket",
        [](ZeroOptions& o) {
-         o.comm_type = DataType::kBFloat16;
+         o.comm_type = DType::kBFloat16;
          o.reduce_bucket_size = 70;
        }},
       {"small prefetch bucket", [](ZeroOptions& o) { o.stage3_prefetch_bucket_size = 200; }},
@@ -384,7 +384,7 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
   };
   for (const Setting& setting : settings) {
     for (int stage = 0; stage <= 3; ++stage) {
-      for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
+      for (DType type : {DType::kFloat32, DType::kBFloat16}) {
         ZeroOptions options = Options(stage, type, Offload::kNone);
         setting.apply(options);
         if (!ValidateZeroOptions(options).ok()) continue;  // offload the stage cannot take
@@ -399,7 +399,7 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
           run.micro_batches = 2;
           ExpectEstimateIsExact(
               run, std::string(setting.name) + ", stage " + std::to_string(stage) + ", " +
-                       (type == DataType::kFloat32 ? "fp32" : "bf16") +
+                       (type == DType::kFloat32 ? "fp32" : "bf16") +
                        (tied ? ", tied embedding, world 4" : ", layerwise, world 2"));
         }
       }
@@ -411,8 +411,8 @@ TEST(EngineMemoryEstimate, ModelStatesFollowTheZeroPaperWithoutPadding) {
   // Units that divide evenly on every world size and none kept whole: the formula exactly.
   const std::vector<UnitSpec> units = Units({64, 256, 32, 128});
   const int64_t psi = 480;
-  for (DataType type : {DataType::kFloat32, DataType::kBFloat16}) {
-    const bool mixed = type != DataType::kFloat32;
+  for (DType type : {DType::kFloat32, DType::kBFloat16}) {
+    const bool mixed = type != DType::kFloat32;
     for (int stage = 0; stage <= 3; ++stage) {
       for (int world : {1, 2, 4}) {
         ZeroOptions options = Options(stage, type, Offload::kNone);
@@ -456,7 +456,7 @@ TEST(EngineMemoryEstimate, ZeroPaperFormulaTerms) {
 TEST(EngineMemoryEstimate, Stage3ForwardHoldsTheLargestPairOfGatheredUnits) {
   // fp32, layer by layer: unit u gathered and unit u + 1 prefetched at once; no working copies.
   const std::vector<UnitSpec> units = UnevenUnits();
-  ZeroOptions options = Options(3, DataType::kFloat32, Offload::kNone);
+  ZeroOptions options = Options(3, DType::kFloat32, Offload::kNone);
   options.stage3_param_persistence_threshold = 0;
   for (int world : {1, 2, 4}) {
     auto plan = PartitionPlan::Build(units, world, 0);
@@ -477,7 +477,7 @@ TEST(EngineMemoryEstimate, Stage3ForwardHoldsTheLargestPairOfGatheredUnits) {
 
 TEST(EngineMemoryEstimate, PeakTotalWithAddsActivationsToTheirPhase) {
   auto est =
-      EstimateEngineMemory(UnevenUnits(), Options(3, DataType::kBFloat16, Offload::kNone), 2, 0);
+      EstimateEngineMemory(UnevenUnits(), Options(3, DType::kBFloat16, Offload::kNone), 2, 0);
   ASSERT_TRUE(est.ok());
   const int64_t resident = est->ResidentTotal(Place::kDevice);
   const int64_t backward = est->ExtraTotal(EnginePhase::kBackward, Place::kDevice);
@@ -488,27 +488,26 @@ TEST(EngineMemoryEstimate, PeakTotalWithAddsActivationsToTheirPhase) {
 
 TEST(EngineMemoryEstimate, RefusesWhatCreateRefuses) {
   const std::vector<UnitSpec> units = Units({5, 300});
-  ZeroOptions stage4 = Options(0, DataType::kFloat32, Offload::kNone);
+  ZeroOptions stage4 = Options(0, DType::kFloat32, Offload::kNone);
   stage4.stage = 4;
   EXPECT_EQ(EstimateEngineMemory(units, stage4, 1, 0).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_FALSE(
-      EstimateEngineMemory(units, Options(2, DataType::kFloat32, Offload::kParamCpu), 2, 0).ok());
+      EstimateEngineMemory(units, Options(2, DType::kFloat32, Offload::kParamCpu), 2, 0).ok());
   EXPECT_FALSE(
-      EstimateEngineMemory(units, Options(0, DataType::kFloat32, Offload::kOptimizerCpu), 2, 0)
-          .ok());
-  ZeroOptions small_buffers = Options(3, DataType::kFloat32, Offload::kParamNvme);
+      EstimateEngineMemory(units, Options(0, DType::kFloat32, Offload::kOptimizerCpu), 2, 0).ok());
+  ZeroOptions small_buffers = Options(3, DType::kFloat32, Offload::kParamNvme);
   small_buffers.offload_param.buffer_size = 10;
   auto refused = EstimateEngineMemory(units, small_buffers, 1, 0);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("offload_param.buffer_size"), std::string::npos);
-  EXPECT_FALSE(EstimateEngineMemory({}, Options(0, DataType::kFloat32, Offload::kNone), 1, 0).ok());
+  EXPECT_FALSE(EstimateEngineMemory({}, Options(0, DType::kFloat32, Offload::kNone), 1, 0).ok());
 }
 
 TEST(EngineMemoryEstimate, RefusesPassesThatBreakTheProtocol) {
   using Op = StoreCall::Op;
   const std::vector<UnitSpec> units = Units({5, 300});
-  const ZeroOptions options = Options(3, DataType::kFloat32, Offload::kNone);
+  const ZeroOptions options = Options(3, DType::kFloat32, Offload::kNone);
   const std::vector<ModelPasses> broken = {
       {{{Op::kReleaseParams, 0}}, {}},
       {{{Op::kAcquireParams, 0}}, {}},  // never released

@@ -13,6 +13,7 @@
 
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
+#include "kernels/cpu_backend.h"
 #include "zero/zero_engine.h"
 
 namespace hoist::zero::zero_test {
@@ -47,6 +48,8 @@ struct RunOptions {
   std::function<bool(int, int)> poison;
   // Adjusts the options of one rank's engine (a per-rank scratch file, a faulty storage).
   std::function<void(int rank, ZeroOptions&)> per_rank;
+  // kThreaded: the engine's backend runs its streams on worker threads (kernels/cpu_backend.h).
+  HostStream::Mode streams = HostStream::Mode::kInline;
 };
 
 struct RankResult {
@@ -86,9 +89,10 @@ inline std::vector<RankResult> Train(const RunOptions& run) {
       RankResult& out = results[static_cast<size_t>(r)];
       MemoryTracker tracker;
       CpuDevice device(Place::kDevice, &tracker);
+      kernels::CpuBackend backend(&device, run.streams);
       ZeroOptions options = run.zero;
       if (run.per_rank) run.per_rank(r, options);
-      auto engine = ZeroEngine::Create(ToyUnits(), options, &(*group)->comm(r), &device);
+      auto engine = ZeroEngine::Create(ToyUnits(), options, &(*group)->comm(r), &backend);
       if (!engine.ok()) {
         out.status = engine.status();
         return;

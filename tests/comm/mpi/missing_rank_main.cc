@@ -13,7 +13,7 @@
 #include "core/rank_env.h"
 
 int main() {
-  using hoist::comm::DataType;
+  using hoist::DType;
   using hoist::comm::ReduceOp;
   auto env = hoist::DiscoverRankEnv();
   if (!env.ok()) {
@@ -34,12 +34,12 @@ int main() {
     return 1;
   }
   std::vector<float> buf(10, 1.0f);
-  hoist::Status s = (*comm)->AllReduce(buf.data(), 10, DataType::kFloat32, ReduceOp::kSum);
+  hoist::Status s = (*comm)->AllReduce(buf.data(), 10, DType::kFloat32, ReduceOp::kSum);
   const std::string& m = s.message();
   const std::string me =
       "on rank " + std::to_string(env->rank) + " of " + std::to_string(env->world_size);
   const bool named = s.code() == hoist::StatusCode::kDeadlineExceeded &&
-                     m.find("AllReduce(sum, 10 x float32, 40 bytes)") != std::string::npos &&
+                     m.find("AllReduce(sum, 10 x fp32, 40 bytes)") != std::string::npos &&
                      m.find(me) != std::string::npos &&
                      m.find("did not arrive: " + std::to_string(missing)) != std::string::npos;
   std::fprintf(stderr, "%s rank %d: %s\n", named ? "CHECKED" : "UNEXPECTED", env->rank,

@@ -47,24 +47,24 @@ double Value(int rank, int64_t i) {
   return 0.1 * (rank + 1) - 0.037 * static_cast<double>(i % 997) + 1.0 / 3;
 }
 
-uint16_t Encode(float v, DataType type) {
-  return type == DataType::kBFloat16 ? FloatToBFloat16(v) : FloatToHalf(v);
+uint16_t Encode(float v, DType type) {
+  return type == DType::kBFloat16 ? FloatToBFloat16(v) : FloatToHalf(v);
 }
-float Decode(uint16_t bits, DataType type) {
-  return type == DataType::kBFloat16 ? BFloat16ToFloat(bits) : HalfToFloat(bits);
+float Decode(uint16_t bits, DType type) {
+  return type == DType::kBFloat16 ? BFloat16ToFloat(bits) : HalfToFloat(bits);
 }
 
 // Rank r's input element i, as stored in `type`, read back as a double.
-double Stored(int rank, int64_t i, DataType type) {
+double Stored(int rank, int64_t i, DType type) {
   const float f = static_cast<float>(Value(rank, i));
-  return type == DataType::kFloat32 ? f : Decode(Encode(f, type), type);
+  return type == DType::kFloat32 ? f : Decode(Encode(f, type), type);
 }
 
-void Fill(std::vector<unsigned char>* buf, int rank, int64_t offset, int64_t count, DataType type) {
-  buf->resize(count * DataTypeSize(type));
+void Fill(std::vector<unsigned char>* buf, int rank, int64_t offset, int64_t count, DType type) {
+  buf->resize(count * DTypeSize(type));
   for (int64_t i = 0; i < count; ++i) {
     const float f = static_cast<float>(Value(rank, offset + i));
-    if (type == DataType::kFloat32) {
+    if (type == DType::kFloat32) {
       std::memcpy(buf->data() + 4 * i, &f, 4);
     } else {
       const uint16_t bits = Encode(f, type);
@@ -73,8 +73,8 @@ void Fill(std::vector<unsigned char>* buf, int rank, int64_t offset, int64_t cou
   }
 }
 
-double Read(const std::vector<unsigned char>& buf, int64_t i, DataType type) {
-  if (type == DataType::kFloat32) {
+double Read(const std::vector<unsigned char>& buf, int64_t i, DType type) {
+  if (type == DType::kFloat32) {
     float f;
     std::memcpy(&f, buf.data() + 4 * i, 4);
     return f;
@@ -85,17 +85,17 @@ double Read(const std::vector<unsigned char>& buf, int64_t i, DataType type) {
 }
 
 // The float64 reduction of element i over all ranks' stored inputs.
-double Reference(int n, int64_t i, DataType type, ReduceOp op) {
+double Reference(int n, int64_t i, DType type, ReduceOp op) {
   double sum = 0;
   for (int r = 0; r < n; ++r) sum += Stored(r, i, type);
   return op == ReduceOp::kAvg ? sum / n : sum;
 }
 
 // fp32 accumulation error over n terms of magnitude `scale`, plus the final 16-bit rounding.
-double Tolerance(DataType type, double reference, double scale, int n) {
-  const double final_rounding = type == DataType::kBFloat16  ? 0x1p-8
-                                : type == DataType::kFloat16 ? 0x1p-11
-                                                             : 0.0;
+double Tolerance(DType type, double reference, double scale, int n) {
+  const double final_rounding = type == DType::kBFloat16  ? 0x1p-8
+                                : type == DType::kFloat16 ? 0x1p-11
+                                                          : 0.0;
   return final_rounding * std::abs(reference) + n * 0x1p-23 * scale + 1e-30;
 }
 
@@ -115,7 +115,7 @@ void ExpectIdenticalOnEveryRank(const std::vector<unsigned char>& buf, const std
 
 // 1001 elements: uneven; 300000: large enough for MPI's large-message algorithms.
 const int64_t kCounts[] = {1001, 300000};
-const DataType kTypes[] = {DataType::kFloat32, DataType::kBFloat16, DataType::kFloat16};
+const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg};
 
 TEST(MpiCommunicator, ReportsTheRankAndSizeOfTheLauncher) {
@@ -130,13 +130,13 @@ TEST(MpiCommunicator, AllReduceEveryDtypeAndReduceOpMatchesTheReferenceOnEveryRa
   Communicator& comm = Shared();
   const int n = comm.world_size();
   for (int64_t count : kCounts) {
-    for (DataType type : kTypes) {
+    for (DType type : kTypes) {
       for (ReduceOp op : kOps) {
         std::vector<unsigned char> buf;
         Fill(&buf, comm.rank(), 0, count, type);
         ASSERT_TRUE(comm.AllReduce(buf.data(), count, type, op).ok());
-        const std::string what = std::string(DataTypeName(type)) + " " + ReduceOpName(op) +
-                                 " count " + std::to_string(count);
+        const std::string what = std::string(DTypeName(type)) + " " + ReduceOpName(op) + " count " +
+                                 std::to_string(count);
         int bad = 0;
         for (int64_t i = 0; i < count && bad < 5; ++i) {
           const double ref = Reference(n, i, type, op);
@@ -158,11 +158,11 @@ TEST(MpiCommunicator, ReduceScatterGivesEachRankItsReducedBlock) {
   const int n = comm.world_size();
   const int r = comm.rank();
   for (int64_t count : kCounts) {
-    for (DataType type : kTypes) {
+    for (DType type : kTypes) {
       for (ReduceOp op : kOps) {
         std::vector<unsigned char> send;
         Fill(&send, r, 0, count * n, type);
-        std::vector<unsigned char> recv(count * DataTypeSize(type), 0xee);
+        std::vector<unsigned char> recv(count * DTypeSize(type), 0xee);
         ASSERT_TRUE(comm.ReduceScatter(send.data(), recv.data(), count, type, op).ok());
         int bad = 0;
         for (int64_t i = 0; i < count && bad < 5; ++i) {
@@ -170,7 +170,7 @@ TEST(MpiCommunicator, ReduceScatterGivesEachRankItsReducedBlock) {
           const double scale = n * (std::abs(ref) + 1);
           if (std::abs(Read(recv, i, type) - ref) > Tolerance(type, ref, scale, n)) {
             ++bad;
-            ADD_FAILURE() << DataTypeName(type) << " " << ReduceOpName(op) << " rank " << r
+            ADD_FAILURE() << DTypeName(type) << " " << ReduceOpName(op) << " rank " << r
                           << " element " << i << ": " << Read(recv, i, type) << " vs " << ref;
           }
         }
@@ -185,12 +185,11 @@ TEST(MpiCommunicator, ReduceScatterInPlaceFromOwnBlock) {
   const int r = comm.rank();
   constexpr int64_t kCount = 1001;
   std::vector<unsigned char> buf;
-  Fill(&buf, r, 0, kCount * n, DataType::kFloat32);
+  Fill(&buf, r, 0, kCount * n, DType::kFloat32);
   float* block = reinterpret_cast<float*>(buf.data()) + r * kCount;
-  ASSERT_TRUE(
-      comm.ReduceScatter(buf.data(), block, kCount, DataType::kFloat32, ReduceOp::kSum).ok());
+  ASSERT_TRUE(comm.ReduceScatter(buf.data(), block, kCount, DType::kFloat32, ReduceOp::kSum).ok());
   for (int64_t i = 0; i < kCount; ++i) {
-    const double ref = Reference(n, r * kCount + i, DataType::kFloat32, ReduceOp::kSum);
+    const double ref = Reference(n, r * kCount + i, DType::kFloat32, ReduceOp::kSum);
     ASSERT_NEAR(block[i], ref, 1e-5 * (std::abs(ref) + 1)) << "element " << i;
   }
 }
@@ -200,8 +199,8 @@ TEST(MpiCommunicator, AllGatherConcatenatesInRankOrderAlsoInPlace) {
   const int n = comm.world_size();
   const int r = comm.rank();
   for (int64_t count : kCounts) {
-    for (DataType type : kTypes) {
-      const size_t bytes = count * DataTypeSize(type);
+    for (DType type : kTypes) {
+      const size_t bytes = count * DTypeSize(type);
       std::vector<unsigned char> mine;
       Fill(&mine, r, 0, count, type);
       std::vector<unsigned char> out(bytes * n, 0xee);
@@ -213,9 +212,9 @@ TEST(MpiCommunicator, AllGatherConcatenatesInRankOrderAlsoInPlace) {
         std::vector<unsigned char> theirs;
         Fill(&theirs, q, 0, count, type);
         EXPECT_EQ(std::memcmp(out.data() + q * bytes, theirs.data(), bytes), 0)
-            << DataTypeName(type) << " block " << q;
+            << DTypeName(type) << " block " << q;
         EXPECT_EQ(std::memcmp(in_place.data() + q * bytes, theirs.data(), bytes), 0)
-            << DataTypeName(type) << " in place, block " << q;
+            << DTypeName(type) << " in place, block " << q;
       }
     }
   }
@@ -223,14 +222,14 @@ TEST(MpiCommunicator, AllGatherConcatenatesInRankOrderAlsoInPlace) {
 
 TEST(MpiCommunicator, BroadcastFromEveryRoot) {
   Communicator& comm = Shared();
-  for (DataType type : kTypes) {
+  for (DType type : kTypes) {
     for (int root = 0; root < comm.world_size(); ++root) {
       std::vector<unsigned char> buf;
       Fill(&buf, comm.rank(), 0, 1001, type);
       ASSERT_TRUE(comm.Broadcast(buf.data(), 1001, type, root).ok());
       std::vector<unsigned char> expected;
       Fill(&expected, root, 0, 1001, type);
-      EXPECT_EQ(buf, expected) << DataTypeName(type) << " root " << root;
+      EXPECT_EQ(buf, expected) << DTypeName(type) << " root " << root;
     }
   }
   EXPECT_TRUE(comm.Barrier().ok());
@@ -247,11 +246,11 @@ TEST(MpiCommunicator, AsyncOpsCompleteInIssueOrderAndBeforeALaterBlockingCall) {
   for (int op = 0; op < kOps; ++op) {
     for (int64_t i = 0; i < kCount; ++i) bufs[op][i] = static_cast<float>(r * 100 + op + i);
     handles.push_back(
-        comm.AllReduceAsync(bufs[op].data(), kCount, DataType::kFloat32, ReduceOp::kSum));
+        comm.AllReduceAsync(bufs[op].data(), kCount, DType::kFloat32, ReduceOp::kSum));
   }
   // The async broadcast of buffer 0 is queued behind the all-reduce of buffer 0: it must see the
   // reduced values, and so must the blocking barrier's caller afterwards.
-  CommHandle bcast = comm.BroadcastAsync(bufs[0].data(), kCount, DataType::kFloat32, n - 1);
+  CommHandle bcast = comm.BroadcastAsync(bufs[0].data(), kCount, DType::kFloat32, n - 1);
   ASSERT_TRUE(comm.Barrier().ok());
   EXPECT_TRUE(bcast->Done());
   ASSERT_TRUE(bcast->Wait().ok());
@@ -268,12 +267,12 @@ TEST(MpiCommunicator, AsyncOpsCompleteInIssueOrderAndBeforeALaterBlockingCall) {
 TEST(MpiCommunicator, AsyncResultsEqualBlockingResultsBitForBit) {
   Communicator& comm = Shared();
   const int n = comm.world_size();
-  for (DataType type : kTypes) {
+  for (DType type : kTypes) {
     std::vector<unsigned char> blocking, async, send, rs_blocking, rs_async;
     Fill(&blocking, comm.rank(), 0, 5000, type);
     async = blocking;
     Fill(&send, comm.rank(), 0, 5000 * n, type);
-    rs_blocking.assign(5000 * DataTypeSize(type), 0);
+    rs_blocking.assign(5000 * DTypeSize(type), 0);
     rs_async = rs_blocking;
     ASSERT_TRUE(comm.AllReduce(blocking.data(), 5000, type, ReduceOp::kAvg).ok());
     ASSERT_TRUE(
@@ -283,15 +282,15 @@ TEST(MpiCommunicator, AsyncResultsEqualBlockingResultsBitForBit) {
         comm.ReduceScatterAsync(send.data(), rs_async.data(), 5000, type, ReduceOp::kSum);
     ASSERT_TRUE(a->Wait().ok());
     ASSERT_TRUE(b->Wait().ok());
-    EXPECT_EQ(async, blocking) << DataTypeName(type);
-    EXPECT_EQ(rs_async, rs_blocking) << DataTypeName(type);
+    EXPECT_EQ(async, blocking) << DTypeName(type);
+    EXPECT_EQ(rs_async, rs_blocking) << DTypeName(type);
   }
 }
 
 TEST(MpiCommunicator, BadArgumentsFailOnEveryRankAndBreakOnlyThatCommunicator) {
   std::unique_ptr<Communicator> comm = MakeComm();
   float x = 0;
-  Status s = comm->AllReduce(&x, -1, DataType::kFloat32, ReduceOp::kSum);
+  Status s = comm->AllReduce(&x, -1, DType::kFloat32, ReduceOp::kSum);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_NE(s.message().find("negative count"), std::string::npos) << s.message();
   Status later = comm->Barrier();

@@ -1,4 +1,4 @@
-#include "zero/precision.h"
+#include "kernels/cpu/convert.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,40 +7,36 @@
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/ops.h"
 
-namespace hoist::zero {
+namespace hoist::kernels::cpu {
 namespace {
-
-namespace cpu = hoist::kernels::cpu;
 
 // 16-bit arithmetic goes through fp32 in chunks of this many elements.
 constexpr int64_t kChunk = 1 << 16;
 
 }  // namespace
 
-void ToFloat(const void* src, DataType type, float* dst, int64_t n) {
+void ToFloat(const void* src, DType type, float* dst, int64_t n) {
   switch (type) {
-    case DataType::kFloat32:
+    case DType::kFloat32:
       if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
       return;
-    case DataType::kBFloat16:
-      cpu::CastBf16ToFp32(dst, static_cast<const uint16_t*>(src), n);
-      return;
-    case DataType::kFloat16: cpu::CastFp16ToFp32(dst, static_cast<const uint16_t*>(src), n); return;
+    case DType::kBFloat16: CastBf16ToFp32(dst, static_cast<const uint16_t*>(src), n); return;
+    case DType::kFloat16: CastFp16ToFp32(dst, static_cast<const uint16_t*>(src), n); return;
   }
 }
 
-void FromFloat(const float* src, void* dst, DataType type, int64_t n) {
+void FromFloat(const float* src, void* dst, DType type, int64_t n) {
   switch (type) {
-    case DataType::kFloat32:
+    case DType::kFloat32:
       if (dst != src) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
       return;
-    case DataType::kBFloat16: cpu::CastFp32ToBf16(static_cast<uint16_t*>(dst), src, n); return;
-    case DataType::kFloat16: cpu::CastFp32ToFp16(static_cast<uint16_t*>(dst), src, n); return;
+    case DType::kBFloat16: CastFp32ToBf16(static_cast<uint16_t*>(dst), src, n); return;
+    case DType::kFloat16: CastFp32ToFp16(static_cast<uint16_t*>(dst), src, n); return;
   }
 }
 
-void Accumulate(void* acc, const void* add, DataType type, float scale, int64_t n) {
-  if (type == DataType::kFloat32) {
+void Accumulate(void* acc, const void* add, DType type, float scale, int64_t n) {
+  if (type == DType::kFloat32) {
     float* a = static_cast<float*>(acc);
     const float* b = static_cast<const float*>(add);
 #pragma omp parallel for schedule(static) if (n > kChunk)
@@ -59,8 +55,8 @@ void Accumulate(void* acc, const void* add, DataType type, float scale, int64_t 
   }
 }
 
-void AccumulateFloat(void* acc, DataType type, const float* add, int64_t n) {
-  if (type == DataType::kFloat32) {
+void AccumulateFloat(void* acc, DType type, const float* add, int64_t n) {
+  if (type == DType::kFloat32) {
     float* a = static_cast<float*>(acc);
 #pragma omp parallel for schedule(static) if (n > kChunk)
     for (int64_t i = 0; i < n; ++i) a[i] += add[i];
@@ -76,10 +72,10 @@ void AccumulateFloat(void* acc, DataType type, const float* add, int64_t n) {
   }
 }
 
-double ScaledSumOfSquares(const void* x, DataType type, float scale, int64_t n) {
+double ScaledSumOfSquares(const void* x, DType type, float scale, int64_t n) {
   if (n <= 0) return 0.0;
-  if (type == DataType::kFloat32 && scale == 1.0f) {
-    return cpu::SumOfSquares(static_cast<const float*>(x), static_cast<size_t>(n));
+  if (type == DType::kFloat32 && scale == 1.0f) {
+    return SumOfSquares(static_cast<const float*>(x), static_cast<size_t>(n));
   }
   // Fixed-size chunks widened to fp32 (and scaled), each summed by the deterministic kernel.
   std::vector<float> chunk(static_cast<size_t>(std::min(n, kChunk)));
@@ -90,9 +86,9 @@ double ScaledSumOfSquares(const void* x, DataType type, float scale, int64_t n) 
     if (scale != 1.0f) {
       for (int64_t i = 0; i < count; ++i) chunk[static_cast<size_t>(i)] *= scale;
     }
-    sum += cpu::SumOfSquares(chunk.data(), static_cast<size_t>(count));
+    sum += SumOfSquares(chunk.data(), static_cast<size_t>(count));
   }
   return sum;
 }
 
-}  // namespace hoist::zero
+}  // namespace hoist::kernels::cpu

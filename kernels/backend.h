@@ -1,0 +1,101 @@
+// Backend: the primitives the runtime computes with, behind one interface per kind of device
+// (the ggml pattern: the engine and the model call primitives; a backend implements them). What
+// differs between a CPU rank and a GPU rank is the backend below the ZeRO engine, not the engine.
+//
+//   - CpuBackend (kernels/cpu_backend.h) runs kernels/cpu/ on the host, inline on the calling
+//     thread: the CPU rank's backend, and the oracle of every other backend, op by op.
+//   - The same class with threaded streams runs each stream's work on a worker thread: a test
+//     backend under which a missing event is a data race that ThreadSanitizer finds without a GPU.
+//   - A CUDA backend wraps kernels/cuda/ (whose entry points take a stream and return a Status).
+//
+// Every op is enqueued on the stream it is given and returns at once on a backend whose streams
+// are asynchronous: its arguments must stay alive, and its outputs must not be read, until an
+// event recorded after it has completed (core/stream.h). Pointers are memory of the backend's
+// device unless an op says otherwise; on the CPU backend every pointer is host memory. Errors:
+// a bad argument is kInvalidArgument naming the op; a failure of the work itself may surface at a
+// later call on the same stream or at its Synchronize, as CUDA reports them.
+//
+// A backend is used by one thread at a time (the thread that drives the rank). The memory and
+// the streams it hands out belong to it and must not outlive it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "core/stream.h"
+
+namespace hoist::kernels {
+
+// Which memory a Copy moves between: the backend's device and (page-locked, for overlap) host
+// memory. On the CPU backend both are host memory.
+enum class CopyDirection { kHostToDevice, kDeviceToHost, kDeviceToDevice, kHostToHost };
+
+// One tensor of a multi-tensor AdamW step: n elements in each array, fp32 param, m and v updated
+// in place, grad of the step's grad type, copy (may be null) written with the updated parameter
+// rounded to the step's copy type.
+struct AdamWTensorRef {
+  float* param = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  const void* grad = nullptr;
+  void* copy = nullptr;
+  int64_t n = 0;
+  float weight_decay = 0.0f;  // decoupled; 0 for the tensors that are not decayed
+};
+
+// The step's scalars: torch.optim.AdamW's update (kernels/cpu/adamw_step.h gives the arithmetic
+// every backend repeats operation for operation).
+struct AdamWStepScalars {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float grad_scale = 1.0f;  // clipping and loss-scale unscaling in one factor
+  int64_t step = 1;         // 1-based
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind kind() const = 0;
+  // "cpu", "cpu (threaded streams)", "cuda:0 (NVIDIA H100 80GB HBM3)".
+  virtual std::string name() const = 0;
+  // The compute device's memory (Place::kDevice), counted in its tracker.
+  virtual Device& device() = 0;
+
+  // The stream the model and the engine compute on, and the one host<->device copies take so
+  // that they overlap the compute.
+  virtual const Stream& compute_stream() const = 0;
+  virtual const Stream& copy_stream() const = 0;
+  virtual StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
+
+  // dst[0, bytes) = 0.
+  virtual Status Zero(void* dst, int64_t bytes, const Stream& stream) = 0;
+  // dst[0, bytes) = src[0, bytes); the two must not overlap.
+  virtual Status Copy(void* dst, const void* src, int64_t bytes, CopyDirection direction,
+                      const Stream& stream) = 0;
+  // dst[i] = src[i] for i < n, converted: widened exactly, or rounded to nearest even when
+  // narrowing (16-bit to the other 16-bit type goes through fp32). Same types: a copy. dst and
+  // src may be the same array only when the types are equal.
+  virtual Status Cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n,
+                      const Stream& stream) = 0;
+  // acc[i] = round_acc_type(acc[i] + scale * add[i]) for i < n, in fp32 arithmetic.
+  virtual Status Accumulate(void* acc, DType acc_type, const void* add, DType add_type, float scale,
+                            int64_t n, const Stream& stream) = 0;
+  // *sum += the sum over i < n of (x[i] * scale)^2, each call's part computed in a fixed order
+  // (deterministic) and added in double. `sum` is one double of device memory.
+  virtual Status SumOfSquares(const void* x, DType type, float scale, int64_t n, double* sum,
+                              const Stream& stream) = 0;
+  // One AdamW step over every tensor: grads of grad_type, copies of copy_type (16-bit, or any
+  // type where no tensor has a copy). Deterministic, and the same bits on every backend.
+  virtual Status AdamW(std::span<const AdamWTensorRef> tensors, DType grad_type, DType copy_type,
+                       const AdamWStepScalars& scalars, const Stream& stream) = 0;
+};
+
+}  // namespace hoist::kernels

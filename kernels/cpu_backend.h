@@ -1,0 +1,50 @@
+// CpuBackend: the Backend (kernels/backend.h) of a CPU rank, over kernels/cpu/. Its arithmetic is
+// the reference every other backend is tested against, op by op.
+//
+// With HostStream::Mode::kInline (the product's) every op runs on the calling thread at the call,
+// with the OpenMP team inside; the streams cost nothing. With kThreaded (tests only) each of its
+// two streams runs its ops on a worker thread of its own, so the engine's events and
+// synchronisations are exercised as on an accelerator: a buffer read on the host, or by a
+// collective, before the event that orders it is a data race ThreadSanitizer reports.
+//
+// Thread-safety as Backend's. The device must outlive the backend.
+#pragma once
+
+#include <string>
+
+#include "core/host_stream.h"
+#include "kernels/backend.h"
+
+namespace hoist::kernels {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(Device* device, HostStream::Mode mode = HostStream::Mode::kInline);
+
+  DeviceKind kind() const override { return DeviceKind::kCpu; }
+  std::string name() const override;
+  Device& device() override { return *device_; }
+  HostStream::Mode mode() const { return compute_.mode(); }
+
+  const Stream& compute_stream() const override { return compute_; }
+  const Stream& copy_stream() const override { return copy_; }
+  StatusOr<std::unique_ptr<Event>> CreateEvent() override;
+
+  Status Zero(void* dst, int64_t bytes, const Stream& stream) override;
+  Status Copy(void* dst, const void* src, int64_t bytes, CopyDirection direction,
+              const Stream& stream) override;
+  Status Cast(void* dst, DType dst_type, const void* src, DType src_type, int64_t n,
+              const Stream& stream) override;
+  Status Accumulate(void* acc, DType acc_type, const void* add, DType add_type, float scale,
+                    int64_t n, const Stream& stream) override;
+  Status SumOfSquares(const void* x, DType type, float scale, int64_t n, double* sum,
+                      const Stream& stream) override;
+  Status AdamW(std::span<const AdamWTensorRef> tensors, DType grad_type, DType copy_type,
+               const AdamWStepScalars& scalars, const Stream& stream) override;
+
+ private:
+  Device* device_;
+  HostStream compute_, copy_;
+};
+
+}  // namespace hoist::kernels
