@@ -1,7 +1,9 @@
 #include "core/device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 namespace hoist {
@@ -43,10 +45,11 @@ StatusOr<Buffer> Device::Allocate(int64_t bytes, Category category) {
   void* data = RawAllocate(bytes > 0 ? bytes : 1);
   if (data == nullptr) {
     MemorySnapshot snap = tracker_->Snapshot();
+    const std::optional<int64_t> free = FreeBytes();
     return ResourceExhaustedError(
         "cannot allocate " + FormatBytes(bytes) + " of " + CategoryName(category) + " on " +
         name() + " (" + PlaceName(place_) + " holds " + FormatBytes(snap.CurrentTotal(place_)) +
-        " already); reduce the batch or model size");
+        " already" + (free ? ", " + FormatBytes(*free) + " free" : std::string()) + ")");
   }
   tracker_->Add(place_, category, bytes);
   return Buffer(this, data, bytes, category);
@@ -57,7 +60,10 @@ void Device::Release(Buffer& buffer) {
   tracker_->Remove(place_, buffer.category_, buffer.bytes_);
 }
 
+int64_t CpuDevice::held() const { return tracker()->Snapshot().CurrentTotal(place()); }
+
 void* CpuDevice::RawAllocate(int64_t bytes) {
+  if (capacity_bytes_ > 0 && held() + bytes > capacity_bytes_) return nullptr;
   constexpr int64_t kAlign = 64;
   int64_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   void* data = std::aligned_alloc(kAlign, static_cast<size_t>(rounded));
@@ -66,5 +72,23 @@ void* CpuDevice::RawAllocate(int64_t bytes) {
 }
 
 void CpuDevice::RawFree(void* data) { std::free(data); }
+
+std::optional<int64_t> CpuDevice::FreeBytes() const {
+  std::optional<int64_t> host = HostMemAvailableBytes();
+  if (capacity_bytes_ <= 0) return host;
+  const int64_t left = std::max<int64_t>(0, capacity_bytes_ - held());
+  return host ? std::min(*host, left) : left;
+}
+
+std::optional<int64_t> HostMemAvailableBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kb = 0;
+  while (meminfo >> key >> kb) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return std::nullopt;
+}
 
 }  // namespace hoist

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/memory_tracker.h"
@@ -62,8 +63,12 @@ class Device {
   MemoryTracker* tracker() const { return tracker_; }
 
   // `bytes` of memory, zero-filled, aligned to 64 bytes, counted as `category`. A failure (the
-  // device is full) is kResourceExhausted naming the request and what is held already.
+  // device is full) is kResourceExhausted naming the request, what is held already and, where
+  // the device knows it, what is free.
   StatusOr<Buffer> Allocate(int64_t bytes, Category category);
+  // The bytes the device could still hand out, as far as it can tell (host memory: MemAvailable;
+  // a GPU: the driver's free memory plus this allocator's cache); nullopt when unknown.
+  virtual std::optional<int64_t> FreeBytes() const { return std::nullopt; }
 
  protected:
   virtual void* RawAllocate(int64_t bytes) = 0;  // nullptr when out of memory
@@ -78,18 +83,32 @@ class Device {
 };
 
 // Plain (pageable) host memory. As the compute device of a CPU run its place is kDevice; as the
-// home of host-side state it is kHost.
+// home of host-side state it is kHost. With a capacity, allocations beyond `capacity_bytes` held
+// in the place (as the tracker counts it) fail as a full device would: a CPU rank can stand in
+// for an accelerator of that size.
 class CpuDevice final : public Device {
  public:
   explicit CpuDevice(Place place = Place::kDevice,
-                     MemoryTracker* tracker = &MemoryTracker::Global())
-      : Device(place, tracker) {}
+                     MemoryTracker* tracker = &MemoryTracker::Global(), int64_t capacity_bytes = 0)
+      : Device(place, tracker), capacity_bytes_(capacity_bytes) {}
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string name() const override { return "cpu"; }
+  std::optional<int64_t> FreeBytes() const override;
+  // 0: no capacity but the host's.
+  int64_t capacity_bytes() const { return capacity_bytes_; }
+  void set_capacity_bytes(int64_t capacity_bytes) { capacity_bytes_ = capacity_bytes; }
 
  protected:
   void* RawAllocate(int64_t bytes) override;
   void RawFree(void* data) override;
+
+ private:
+  int64_t held() const;
+  int64_t capacity_bytes_;
 };
+
+// MemAvailable from /proc/meminfo in bytes: what the kernel can give without swapping; nullopt
+// where it cannot be read.
+std::optional<int64_t> HostMemAvailableBytes();
 
 }  // namespace hoist

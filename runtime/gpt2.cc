@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/check.h"
 #include "core/random.h"
@@ -294,15 +295,27 @@ Status Gpt2Model::AllocateActivations(Device* device, ActivationBytes* bytes) {
   bytes->host_pinned = (pinned_bytes + page - 1) / page * page;
   if (device == nullptr) return Status::Ok();
 
-  HOIST_ASSIGN_OR_RETURN(activations_, device->Allocate(activation_bytes, Category::kActivation));
+  // Out of memory here names the micro-batch and what shrinks its activations.
+  auto allocate = [&](int64_t n) -> StatusOr<Buffer> {
+    StatusOr<Buffer> buffer = device->Allocate(n, Category::kActivation);
+    if (buffer.ok()) return buffer;
+    return Status(buffer.status().code(),
+                  "the activations of a " + std::to_string(max_B_) + " x " +
+                      std::to_string(max_T_) + " micro-batch: " + buffer.status().message() +
+                      ". To make room: a smaller train_micro_batch_size_per_gpu, "
+                      "activation_checkpointing, model.attention \"tiled\", or a higher "
+                      "zero_optimization.stage or offload for the model states (hoist plan "
+                      "--memory BYTES lists the settings that fit)");
+  };
+  HOIST_ASSIGN_OR_RETURN(activations_, allocate(activation_bytes));
   carve(activation_slots, activations_.data());
-  HOIST_ASSIGN_OR_RETURN(scratch_, device->Allocate(scratch_bytes, Category::kActivation));
+  HOIST_ASSIGN_OR_RETURN(scratch_, allocate(scratch_bytes));
   carve(scratch_slots, scratch_.data());
-  HOIST_ASSIGN_OR_RETURN(tokens_, device->Allocate(token_bytes, Category::kActivation));
+  HOIST_ASSIGN_OR_RETURN(tokens_, allocate(token_bytes));
   inputs_ = tokens_.as<int32_t>();
   if (half) {
-    HOIST_ASSIGN_OR_RETURN(stored_, device->Allocate(stored_bytes, Category::kActivation));
-    HOIST_ASSIGN_OR_RETURN(round_scratch_, device->Allocate(round_bytes, Category::kActivation));
+    HOIST_ASSIGN_OR_RETURN(stored_, allocate(stored_bytes));
+    HOIST_ASSIGN_OR_RETURN(round_scratch_, allocate(round_bytes));
   }
   if (pinned_bytes > 0) {
     pinned_pool_ = std::make_unique<offload::PinnedHostPool>(*device->tracker());
@@ -456,10 +469,15 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   }
   last_B_ = B;
   last_T_ = T;
+  // A store that cannot serve a unit (its memory ran out, a collective failed) hands out null and
+  // keeps the error in status(), which the caller checks after the pass: the pass stops there.
+  const float kFailed = std::numeric_limits<float>::quiet_NaN();
+  if (!store_->status().ok()) return kFailed;
 
   EnterPhase(Phase::kForwardEmbedding, -1);
   std::memcpy(inputs_, inputs, static_cast<size_t>(BT) * sizeof(int32_t));
   const float* embedding = store_->AcquireParams(kEmbedding);
+  if (embedding == nullptr) return kFailed;
   store_->Prefetch(1);
   ops::EncoderForward(encoded_, inputs_, embedding + layout_.local_offsets[kWte],
                       embedding + layout_.local_offsets[kWpe], B, T, C);
@@ -468,7 +486,9 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   const float* residual = encoded_;
   for (int l = 0; l < L; ++l) {
     EnterPhase(Phase::kForwardBlock, l);
-    const BlockTensors<const float> w(store_->AcquireParams(1 + l), layout_);
+    const float* weights = store_->AcquireParams(1 + l);
+    if (weights == nullptr) return kFailed;
+    const BlockTensors<const float> w(weights, layout_);
     store_->Prefetch(l + 1 < L ? 2 + l : kFinal);
     // Layer l's arrays: its slice of the kept stacks, or a working layer (16-bit storage, or a
     // tensor this layer recomputes). In 16-bit storage `residual` is the working residual3,
@@ -517,6 +537,7 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   }
   EnterPhase(Phase::kForwardHead, -1);
   const float* final_norm = store_->AcquireParams(kFinal);
+  if (final_norm == nullptr) return kFailed;
   store_->Prefetch(kEmbedding);
   ops::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual,
                         final_norm + layout_.local_offsets[kLnfW],
@@ -526,6 +547,7 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   // The LM head is tied to the token embedding: logits = lnf @ wte^T. A training forward keeps
   // the embeddings until Backward has used them for the head's gradient.
   embedding = store_->AcquireParams(kEmbedding);
+  if (embedding == nullptr) return kFailed;
   ops::MatmulForward(logits_, lnf_, embedding + layout_.local_offsets[kWte], nullptr, N, C, Vp);
 
   if (targets == nullptr || dloss <= 0.0f) store_->ReleaseParams(kEmbedding);
@@ -590,6 +612,11 @@ void Gpt2Model::RecomputeBlock(int l, const float* residual, const float* weight
 }
 
 void Gpt2Model::Backward() {
+  // After a store failure (see Forward) the pass is abandoned: the caller reads status().
+  if (!store_->status().ok()) {
+    backward_ready_ = false;
+    return;
+  }
   HOIST_CHECK(backward_ready_) << "Backward without a Forward that had targets and dloss";
   backward_ready_ = false;
   const int B = last_B_, T = last_T_;
@@ -608,6 +635,7 @@ void Gpt2Model::Backward() {
   EnterPhase(Phase::kBackwardHead, -1);
   const float* dlogits = logits_;
   float* embedding_grads = store_->AcquireGrads(kEmbedding);
+  if (embedding_grads == nullptr) return;
   {
     const float* embedding = store_->AcquireParams(kEmbedding);  // still held since Forward
     store_->Prefetch(kFinal);
@@ -619,8 +647,10 @@ void Gpt2Model::Backward() {
   }
   {
     const float* final_norm = store_->AcquireParams(kFinal);
+    if (final_norm == nullptr) return;
     if (L > 0) store_->Prefetch(L);
     float* final_grads = store_->AcquireGrads(kFinal);
+    if (final_grads == nullptr) return;
     zero(dresidual_, BT * C);
     if (L > 0) Restore(kSavedResidual3, L - 1);
     const float* last_residual = L > 0 ? At(kSavedResidual3, L - 1) : encoded_;
@@ -634,9 +664,12 @@ void Gpt2Model::Backward() {
   for (int l = L - 1; l >= 0; --l) {
     EnterPhase(Phase::kBackwardBlock, l);
     const float* weights = store_->AcquireParams(1 + l);
+    if (weights == nullptr) return;
     const BlockTensors<const float> w(weights, layout_);
     if (l > 0) store_->Prefetch(l);
-    const BlockTensors<float> g(store_->AcquireGrads(1 + l), layout_);
+    float* grads = store_->AcquireGrads(1 + l);
+    if (grads == nullptr) return;
+    const BlockTensors<float> g(grads, layout_);
     // With 16-bit storage, refill the working layer: what this layer kept, and as its input the
     // previous layer's residual3 (this layer's own is not needed here). Then recompute what it
     // did not keep.

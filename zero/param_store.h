@@ -14,8 +14,10 @@
 // micro-batches' gradients, so the model must only ever add to it.
 //
 // Calls come from the one thread that drives the model. Errors inside a store (a collective
-// that failed, say) cannot be returned through these calls; the store keeps the first one and
-// reports it through status(), which the caller checks after each forward and backward pass.
+// that failed, memory that ran out) cannot be returned through these calls; the store keeps the
+// first one and reports it through status(), which the caller checks after each forward and
+// backward pass. An Acquire that cannot be served returns null, and the model abandons the pass
+// there (the store is failed; nothing more is asked of it).
 #pragma once
 
 #include "core/status.h"
@@ -26,13 +28,14 @@ class ParamStore {
  public:
   virtual ~ParamStore() = default;
 
-  // The unit's weights as fp32, valid until ReleaseParams(unit).
+  // The unit's weights as fp32, valid until ReleaseParams(unit); null when the store failed.
   virtual const float* AcquireParams(int unit) = 0;
   virtual void ReleaseParams(int unit) = 0;
   // The model will acquire `unit` soon; a store may start fetching it. Never required.
   virtual void Prefetch(int unit) = 0;
 
-  // An fp32 buffer of the unit's size that the backward pass adds this unit's gradient to.
+  // An fp32 buffer of the unit's size that the backward pass adds this unit's gradient to; null
+  // when the store failed.
   virtual float* AcquireGrads(int unit) = 0;
   virtual void ReleaseGrads(int unit) = 0;
 

@@ -26,12 +26,14 @@ struct ZeroEngine::Pending {
 
 namespace {
 
-Buffer MustAllocate(Device* device, int64_t bytes, Category category, const char* what) {
-  StatusOr<Buffer> buffer = device->Allocate(bytes, category);
-  HOIST_CHECK(buffer.ok()) << "cannot allocate " << bytes << " bytes for " << what << ": "
-                           << buffer.status().ToString();
-  return std::move(buffer).value();
-}
+// What frees device memory for the gradient reduction's buffers, and for any transient buffer.
+constexpr const char* kReduceAdvice =
+    "lower zero_optimization.reduce_bucket_size or turn overlap_comm off, or";
+// What frees device memory for any of the engine's transient buffers.
+constexpr const char* kMakeRoom =
+    "a smaller train_micro_batch_size_per_gpu, activation_checkpointing, a higher "
+    "zero_optimization.stage, or offload_optimizer / offload_param (hoist plan --memory BYTES "
+    "lists the settings that fit)";
 
 }  // namespace
 
@@ -304,8 +306,12 @@ Status ZeroEngine::StartGather(int unit) {
   HOIST_RETURN_IF_ERROR(Sync());
   auto pending = std::make_unique<Pending>();
   pending->unit = unit;
-  pending->gathered = MustAllocate(device_, GatheredUnitBytes(part, options_), Category::kParam,
-                                   "a gathered parameter unit");
+  HOIST_ASSIGN_OR_RETURN(
+      pending->gathered,
+      AllocateTransient(GatheredUnitBytes(part, options_), Category::kParam,
+                        "gathering parameter unit " + plan_.spec(unit).name + " (stage 3)",
+                        "lower zero_optimization.stage3_max_live_parameters or "
+                        "stage3_prefetch_bucket_size, or"));
   const void* shard;
   if (param_shards_ != nullptr) {
     shard = param_shards_->Acquire(unit);  // released once the gather has copied it
@@ -338,8 +344,10 @@ const float* ZeroEngine::AcquireParams(int unit) {
   const DType type = options_.compute_type;
   const UnitPartition& part = plan_.unit(unit);
   const void* source = whole_params(unit);
+  if (!status_.ok()) return nullptr;
   if (source == nullptr) {  // stage 3, sharded: gather it (unless a prefetch already started)
     if (gathers_[u] == nullptr) Fail(StartGather(unit));
+    if (!status_.ok()) return nullptr;
     Fail(FinishPending(*gathers_[u]));
     if (param_shards_ != nullptr) param_shards_->Release(unit);
     source = gathers_[u]->gathered.data();
@@ -347,8 +355,14 @@ const float* ZeroEngine::AcquireParams(int unit) {
   if (!UsesWorkingParams(options_)) {
     acquired_params_[u] = static_cast<const float*>(source);
   } else {
-    work_params_[u] = MustAllocate(device_, WorkingParamBytes(part), Category::kParam,
-                                   "a unit's fp32 working weights");
+    StatusOr<Buffer> work =
+        AllocateTransient(WorkingParamBytes(part), Category::kParam,
+                          "the fp32 working weights of unit " + plan_.spec(unit).name, "");
+    if (!work.ok()) {
+      Fail(work.status());
+      return nullptr;
+    }
+    work_params_[u] = std::move(work).value();
     Fail(
         backend_->Cast(work_params_[u].data(), DType::kFloat32, source, type, part.size, stream()));
     Fail(Sync());  // the model reads the copy, and the gathered unit goes below
@@ -357,7 +371,7 @@ const float* ZeroEngine::AcquireParams(int unit) {
       gathers_[u]->gathered = Buffer();
     }
   }
-  return acquired_params_[u];
+  return status_.ok() ? acquired_params_[u] : nullptr;
 }
 
 void ZeroEngine::ReleaseParams(int unit) {
@@ -389,11 +403,18 @@ float* ZeroEngine::AcquireGrads(int unit) {
   const auto u = static_cast<size_t>(unit);
   HOIST_CHECK(work_grads_[u].data() == nullptr)
       << "gradients of unit " << unit << " acquired twice in one micro-batch";
+  if (!status_.ok()) return nullptr;
   if (!UsesWorkingGrads(options_)) {
     return static_cast<float*>(whole_grads(unit));  // accumulates in place across micro-batches
   }
-  work_grads_[u] = MustAllocate(device_, WorkingGradBytes(plan_.unit(unit)), Category::kGrad,
-                                "a unit's fp32 working gradient");
+  StatusOr<Buffer> work =
+      AllocateTransient(WorkingGradBytes(plan_.unit(unit)), Category::kGrad,
+                        "the fp32 working gradient of unit " + plan_.spec(unit).name, "");
+  if (!work.ok()) {
+    Fail(work.status());
+    return nullptr;
+  }
+  work_grads_[u] = std::move(work).value();
   return work_grads_[u].as<float>();
 }
 
@@ -401,6 +422,10 @@ void ZeroEngine::ReleaseGrads(int unit) {
   const auto u = static_cast<size_t>(unit);
   const UnitPartition& part = plan_.unit(unit);
   const DType type = options_.compute_type;
+  if (!status_.ok()) {
+    work_grads_[u] = Buffer();
+    return;
+  }
   if (options_.stage < 2) {
     if (type != DType::kFloat32) {
       Fail(backend_->Accumulate(whole_grads(unit), type, work_grads_[u].data(), DType::kFloat32,
@@ -418,16 +443,29 @@ void ZeroEngine::ReleaseGrads(int unit) {
   if (send_bytes == 0) {  // fp32 on the wire: the working gradient itself
     pending->send = std::move(work_grads_[u]);
   } else {
-    pending->send =
-        MustAllocate(device_, send_bytes, Category::kComm, "a gradient reduction buffer");
+    StatusOr<Buffer> send =
+        AllocateTransient(send_bytes, Category::kComm,
+                          "reducing the gradient of unit " + plan_.spec(unit).name, kReduceAdvice);
+    if (!send.ok()) {
+      Fail(send.status());
+      work_grads_[u] = Buffer();
+      return;
+    }
+    pending->send = std::move(send).value();
     Fail(backend_->Cast(pending->send.data(), wire, work_grads_[u].data(), DType::kFloat32,
                         part.padded, stream()));
     Fail(Sync());  // the collective reads it, and the working gradient goes
     work_grads_[u] = Buffer();
   }
   if (options_.reduce_scatter) {
-    pending->recv = MustAllocate(device_, ReductionRecvBytes(part, options_), Category::kComm,
-                                 "a reduced gradient shard");
+    StatusOr<Buffer> recv = AllocateTransient(
+        ReductionRecvBytes(part, options_), Category::kComm,
+        "the reduced gradient shard of unit " + plan_.spec(unit).name, kReduceAdvice);
+    if (!recv.ok()) {
+      Fail(recv.status());
+      return;
+    }
+    pending->recv = std::move(recv).value();
     pending->handle = comm_->ReduceScatterAsync(pending->send.data(), pending->recv.data(),
                                                 part.shard, wire, comm::ReduceOp::kAvg);
     pending->result = pending->recv.data();
@@ -490,8 +528,10 @@ Status ZeroEngine::ReduceFullGrads() {
   }
   // A different wire type: through a staging buffer, one bucket at a time.
   const int64_t chunk = AllReduceStagingElements(plan_, options_);
-  Buffer staging = MustAllocate(device_, chunk * static_cast<int64_t>(DTypeSize(wire)),
-                                Category::kComm, "a gradient all-reduce buffer");
+  HOIST_ASSIGN_OR_RETURN(
+      Buffer staging, AllocateTransient(chunk * static_cast<int64_t>(DTypeSize(wire)),
+                                        Category::kComm, "the gradient all-reduce's staging buffer",
+                                        "lower zero_optimization.reduce_bucket_size, or"));
   for (int64_t begin = 0; begin < total; begin += chunk) {
     const int64_t count = std::min(chunk, total - begin);
     void* grads = ElementPtr(grads_.data(), type, begin);
@@ -738,6 +778,16 @@ Status ZeroEngine::FinishOwnedWrites() {
 Status ZeroEngine::AgreeOnDeferredErrors() {
   if (param_shards_ == nullptr) return Status::Ok();
   return AgreeOnFailure(param_shards_->TakeDeferredError());
+}
+
+StatusOr<Buffer> ZeroEngine::AllocateTransient(int64_t bytes, Category category,
+                                               const std::string& what, const std::string& advice) {
+  StatusOr<Buffer> buffer = device_->Allocate(bytes, category);
+  if (buffer.ok()) return buffer;
+  return Status(buffer.status().code(),
+                "ZeRO stage " + std::to_string(options_.stage) + ", " + what + ": " +
+                    buffer.status().message() +
+                    ". To make room: " + (advice.empty() ? "" : advice + " ") + kMakeRoom);
 }
 
 Status ZeroEngine::Sync() const { return backend_->compute_stream().Synchronize(); }

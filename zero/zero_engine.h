@@ -200,6 +200,11 @@ class ZeroEngine final : public ParamStore {
   // Waits for the work enqueued on the compute stream: before the host, a collective or another
   // thread reads what it wrote, or a buffer it uses goes.
   Status Sync() const;
+  // A transient buffer of a pass or a step from the device, or kResourceExhausted naming `what`
+  // it was for, the bytes asked and held (the device's message) and what frees memory: `advice`
+  // (ending in "or", may be empty) and the settings that free memory for any buffer.
+  StatusOr<Buffer> AllocateTransient(int64_t bytes, Category category, const std::string& what,
+                                     const std::string& advice);
   // How bytes move between the optimizer states' place and the model's (device) memory, and
   // between the states' place and the host.
   kernels::CopyDirection StateToModel() const;

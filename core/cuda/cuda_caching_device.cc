@@ -110,6 +110,12 @@ StatusOr<CudaMemInfo> CudaCachingDevice::MemGetInfo() const {
   return CudaMemInfo{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
 }
 
+std::optional<int64_t> CudaCachingDevice::FreeBytes() const {
+  StatusOr<CudaMemInfo> info = MemGetInfo();
+  if (!info.ok()) return std::nullopt;
+  return info->free_bytes + (memory_reserved() - memory_allocated());
+}
+
 void* CudaCachingDevice::RawAllocate(int64_t bytes) {
   void* data = allocator_->Allocate(bytes);
   if (data == nullptr) return nullptr;  // Device::Allocate reports it as out of memory

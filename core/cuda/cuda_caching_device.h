@@ -86,6 +86,8 @@ class CudaCachingDevice final : public Device {
   // cudaMemGetInfo for this GPU: free memory as the driver sees it (all processes, and this
   // cache's reserve counted as used).
   StatusOr<CudaMemInfo> MemGetInfo() const;
+  // The driver's free memory plus this cache's blocks not in use.
+  std::optional<int64_t> FreeBytes() const override;
 
  protected:
   void* RawAllocate(int64_t bytes) override;

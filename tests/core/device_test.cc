@@ -117,6 +117,21 @@ TEST(CpuDevice, ZeroBytesStillGivesANonEmptyBuffer) {
   EXPECT_EQ(Held(tracker, Place::kDevice, Category::kParam), 0);
 }
 
+TEST(CpuDevice, ACapacityRefusesWhatWouldPassItAndSaysWhatIsFree) {
+  MemoryTracker tracker;
+  CpuDevice device(Place::kDevice, &tracker, /*capacity_bytes=*/4096);
+  Buffer a = device.Allocate(3000, Category::kParam).value();
+  EXPECT_EQ(device.FreeBytes().value(), 1096);
+  StatusOr<Buffer> b = device.Allocate(2000, Category::kGrad);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(b.status().message().find("holds 2.93 KiB already, 1.07 KiB free"), std::string::npos)
+      << b.status().message();
+  EXPECT_EQ(Held(tracker, Place::kDevice, Category::kGrad), 0);
+  a.Reset();
+  EXPECT_TRUE(device.Allocate(2000, Category::kGrad).ok());  // room again
+}
+
 // A device that is always full: how a failed allocation looks to the caller.
 class FullDevice final : public Device {
  public:

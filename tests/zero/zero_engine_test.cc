@@ -166,5 +166,56 @@ TEST(ZeroEngine, RejectsAStageOutOfRange) {
   EXPECT_NE(engine.status().message().find("zero_optimization.stage"), std::string::npos);
 }
 
+// Out of device memory in a pass is an error that names the buffer, the bytes asked, held and
+// free, and the settings that free memory; the store hands out null, the pass stops, and nothing
+// aborts.
+TEST(ZeroEngine, RunningOutOfDeviceMemoryIsAnErrorNamingWhatToChange) {
+  struct Case {
+    int stage;
+    DType type;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {3,
+       DType::kFloat32,
+       {"ZeRO stage 3, gathering parameter unit block0 (stage 3): cannot allocate",
+        "stage3_max_live_parameters", "train_micro_batch_size_per_gpu", "offload_param"}},
+      {1,
+       DType::kBFloat16,
+       {"ZeRO stage 1, the fp32 working weights of unit block0: cannot allocate",
+        "activation_checkpointing", "hoist plan --memory"}},
+  };
+  for (const Case& c : cases) {
+    auto group = comm::ThreadGroup::Create(1, 5.0);
+    MemoryTracker tracker;
+    CpuDevice device(Place::kDevice, &tracker);
+    kernels::CpuBackend backend(&device);
+    ZeroOptions options;
+    options.stage = c.stage;
+    options.compute_type = c.type;
+    options.comm_type = c.type;
+    options.stage3_param_persistence_threshold = 0;
+    auto engine = ZeroEngine::Create(ToyUnits(), options, &(*group)->comm(0), &backend);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    ZeroEngine& e = **engine;
+    ASSERT_TRUE(e.Initialize([](int, float* values) { values[0] = 1.0f; }).ok());
+    ASSERT_TRUE(e.ZeroGrads().ok());
+    // The embeddings fit; then the device is full.
+    ASSERT_NE(e.AcquireParams(0), nullptr);
+    device.set_capacity_bytes(tracker.Snapshot().CurrentTotal(Place::kDevice));
+    EXPECT_EQ(e.AcquireParams(1), nullptr);
+    const Status status = e.status();
+    EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+    for (const std::string& part : c.says) {
+      EXPECT_NE(status.message().find(part), std::string::npos) << status.message();
+    }
+    EXPECT_NE(status.message().find(" free)"), std::string::npos) << status.message();
+    // Failed: nothing more is handed out, and a step reports the same error.
+    EXPECT_EQ(e.AcquireParams(2), nullptr);
+    EXPECT_EQ(e.AcquireGrads(0), nullptr);
+    EXPECT_EQ(e.Step(0.1f, 1.0f, 0.0f).status().message(), status.message());
+  }
+}
+
 }  // namespace
 }  // namespace hoist::zero
