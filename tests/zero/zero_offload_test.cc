@@ -522,5 +522,27 @@ TEST(ZeroThreadedStreams, GiveTheInlineBits) {
   }
 }
 
+// The engine's collectives through the host-staged communicator (how ranks sharing one GPU
+// talk), with threaded streams: the same weights as talking directly.
+TEST(ZeroStagedComm, GivesTheDirectBits) {
+  ScratchDir dir;
+  for (DType type : {DType::kFloat32, DType::kBFloat16}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      RunOptions run = Base(stage, 2, type);
+      run.steps = 3;
+      run.streams = HostStream::Mode::kThreaded;
+      const std::vector<RankResult> direct = Train(run);
+      run.staged_comm = true;
+      const std::vector<RankResult> staged = Train(run);
+      for (size_t r = 0; r < direct.size(); ++r) {
+        ASSERT_TRUE(direct[r].status.ok()) << direct[r].status.ToString();
+        ASSERT_TRUE(staged[r].status.ok()) << staged[r].status.ToString();
+        EXPECT_EQ(staged[r].params, direct[r].params)
+            << "stage " << stage << ", " << DTypeName(type) << ", rank " << r;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hoist::zero

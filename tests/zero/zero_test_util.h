@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/staged_communicator.h"
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
 #include "kernels/cpu_backend.h"
@@ -50,6 +51,8 @@ struct RunOptions {
   std::function<void(int rank, ZeroOptions&)> per_rank;
   // kThreaded: the engine's backend runs its streams on worker threads (kernels/cpu_backend.h).
   HostStream::Mode streams = HostStream::Mode::kInline;
+  // The collectives go through comm::StagedCommunicator (device -> host staging -> device).
+  bool staged_comm = false;
 };
 
 struct RankResult {
@@ -90,9 +93,12 @@ inline std::vector<RankResult> Train(const RunOptions& run) {
       MemoryTracker tracker;
       CpuDevice device(Place::kDevice, &tracker);
       kernels::CpuBackend backend(&device, run.streams);
+      CpuDevice staging(Place::kHostPinned, &tracker);
+      comm::StagedCommunicator staged(&(*group)->comm(r), &backend, &staging);
+      comm::Communicator* comm = run.staged_comm ? &staged : &(*group)->comm(r);
       ZeroOptions options = run.zero;
       if (run.per_rank) run.per_rank(r, options);
-      auto engine = ZeroEngine::Create(ToyUnits(), options, &(*group)->comm(r), &backend);
+      auto engine = ZeroEngine::Create(ToyUnits(), options, comm, &backend);
       if (!engine.ok()) {
         out.status = engine.status();
         return;
