@@ -230,20 +230,24 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     options.comm = communicator->get();
     options.local_rank = rank_env->local_rank;
     Status status = Status::Ok();
+    int stop_signal = 0;
     {
       StatusOr<std::unique_ptr<runtime::Trainer>> trainer =
           runtime::Trainer::Create(*config, options);
       if (trainer.ok()) {
         // From here on SIGINT and SIGTERM stop the job at the next step boundary, every rank
-        // alike; a second one ends the process at once.
+        // alike, after a checkpoint (checkpoint.on_signal); a second one ends the process at once.
         runtime::InstallStopSignalHandlers();
         status = (*trainer)->Run();
+        stop_signal = (*trainer)->stop_signal();
       } else {
         status = trainer.status();
       }
     }
     if (status.ok()) {
-      *exit_code = 0;
+      // Stopped by a signal is not finished: 128 + its number, as a shell reports a process the
+      // signal ended, so that a scheduler requeues the job (143 for SIGTERM, 130 for SIGINT).
+      *exit_code = stop_signal != 0 ? 128 + stop_signal : 0;
       return;
     }
     *exit_code = ReportError(status);

@@ -53,7 +53,7 @@ StatusOr<std::vector<HostSlots>> SelectSlots(const std::vector<HostfileEntry>& h
                                              const std::string& exclude);
 
 constexpr int kDefaultMasterPort = 29500;
-constexpr double kDefaultGracePeriodS = 5.0;
+constexpr double kDefaultGracePeriodS = 30.0;
 
 // The flags of `hoist launch`, as the user gave them.
 struct LaunchRequest {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -699,6 +700,22 @@ Status Trainer::CheckpointForControl(const std::vector<uint64_t>& ids, bool alre
   return saved;
 }
 
+StatusOr<std::string> Trainer::StopOnSignal(int signal_number, bool checkpointed) {
+  // A scheduler preempting the job sends SIGTERM and kills it a grace period later: what was
+  // trained since the last checkpoint is kept now, and the exit code says the job did not finish.
+  stop_signal_ = signal_number;
+  const char* name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
+  std::string reason = std::string("stopped by ") + name + " (exit code " +
+                       std::to_string(128 + signal_number) + ")";
+  if (config_.checkpoint.dir.empty() || !config_.checkpoint.on_signal) return reason;
+  if (!checkpointed) {
+    HOIST_RETURN_IF_ERROR(SaveCheckpoint().WithContext(std::string("checkpointing on ") + name +
+                                                       " (checkpoint.on_signal)"));
+  }
+  if (control_ != nullptr) control_->SetLastCheckpoint(CheckpointPath());
+  return reason + "; checkpoint " + CheckpointPath();
+}
+
 StatusOr<bool> Trainer::HandleControl(bool checkpointed) {
   if (checkpointed && control_ != nullptr) {
     control_->SetLastCheckpoint(CheckpointPath());
@@ -711,7 +728,8 @@ StatusOr<bool> Trainer::HandleControl(bool checkpointed) {
   for (;;) {
     ControlCommands mine;
     if (control_ != nullptr) mine = control_->TakeCommands();
-    HOIST_ASSIGN_OR_RETURN(AgreedCommands agreed, ExchangeCommands(*comm_, mine, StopSignalled()));
+    HOIST_ASSIGN_OR_RETURN(AgreedCommands agreed,
+                           ExchangeCommands(*comm_, mine, StopSignalNumber()));
     const ControlCommands& c = agreed.commands;
     if (c.lr || c.gradient_clipping) {
       if (c.lr) lr_override_ = *c.lr;
@@ -734,7 +752,11 @@ StatusOr<bool> Trainer::HandleControl(bool checkpointed) {
       if (!saved.ok() && c.stop_checkpoint) continue;
     }
     if (c.stop || agreed.signalled) {
-      stop_reason_ = c.stop ? "stopped by the control service" : "stopped by a signal";
+      if (c.stop) {
+        stop_reason_ = "stopped by the control service";
+      } else {
+        HOIST_ASSIGN_OR_RETURN(stop_reason_, StopOnSignal(agreed.signal_number, checkpointed));
+      }
       if (comm_->rank() == 0)
         HOIST_LOG(INFO) << "control: " << stop_reason_ << " after step " << step_;
       if (control_ != nullptr) control_->SetState(JobState::kStopping);
