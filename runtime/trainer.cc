@@ -170,6 +170,10 @@ Status Trainer::CreateModel() {
   const ParamLayout layout = ParamLayout::For(config_.model);
   zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
   HOIST_RETURN_IF_ERROR(PrepareOffload(layout.Units(), &zero_options));
+  // The whole job against the node's memory, before any of it is allocated: refused with the
+  // numbers rather than killed by the OOM killer.
+  HOIST_RETURN_IF_ERROR(PreflightJobHostMemory(
+      config_, *comm_, options_.host_memory ? &*options_.host_memory : nullptr));
   {
     // Opening the scratch files and allocating the host buffers can fail on one rank alone (a
     // disk filled since the check): every rank stops with that rank's reason.

@@ -64,8 +64,8 @@ struct TrainerOptions {
   // For tests: opens the storage of offloaded states (to wrap it in a fault injector); empty:
   // the io_uring or POSIX storage that `aio` describes.
   offload::StorageFactory offload_storage;
-  // For tests: what the host offers offloading (instead of /proc/meminfo and the cgroup), and
-  // how nvme_path probes behave.
+  // For tests: what the host offers the job and offloading (instead of /proc/meminfo and the
+  // cgroup), and how nvme_path probes behave.
   std::optional<HostMemory> host_memory;
   NvmeCheckOptions nvme_check;
   // Where checkpoints are written and read (tests inject faults); nullptr: the real one. Must
