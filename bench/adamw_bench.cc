@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/device.h"
 #include "kernels/cpu/adamw_step.h"
 
 extern char** environ;
@@ -61,16 +62,9 @@ Buffer<T> AllocateFilled(size_t n, T value) {
   return Buffer<T>(p);
 }
 
-// MemAvailable from /proc/meminfo in bytes, 0 when unknown.
+// MemAvailable in bytes, 0 when unknown.
 uint64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
+  return static_cast<uint64_t>(hoist::HostMemAvailableBytes().value_or(0));
 }
 
 // The anchors: AdamW's memory pattern with math too cheap to matter. The scalings keep the

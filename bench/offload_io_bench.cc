@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "core/cpu_features.h"
+#include "core/device.h"
 #include "core/memory_tracker.h"
 #include "core/status.h"
 #include "offload/open_storage.h"
@@ -151,15 +152,9 @@ std::string FileSystemName(long type) {
   }
 }
 
-// MemAvailable from /proc/meminfo in bytes, 0 when unknown.
+// MemAvailable in bytes, 0 when unknown.
 int64_t AvailableMemoryBytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key, unit;
-  int64_t kb = 0;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
+  return static_cast<int64_t>(hoist::HostMemAvailableBytes().value_or(0));
 }
 
 std::string Quote(const std::string& s) {

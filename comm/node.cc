@@ -1,5 +1,6 @@
 #include "comm/node.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +33,36 @@ StatusOr<NodeCounts> CountRanksPerNode(Communicator& comm) {
     if (r == comm.rank()) counts.on_this_node = same;
   }
   return counts;
+}
+
+StatusOr<int> CountRanksSharingCpus(Communicator& comm) {
+  // A fixed record per rank: the host name's hash and the affinity mask. The all-gather copies
+  // bits; float32 elements only size it.
+  struct Record {
+    uint64_t host = 0;
+    cpu_set_t cpus;
+  };
+  static_assert(sizeof(Record) % sizeof(float) == 0);
+  Record mine;
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  mine.host = std::hash<std::string>{}(name);
+  CPU_ZERO(&mine.cpus);
+  if (sched_getaffinity(0, sizeof(mine.cpus), &mine.cpus) != 0) CPU_ZERO(&mine.cpus);
+  std::vector<Record> all(static_cast<size_t>(comm.world_size()));
+  HOIST_RETURN_IF_ERROR(
+      comm.AllGather(&mine, all.data(), sizeof(Record) / sizeof(float), DType::kFloat32)
+          .WithContext("comparing the CPUs each rank runs on"));
+  int sharing = 0;
+  for (const Record& other : all) {
+    if (other.host != mine.host) continue;
+    cpu_set_t both;
+    CPU_AND(&both, &other.cpus, &mine.cpus);
+    // An unknown mask (all clear) shares with every rank of the machine.
+    const bool unknown = CPU_COUNT(&mine.cpus) == 0 || CPU_COUNT(&other.cpus) == 0;
+    if (unknown || CPU_COUNT(&both) > 0) ++sharing;
+  }
+  return std::max(1, sharing);
 }
 
 Status RefuseSharedResource(Communicator& comm, const std::string& mine, const std::string& what) {

@@ -16,6 +16,11 @@ struct NodeCounts {
 
 StatusOr<NodeCounts> CountRanksPerNode(Communicator& comm);
 
+// Collective: the ranks on the caller's machine (the caller included) whose CPU affinity masks
+// overlap the caller's, that is the ranks its cores are shared with. Ranks that mpirun or srun
+// bound to cores of their own count only themselves.
+StatusOr<int> CountRanksSharingCpus(Communicator& comm);
+
 // Collective: refuses a resource that two ranks would both use. Each rank passes what it means to
 // use, named so that equal names mean the same thing (for a GPU: the host name and the GPU's PCI
 // bus id), or "" where it uses nothing; names are compared on their first 255 bytes. Returns

@@ -80,8 +80,8 @@ std::optional<int64_t> CpuDevice::FreeBytes() const {
   return host ? std::min(*host, left) : left;
 }
 
-std::optional<int64_t> HostMemAvailableBytes() {
-  std::ifstream meminfo("/proc/meminfo");
+std::optional<int64_t> HostMemAvailableBytes(const std::string& path) {
+  std::ifstream meminfo(path);
   std::string key, unit;
   int64_t kb = 0;
   while (meminfo >> key >> kb) {

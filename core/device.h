@@ -107,8 +107,8 @@ class CpuDevice final : public Device {
   int64_t capacity_bytes_;
 };
 
-// MemAvailable from /proc/meminfo in bytes: what the kernel can give without swapping; nullopt
-// where it cannot be read.
-std::optional<int64_t> HostMemAvailableBytes();
+// MemAvailable from /proc/meminfo (or another file of its format) in bytes: what the kernel can
+// give without swapping; nullopt where it cannot be read.
+std::optional<int64_t> HostMemAvailableBytes(const std::string& meminfo = "/proc/meminfo");
 
 }  // namespace hoist

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,9 +12,11 @@
 #include "comm/agree.h"
 #include "comm/node.h"
 #include "comm/world.h"
+#include "core/cpu_share.h"
 #include "core/logging.h"
 #include "core/rank_env.h"
 #include "core/status.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "launcher/report.h"
 #include "runtime/config.h"
 #include "runtime/memory_estimate.h"
@@ -136,6 +139,25 @@ StatusOr<runtime::DeviceTrainingFactory> ChooseDevice(const std::string& device,
   return runtime::DeviceTrainingFactory();
 }
 
+// Collective. Ranks that mpirun or srun started side by side on one machine, unbound, would each
+// start as many OpenMP threads as it has cores and spin against each other: each takes its share
+// of the cores instead, unless OMP_NUM_THREADS is set (as `hoist launch` sets it), and local
+// rank 0 says so once.
+Status ShareCoresAmongLocalRanks(comm::Communicator& comm, const RankEnv& rank_env) {
+  if (comm.world_size() == 1) return Status::Ok();
+  HOIST_ASSIGN_OR_RETURN(const int sharing, comm::CountRanksSharingCpus(comm));
+  if (sharing == 1 || std::getenv("OMP_NUM_THREADS") != nullptr) return Status::Ok();
+  const CpuLimits cpus = ReadCpuLimits();
+  const int threads = ThreadsPerRank(UsableCores(cpus), sharing);
+  kernels::cpu::SetCpuThreads(threads);
+  if (rank_env.local_rank == 0) {
+    HOIST_LOG(INFO) << sharing << " ranks share " << DescribeCores(cpus)
+                    << " on this node: " << threads << " OpenMP thread" << (threads == 1 ? "" : "s")
+                    << " each (set OMP_NUM_THREADS to choose)";
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void AddTrainCommand(CLI::App& app, int* exit_code) {
@@ -206,6 +228,10 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       *exit_code = ReportError(communicator.status());
       return;
     }
+    if (Status shared = ShareCoresAmongLocalRanks(**communicator, *rank_env); !shared.ok()) {
+      *exit_code = ReportError(shared);
+      return;
+    }
     if (memory_budget > 0) {
       // Every rank plans alike from the same inputs, so a refusal ends every rank the same way.
       config = PlanForTraining(*config, memory_budget, **communicator,
@@ -230,20 +256,24 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     options.comm = communicator->get();
     options.local_rank = rank_env->local_rank;
     Status status = Status::Ok();
+    int stop_signal = 0;
     {
       StatusOr<std::unique_ptr<runtime::Trainer>> trainer =
           runtime::Trainer::Create(*config, options);
       if (trainer.ok()) {
         // From here on SIGINT and SIGTERM stop the job at the next step boundary, every rank
-        // alike; a second one ends the process at once.
+        // alike, after a checkpoint (checkpoint.on_signal); a second one ends the process at once.
         runtime::InstallStopSignalHandlers();
         status = (*trainer)->Run();
+        stop_signal = (*trainer)->stop_signal();
       } else {
         status = trainer.status();
       }
     }
     if (status.ok()) {
-      *exit_code = 0;
+      // Stopped by a signal is not finished: 128 + its number, as a shell reports a process the
+      // signal ended, so that a scheduler requeues the job (143 for SIGTERM, 130 for SIGINT).
+      *exit_code = stop_signal != 0 ? 128 + stop_signal : 0;
       return;
     }
     *exit_code = ReportError(status);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cpu_share.h"
 #include "core/posix_error.h"
 #include "launcher/commands.h"
 #include "launcher/launch_plan.h"
@@ -32,7 +33,8 @@ and # comments; --include/--exclude take HOST[:SLOT[,SLOT...]] joined by @.
 
 The local launcher starts the workers on this node with RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and HOIST_JOB_ID set (and CUDA_VISIBLE_DEVICES when the
-selection skips slots), prefixes each output line with [rank R], forwards SIGINT/SIGTERM/SIGHUP,
+selection skips slots; OMP_NUM_THREADS and OPENBLAS_NUM_THREADS to share the cores among the
+ranks, unless OMP_NUM_THREADS is set), prefixes each output line with [rank R], forwards SIGINT/SIGTERM/SIGHUP,
 and when one worker fails stops the others (SIGTERM, then SIGKILL after --grace-period) and exits
 with that worker's code. mpirun and srun get MASTER_ADDR (when known), MASTER_PORT and
 HOIST_JOB_ID exported; ranks then come from their own variables.
@@ -125,6 +127,10 @@ void AddLaunchCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--grace-period", request.grace_period_s,
                   "Seconds the workers get to stop after SIGTERM before SIGKILL")
       ->capture_default_str();
+  cmd->add_option("--threads-per-rank", request.threads_per_rank,
+                  "OpenMP and OpenBLAS threads for each rank (default: this node's cores shared "
+                  "among its ranks, unless OMP_NUM_THREADS is set)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_flag("--exec,--no_python", request.exec,
                 "The command after -- is any program, not a hoist subcommand");
   cmd->add_option("command", request.command,
@@ -145,6 +151,11 @@ void AddLaunchCommand(CLI::App& app, int* exit_code) {
     }
     const char* path = std::getenv("PATH");
     context.path_env = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+    const CpuLimits cpus = ReadCpuLimits();
+    context.usable_cores = UsableCores(cpus);
+    context.cores_text = DescribeCores(cpus);
+    context.omp_num_threads_set = std::getenv("OMP_NUM_THREADS") != nullptr;
+    context.omp_wait_policy_set = std::getenv("OMP_WAIT_POLICY") != nullptr;
     StatusOr<LaunchPlan> plan = BuildLaunchPlan(args->request, context);
     if (!plan.ok()) {
       *exit_code = ReportError(plan.status());
@@ -159,6 +170,7 @@ void AddLaunchCommand(CLI::App& app, int* exit_code) {
       *exit_code = ReportError(ExecLauncher(*plan));
       return;
     }
+    if (!plan->threads_note.empty()) std::cerr << "hoist launch: " << plan->threads_note << "\n";
     std::cout.flush();
     StatusOr<int> code = RunLocalWorkers(*plan);
     *exit_code = code.ok() ? *code : ReportError(code.status());

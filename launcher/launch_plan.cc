@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/cpu_share.h"
+
 namespace hoist::launcher {
 namespace {
 
@@ -335,6 +337,40 @@ std::vector<std::pair<std::string, std::string>> SharedEnv(const LaunchRequest& 
   return env;
 }
 
+// The threads of each local worker: --threads-per-rank, else (unless OMP_NUM_THREADS is set) an
+// equal share of this process's cores; OMP_WAIT_POLICY=passive where the workers' threads
+// outnumber the cores, so that waiting threads sleep instead of spinning.
+struct ThreadShare {
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string note;
+};
+
+ThreadShare ShareThreads(const LaunchRequest& request, const LaunchContext& context,
+                         const std::vector<HostSlots>& hosts) {
+  ThreadShare share;
+  int workers = 0;
+  for (const HostSlots& host : hosts) workers += static_cast<int>(host.slots.size());
+  if (context.usable_cores <= 0 || workers == 0) return share;
+  int threads = request.threads_per_rank;
+  if (threads == 0) {
+    if (context.omp_num_threads_set || workers == 1) return share;
+    threads = ThreadsPerRank(context.usable_cores, workers);
+  }
+  const std::string count = std::to_string(threads);
+  share.env = {{"OMP_NUM_THREADS", count}, {"OPENBLAS_NUM_THREADS", count}};
+  const bool oversubscribed = int64_t{threads} * workers > context.usable_cores;
+  if (oversubscribed && !context.omp_wait_policy_set) {
+    share.env.emplace_back("OMP_WAIT_POLICY", "passive");
+  }
+  share.note =
+      std::to_string(workers) + (workers == 1 ? " rank" : " ranks") + " on " + context.cores_text +
+      ": " + count + " OpenMP thread" + (threads == 1 ? "" : "s") + " each" +
+      (request.threads_per_rank > 0 ? " (--threads-per-rank)"
+                                    : " (set OMP_NUM_THREADS or --threads-per-rank to choose)") +
+      (oversubscribed ? "; more threads than cores, so they wait passively" : "");
+  return share;
+}
+
 }  // namespace
 
 const char* const kInheritedRankVariables[] = {
@@ -496,6 +532,10 @@ StatusOr<LaunchPlan> BuildLaunchPlan(const LaunchRequest& request, const LaunchC
     return InvalidArgumentError("--master_port " + std::to_string(request.master_port) +
                                 " is not a TCP port; give 1-65535");
   }
+  if (request.threads_per_rank < 0) {
+    return InvalidArgumentError("--threads-per-rank " + std::to_string(request.threads_per_rank) +
+                                " is not a number of threads; give 1 or more");
+  }
   if (!(request.grace_period_s >= 0 && request.grace_period_s <= 3600)) {
     return InvalidArgumentError("--grace-period must be 0-3600 seconds");
   }
@@ -515,6 +555,8 @@ StatusOr<LaunchPlan> BuildLaunchPlan(const LaunchRequest& request, const LaunchC
   switch (request.launcher) {
     case LauncherKind::kLocal: {
       HOIST_RETURN_IF_ERROR(CheckLocalHosts(plan.hosts, context));
+      const ThreadShare threads = ShareThreads(request, context, plan.hosts);
+      plan.threads_note = threads.note;
       if (master_addr.empty()) master_addr = "127.0.0.1";
       int rank = 0;
       for (const HostSlots& host : plan.hosts) {
@@ -538,6 +580,7 @@ StatusOr<LaunchPlan> BuildLaunchPlan(const LaunchRequest& request, const LaunchC
           // slot, only the chosen ones may be visible for that to pick them.
           if (!IsSlotPrefix(host))
             worker.env.emplace_back("CUDA_VISIBLE_DEVICES", Join(visible, ","));
+          for (const auto& pair : threads.env) worker.env.push_back(pair);
           plan.workers.push_back(std::move(worker));
         }
       }

@@ -53,7 +53,7 @@ StatusOr<std::vector<HostSlots>> SelectSlots(const std::vector<HostfileEntry>& h
                                              const std::string& exclude);
 
 constexpr int kDefaultMasterPort = 29500;
-constexpr double kDefaultGracePeriodS = 5.0;
+constexpr double kDefaultGracePeriodS = 30.0;
 
 // The flags of `hoist launch`, as the user gave them.
 struct LaunchRequest {
@@ -70,6 +70,9 @@ struct LaunchRequest {
   // true (--exec): command[0] is any program.
   bool exec = false;
   std::vector<std::string> command;
+  // OpenMP (and OpenBLAS) threads for each local worker; 0: the cores divided among the workers
+  // of this node, unless OMP_NUM_THREADS is set (LaunchContext).
+  int threads_per_rank = 0;
 };
 
 // Facts about this process and machine that a plan depends on, gathered by the caller.
@@ -79,6 +82,12 @@ struct LaunchContext {
   std::vector<std::string> local_host_names;  // hostfile names that mean this node
   std::vector<std::string> subcommands;       // hoist subcommands a worker may run
   std::string path_env;  // PATH, for finding an --exec program for the local launcher
+  // The cores this process may use (core/cpu_share.h: UsableCores) and how to say so
+  // (DescribeCores); 0: unknown, and the workers' threads are left alone.
+  int usable_cores = 0;
+  std::string cores_text;
+  bool omp_num_threads_set = false;  // OMP_NUM_THREADS is in the environment: it wins
+  bool omp_wait_policy_set = false;  // OMP_WAIT_POLICY is in the environment
 };
 
 // One worker of the local launcher.
@@ -100,6 +109,9 @@ struct LaunchPlan {
   std::vector<std::string> worker_argv;    // the program and arguments every worker runs
   std::vector<WorkerSpec> workers;         // local launcher only
   std::vector<std::string> launcher_argv;  // mpirun or srun only: the whole command line
+  // Local launcher: how the cores were shared among the workers, one line to print; "" when
+  // the workers' threads were left alone.
+  std::string threads_note;
 };
 
 // Variables that name a rank for another launcher (core/rank_env.h reads them before RANK).

@@ -386,6 +386,12 @@ class Supervisor {
     exit_code_ = ExitCodeOf(worker.wait_status);
     std::string line = "rank " + std::to_string(worker.rank) + " (pid " +
                        std::to_string(worker.pid) + ") " + DescribeWaitStatus(worker.wait_status);
+    // hoist train stopped by a signal exits 128 + its number, after a checkpoint: the job was
+    // stopped, not broken, and the launcher ends with the same code.
+    if (forwarded_signal_ != 0 && WIFEXITED(worker.wait_status) &&
+        exit_code_ == 128 + forwarded_signal_) {
+      line += " (stopped by the forwarded " + std::string(SignalName(forwarded_signal_)) + ")";
+    }
     const int others = CountRunning();
     if (!stopping_ && others > 0) {
       line +=
@@ -399,6 +405,7 @@ class Supervisor {
     if (!stopping_) {
       Say(std::string("got ") + SignalName(signal_number) + "; forwarding it to the " +
           std::to_string(CountRunning()) + " running workers");
+      forwarded_signal_ = signal_number;
       StartStopping(signal_number);
     } else if (!killed_) {
       Say(std::string("got ") + SignalName(signal_number) + " again; killing the workers now");
@@ -452,6 +459,7 @@ class Supervisor {
   Clock::time_point kill_deadline_;
   bool failed_ = false;
   int exit_code_ = 0;
+  int forwarded_signal_ = 0;  // the stop signal the launcher got and passed on, 0 before one
 };
 
 }  // namespace

@@ -11,7 +11,9 @@
 // - The first worker to exit non-zero or by a signal ends the job: one line names its rank and
 //   how it ended, the other workers get SIGTERM, then SIGKILL after the grace period, and the
 //   launcher's exit code is that worker's (128 + the signal number for a signal, as shells do).
-//   All workers exiting 0 gives 0, also after a forwarded signal.
+//   All workers exiting 0 gives 0, also after a forwarded signal. (`hoist train` stopped by a
+//   signal exits 128 + its number, after a checkpoint: the launcher then reports and exits the
+//   same.)
 // - Each worker asks the kernel for SIGKILL when the launcher dies (PR_SET_PDEATHSIG, checked
 //   against the launcher having died already), so a killed launcher leaves no worker behind.
 //   Processes a worker starts itself are its own to stop in that case; while the launcher lives,

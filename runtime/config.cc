@@ -313,8 +313,9 @@ Status ReadCheckpoint(const Section& top, CheckpointConfig* ckpt,
   // DeepSpeed's own `checkpoint` section shares the name; its keys tune how DeepSpeed saves.
   constexpr std::string_view kDeepSpeedKeys[] = {"tag_validation", "load_universal",
                                                  "use_node_local_storage", "parallel_write"};
-  HOIST_RETURN_IF_ERROR(s.AllowOnly({"dir", "interval_steps", "keep_last", kDeepSpeedKeys[0],
-                                     kDeepSpeedKeys[1], kDeepSpeedKeys[2], kDeepSpeedKeys[3]}));
+  HOIST_RETURN_IF_ERROR(
+      s.AllowOnly({"dir", "interval_steps", "keep_last", "on_signal", kDeepSpeedKeys[0],
+                   kDeepSpeedKeys[1], kDeepSpeedKeys[2], kDeepSpeedKeys[3]}));
   for (std::string_view key : kDeepSpeedKeys) {
     if (s.Find(key) != nullptr) {
       notices->push_back(s.PathOf(key) +
@@ -324,6 +325,7 @@ Status ReadCheckpoint(const Section& top, CheckpointConfig* ckpt,
   HOIST_RETURN_IF_ERROR(s.String("dir", &ckpt->dir));
   HOIST_RETURN_IF_ERROR(s.Int("interval_steps", &ckpt->interval_steps));
   HOIST_RETURN_IF_ERROR(s.Int("keep_last", &ckpt->keep_last));
+  HOIST_RETURN_IF_ERROR(s.Bool("on_signal", &ckpt->on_signal));
   if (ckpt->interval_steps < 0) {
     return s.Invalid("interval_steps", "must be >= 0, found " + Num(ckpt->interval_steps));
   }

@@ -95,13 +95,16 @@ struct TrainConfig {
   int64_t eval_steps = 10;    // > 0
 };
 
-// `checkpoint` {dir, interval_steps, keep_last}.
+// `checkpoint` {dir, interval_steps, keep_last, on_signal}.
 struct CheckpointConfig {
   std::string dir;             // empty: no checkpoints
   int64_t interval_steps = 0;  // 0: none periodically (needs a dir when > 0)
   // In [0, INT_MAX]. After each save, the step directories beyond the newest keep_last are
   // deleted; 0 keeps every checkpoint.
   int64_t keep_last = 0;
+  // On SIGINT or SIGTERM (a scheduler's preemption), save a checkpoint at the step boundary
+  // where the job stops (with a dir; the process then exits 128 + the signal number).
+  bool on_signal = true;
 };
 
 // `monitor` {jsonl {path}}.

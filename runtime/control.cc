@@ -281,6 +281,7 @@ enum Slot {
   kClipSlot,
   kClipRestSlot,
   kSignalSlot,
+  kSigtermSlot,
   kNumSlots
 };
 
@@ -292,7 +293,7 @@ void Split(double value, float* rounded, float* rest) {
 }  // namespace
 
 StatusOr<AgreedCommands> ExchangeCommands(comm::Communicator& comm, const ControlCommands& mine,
-                                          bool signalled) {
+                                          int signal_number) {
   std::array<float, kNumSlots> slots{};
   if (comm.rank() == 0) {
     slots[kPauseSlot] = mine.pause ? 1.0f : 0.0f;
@@ -307,7 +308,8 @@ StatusOr<AgreedCommands> ExchangeCommands(comm::Communicator& comm, const Contro
       Split(*mine.gradient_clipping, &slots[kClipSlot], &slots[kClipRestSlot]);
     }
   }
-  slots[kSignalSlot] = signalled ? 1.0f : 0.0f;
+  slots[kSignalSlot] = signal_number != 0 ? 1.0f : 0.0f;
+  slots[kSigtermSlot] = signal_number == SIGTERM ? 1.0f : 0.0f;
   HOIST_RETURN_IF_ERROR(
       comm.AllReduce(slots.data(), kNumSlots, DType::kFloat32, comm::ReduceOp::kSum));
   AgreedCommands agreed;
@@ -327,6 +329,7 @@ StatusOr<AgreedCommands> ExchangeCommands(comm::Communicator& comm, const Contro
     c.update_ids = mine.update_ids;
   }
   agreed.signalled = slots[kSignalSlot] != 0;
+  if (agreed.signalled) agreed.signal_number = slots[kSigtermSlot] != 0 ? SIGTERM : SIGINT;
   return agreed;
 }
 
@@ -335,11 +338,16 @@ StatusOr<AgreedCommands> ExchangeCommands(comm::Communicator& comm, const Contro
 namespace {
 
 std::atomic<int> g_stop_signals{0};
+std::atomic<int> g_stop_signal_number{0};
 
 void OnStopSignal(int signo) {
+  // Recorded before the count, so that whoever sees the request also sees which signal it was.
+  int none = 0;
+  g_stop_signal_number.compare_exchange_strong(none, signo);
   if (g_stop_signals.fetch_add(1) == 0) {
     static const char kMessage[] =
-        "hoist: stop requested; finishing the current step (send it again to exit at once)\n";
+        "hoist: stop requested; stopping after the current step, with a checkpoint when "
+        "checkpoint.dir is set (send it again to exit at once)\n";
     ssize_t ignored = write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
     (void)ignored;
     return;
@@ -362,6 +370,11 @@ void InstallStopSignalHandlers() {
 
 bool StopSignalled() { return g_stop_signals.load() > 0; }
 
-void ResetStopSignal() { g_stop_signals.store(0); }
+int StopSignalNumber() { return g_stop_signal_number.load(); }
+
+void ResetStopSignal() {
+  g_stop_signals.store(0);
+  g_stop_signal_number.store(0);
+}
 
 }  // namespace hoist::runtime

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "core/memory_tracker.h"
@@ -18,22 +17,6 @@
 #include "zero/memory_estimate.h"
 
 namespace hoist::runtime {
-namespace {
-
-// The first integer of a one-line file ("max" and missing files give -1).
-int64_t ReadCgroupValue(const std::string& path) {
-  std::ifstream in(path);
-  std::string text;
-  if (!(in >> text) || text == "max") return -1;
-  try {
-    return std::stoll(text);
-  } catch (...) {
-    return -1;
-  }
-}
-
-}  // namespace
-
 StatusOr<OffloadFootprint> OffloadFootprintPerRank(const std::vector<zero::UnitSpec>& units,
                                                    const zero::ZeroOptions& options, int world_size,
                                                    int rank) {
@@ -46,35 +29,6 @@ StatusOr<OffloadFootprint> OffloadFootprintPerRank(const std::vector<zero::UnitS
   footprint.optimizer_file_bytes = engine.Resident(Place::kNvme, Category::kOptimizer);
   footprint.param_file_bytes = engine.Resident(Place::kNvme, Category::kParam);
   return footprint;
-}
-
-HostMemory ReadHostMemory(const std::string& cgroup_root) {
-  HostMemory host;
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t value = 0;
-  std::string unit;
-  while (meminfo >> key >> value) {
-    std::getline(meminfo, unit);
-    if (key == "MemAvailable:") {
-      host.mem_available = value * 1024;  // kB
-      break;
-    }
-  }
-  // cgroup v2: a single line "0::/some/path".
-  std::ifstream cgroup("/proc/self/cgroup");
-  std::string line;
-  while (std::getline(cgroup, line)) {
-    if (line.rfind("0::", 0) != 0) continue;
-    const std::string dir = cgroup_root + line.substr(3);
-    const int64_t max = ReadCgroupValue(dir + "/memory.max");
-    const int64_t current = ReadCgroupValue(dir + "/memory.current");
-    if (max >= 0 && current >= 0) {
-      host.cgroup_free = std::max<int64_t>(0, max - current);
-      host.cgroup_path = dir;
-    }
-  }
-  return host;
 }
 
 Status CheckHostMemory(const OffloadFootprint& per_rank, int local_ranks, int64_t max_host_bytes,
@@ -107,7 +61,7 @@ Status CheckHostMemory(const OffloadFootprint& per_rank, int local_ranks, int64_
   if (host.cgroup_free >= 0 && node_bytes > host.cgroup_free) {
     return ResourceExhaustedError(need.str() + " but the cgroup " + host.cgroup_path +
                                   " allows only " + FormatBytesExactly(host.cgroup_free) +
-                                  " more (memory.max - memory.current)" + lower +
+                                  " more (its memory limit less its usage)" + lower +
                                   ", or raise the job's memory limit");
   }
   return Status::Ok();

@@ -5,12 +5,12 @@
 //
 // Host memory: every rank on the node needs the same offload footprint (the shards are equal),
 // so the node needs local_ranks x footprint, compared with MemAvailable, with the cgroup's
-// remaining allowance (memory.max - memory.current, cgroup v2, where a limit is set) and with
+// remaining allowance (runtime/host_memory.h: cgroup v2 or v1, where a limit is set) and with
 // offload.max_host_bytes when set. Disk: nvme_path must be an existing, writable directory on a
 // file system that takes O_DIRECT, with room for every local rank's scratch file.
 //
-// Pure functions over their inputs except ReadHostMemory and CheckNvmePath, which look at the
-// system; all thread-safe.
+// Pure functions over their inputs except CheckNvmePath, which looks at the system; all
+// thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,7 @@
 
 #include "core/status.h"
 #include "runtime/config.h"
+#include "runtime/host_memory.h"
 #include "zero/partition.h"
 #include "zero/zero_engine.h"
 
@@ -40,17 +41,6 @@ struct OffloadFootprint {
 StatusOr<OffloadFootprint> OffloadFootprintPerRank(const std::vector<zero::UnitSpec>& units,
                                                    const zero::ZeroOptions& options, int world_size,
                                                    int rank);
-
-// What the host can give. -1: unknown or unlimited.
-struct HostMemory {
-  int64_t mem_available = -1;  // /proc/meminfo MemAvailable
-  int64_t cgroup_free = -1;    // memory.max - memory.current of this process's cgroup (v2)
-  std::string cgroup_path;     // for messages
-};
-
-// Reads /proc/meminfo and the cgroup v2 files under `cgroup_root` for this process's cgroup
-// (/proc/self/cgroup). Missing files leave fields at -1; never an error.
-HostMemory ReadHostMemory(const std::string& cgroup_root = "/sys/fs/cgroup");
 
 // ResourceExhausted when local_ranks x the footprint's host and pinned bytes exceed what `host`
 // offers or `max_host_bytes` (> 0) allows; the message gives the bytes needed (per rank and for

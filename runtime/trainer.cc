@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -169,6 +170,10 @@ Status Trainer::CreateModel() {
   const ParamLayout layout = ParamLayout::For(config_.model);
   zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
   HOIST_RETURN_IF_ERROR(PrepareOffload(layout.Units(), &zero_options));
+  // The whole job against the node's memory, before any of it is allocated: refused with the
+  // numbers rather than killed by the OOM killer.
+  HOIST_RETURN_IF_ERROR(PreflightJobHostMemory(
+      config_, *comm_, options_.host_memory ? &*options_.host_memory : nullptr));
   {
     // Opening the scratch files and allocating the host buffers can fail on one rank alone (a
     // disk filled since the check): every rank stops with that rank's reason.
@@ -698,6 +703,22 @@ Status Trainer::CheckpointForControl(const std::vector<uint64_t>& ids, bool alre
   return saved;
 }
 
+StatusOr<std::string> Trainer::StopOnSignal(int signal_number, bool checkpointed) {
+  // A scheduler preempting the job sends SIGTERM and kills it a grace period later: what was
+  // trained since the last checkpoint is kept now, and the exit code says the job did not finish.
+  stop_signal_ = signal_number;
+  const char* name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
+  std::string reason = std::string("stopped by ") + name + " (exit code " +
+                       std::to_string(128 + signal_number) + ")";
+  if (config_.checkpoint.dir.empty() || !config_.checkpoint.on_signal) return reason;
+  if (!checkpointed) {
+    HOIST_RETURN_IF_ERROR(SaveCheckpoint().WithContext(std::string("checkpointing on ") + name +
+                                                       " (checkpoint.on_signal)"));
+  }
+  if (control_ != nullptr) control_->SetLastCheckpoint(CheckpointPath());
+  return reason + "; checkpoint " + CheckpointPath();
+}
+
 StatusOr<bool> Trainer::HandleControl(bool checkpointed) {
   if (checkpointed && control_ != nullptr) {
     control_->SetLastCheckpoint(CheckpointPath());
@@ -710,7 +731,8 @@ StatusOr<bool> Trainer::HandleControl(bool checkpointed) {
   for (;;) {
     ControlCommands mine;
     if (control_ != nullptr) mine = control_->TakeCommands();
-    HOIST_ASSIGN_OR_RETURN(AgreedCommands agreed, ExchangeCommands(*comm_, mine, StopSignalled()));
+    HOIST_ASSIGN_OR_RETURN(AgreedCommands agreed,
+                           ExchangeCommands(*comm_, mine, StopSignalNumber()));
     const ControlCommands& c = agreed.commands;
     if (c.lr || c.gradient_clipping) {
       if (c.lr) lr_override_ = *c.lr;
@@ -733,7 +755,11 @@ StatusOr<bool> Trainer::HandleControl(bool checkpointed) {
       if (!saved.ok() && c.stop_checkpoint) continue;
     }
     if (c.stop || agreed.signalled) {
-      stop_reason_ = c.stop ? "stopped by the control service" : "stopped by a signal";
+      if (c.stop) {
+        stop_reason_ = "stopped by the control service";
+      } else {
+        HOIST_ASSIGN_OR_RETURN(stop_reason_, StopOnSignal(agreed.signal_number, checkpointed));
+      }
       if (comm_->rank() == 0)
         HOIST_LOG(INFO) << "control: " << stop_reason_ << " after step " << step_;
       if (control_ != nullptr) control_->SetState(JobState::kStopping);

@@ -65,8 +65,8 @@ struct TrainerOptions {
   // For tests: opens the storage of offloaded states (to wrap it in a fault injector); empty:
   // the io_uring or POSIX storage that `aio` describes.
   offload::StorageFactory offload_storage;
-  // For tests: what the host offers offloading (instead of /proc/meminfo and the cgroup), and
-  // how nvme_path probes behave.
+  // For tests: what the host offers the job and offloading (instead of /proc/meminfo and the
+  // cgroup), and how nvme_path probes behave.
   std::optional<HostMemory> host_memory;
   NvmeCheckOptions nvme_check;
   // Where checkpoints are written and read (tests inject faults); nullptr: the real one. Must
@@ -127,6 +127,9 @@ class Trainer {
   JobController* controller() const { return control_; }
   // Whether Run ended early on a stop request.
   bool stopped() const { return stopped_; }
+  // The signal that stopped the job (SIGTERM or SIGINT, agreed by every rank), 0 when it was not
+  // stopped by one. `hoist train` then exits 128 + that number.
+  int stop_signal() const { return stop_signal_; }
   // The learning rate and clipping in force for the next step (after control overrides).
   std::optional<double> lr_override() const { return lr_override_; }
   float gradient_clipping() const { return clip_; }
@@ -160,6 +163,9 @@ class Trainer {
   StatusOr<bool> HandleControl(bool checkpointed);
   // The step directory of the current step's checkpoint.
   std::string CheckpointPath() const;
+  // The job stops on this agreed signal: a checkpoint first where checkpoint.on_signal asks for
+  // one and this boundary has none yet. Returns the reason for the log and the end record.
+  StatusOr<std::string> StopOnSignal(int signal_number, bool checkpointed);
   // SaveCheckpoint that reports the outcome to the waiting control requests.
   Status CheckpointForControl(const std::vector<uint64_t>& ids, bool already_written);
 
@@ -198,6 +204,7 @@ class Trainer {
   std::optional<double> lr_override_;
   float clip_ = 0;
   bool stopped_ = false;
+  int stop_signal_ = 0;
   std::string stop_reason_;
   std::vector<float> gathered_memory_;  // the AllGather buffer of PublishStatus
 };

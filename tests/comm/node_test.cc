@@ -1,7 +1,10 @@
 #include "comm/node.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sched.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,6 +57,41 @@ TEST(RefuseSharedResource, NamesAreComparedOnTheirFirst255Bytes) {
 }
 
 TEST(RefuseSharedResource, OneRankHasNothingToShare) { ExpectAllOk(Refuse({"0000:3b:00.0 on a"})); }
+
+// The ranks here are threads of one process on one machine; a thread's affinity is its own.
+std::vector<int> SharingCpus(int ranks, const std::function<void(int rank)>& before) {
+  auto group = MakeGroup(ranks, kTimeoutS);
+  std::vector<int> sharing(static_cast<size_t>(ranks), -1);
+  ExpectAllOk(RunRanks(*group, [&](int rank, Communicator& comm) -> Status {
+    before(rank);
+    HOIST_ASSIGN_OR_RETURN(sharing[static_cast<size_t>(rank)], CountRanksSharingCpus(comm));
+    return Status::Ok();
+  }));
+  return sharing;
+}
+
+TEST(CountRanksSharingCpus, UnboundRanksOfAMachineShareItsCores) {
+  EXPECT_EQ(SharingCpus(3, [](int) {}), (std::vector<int>{3, 3, 3}));
+}
+
+TEST(CountRanksSharingCpus, RanksBoundToCoresOfTheirOwnShareWithNoOne) {
+  cpu_set_t allowed;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+  std::vector<int> cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE && cpus.size() < 2; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed)) cpus.push_back(cpu);
+  }
+  if (cpus.size() < 2) GTEST_SKIP() << "this process may run on one CPU only";
+  // As mpirun --bind-to core does: rank r on cpus[r].
+  EXPECT_EQ(SharingCpus(2,
+                        [&](int rank) {
+                          cpu_set_t mine;
+                          CPU_ZERO(&mine);
+                          CPU_SET(cpus[static_cast<size_t>(rank)], &mine);
+                          ASSERT_EQ(pthread_setaffinity_np(pthread_self(), sizeof(mine), &mine), 0);
+                        }),
+            (std::vector<int>{1, 1}));
+}
 
 }  // namespace
 }  // namespace hoist::comm

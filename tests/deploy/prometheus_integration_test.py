@@ -268,9 +268,10 @@ def run(args, prometheus, deploy, workdir, children, deadline):
     print(f"{len(memory)} memory series, {len(rules)} rules ok, tokens/s "
           f"{float(throughput[0]['value'][1]):.0f}, {len(exprs)} dashboard queries answered")
 
-    # Clean stops: the job ends at a step boundary and exits 0, Prometheus exits 0.
+    # Clean stops: the job ends at a step boundary and exits 143 (stopped by SIGTERM, not
+    # finished), Prometheus exits 0.
     code = children.stop(job, grace_s=20)
-    if code != 0:
+    if code != 143:
         util.fail(f"hoist launch exited with {code} after SIGTERM:\n{util.log_tail(job)}")
     server_code = children.stop(server, grace_s=20)
     if server_code != 0:

@@ -49,6 +49,21 @@ TEST(Cli, MissingConfigFileIsNamed) {
   EXPECT_NE(r.output.find("nowhere.json"), std::string::npos) << r.output;
 }
 
+// 4000 layers of 16384 channels: about 190 TiB for one CPU rank, more than any host has. The job
+// is refused with the numbers before it allocates, not killed by the OOM killer.
+TEST(Cli, AModelTooLargeForTheHostIsRefusedWithTheNumbers) {
+  fs::path dir = TempDir("too_large");
+  Result r = RunHoist(
+      "train --device cpu --set model.n_layer=4000 --set model.n_embd=16384 "
+      "--set model.n_head=64",
+      dir);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("hoist: error: the job needs 191.54 TiB"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 rank x"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hoist plan --memory"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir / "checkpoints")) << "it went on after refusing";
+}
+
 TEST(Cli, TokenizeOfAMissingFileIsNamed) {
   fs::path dir = TempDir("tokenize_missing");
   Result r = RunHoist("data tokenize absent.txt -o out.bin", dir);

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/launcher/background_hoist.h"
 #include "tests/launcher/ctl_test_util.h"
 #include "tests/launcher/launch_test_util.h"
 
@@ -35,84 +36,7 @@ using testing::RunCtl;
 
 #if HOIST_HAVE_GRPC
 
-std::string ReadAll(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// `hoist ARGS` in the background, its stdout and stderr in files of `dir`. Killed (SIGKILL; the
-// ranks of `hoist launch` die with it) if it is still running when the test ends.
-class Background {
- public:
-  Background(const fs::path& dir, const std::vector<std::string>& args)
-      : out_(dir / "stdout.txt"), err_(dir / "stderr.txt") {
-    std::vector<std::string> argv = {std::string(HOIST_BINARY_DIR) + "/hoist"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const std::set<std::string> replaced = {"OMP_NUM_THREADS", "HOIST_CONTROL_TOKEN",
-                                            "HOIST_LOG_LEVEL"};
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry(*e);
-      if (replaced.count(entry.substr(0, entry.find('='))) == 0) env.push_back(entry);
-    }
-    env.push_back("OMP_NUM_THREADS=1");
-    std::vector<char*> argv_c, env_c;
-    for (std::string& s : argv) argv_c.push_back(s.data());
-    for (std::string& s : env) env_c.push_back(s.data());
-    argv_c.push_back(nullptr);
-    env_c.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    EXPECT_EQ(posix_spawn(&pid_, argv_c[0], &actions, nullptr, argv_c.data(), env_c.data()), 0);
-    posix_spawn_file_actions_destroy(&actions);
-  }
-  ~Background() {
-    if (exit_code_ == kRunning && pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  std::string out() const { return ReadAll(out_); }
-  std::string err() const { return ReadAll(err_); }
-
-  // The exit code, or -1 while it still runs after `timeout_s`.
-  int Wait(double timeout_s) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-    while (exit_code_ == kRunning) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        break;
-      }
-      if (Clock::now() > deadline) return -1;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return exit_code_;
-  }
-
-  // The address of the line "control: serving ADDR" rank 0 logs; "" if none within the time
-  // or if the job ended first.
-  std::string ControlAddress(double timeout_s = 60) {
-    const std::regex serving("control: serving (\\S+)");
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-    while (Clock::now() < deadline && Wait(0) == -1) {
-      std::smatch match;
-      const std::string text = err();
-      if (std::regex_search(text, match, serving)) return match[1];
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return "";
-  }
-
- private:
-  static constexpr int kRunning = -1000;
-  fs::path out_, err_;
-  pid_t pid_ = -1;
-  int exit_code_ = kRunning;
-};
+using testing::Background;
 
 // A small job that would run far longer than any test: the tests end it with a stop.
 std::vector<std::string> JobArgs(const fs::path& dir) {

@@ -180,6 +180,79 @@ TEST(LaunchPlan, LocalWorkersGetRanksAndTheJobsVariables) {
   EXPECT_TRUE(plan->launcher_argv.empty());
 }
 
+// The cores of the launcher's node, divided among its workers (issue: two ranks of two OpenMP
+// threads each on two cores spun 60-150 times slower than two of one).
+LaunchContext OnCores(int cores) {
+  LaunchContext context = TestContext();
+  context.usable_cores = cores;
+  context.cores_text = std::to_string(cores) + " cores";
+  return context;
+}
+
+TEST(LaunchPlan, WorkersShareTheCoresOfTheNode) {
+  auto plan = BuildLaunchPlan(TrainRequest(2), OnCores(2));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  for (const WorkerSpec& worker : plan->workers) {
+    auto env = EnvOf(worker);
+    EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+    EXPECT_EQ(env["OPENBLAS_NUM_THREADS"], "1");
+    EXPECT_EQ(env.count("OMP_WAIT_POLICY"), 0u);
+  }
+  EXPECT_EQ(plan->threads_note,
+            "2 ranks on 2 cores: 1 OpenMP thread each (set OMP_NUM_THREADS or "
+            "--threads-per-rank to choose)");
+  plan = BuildLaunchPlan(TrainRequest(4), OnCores(16));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(EnvOf(plan->workers[3])["OMP_NUM_THREADS"], "4");
+}
+
+TEST(LaunchPlan, MoreWorkersThanCoresWaitPassively) {
+  auto plan = BuildLaunchPlan(TrainRequest(3), OnCores(2));
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  auto env = EnvOf(plan->workers[2]);
+  EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+  EXPECT_EQ(env["OMP_WAIT_POLICY"], "passive");
+  EXPECT_NE(plan->threads_note.find("wait passively"), std::string::npos) << plan->threads_note;
+  // The user's own wait policy stays.
+  LaunchContext context = OnCores(2);
+  context.omp_wait_policy_set = true;
+  plan = BuildLaunchPlan(TrainRequest(3), context);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(EnvOf(plan->workers[0]).count("OMP_WAIT_POLICY"), 0u);
+}
+
+TEST(LaunchPlan, AnExplicitThreadCountWins) {
+  // OMP_NUM_THREADS in the launcher's environment reaches the workers untouched.
+  LaunchContext context = OnCores(8);
+  context.omp_num_threads_set = true;
+  auto plan = BuildLaunchPlan(TrainRequest(2), context);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(EnvOf(plan->workers[0]).count("OMP_NUM_THREADS"), 0u);
+  EXPECT_EQ(plan->threads_note, "");
+  // --threads-per-rank wins over both.
+  LaunchRequest request = TrainRequest(2);
+  request.threads_per_rank = 3;
+  plan = BuildLaunchPlan(request, context);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(EnvOf(plan->workers[1])["OMP_NUM_THREADS"], "3");
+  EXPECT_EQ(EnvOf(plan->workers[1]).count("OMP_WAIT_POLICY"), 0u);  // 6 threads on 8 cores
+  request.threads_per_rank = 5;
+  plan = BuildLaunchPlan(request, context);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(EnvOf(plan->workers[1])["OMP_WAIT_POLICY"], "passive");  // 10 on 8
+  request.threads_per_rank = -1;
+  EXPECT_FALSE(BuildLaunchPlan(request, context).ok());
+}
+
+TEST(LaunchPlan, OneWorkerOrUnknownCoresLeaveThreadsAlone) {
+  auto plan = BuildLaunchPlan(TrainRequest(1), OnCores(8));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(EnvOf(plan->workers[0]).count("OMP_NUM_THREADS"), 0u);
+  plan = BuildLaunchPlan(TrainRequest(2), TestContext());
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(EnvOf(plan->workers[0]).count("OMP_NUM_THREADS"), 0u);
+}
+
 TEST(LaunchPlan, IncludeThatSkipsSlotsMakesOnlyThoseVisible) {
   fs::path dir = TempDir("plan_include");
   LaunchRequest request = TrainRequest(0);

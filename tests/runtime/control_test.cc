@@ -371,6 +371,37 @@ TEST(TrainerControl, HyperparamUpdatesReachEveryRankAndSurviveAResume) {
   fs::remove_all(dir);
 }
 
+// A scheduler's signal may reach one rank only: every rank learns of it at the same boundary,
+// and all stop with the same signal (SIGTERM over SIGINT), so that all exit with the same code.
+TEST(ControlSync, EveryRankAgreesOnTheStopSignalOfAnyRank) {
+  struct Case {
+    std::vector<int> caught;  // by rank
+    int agreed;
+  };
+  const Case cases[] = {{{0, 0, 0}, 0},
+                        {{0, SIGINT, 0}, SIGINT},
+                        {{0, 0, SIGTERM}, SIGTERM},
+                        {{SIGINT, 0, SIGTERM}, SIGTERM}};
+  for (const Case& c : cases) {
+    auto group = comm::ThreadGroup::Create(3, 20.0);
+    ASSERT_TRUE(group.ok());
+    std::vector<AgreedCommands> agreed(3);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 3; ++r) {
+      ranks.emplace_back([&, r] {
+        auto result = ExchangeCommands((*group)->comm(r), ControlCommands{}, c.caught[r]);
+        ASSERT_TRUE(result.ok()) << result.status().ToString();
+        agreed[r] = *result;
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_EQ(agreed[r].signal_number, c.agreed) << "rank " << r;
+      EXPECT_EQ(agreed[r].signalled, c.agreed != 0) << "rank " << r;
+    }
+  }
+}
+
 TEST(TrainerControl, AStopSignalEndsTheJobGracefully) {
   const Config config = Job(2, 100000);
   JobController controller(100000, 2, false);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/memory_estimate.h"
 #include "tests/runtime/config_test_util.h"
 #include "tests/runtime/trainer_test_util.h"
 
@@ -101,9 +102,14 @@ TEST(TrainerCheckpointing, CpuCheckpointingCountsInTheHostMemoryCheck) {
     EXPECT_EQ(run.status.code(), StatusCode::kResourceExhausted) << run.status.ToString();
     EXPECT_THAT(run.status.message(), ::testing::HasSubstr("cpu_checkpointing"));
   }
-  // On the device instead, the same host passes the check.
-  const std::vector<RankRun> ok =
-      TrainOnRanks(Job(2, {"activation_checkpointing.policy=full"}), 2, options);
+  // On the device instead, a host that holds just the two ranks' estimated bytes passes.
+  const Config on_device = Job(2, {"activation_checkpointing.policy=full"});
+  const StatusOr<MemoryEstimate> estimate = EstimateMemory(on_device, 2);
+  ASSERT_TRUE(estimate.ok()) << estimate.status().ToString();
+  EXPECT_EQ(estimate->PeakTotal(Place::kHostPinned), 0);
+  options.host_memory->mem_available =
+      2 * (estimate->PeakTotal(Place::kDevice) + estimate->PeakTotal(Place::kHost));
+  const std::vector<RankRun> ok = TrainOnRanks(on_device, 2, options);
   for (const RankRun& run : ok) EXPECT_TRUE(run.status.ok()) << run.status.ToString();
 }
 
