@@ -658,7 +658,7 @@ namespace {
 StatusOr<Config> Parse(std::string_view text, const std::vector<std::string>& overrides,
                        int world_size, std::string_view source_name, bool log_notices) {
   HOIST_CHECK_GT(world_size, 0);
-  HOIST_ASSIGN_OR_RETURN(json root, config_internal::ParseStrictJson(text, source_name));
+  HOIST_ASSIGN_OR_RETURN(json root, config_internal::ParseConfigJson(text, source_name));
   ErrorSource errors{std::string(source_name)};
   for (const std::string& override_text : overrides) {
     HOIST_RETURN_IF_ERROR(config_internal::ApplyOverride(override_text, &root, &errors));

@@ -22,42 +22,6 @@ using testing_util::kMinimal;
 using testing_util::Parse;
 using testing_util::ParseOk;
 
-// ---- strict JSON ----
-
-TEST(ConfigJson, TrailingCommaNamesLineColumnAndStrictJson) {
-  Status s = ErrorOf("{\n  \"train_micro_batch_size_per_gpu\": 4,\n}");
-  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), AllOf(HasSubstr("job.json"), HasSubstr("line 3, column 1"),
-                                 HasSubstr("strict JSON")));
-}
-
-TEST(ConfigJson, CommentNamesItsLine) {
-  Status s = ErrorOf("{\n  \"train_micro_batch_size_per_gpu\": 4,\n  // hjson comment\n}");
-  EXPECT_THAT(s.message(), AllOf(HasSubstr("line 3, column 3"), HasSubstr("no comments")));
-}
-
-TEST(ConfigJson, DuplicateKeyIsRefusedWithItsPath) {
-  Status s = ErrorOf(R"({"train_micro_batch_size_per_gpu": 4, "train": {"steps": 1},
-                         "optimizer": {"params": {"lr": 1e-3, "lr": 2e-3}}})");
-  EXPECT_THAT(s.message(), AllOf(HasSubstr("optimizer.params.lr"), HasSubstr("more than once")));
-}
-
-TEST(ConfigJson, DuplicateKeyInsideArrayElementNamesIndex) {
-  auto result = config_internal::ParseStrictJson(R"({"a": [1, {"b": 1, "b": 2}]})", "x.json");
-  ASSERT_FALSE(result.ok());
-  EXPECT_THAT(result.status().message(), HasSubstr("a[1].b"));
-}
-
-TEST(ConfigJson, NumberBeyondDoubleIsRefused) {
-  Status s = ErrorOf(R"({"train_micro_batch_size_per_gpu": 1e400})");
-  EXPECT_THAT(s.message(), AllOf(HasSubstr("job.json: not valid JSON"), HasSubstr("1e400")));
-}
-
-TEST(ConfigJson, TopLevelMustBeAnObject) {
-  Status s = ErrorOf("[1, 2]");
-  EXPECT_THAT(s.message(), HasSubstr("must be a JSON object"));
-}
-
 // ---- unknown keys ----
 
 TEST(ConfigKeys, UnknownTopLevelKeySuggestsClosest) {
