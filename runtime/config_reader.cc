@@ -376,10 +376,23 @@ Section::Section(const json* object, std::string path, const ErrorSource* errors
 Status Section::AllowOnly(const std::vector<std::string_view>& allowed) const {
   for (const auto& [key, value] : object_->items()) {
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-    std::string message = "unknown key";
+    // Quoted, so that a stray space or a look-alike is visible next to the suggestion.
+    std::string message = "unknown key \"" + key + "\"";
     std::string_view suggestion = ClosestMatch(key, allowed);
     if (!suggestion.empty()) {
-      message.append("; did you mean ").append(PathOf(suggestion)).append("?");
+      message.append("; did you mean \"").append(PathOf(suggestion)).append("\"?");
+      auto without_spaces = [](std::string_view text) {
+        std::string kept;
+        for (char c : text) {
+          if (!std::isspace(static_cast<unsigned char>(c))) kept += c;
+        }
+        return kept;
+      };
+      if (without_spaces(key) == suggestion) {
+        message += " (the two differ only in whitespace)";
+      } else if (EditDistance(key, suggestion) == 0) {
+        message += " (keys are case-sensitive)";
+      }
     } else {
       message += "; the keys valid here are:";
       for (std::string_view valid : allowed) message.append(" ").append(valid);

@@ -29,20 +29,35 @@ TEST(ConfigKeys, UnknownTopLevelKeySuggestsClosest) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(),
               AllOf(HasSubstr("job.json: train_micro_batch_size_per_gpus: unknown key"),
-                    HasSubstr("did you mean train_micro_batch_size_per_gpu?")));
+                    HasSubstr("did you mean \"train_micro_batch_size_per_gpu\"?")));
 }
 
 TEST(ConfigKeys, UnknownNestedKeyNamesFullPathAndSuggestion) {
   Status s = ErrorOf(R"({"train_micro_batch_size_per_gpu": 4, "train": {"steps": 1},
                          "optimizer": {"type": "AdamW", "params": {"lrr": 1e-3}}})");
   EXPECT_THAT(s.message(), AllOf(HasSubstr("optimizer.params.lrr: unknown key"),
-                                 HasSubstr("did you mean optimizer.params.lr?")));
+                                 HasSubstr("did you mean \"optimizer.params.lr\"?")));
+}
+
+// A key with a stray space used to get "did you mean gradient_accumulation_steps?", which
+// looks like the key itself: both are quoted, and the difference is named.
+TEST(ConfigKeys, AKeyThatDiffersOnlyInWhitespaceSaysSo) {
+  Status s = ErrorOf(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps ": 2,
+                         "data": {"train": "t.bin"}, "train": {"steps": 1}})");
+  EXPECT_THAT(s.message(),
+              HasSubstr("unknown key \"gradient_accumulation_steps \"; did you mean "
+                        "\"gradient_accumulation_steps\"? (the two differ only in whitespace)"));
+  Status tab = ErrorOf(kMinimal, {"train.\tsteps=1"});
+  EXPECT_THAT(tab.message(), HasSubstr("(the two differ only in whitespace)"));
+  Status upper = ErrorOf(kMinimal, {"train.Steps=1"});
+  EXPECT_THAT(upper.message(), HasSubstr("unknown key \"Steps\"; did you mean \"train.steps\"? "
+                                         "(keys are case-sensitive)"));
 }
 
 TEST(ConfigKeys, TransposedLettersStillGetASuggestion) {
   Status s = ErrorOf(R"({"train_micro_batch_size_per_gpu": 4, "data": {"train": "t.bin"},
                          "train": {"stpes": 1}})");
-  EXPECT_THAT(s.message(), HasSubstr("did you mean train.steps?"));
+  EXPECT_THAT(s.message(), HasSubstr("did you mean \"train.steps\"?"));
 }
 
 TEST(ConfigKeys, UnknownKeyFarFromAnyListsTheValidKeys) {
@@ -183,7 +198,7 @@ TEST(ConfigDeepSpeed, NonMathKeysAreAcceptedWithOneNoticeEach) {
 
 TEST(ConfigDeepSpeed, MisspeltDeepSpeedKeyGetsSuggestion) {
   Status s = ErrorOf(kMinimal, {"zero_optimisation.stage=0"});
-  EXPECT_THAT(s.message(), HasSubstr("did you mean zero_optimization?"));
+  EXPECT_THAT(s.message(), HasSubstr("did you mean \"zero_optimization\"?"));
 }
 
 // ---- overrides ----
@@ -224,13 +239,13 @@ TEST(ConfigOverride, EmptyValueIsAnEmptyString) {
 TEST(ConfigOverride, MisspeltKeyIsAttributedToTheOverrideWithSuggestion) {
   Status s = ErrorOf(kMinimal, {"optimizer.params.lrr=3e-4"});
   EXPECT_THAT(s.message(), AllOf(HasSubstr("--set optimizer.params.lrr=3e-4"),
-                                 HasSubstr("did you mean optimizer.params.lr?")));
+                                 HasSubstr("did you mean \"optimizer.params.lr\"?")));
 }
 
 TEST(ConfigOverride, MisspeltSectionIsAttributedToTheOverride) {
   Status s = ErrorOf(kMinimal, {"optimiser.params.lr=3e-4"});
   EXPECT_THAT(s.message(), AllOf(HasSubstr("--set optimiser.params.lr=3e-4: optimiser"),
-                                 HasSubstr("did you mean optimizer?")));
+                                 HasSubstr("did you mean \"optimizer\"?")));
 }
 
 TEST(ConfigOverride, BadValueIsValidatedLikeTheFile) {
@@ -511,7 +526,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"CheckpointIntervalWithoutDir", "checkpoint.interval_steps=100",
                  "checkpoint.interval_steps: is 100 but checkpoint.dir is empty"},
         BadValue{"UnknownMonitorKey", "monitor.jsonl.paht=x",
-                 "monitor.jsonl.paht: unknown key; did you mean monitor.jsonl.path?"}),
+                 "monitor.jsonl.paht: unknown key \"paht\"; did you mean \"monitor.jsonl.path\"?"}),
     [](const ::testing::TestParamInfo<BadValue>& info) { return info.param.name; });
 
 // ---- loading ----
