@@ -460,6 +460,13 @@ Status Section::ReadFloat(const json& value, const std::string& path, float* out
   if (!std::isfinite(d) || std::fabs(d) > FLT_MAX) {
     return errors_->Invalid(path, Excerpt(value) + " does not fit in a float");
   }
+  // Below fp32's normal range a value is 0 or keeps only a few bits: 1e-300 would be read as 0.
+  if (d != 0 && std::fabs(d) < FLT_MIN) {
+    return errors_->Invalid(path, Excerpt(value) +
+                                      " is below the smallest normal float (1.17549e-38), the "
+                                      "precision hoist keeps it in, where it would be 0 or lose "
+                                      "its precision");
+  }
   *out = static_cast<float>(d);
   return Status::Ok();
 }

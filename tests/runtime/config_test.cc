@@ -86,6 +86,18 @@ TEST(ConfigTypes, WrongTypeNamesPathExpectedAndFound) {
   EXPECT_THAT(s.message(), HasSubstr("model.n_layer: expected an integer, found a string (\"4\")"));
 }
 
+// A float key is kept as fp32: beyond its range is refused, and so is a non-zero value below its
+// normal range, which used to be read as 0 ("lr must be > 0, found 0" for 1e-300).
+TEST(ConfigTypes, FloatKeysMustBeNormalFp32Numbers) {
+  EXPECT_THAT(ErrorOf(kMinimal, {"optimizer.params.lr=1e-300"}).message(),
+              HasSubstr("optimizer.params.lr: 1e-300 is below the smallest normal float"));
+  EXPECT_THAT(ErrorOf(kMinimal, {"gradient_clipping=1e-40"}).message(),
+              HasSubstr("gradient_clipping: 1e-40 is below the smallest normal float"));
+  EXPECT_THAT(ErrorOf(kMinimal, {"gradient_clipping=1e39"}).message(),
+              HasSubstr("gradient_clipping: 1e+39 does not fit in a float"));
+  EXPECT_FLOAT_EQ(ParseOk(kMinimal, {"gradient_clipping=0"}).gradient_clipping, 0.0f);
+}
+
 TEST(ConfigTypes, SectionThatIsNotAnObjectIsAWrongType) {
   Status s = ErrorOf(R"({"train_micro_batch_size_per_gpu": 4, "train": {"steps": 1},
                          "optimizer": 5})");
