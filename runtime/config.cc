@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "core/posix_error.h"
 #include "runtime/config_deepspeed.h"
+#include "runtime/config_deepspeed_keys.h"
 #include "runtime/config_reader.h"
 
 extern const unsigned char kDemoConfig[];
@@ -120,9 +121,9 @@ Status ReadOptimizer(const Section& top, OptimizerConfig* opt, std::vector<std::
     const std::string lower = Lower(type);
     for (std::string_view known : kDeepSpeedOptimizers) {
       if (known == lower) {
-        return s.errors().Unimplemented(s.PathOf("type"),
-                                        "this build does not support the \"" + type +
-                                            "\" optimizer yet; use \"AdamW\" or \"Adam\"");
+        return s.errors().Unimplemented(
+            s.PathOf("type"), config_internal::MissingFeature("the \"" + type + "\" optimizer") +
+                                  "; use \"AdamW\" or \"Adam\" (which is AdamW)");
       }
     }
     std::string message = "unknown optimizer \"" + type + "\"";
@@ -132,8 +133,13 @@ Status ReadOptimizer(const Section& top, OptimizerConfig* opt, std::vector<std::
   }
 
   HOIST_ASSIGN_OR_RETURN(Section p, s.Child("params"));
-  HOIST_RETURN_IF_ERROR(p.AllowOnly({"lr", "betas", "eps", "weight_decay", "adam_w_mode",
-                                     "bias_correction", "amsgrad", "torch_adam", "max_grad_norm"}));
+  std::vector<std::string_view> allowed = {"lr",           "betas",       "eps",
+                                           "weight_decay", "adam_w_mode", "bias_correction",
+                                           "amsgrad",      "torch_adam",  "max_grad_norm"};
+  const auto& one_bit = config_internal::OneBitOptimizerParams();
+  allowed.insert(allowed.end(), one_bit.begin(), one_bit.end());
+  HOIST_RETURN_IF_ERROR(p.AllowOnly(allowed));
+  HOIST_RETURN_IF_ERROR(config_internal::RefuseOneBitOptimizerParams(p));
   if (p.Has("max_grad_norm")) {
     return p.Invalid("max_grad_norm",
                      "clipping is not an optimizer parameter; use the top-level "
@@ -197,8 +203,8 @@ Status ReadScheduler(const Section& top, SchedulerConfig* sched) {
   if (sched->type.empty()) {
     if (!Canonical(type, {"LRRangeTest", "OneCycle"}).empty()) {
       return s.errors().Unimplemented(
-          s.PathOf("type"), "this build does not support the \"" + type +
-                                "\" scheduler yet; use WarmupLR, WarmupDecayLR or WarmupCosineLR");
+          s.PathOf("type"), config_internal::MissingFeature("the \"" + type + "\" scheduler") +
+                                "; use WarmupLR, WarmupDecayLR or WarmupCosineLR");
     }
     std::string message = "unknown scheduler \"" + type + "\";";
     std::string_view guess = ClosestMatch(type, kTypes);
@@ -311,16 +317,11 @@ Status ReadCheckpoint(const Section& top, CheckpointConfig* ckpt,
                       std::vector<std::string>* notices) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("checkpoint"));
   // DeepSpeed's own `checkpoint` section shares the name; its keys tune how DeepSpeed saves.
-  constexpr std::string_view kDeepSpeedKeys[] = {"tag_validation", "load_universal",
-                                                 "use_node_local_storage", "parallel_write"};
-  HOIST_RETURN_IF_ERROR(s.AllowOnly({"dir", "interval_steps", "keep_last", kDeepSpeedKeys[0],
-                                     kDeepSpeedKeys[1], kDeepSpeedKeys[2], kDeepSpeedKeys[3]}));
-  for (std::string_view key : kDeepSpeedKeys) {
-    if (s.Find(key) != nullptr) {
-      notices->push_back(s.PathOf(key) +
-                         ": a DeepSpeed setting that hoist does not act on yet; ignored");
-    }
-  }
+  std::vector<std::string_view> allowed = {"dir", "interval_steps", "keep_last"};
+  const auto& deepspeed_keys = config_internal::DeepSpeedCheckpointKeys();
+  allowed.insert(allowed.end(), deepspeed_keys.begin(), deepspeed_keys.end());
+  HOIST_RETURN_IF_ERROR(s.AllowOnly(allowed));
+  HOIST_RETURN_IF_ERROR(config_internal::CheckDeepSpeedCheckpointKeys(s, notices));
   HOIST_RETURN_IF_ERROR(s.String("dir", &ckpt->dir));
   HOIST_RETURN_IF_ERROR(s.Int("interval_steps", &ckpt->interval_steps));
   HOIST_RETURN_IF_ERROR(s.Int("keep_last", &ckpt->keep_last));

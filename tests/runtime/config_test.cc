@@ -198,16 +198,6 @@ TEST(ConfigDeepSpeed, ActivationCheckpointingIsRead) {
   EXPECT_EQ(c.activation_checkpointing.policy, CheckpointPolicy::kFull);
 }
 
-TEST(ConfigDeepSpeed, NonMathKeysAreAcceptedWithOneNoticeEach) {
-  Config c = ParseOk(R"({"train_micro_batch_size_per_gpu": 4, "train": {"steps": 1},
-                         "data": {"train": "t.bin"}, "wall_clock_breakdown": false, "tensorboard": {"enabled": true},
-                         "prescale_gradients": false})");
-  EXPECT_THAT(c.notices,
-              UnorderedElementsAre(
-                  AllOf(HasSubstr("job.json: wall_clock_breakdown"), HasSubstr("does not act on")),
-                  HasSubstr("job.json: tensorboard"), HasSubstr("job.json: prescale_gradients")));
-}
-
 TEST(ConfigDeepSpeed, MisspeltDeepSpeedKeyGetsSuggestion) {
   Status s = ErrorOf(kMinimal, {"zero_optimisation.stage=0"});
   EXPECT_THAT(s.message(), HasSubstr("did you mean \"zero_optimization\"?"));
