@@ -13,6 +13,8 @@
 #include "core/logging.h"
 #include "core/posix_error.h"
 #include "runtime/config_deepspeed.h"
+#include "runtime/config_deepspeed_keys.h"
+#include "runtime/config_optimizer.h"
 #include "runtime/config_reader.h"
 
 extern const unsigned char kDemoConfig[];
@@ -43,12 +45,6 @@ constexpr std::string_view kHoistTopLevelKeys[] = {
     "metrics",
     "control",
     "offload",
-};
-
-// Every built-in optimizer name of DeepSpeed other than Adam and AdamW, lower-cased.
-constexpr std::string_view kDeepSpeedOptimizers[] = {
-    "adagrad", "lamb",  "onebitadam", "zerooneadam", "onebitlamb", "muadam",
-    "muadamw", "musgd", "lion",       "muon",        "sgd",
 };
 
 std::string Lower(std::string_view text) {
@@ -110,172 +106,6 @@ Status ReadModel(const Section& top, ModelConfig* model) {
   return Status::Ok();
 }
 
-Status ReadOptimizer(const Section& top, OptimizerConfig* opt, std::vector<std::string>* notices) {
-  HOIST_ASSIGN_OR_RETURN(Section s, top.Child("optimizer"));
-  HOIST_RETURN_IF_ERROR(s.AllowOnly({"type", "params"}));
-  std::string type = opt->type;
-  HOIST_RETURN_IF_ERROR(s.String("type", &type));
-  opt->type = Canonical(type, {"AdamW", "Adam"});
-  if (opt->type.empty()) {
-    const std::string lower = Lower(type);
-    for (std::string_view known : kDeepSpeedOptimizers) {
-      if (known == lower) {
-        return s.errors().Unimplemented(s.PathOf("type"),
-                                        "this build does not support the \"" + type +
-                                            "\" optimizer yet; use \"AdamW\" or \"Adam\"");
-      }
-    }
-    std::string message = "unknown optimizer \"" + type + "\"";
-    std::string_view guess = ClosestMatch(type, {"AdamW", "Adam"});
-    if (!guess.empty()) message += "; did you mean \"" + std::string(guess) + "\"?";
-    return s.Invalid("type", message + " hoist supports \"AdamW\" and \"Adam\" (which is AdamW)");
-  }
-
-  HOIST_ASSIGN_OR_RETURN(Section p, s.Child("params"));
-  HOIST_RETURN_IF_ERROR(p.AllowOnly({"lr", "betas", "eps", "weight_decay", "adam_w_mode",
-                                     "bias_correction", "amsgrad", "torch_adam", "max_grad_norm"}));
-  if (p.Has("max_grad_norm")) {
-    return p.Invalid("max_grad_norm",
-                     "clipping is not an optimizer parameter; use the top-level "
-                     "gradient_clipping instead (DeepSpeed refuses this key too)");
-  }
-  // DeepSpeed's Adam variants that change the update rule.
-  struct Variant {
-    std::string_view key;
-    bool supported;
-    std::string_view what;
-  };
-  for (const Variant& v : {Variant{"adam_w_mode", true, "Adam with L2 regularisation"},
-                           Variant{"bias_correction", true, "Adam without bias correction"},
-                           Variant{"amsgrad", false, "AMSGrad"}}) {
-    bool value = v.supported;
-    HOIST_RETURN_IF_ERROR(p.Bool(v.key, &value));
-    if (value != v.supported) {
-      return s.errors().Unimplemented(p.PathOf(v.key),
-                                      "this build does not support " + std::string(v.what) +
-                                          " yet; set it to " + (v.supported ? "true" : "false"));
-    }
-  }
-  if (p.Find("torch_adam") != nullptr) {
-    notices->push_back(p.PathOf("torch_adam") +
-                       ": chooses a PyTorch implementation in DeepSpeed; hoist has its own; "
-                       "ignored");
-  }
-
-  HOIST_RETURN_IF_ERROR(p.Float("lr", &opt->lr));
-  HOIST_RETURN_IF_ERROR(p.FloatPair("betas", &opt->beta1, &opt->beta2));
-  HOIST_RETURN_IF_ERROR(p.Float("eps", &opt->eps));
-  HOIST_RETURN_IF_ERROR(p.Float("weight_decay", &opt->weight_decay));
-  if (!(opt->lr > 0)) return p.Invalid("lr", "must be > 0, found " + Num(opt->lr));
-  const float betas[] = {opt->beta1, opt->beta2};
-  for (int i = 0; i < 2; ++i) {
-    if (!(betas[i] >= 0 && betas[i] < 1)) {
-      return p.Invalid("betas[" + std::to_string(i) + "]",
-                       "must be in [0, 1), found " + Num(betas[i]));
-    }
-  }
-  if (!(opt->eps > 0)) return p.Invalid("eps", "must be > 0, found " + Num(opt->eps));
-  if (!(opt->weight_decay >= 0)) {
-    return p.Invalid("weight_decay", "must be >= 0, found " + Num(opt->weight_decay));
-  }
-  return Status::Ok();
-}
-
-Status ReadScheduler(const Section& top, SchedulerConfig* sched) {
-  if (!top.Has("scheduler")) return Status::Ok();
-  HOIST_ASSIGN_OR_RETURN(Section s, top.Child("scheduler"));
-  HOIST_RETURN_IF_ERROR(s.AllowOnly({"type", "params"}));
-  const std::vector<std::string_view> kTypes = {"WarmupLR", "WarmupDecayLR", "WarmupCosineLR"};
-  if (!s.Has("type")) {
-    return s.Invalid("type",
-                     "missing; set it to WarmupLR, WarmupDecayLR or WarmupCosineLR, or remove "
-                     "the scheduler section for a constant learning rate");
-  }
-  std::string type;
-  HOIST_RETURN_IF_ERROR(s.String("type", &type));
-  sched->type = Canonical(type, kTypes);
-  if (sched->type.empty()) {
-    if (!Canonical(type, {"LRRangeTest", "OneCycle"}).empty()) {
-      return s.errors().Unimplemented(
-          s.PathOf("type"), "this build does not support the \"" + type +
-                                "\" scheduler yet; use WarmupLR, WarmupDecayLR or WarmupCosineLR");
-    }
-    std::string message = "unknown scheduler \"" + type + "\";";
-    std::string_view guess = ClosestMatch(type, kTypes);
-    if (!guess.empty()) message += " did you mean \"" + std::string(guess) + "\"?";
-    return s.Invalid("type",
-                     message + " hoist supports WarmupLR, WarmupDecayLR and WarmupCosineLR");
-  }
-
-  const bool cosine = sched->type == "WarmupCosineLR";
-  const bool decays = sched->type != "WarmupLR";
-  HOIST_ASSIGN_OR_RETURN(Section p, s.Child("params"));
-  Status keys_ok;
-  if (cosine) {
-    keys_ok = p.AllowOnly({"total_num_steps", "warmup_min_ratio", "warmup_num_steps",
-                           "cos_min_ratio", "warmup_type"});
-  } else if (decays) {
-    keys_ok = p.AllowOnly(
-        {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps"});
-  } else {
-    keys_ok = p.AllowOnly({"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type"});
-  }
-  // The usual cause is a parameter of another schedule type, so say which type was read.
-  if (!keys_ok.ok()) {
-    return Status(keys_ok.code(),
-                  keys_ok.message() + " (the params of scheduler type " + sched->type + ")");
-  }
-
-  HOIST_RETURN_IF_ERROR(p.Int("warmup_num_steps", &sched->warmup_num_steps));
-  if (sched->warmup_num_steps < 0) {
-    return p.Invalid("warmup_num_steps",
-                     "must be >= 0, found " + std::to_string(sched->warmup_num_steps));
-  }
-  HOIST_RETURN_IF_ERROR(p.String("warmup_type", &sched->warmup_type));
-  if (sched->warmup_type != "log" && sched->warmup_type != "linear") {
-    return p.Invalid("warmup_type",
-                     "must be \"log\" or \"linear\", found \"" + sched->warmup_type + "\"");
-  }
-  if (decays) {
-    if (!p.Has("total_num_steps")) {
-      return p.Invalid("total_num_steps",
-                       "must be set for " + sched->type + " (the step at which the decay ends)");
-    }
-    HOIST_RETURN_IF_ERROR(p.Int("total_num_steps", &sched->total_num_steps));
-    if (sched->total_num_steps <= sched->warmup_num_steps) {
-      return p.Invalid("total_num_steps", "must be > scheduler.params.warmup_num_steps (" +
-                                              std::to_string(sched->warmup_num_steps) +
-                                              "), found " + std::to_string(sched->total_num_steps));
-    }
-  }
-  if (cosine) {
-    HOIST_RETURN_IF_ERROR(p.Float("warmup_min_ratio", &sched->warmup_min_ratio));
-    HOIST_RETURN_IF_ERROR(p.Float("cos_min_ratio", &sched->cos_min_ratio));
-    for (std::string_view key : {"warmup_min_ratio", "cos_min_ratio"}) {
-      float ratio = key == "cos_min_ratio" ? sched->cos_min_ratio : sched->warmup_min_ratio;
-      if (!(ratio >= 0 && ratio <= 1)) {
-        return p.Invalid(key, "must be in [0, 1], found " + Num(ratio));
-      }
-    }
-    return Status::Ok();
-  }
-  HOIST_RETURN_IF_ERROR(p.Float("warmup_min_lr", &sched->warmup_min_lr));
-  if (!(sched->warmup_min_lr >= 0)) {
-    return p.Invalid("warmup_min_lr", "must be >= 0, found " + Num(sched->warmup_min_lr));
-  }
-  if (p.Has("warmup_max_lr")) {
-    float max_lr = 0;
-    HOIST_RETURN_IF_ERROR(p.Float("warmup_max_lr", &max_lr));
-    if (!(max_lr > 0)) return p.Invalid("warmup_max_lr", "must be > 0, found " + Num(max_lr));
-    if (max_lr < sched->warmup_min_lr) {
-      return p.Invalid("warmup_max_lr", "must be >= scheduler.params.warmup_min_lr (" +
-                                            Num(sched->warmup_min_lr) + "), found " + Num(max_lr));
-    }
-    sched->warmup_max_lr = max_lr;
-  }
-  return Status::Ok();
-}
-
 Status ReadData(const Section& top, DataConfig* data) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("data"));
   HOIST_RETURN_IF_ERROR(s.AllowOnly({"train", "val"}));
@@ -311,17 +141,11 @@ Status ReadCheckpoint(const Section& top, CheckpointConfig* ckpt,
                       std::vector<std::string>* notices) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("checkpoint"));
   // DeepSpeed's own `checkpoint` section shares the name; its keys tune how DeepSpeed saves.
-  constexpr std::string_view kDeepSpeedKeys[] = {"tag_validation", "load_universal",
-                                                 "use_node_local_storage", "parallel_write"};
-  HOIST_RETURN_IF_ERROR(
-      s.AllowOnly({"dir", "interval_steps", "keep_last", "on_signal", kDeepSpeedKeys[0],
-                   kDeepSpeedKeys[1], kDeepSpeedKeys[2], kDeepSpeedKeys[3]}));
-  for (std::string_view key : kDeepSpeedKeys) {
-    if (s.Find(key) != nullptr) {
-      notices->push_back(s.PathOf(key) +
-                         ": a DeepSpeed setting that hoist does not act on yet; ignored");
-    }
-  }
+  std::vector<std::string_view> allowed = {"dir", "interval_steps", "keep_last", "on_signal"};
+  const auto& deepspeed_keys = config_internal::DeepSpeedCheckpointKeys();
+  allowed.insert(allowed.end(), deepspeed_keys.begin(), deepspeed_keys.end());
+  HOIST_RETURN_IF_ERROR(s.AllowOnly(allowed));
+  HOIST_RETURN_IF_ERROR(config_internal::CheckDeepSpeedCheckpointKeys(s, notices));
   HOIST_RETURN_IF_ERROR(s.String("dir", &ckpt->dir));
   HOIST_RETURN_IF_ERROR(s.Int("interval_steps", &ckpt->interval_steps));
   HOIST_RETURN_IF_ERROR(s.Int("keep_last", &ckpt->keep_last));
@@ -583,7 +407,14 @@ Status CheckKernelSizes(const ErrorSource& errors, const Config& config) {
   return Status::Ok();
 }
 
-Status ReadTopLevel(const Section& top, Config* config) {
+Status ReadTopLevel(const Section& top, Config* config, std::vector<std::string>* notices) {
+  if (!top.Has("gradient_clipping")) {
+    notices->push_back(
+        "gradient_clipping: not set; gradients are clipped to a global norm of " +
+        Num(static_cast<double>(config->gradient_clipping)) +
+        " (DeepSpeed's default since 0.19.3; earlier releases did not clip); set it to choose, "
+        "or to 0 to turn clipping off");
+  }
   HOIST_RETURN_IF_ERROR(top.Float("gradient_clipping", &config->gradient_clipping));
   if (!(config->gradient_clipping >= 0)) {
     return top.Invalid("gradient_clipping", "must be >= 0 (0 disables clipping), found " +
@@ -651,7 +482,7 @@ namespace {
 StatusOr<Config> Parse(std::string_view text, const std::vector<std::string>& overrides,
                        int world_size, std::string_view source_name, bool log_notices) {
   HOIST_CHECK_GT(world_size, 0);
-  HOIST_ASSIGN_OR_RETURN(json root, config_internal::ParseStrictJson(text, source_name));
+  HOIST_ASSIGN_OR_RETURN(json root, config_internal::ParseConfigJson(text, source_name));
   ErrorSource errors{std::string(source_name)};
   for (const std::string& override_text : overrides) {
     HOIST_RETURN_IF_ERROR(config_internal::ApplyOverride(override_text, &root, &errors));
@@ -671,10 +502,11 @@ StatusOr<Config> Parse(std::string_view text, const std::vector<std::string>& ov
   HOIST_RETURN_IF_ERROR(config_internal::CheckDeepSpeedOnlyKeys(top, &config.notices));
 
   HOIST_RETURN_IF_ERROR(ResolveBatch(top, world_size, &config));
-  HOIST_RETURN_IF_ERROR(ReadTopLevel(top, &config));
+  HOIST_RETURN_IF_ERROR(ReadTopLevel(top, &config, &config.notices));
   HOIST_RETURN_IF_ERROR(ReadModel(top, &config.model));
-  HOIST_RETURN_IF_ERROR(ReadOptimizer(top, &config.optimizer, &config.notices));
-  HOIST_RETURN_IF_ERROR(ReadScheduler(top, &config.scheduler));
+  HOIST_RETURN_IF_ERROR(config_internal::ReadOptimizer(top, &config.optimizer, &config.notices));
+  HOIST_RETURN_IF_ERROR(
+      config_internal::ReadScheduler(top, config.optimizer, &config.scheduler, &config.notices));
   HOIST_RETURN_IF_ERROR(ReadData(top, &config.data));
   HOIST_RETURN_IF_ERROR(ReadTrain(top, &config.train));
   HOIST_RETURN_IF_ERROR(ReadCheckpoint(top, &config.checkpoint, &config.notices));

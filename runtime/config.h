@@ -183,7 +183,7 @@ struct ZeroConfig {
   // Overlap gradient reduction with backward. DeepSpeed's rule, kept here: unset means true for
   // stage 3 and false otherwise.
   bool overlap_comm = false;
-  bool contiguous_gradients = true;
+  bool contiguous_gradients = true;  // read and noticed; hoist's buckets are always contiguous
   bool reduce_scatter = true;  // false: stages 1-2 all-reduce gradients instead
   // Stage 3 (`stage3_` prefix optional in the file, as in DeepSpeed):
   int64_t stage3_prefetch_bucket_size = 50000000;       // >= 0; 0: no prefetching

@@ -7,60 +7,6 @@
 namespace hoist::runtime::config_internal {
 namespace {
 
-// Keys that tune logging, profiling, monitoring, I/O or the placement of a division: ignoring
-// them leaves the trained weights what the file asks for.
-constexpr std::string_view kNoticeKeys[] = {
-    "wall_clock_breakdown",
-    "prescale_gradients",
-    "gradient_predivide_factor",
-    "zero_allow_untested_optimizer",
-    "zero_force_ds_cpu_optimizer",
-    "memory_breakdown",
-    "flops_profiler",
-    "tensorboard",
-    "wandb",
-    "csv_monitor",
-    "comms_logger",
-    "dump_state",
-    "timers",
-    "sparse_gradients",
-    "autotuning",
-    "dataloader_drop_last",
-};
-
-// Sections with an `enabled` flag whose feature changes the training math when on.
-struct EnabledFeature {
-  std::string_view key;
-  std::string_view what;
-};
-constexpr EnabledFeature kEnabledFeatures[] = {
-    {"amp", "Apex AMP"},
-    {"torch_autocast", "torch autocast"},
-    {"elasticity", "elastic batch sizes"},
-    {"data_efficiency", "data efficiency (curriculum learning, random layer token drop)"},
-    {"curriculum_learning", "curriculum learning"},
-};
-
-// Sections whose mere presence asks for a feature hoist lacks.
-constexpr EnabledFeature kUnsupportedSections[] = {
-    {"sparse_attention", "sparse attention"},
-    {"compression_training", "compression training"},
-};
-
-// The DeepSpeed top-level keys read by ReadPrecision, ReadZero, ReadAio and
-// ReadActivationCheckpointing, or checked by hand
-// below.
-constexpr std::string_view kReadKeys[] = {
-    "fp16",
-    "bf16",
-    "bfloat16",
-    "communication_data_type",
-    "zero_optimization",
-    "aio",
-    "activation_checkpointing",
-    "gradient_allreduce_op",
-};
-
 std::string Unsupported(std::string_view what) {
   return "this build does not support " + std::string(what) + " yet";
 }
@@ -90,17 +36,6 @@ Status RequireBool(const Section& s, std::string_view key, bool supported, std::
   return s.errors().Unimplemented(
       s.PathOf(key),
       Unsupported(what) + "; set it to " + (supported ? "true" : "false") + " or remove it");
-}
-
-Status CheckAllreduceOp(const Section& top) {
-  std::string op = "mean";
-  HOIST_RETURN_IF_ERROR(top.String("gradient_allreduce_op", &op));
-  if (op == "mean") return Status::Ok();
-  if (op == "sum") {
-    return top.errors().Unimplemented(top.PathOf("gradient_allreduce_op"),
-                                      Unsupported("summed gradients") + "; use \"mean\"");
-  }
-  return top.Invalid("gradient_allreduce_op", "must be \"mean\" or \"sum\", found \"" + op + "\"");
 }
 
 // ---- fp16 / bf16 ----
@@ -444,45 +379,6 @@ Status ReadOffload(const Section& s, ZeroConfig* zero, std::vector<std::string>*
 
 }  // namespace
 
-const std::vector<std::string_view>& DeepSpeedOnlyKeys() {
-  static const std::vector<std::string_view> keys = [] {
-    std::vector<std::string_view> all(std::begin(kNoticeKeys), std::end(kNoticeKeys));
-    for (const EnabledFeature& f : kEnabledFeatures) all.push_back(f.key);
-    for (const EnabledFeature& f : kUnsupportedSections) all.push_back(f.key);
-    all.insert(all.end(), std::begin(kReadKeys), std::end(kReadKeys));
-    return all;
-  }();
-  return keys;
-}
-
-Status CheckDeepSpeedOnlyKeys(const Section& top, std::vector<std::string>* notices) {
-  for (const std::string& key : top.Keys()) {
-    if (std::find(std::begin(kNoticeKeys), std::end(kNoticeKeys), key) != std::end(kNoticeKeys)) {
-      notices->push_back(IgnoredNotice(top, key));
-      continue;
-    }
-    if (!top.Has(key)) continue;
-    for (const EnabledFeature& feature : kEnabledFeatures) {
-      if (feature.key != key) continue;
-      HOIST_ASSIGN_OR_RETURN(Section section, top.Child(key));
-      bool enabled = false;
-      HOIST_RETURN_IF_ERROR(section.Bool("enabled", &enabled));
-      if (enabled) {
-        return top.errors().Unimplemented(
-            section.PathOf("enabled"),
-            Unsupported(feature.what) + "; set it to false or remove the section");
-      }
-    }
-    for (const EnabledFeature& feature : kUnsupportedSections) {
-      if (feature.key != key) continue;
-      return top.errors().Unimplemented(top.PathOf(key),
-                                        Unsupported(feature.what) + "; remove the section");
-    }
-    if (key == "gradient_allreduce_op") HOIST_RETURN_IF_ERROR(CheckAllreduceOp(top));
-  }
-  return Status::Ok();
-}
-
 Status ReadPrecision(const Section& top, Config* config, std::vector<std::string>* notices) {
   HOIST_RETURN_IF_ERROR(ReadFp16(top, &config->fp16, notices));
   // DeepSpeed reads `bf16` and falls back to `bfloat16`; both present is ambiguous.
@@ -543,6 +439,12 @@ Status ReadZero(const Section& top, ZeroConfig* zero, std::vector<std::string>* 
     return s.Invalid("stage", "must be 0, 1, 2 or 3, found " + std::to_string(zero->stage));
   }
   HOIST_RETURN_IF_ERROR(s.Bool("contiguous_gradients", &zero->contiguous_gradients));
+  if (s.Has("contiguous_gradients")) {
+    notices->push_back(s.PathOf("contiguous_gradients") +
+                       ": DeepSpeed copies each gradient into a contiguous buffer as backward "
+                       "produces it; hoist's gradients always live in contiguous buckets and "
+                       "shards, so true and false behave the same; no effect");
+  }
   HOIST_RETURN_IF_ERROR(s.Bool("reduce_scatter", &zero->reduce_scatter));
   zero->overlap_comm = zero->stage == 3;
   HOIST_RETURN_IF_ERROR(s.Bool("overlap_comm", &zero->overlap_comm));

@@ -1,6 +1,6 @@
-// The DeepSpeed sections of the config: the ones hoist reads (fp16, bf16, zero_optimization with
-// its offload sections, communication_data_type, aio, activation_checkpointing) and the top-level
-// keys it knows but does not act on. Internal to runtime/config*.cc.
+// The DeepSpeed sections of the config that hoist reads: fp16, bf16, zero_optimization with its
+// offload sections, communication_data_type, aio, activation_checkpointing (the keys it does not
+// read: runtime/config_deepspeed_keys.h). Internal to runtime/config*.cc.
 #pragma once
 
 #include <string>
@@ -12,16 +12,6 @@
 #include "runtime/config_reader.h"
 
 namespace hoist::runtime::config_internal {
-
-// The top-level keys handled here, for the unknown-key check and its suggestions.
-const std::vector<std::string_view>& DeepSpeedOnlyKeys();
-
-// For each top-level DeepSpeed key present in `top` that hoist does not read: a key that would
-// change the training math (Apex AMP, activation checkpointing, summed gradients, ...) is an
-// Unimplemented error, because training without it would silently differ from what the file
-// asks for; a key that does not (logging, profilers, monitors, I/O tuning) appends one notice
-// line to `notices`.
-Status CheckDeepSpeedOnlyKeys(const Section& top, std::vector<std::string>* notices);
 
 // Reads `fp16`, `bf16` (or the legacy `bfloat16`) and `communication_data_type` into `config`.
 Status ReadPrecision(const Section& top, Config* config, std::vector<std::string>* notices);

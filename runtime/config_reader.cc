@@ -105,6 +105,91 @@ std::string SyntaxDetail(const std::string& what) {
   return what.substr(at);
 }
 
+// 1-based line and column of byte `index` in `text`.
+std::pair<size_t, size_t> LineColumn(std::string_view text, size_t index) {
+  std::string_view before = text.substr(0, std::min(index, text.size()));
+  size_t line = 1 + std::count(before.begin(), before.end(), '\n');
+  size_t last_newline = before.rfind('\n');
+  size_t column = last_newline == std::string_view::npos ? index + 1 : index - last_newline;
+  return {line, column};
+}
+
+std::string Where(std::string_view text, size_t index) {
+  auto [line, column] = LineColumn(text, index);
+  return "line " + std::to_string(line) + ", column " + std::to_string(column);
+}
+
+// What DeepSpeed's hjson loader accepts beyond JSON and real configs use: `//`, `/* */` and `#`
+// comments, and a comma after the last element of an object or array. Each is overwritten with
+// spaces (newlines kept), so that the JSON parser's byte offsets, and with them the line and
+// column of every later error, are those of the original text. Also refuses nesting deeper than
+// kMaxNestingDepth, before the parser builds (and later code recurses through) such a value;
+// `*too_deep` says whether that was the error.
+StatusOr<std::string> BlankHjsonExtras(std::string_view text, std::string_view source_name,
+                                       bool* too_deep) {
+  *too_deep = false;
+  std::string out(text);
+  size_t depth = 0;
+  // The last character outside comments and whitespace, and for a comma, the one before it.
+  size_t last = std::string::npos;
+  char before_comma = 0;
+  auto blank = [&out](size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      if (out[i] != '\n') out[i] = ' ';
+    }
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '"') {
+      // A string, escapes included, is copied as it is; an unterminated one is the parser's to
+      // report.
+      size_t j = i + 1;
+      while (j < text.size() && text[j] != '"') j += text[j] == '\\' ? 2 : 1;
+      i = std::min(j, text.size());
+      last = i < text.size() ? i : std::string::npos;
+      continue;
+    }
+    if (c == '#' || (c == '/' && i + 1 < text.size() && text[i + 1] == '/')) {
+      size_t end = text.find('\n', i);
+      if (end == std::string_view::npos) end = text.size();
+      blank(i, end);
+      i = end;
+      continue;
+    }
+    if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      size_t end = text.find("*/", i + 2);
+      if (end == std::string_view::npos) {
+        return InvalidArgumentError(std::string(source_name) + ": the comment opened at " +
+                                    Where(text, i) + " is never closed with */");
+      }
+      blank(i, end + 2);
+      i = end + 1;
+      continue;
+    }
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+    if (c == '{' || c == '[') {
+      if (++depth > kMaxNestingDepth) {
+        *too_deep = true;
+        return InvalidArgumentError(std::string(source_name) + ": at " + Where(text, i) +
+                                    ": objects and arrays nest more than " +
+                                    std::to_string(kMaxNestingDepth) +
+                                    " levels deep, the most a config may; no setting needs that");
+      }
+    } else if (c == '}' || c == ']') {
+      if (depth > 0) --depth;
+      // A trailing comma follows a value; "[,]" or "{,}" stays for the parser to refuse.
+      if (last != std::string::npos && out[last] == ',' && before_comma != 0 &&
+          before_comma != ',' && before_comma != '{' && before_comma != '[') {
+        out[last] = ' ';
+      }
+    } else if (c == ',') {
+      before_comma = last == std::string::npos ? 0 : out[last];
+    }
+    last = i;
+  }
+  return out;
+}
+
 }  // namespace
 
 void ErrorSource::AddOverride(std::string path, std::string override_text) {
@@ -140,7 +225,10 @@ Status ErrorSource::Unimplemented(std::string_view path, std::string_view messag
   return UnimplementedError(Describe(path, message));
 }
 
-StatusOr<json> ParseStrictJson(std::string_view text, std::string_view source_name) {
+namespace {
+
+StatusOr<json> ParseJson(std::string_view text, std::string_view source_name, bool* too_deep) {
+  HOIST_ASSIGN_OR_RETURN(std::string json_text, BlankHjsonExtras(text, source_name, too_deep));
   DuplicateKeyFinder finder;
   json::parser_callback_t callback = [&finder](int /*depth*/, json::parse_event_t event,
                                                json& parsed) {
@@ -148,20 +236,16 @@ StatusOr<json> ParseStrictJson(std::string_view text, std::string_view source_na
   };
   json root;
   try {
-    root = json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
+    root = json::parse(json_text.begin(), json_text.end(), callback, /*allow_exceptions=*/true,
                        /*ignore_comments=*/false);
   } catch (const json::parse_error& e) {
     // e.byte is the 1-based offset of the last character read, where the error was noticed.
     size_t index = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
-    std::string_view before = text.substr(0, index);
-    size_t line = 1 + std::count(before.begin(), before.end(), '\n');
-    size_t last_newline = before.rfind('\n');
-    size_t column = last_newline == std::string_view::npos ? index + 1 : index - last_newline;
     return InvalidArgumentError(
-        std::string(source_name) + ": not strict JSON at line " + std::to_string(line) +
-        ", column " + std::to_string(column) + ": " + SyntaxDetail(e.what()) +
-        ". hoist requires strict JSON: no comments, no trailing commas, quoted keys and strings "
-        "(DeepSpeed's hjson loader accepts those; remove them)");
+        std::string(source_name) + ": not valid JSON at " + Where(text, index) + ": " +
+        SyntaxDetail(e.what()) +
+        ". hoist reads JSON with //, /* */ and # comments and trailing commas (as DeepSpeed's "
+        "hjson loader does), but keys and strings must be quoted");
   } catch (const json::exception& e) {
     // Only number overflow ("1e400") gets here; nlohmann names the number but not where.
     return InvalidArgumentError(std::string(source_name) +
@@ -172,6 +256,13 @@ StatusOr<json> ParseStrictJson(std::string_view text, std::string_view source_na
                                 ": the key appears more than once in its object; keep one");
   }
   return root;
+}
+
+}  // namespace
+
+StatusOr<json> ParseConfigJson(std::string_view text, std::string_view source_name) {
+  bool too_deep = false;
+  return ParseJson(text, source_name, &too_deep);
 }
 
 Status ApplyOverride(const std::string& override_text, json* root, ErrorSource* errors) {
@@ -197,8 +288,18 @@ Status ApplyOverride(const std::string& override_text, json* root, ErrorSource* 
     start = dot + 1;
   }
 
-  json value = json::parse(value_text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = value_text;
+  // The value reads as it would in the file (comments, trailing commas, the nesting limit); a
+  // value that is not JSON is the text itself.
+  bool too_deep = false;
+  StatusOr<json> parsed = ParseJson(value_text, quoted, &too_deep);
+  json value;
+  if (parsed.ok()) {
+    value = std::move(parsed).value();
+  } else if (too_deep) {
+    return parsed.status();
+  } else {
+    value = value_text;
+  }
 
   if (root->is_null()) *root = json::object();
   json* node = root;
@@ -275,10 +376,23 @@ Section::Section(const json* object, std::string path, const ErrorSource* errors
 Status Section::AllowOnly(const std::vector<std::string_view>& allowed) const {
   for (const auto& [key, value] : object_->items()) {
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-    std::string message = "unknown key";
+    // Quoted, so that a stray space or a look-alike is visible next to the suggestion.
+    std::string message = "unknown key \"" + key + "\"";
     std::string_view suggestion = ClosestMatch(key, allowed);
     if (!suggestion.empty()) {
-      message.append("; did you mean ").append(PathOf(suggestion)).append("?");
+      message.append("; did you mean \"").append(PathOf(suggestion)).append("\"?");
+      auto without_spaces = [](std::string_view text) {
+        std::string kept;
+        for (char c : text) {
+          if (!std::isspace(static_cast<unsigned char>(c))) kept += c;
+        }
+        return kept;
+      };
+      if (without_spaces(key) == suggestion) {
+        message += " (the two differ only in whitespace)";
+      } else if (EditDistance(key, suggestion) == 0) {
+        message += " (keys are case-sensitive)";
+      }
     } else {
       message += "; the keys valid here are:";
       for (std::string_view valid : allowed) message.append(" ").append(valid);
@@ -345,6 +459,13 @@ Status Section::ReadFloat(const json& value, const std::string& path, float* out
   double d = value.get<double>();
   if (!std::isfinite(d) || std::fabs(d) > FLT_MAX) {
     return errors_->Invalid(path, Excerpt(value) + " does not fit in a float");
+  }
+  // Below fp32's normal range a value is 0 or keeps only a few bits: 1e-300 would be read as 0.
+  if (d != 0 && std::fabs(d) < FLT_MIN) {
+    return errors_->Invalid(path, Excerpt(value) +
+                                      " is below the smallest normal float (1.17549e-38), the "
+                                      "precision hoist keeps it in, where it would be 0 or lose "
+                                      "its precision");
   }
   *out = static_cast<float>(d);
   return Status::Ok();

@@ -1,4 +1,4 @@
-// The strict-JSON machinery under ParseConfig (runtime/config.h): parsing with line and column,
+// The JSON machinery under ParseConfig (runtime/config.h): parsing with line and column,
 // `--set` overrides, and typed reads of one JSON object that name the key path in every error.
 // Internal to runtime/config*.cc; other modules use runtime/config.h.
 //
@@ -38,12 +38,19 @@ class ErrorSource {
   std::vector<std::pair<std::string, std::string>> overrides_;  // (path, text)
 };
 
-// Parses strict JSON (RFC 8259: no comments, no trailing commas, each key once). A syntax
-// error names the line and column and says that strict JSON is required.
-StatusOr<nlohmann::json> ParseStrictJson(std::string_view text, std::string_view source_name);
+// The deepest nesting of objects and arrays a config may have. Real configs nest 4 levels; a
+// value nested far deeper (100,000 levels) would be accepted by the parser and then overflow the
+// stack of the code that walks it, such as the checkpoint writer's dump.
+inline constexpr size_t kMaxNestingDepth = 64;
+
+// Parses JSON (RFC 8259, each key once) plus what DeepSpeed's hjson loader accepts and real
+// configs use: `//`, `/* */` and `#` comments, and trailing commas. Objects and arrays nested
+// more than kMaxNestingDepth deep are refused. An error names the line and column.
+StatusOr<nlohmann::json> ParseConfigJson(std::string_view text, std::string_view source_name);
 
 // Applies one "a.b.c=value" override to `root`, creating missing (or null) intermediate objects.
-// The value is JSON if it parses as JSON, else the text itself as a string. Records the path in
+// The value is JSON (as ParseConfigJson reads it) if it parses as JSON, else the text itself as
+// a string; a value nested too deep is an error. Records the path in
 // `errors`. A malformed override (no '=', an empty key segment, a path through a non-object) is
 // an InvalidArgument error naming it.
 Status ApplyOverride(const std::string& override_text, nlohmann::json* root, ErrorSource* errors);

@@ -4,9 +4,15 @@
 
 #include <array>
 #include <atomic>
+#include <cfloat>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
+
+#include "core/check.h"
 
 namespace hoist::runtime {
 
@@ -22,21 +28,61 @@ const char* JobStateName(JobState state) {
   return "unknown";
 }
 
+namespace {
+
+// "1e+39", "0.0003": the value as the operator wrote it, not std::to_string's fixed six decimals
+// (which shows 1e-300 as 0.000000).
+std::string Shortest(double value) {
+  char buffer[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buffer, sizeof(buffer), "%.*g", digits, value);
+    if (std::strtod(buffer, nullptr) == value) break;
+  }
+  return buffer;
+}
+
+// Why `value` cannot be carried to the ranks and applied as an fp32 (ExchangeCommands sends it
+// as floats; the optimizer and the clipping use it as a float), or "" when it can. Zero is
+// allowed only where `zero_allowed`.
+std::string Fp32Problem(std::string_view key, double value, bool zero_allowed) {
+  const std::string got = Shortest(value);
+  if (!std::isfinite(value)) return std::string(key) + " must be a finite number, got " + got;
+  if (value == 0 && zero_allowed) return "";
+  const double magnitude = std::fabs(value);
+  if (magnitude > static_cast<double>(FLT_MAX)) {
+    return std::string(key) + " " + got +
+           " is beyond the largest fp32 number (3.40282e+38); hoist sends it to the ranks and "
+           "applies it in fp32, where it would be infinite";
+  }
+  if (value != 0 && magnitude < static_cast<double>(FLT_MIN)) {
+    return std::string(key) + " " + got +
+           " is below the smallest normal fp32 number (1.17549e-38); hoist applies it in fp32, "
+           "where it would be 0 or lose its precision";
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string ValidateHyperparams(const HyperparamUpdate& update) {
   if (!update.lr && !update.gradient_clipping) {
     return "nothing to update: give lr or gradient_clipping";
   }
   if (update.lr) {
     const double lr = *update.lr;
-    if (!std::isfinite(lr) || lr <= 0 || lr > 10) {
-      return "lr must be a finite number in (0, 10], got " + std::to_string(lr);
+    if (std::string problem = Fp32Problem("lr", lr, /*zero_allowed=*/false); !problem.empty()) {
+      return problem;
     }
+    if (lr <= 0 || lr > 10) return "lr must be in (0, 10], got " + Shortest(lr);
   }
   if (update.gradient_clipping) {
     const double clip = *update.gradient_clipping;
-    if (!std::isfinite(clip) || clip < 0) {
-      return "gradient_clipping must be a finite number >= 0 (0 disables clipping), got " +
-             std::to_string(clip);
+    if (std::string problem = Fp32Problem("gradient_clipping", clip, /*zero_allowed=*/true);
+        !problem.empty()) {
+      return problem + (clip > 0 ? "; to turn clipping off, set gradient_clipping=0" : "");
+    }
+    if (clip < 0) {
+      return "gradient_clipping must be >= 0 (0 disables clipping), got " + Shortest(clip);
     }
   }
   return "";
@@ -287,6 +333,9 @@ enum Slot {
 
 void Split(double value, float* rounded, float* rest) {
   *rounded = static_cast<float>(value);
+  // ValidateHyperparams keeps every value within fp32's range; outside it the two floats would
+  // be inf and -inf, and their sum NaN on every rank.
+  HOIST_CHECK(std::isfinite(*rounded)) << "hyperparameter " << value << " does not fit in fp32";
   *rest = static_cast<float>(value - static_cast<double>(*rounded));
 }
 

@@ -21,8 +21,10 @@
 //     a checkpoint when asked for one.
 //   - UpdateHyperparams: `lr` replaces the learning-rate schedule from the next step on (a fixed
 //     rate, until set again); `gradient_clipping` replaces the config's value (0 disables). A
-//     value that is not finite, or out of range, is refused at once with the reason, and nothing
-//     is applied. Overrides are saved in checkpoints and hold after a resume.
+//     value that is not finite, out of range, or not representable as a normal fp32 number
+//     (the precision it travels between the ranks and is applied in: 1e39 would be infinite,
+//     1e-300 zero) is refused at once with the reason, and nothing is applied. Overrides are saved
+//     in checkpoints and hold after a resume.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -76,8 +78,9 @@ struct JobStatus {
 };
 
 struct HyperparamUpdate {
-  std::optional<double> lr;                 // > 0 and <= 10, finite
-  std::optional<double> gradient_clipping;  // >= 0, finite; 0 disables clipping
+  // Both must be normal fp32 numbers (|v| in [FLT_MIN, FLT_MAX]); clipping may also be 0.
+  std::optional<double> lr;                 // in (0, 10]
+  std::optional<double> gradient_clipping;  // >= 0; 0 disables clipping
 };
 
 // "" when every value in `update` is acceptable, else why not (naming the key and the range).

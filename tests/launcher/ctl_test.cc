@@ -227,6 +227,18 @@ TEST_F(CtlAgainstServer, PauseResumeCheckpointSetStop) {
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_THAT(refused.all, AllOf(HasSubstr("hoist ctl: set failed: INVALID_ARGUMENT: "),
                                  HasSubstr("lr must be")));
+  // Values the ranks would get as NaN (fp32 overflow) or apply as 0 (underflow): the server's
+  // reason reaches the operator, with a non-zero exit.
+  Result overflow = Ctl("set gradient_clipping=1e39");
+  EXPECT_EQ(overflow.exit_code, 1);
+  EXPECT_THAT(overflow.all,
+              AllOf(HasSubstr("hoist ctl: set failed: INVALID_ARGUMENT: gradient_clipping 1e+39 "
+                              "is beyond the largest fp32 number"),
+                    HasSubstr("set gradient_clipping=0")));
+  Result underflow = Ctl("set lr=1e-300");
+  EXPECT_EQ(underflow.exit_code, 1);
+  EXPECT_THAT(underflow.all, HasSubstr("INVALID_ARGUMENT: lr 1e-300 is below the smallest normal "
+                                       "fp32 number"));
   Result stop = Ctl("stop --checkpoint");
   ASSERT_EQ(stop.exit_code, 0) << stop.all;
   EXPECT_THAT(stop.out,

@@ -76,13 +76,13 @@ TEST(ConfigControl, PortOutOfRangeIsRefused) {
 
 TEST(ConfigControl, UnknownKeysSuggestTheClosest) {
   EXPECT_THAT(ErrorOf(kMinimal, {"control.prot=1"}).message(),
-              AllOf(HasSubstr("control.prot"), HasSubstr("did you mean control.port")));
+              AllOf(HasSubstr("control.prot"), HasSubstr("did you mean \"control.port\"")));
   EXPECT_THAT(ErrorOf(kMinimal, {"control.tls.cret=a"}).message(),
-              AllOf(HasSubstr("control.tls.cret"), HasSubstr("did you mean control.tls.cert")));
+              AllOf(HasSubstr("control.tls.cret"), HasSubstr("did you mean \"control.tls.cert\"")));
   EXPECT_THAT(ErrorOf(kMinimal, {"control.tokn_file=t"}).message(),
-              HasSubstr("did you mean control.token_file"));
+              HasSubstr("did you mean \"control.token_file\""));
   EXPECT_THAT(ErrorOf(kMinimal, {"contrl.enabled=true"}).message(),
-              HasSubstr("did you mean control"));
+              HasSubstr("did you mean \"control\""));
 }
 
 TEST(ConfigControl, WrongTypesNameTheKey) {

@@ -77,7 +77,7 @@ TEST(ConfigMetrics, WrongTypesNameTheKey) {
 TEST(ConfigMetrics, UnknownKeySuggestsTheClosest) {
   Status s = ErrorOf(kMinimal, {"metrics.prot=9400"});
   EXPECT_THAT(s.message(),
-              AllOf(HasSubstr("metrics.prot"), HasSubstr("did you mean metrics.port")));
+              AllOf(HasSubstr("metrics.prot"), HasSubstr("did you mean \"metrics.port\"")));
   EXPECT_THAT(ErrorOf(kMinimal, {"metric.enabled=true"}).message(), HasSubstr("metrics"));
 }
 

@@ -388,8 +388,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"OptimizerKeyTypo",
                  {"zero_optimization.offload_optimizer.buffer_cont=4"},
                  kInvalid,
-                 "zero_optimization.offload_optimizer.buffer_cont: unknown key; did you mean "
-                 "zero_optimization.offload_optimizer.buffer_count?"},
+                 "zero_optimization.offload_optimizer.buffer_cont: unknown key \"buffer_cont\"; "
+                 "did you mean \""
+                 "zero_optimization.offload_optimizer.buffer_count\"?"},
         BadValue{"OptimizerNotAnObject",
                  {"zero_optimization.offload_optimizer=\"cpu\""},
                  kInvalid,
@@ -486,7 +487,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"AioKeyTypo",
                  {"aio.queue_dept=8"},
                  kInvalid,
-                 "aio.queue_dept: unknown key; did you mean aio.queue_depth?"},
+                 "aio.queue_dept: unknown key \"queue_dept\"; did you mean \"aio.queue_depth\"?"},
         BadValue{
             "AioOldThreadCount", {"aio.thread_count=1"}, kInvalid, "aio.thread_count: unknown key"},
         BadValue{"AioNotAnObject", {"aio=true"}, kInvalid, "aio: expected an object"},
@@ -502,7 +503,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"OffloadKeyTypo",
                  {"offload.max_host_byte=1"},
                  kInvalid,
-                 "offload.max_host_byte: unknown key; did you mean offload.max_host_bytes?"}),
+                 "offload.max_host_byte: unknown key \"max_host_byte\"; did you mean "
+                 "\"offload.max_host_bytes\"?"}),
     testing_util::BadValueName);
 
 }  // namespace

@@ -15,10 +15,12 @@
 
 namespace hoist::runtime::testing_util {
 
-// The smallest valid job: one batch key, the training data and a step count.
+// The smallest valid job that draws no notice: one batch key, the training data, a step count,
+// and the optimizer and clipping whose defaults would each be noticed.
 inline constexpr char kMinimal[] =
     R"({"train_micro_batch_size_per_gpu": 4, "data": {"train": "t.bin"},
-                               "train": {"steps": 10}})";
+        "train": {"steps": 10}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+        "gradient_clipping": 1.0})";
 
 inline StatusOr<Config> Parse(std::string_view text, const std::vector<std::string>& overrides = {},
                               int world_size = 1) {

@@ -171,7 +171,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"StageTypo",
                  {"zero_optimization.stgae=2"},
                  kInvalid,
-                 "zero_optimization.stgae: unknown key; did you mean zero_optimization.stage?"},
+                 "zero_optimization.stgae: unknown key \"stgae\"; did you mean "
+                 "\"zero_optimization.stage\"?"},
         // other read keys: types, ranges, typos
         BadValue{"OverlapString",
                  {"zero_optimization.overlap_comm=\"true\""},
@@ -227,7 +228,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"PrefetchTypo",
                  {"zero_optimization.stage3_prefetch_bucket_sise=1"},
                  kInvalid,
-                 "did you mean zero_optimization.stage3_prefetch_bucket_size?"},
+                 "did you mean \"zero_optimization.stage3_prefetch_bucket_size\"?"},
         BadValue{"SectionNotAnObject",
                  {"zero_optimization=5"},
                  kInvalid,
@@ -235,7 +236,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"NoticeKeyTypo",
                  {"zero_optimization.round_robin_gradient=true"},
                  kInvalid,
-                 "did you mean zero_optimization.round_robin_gradients?"},
+                 "did you mean \"zero_optimization.round_robin_gradients\"?"},
         // offload sections (the rest of their rules: config_offload_test.cc)
         BadValue{"OffloadUnknownDevice",
                  {"zero_optimization.offload_optimizer.device=gpu"},
@@ -245,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"OffloadUnknownKey",
                  {"zero_optimization.offload_param.pin_memroy=true"},
                  kInvalid,
-                 "did you mean zero_optimization.offload_param.pin_memory?"},
+                 "did you mean \"zero_optimization.offload_param.pin_memory\"?"},
         // features that change what is trained
         BadValue{"QuantizedGradients",
                  {"zero_optimization.zero_quantized_gradients=true"},
@@ -292,7 +293,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadValue{"CommKeyTypo",
                  {"comm.timeout=5"},
                  kInvalid,
-                 "comm.timeout: unknown key; did you mean comm.timeout_s?"}),
+                 "comm.timeout: unknown key \"timeout\"; did you mean \"comm.timeout_s\"?"}),
     testing_util::BadValueName);
 
 }  // namespace

@@ -247,6 +247,9 @@ TEST_F(ControlServerTest, RefusedHyperparamsAreInvalidArgumentWithTheReason) {
   for (const Bad& bad :
        {Bad{-1.0, std::nullopt, "lr"}, Bad{0.0, std::nullopt, "lr"}, Bad{11.0, std::nullopt, "lr"},
         Bad{std::nullopt, -0.5, "gradient_clipping"},
+        // Past fp32 either way: inf + -inf on the ranks, or an lr of 0.
+        Bad{std::nullopt, 1e39, "gradient_clipping 1e+39 is beyond the largest fp32 number"},
+        Bad{1e-300, std::nullopt, "lr 1e-300 is below the smallest normal fp32 number"},
         Bad{std::nullopt, std::nullopt, "nothing to update"}}) {
     v1::UpdateHyperparamsRequest request;
     if (bad.lr) request.set_lr(*bad.lr);

@@ -7,9 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cfloat>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -48,6 +52,69 @@ TEST(JobController, RefusesInvalidHyperparamsWithTheReason) {
   EXPECT_NE(clip.message().find("gradient_clipping"), std::string::npos) << clip.message();
   // Nothing was queued by the refusals.
   EXPECT_TRUE(controller.TakeCommands().empty());
+}
+
+// Every value travels to the ranks as fp32 and is applied as fp32: one that overflows fp32
+// (1e39 would arrive as inf + -inf = NaN and turn clipping off) or underflows it (1e-300 would
+// train at lr 0) is refused with its own number, not std::to_string's "0.000000".
+TEST(JobController, RefusesValuesThatFp32CannotCarry) {
+  JobController controller(10, 1, false);
+  struct Bad {
+    std::optional<double> lr, clip;
+    const char* reason;
+  };
+  for (const Bad& bad :
+       {Bad{std::nullopt, 1e39, "gradient_clipping 1e+39 is beyond the largest"},
+        Bad{std::nullopt, 1e39, "set gradient_clipping=0"},
+        Bad{std::nullopt, 1e-300, "gradient_clipping 1e-300 is below the smallest"},
+        Bad{std::nullopt, 1e-39, "below the smallest normal fp32"},
+        Bad{1e-300, std::nullopt, "lr 1e-300 is below the smallest normal fp32"},
+        Bad{std::numeric_limits<double>::infinity(), std::nullopt,
+            "lr must be a finite number, got inf"},
+        Bad{std::nullopt, std::nan(""), "gradient_clipping must be a finite"}}) {
+    HyperparamUpdate update;
+    update.lr = bad.lr;
+    update.gradient_clipping = bad.clip;
+    Status status = controller.UpdateHyperparams(update, In(100ms));
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << bad.reason;
+    EXPECT_NE(status.message().find(bad.reason), std::string::npos) << status.message();
+  }
+  EXPECT_TRUE(controller.TakeCommands().empty());
+  // The edges of fp32's normal range are accepted.
+  for (double clip : {0.0, static_cast<double>(FLT_MIN), static_cast<double>(FLT_MAX)}) {
+    HyperparamUpdate update;
+    update.gradient_clipping = clip;
+    EXPECT_EQ(ValidateHyperparams(update), "") << clip;
+  }
+}
+
+// What rank 0 accepted arrives on every rank as the fp32 it is applied in, finite, at the edges
+// of the accepted range too.
+TEST(ExchangeCommands, EveryRankGetsTheAcceptedValueInFp32) {
+  for (double value : {static_cast<double>(FLT_MAX), static_cast<double>(FLT_MIN), 3e-4, 10.0}) {
+    HyperparamUpdate update;
+    update.gradient_clipping = value;
+    ASSERT_EQ(ValidateHyperparams(update), "") << value;
+    auto group = comm::ThreadGroup::Create(2, 30);
+    ASSERT_TRUE(group.ok());
+    std::vector<std::optional<double>> got(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        ControlCommands mine;
+        if (r == 0) mine.gradient_clipping = value;
+        StatusOr<AgreedCommands> agreed = ExchangeCommands((*group)->comm(r), mine, false);
+        if (agreed.ok()) got[static_cast<size_t>(r)] = agreed->commands.gradient_clipping;
+      });
+    }
+    for (auto& t : ranks) t.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(got[static_cast<size_t>(r)].has_value()) << "rank " << r;
+      const float applied = static_cast<float>(*got[static_cast<size_t>(r)]);
+      EXPECT_TRUE(std::isfinite(applied)) << value;
+      EXPECT_EQ(applied, static_cast<float>(value)) << "rank " << r;
+    }
+  }
 }
 
 TEST(JobController, TheLaterOfPauseAndResumeWins) {
