@@ -1,6 +1,7 @@
 // The trainer's checkpoints: each rank's shard of the model states, the data position and the
 // run's counters saved at a step boundary, and a job restored from them on the same trajectory.
 // With the optimizer states on NVMe the shard is written and read a sub-group at a time.
+#include <algorithm>
 #include <optional>
 
 #include "comm/agree.h"
@@ -10,14 +11,23 @@
 #include "runtime/trainer.h"
 
 namespace hoist::runtime {
+namespace {
+
+// This rank's JSONL log length at the step; older checkpoints have only rank 0's, in the manifest.
+constexpr char kJsonlBytesBlob[] = "jsonl_bytes";
+
+}  // namespace
 
 Status Trainer::SaveCheckpoint() {
   const std::string& dir = config_.checkpoint.dir;
   const int rank = comm_->rank(), world_size = comm_->world_size();
   const LoaderState loader = train_loader_->state();
   const int64_t loader_words[2] = {loader.shard_index, loader.position};
+  // Each rank's own JSONL log length: with `{rank}` in the path the ranks' logs differ.
+  const int64_t log_bytes = log_->bytes();
   std::vector<CheckpointBlob> blobs = {
-      {"train_loader", loader_words, int64_t{sizeof(loader_words)}}};
+      {"train_loader", loader_words, int64_t{sizeof(loader_words)}},
+      {kJsonlBytesBlob, &log_bytes, int64_t{sizeof(log_bytes)}}};
   // Stage 0 keeps the whole optimizer state on every rank: rank 0 writes it for all. Otherwise
   // each rank writes the shard it owns.
   std::vector<float> master, m, v;
@@ -244,6 +254,19 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   step_ = reader.step();
   HOIST_ASSIGN_OR_RETURN(tokens_seen_, counter("tokens"));
   HOIST_ASSIGN_OR_RETURN(int64_t log_bytes, counter("jsonl_bytes"));
+  if (std::any_of(reader.blobs().begin(), reader.blobs().end(),
+                  [](const ShardBlobEntry& blob) { return blob.name == kJsonlBytesBlob; })) {
+    HOIST_RETURN_IF_ERROR(reader.Read(kJsonlBytesBlob, &log_bytes, sizeof(log_bytes)));
+    if (log_bytes < 0) {
+      return DataLossError("checkpoint " + step_dir + ": rank " + std::to_string(rank) +
+                           "'s shard holds a negative JSONL log length (" +
+                           std::to_string(log_bytes) + "); resume from another step directory");
+    }
+  } else if (rank != 0) {
+    // Written before each rank kept its own length: rank 0's would cut this rank's log anywhere.
+    HOIST_ASSIGN_OR_RETURN(log_bytes,
+                           JsonlBytesThroughStep(config_.monitor.jsonl_path, rank, reader.step()));
+  }
   if (metadata.contains("train_s") && metadata["train_s"].is_number()) {
     train_seconds_ = metadata["train_s"].get<double>();
   }
