@@ -34,7 +34,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr uint64_t kMagic = 0x686f697374736d31;  // "hoistsm1"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr int kSpinPolls = 100;   // busy polls before yielding
 constexpr int kYieldPolls = 200;  // polls (spin + yield) before sleeping on the futex
 constexpr auto kFutexSlice = std::chrono::milliseconds(50);  // re-check deadline and peers
@@ -69,6 +69,7 @@ struct alignas(64) Header {
   int64_t total_bytes;
   int32_t creator_pid;
   std::atomic<int32_t> attached;
+  std::atomic<int32_t> unlinked;            // the name is gone from /dev/shm (or about to be)
   alignas(64) std::atomic<uint32_t> epoch;  // futex word, bumped by every publish
   std::atomic<int32_t> waiters;
   alignas(64) std::atomic<int32_t> fail_state;  // FailState
@@ -108,7 +109,8 @@ class ShmCommunicator : public QueuedCommunicator {
     queue_.reset();
     if (base_ == nullptr) return;
     Record(options_.rank).state.store(kLeft);
-    if (header_->attached.fetch_sub(1) == 1) shm_unlink(name_.c_str());
+    // Normally done when the last rank attached; here for a group that never assembled.
+    if (header_->attached.fetch_sub(1) == 1) Unlink();
     munmap(base_, static_cast<size_t>(bytes_));
   }
 
@@ -123,7 +125,9 @@ class ShmCommunicator : public QueuedCommunicator {
     RankRecord& mine = Record(options_.rank);
     mine.pid.store(getpid());
     mine.state.store(kJoined);
-    header_->attached.fetch_add(1);
+    // Every rank has mapped the segment once the last one attaches; nobody needs its name any
+    // more, and without a name a crash of any process cannot leave it in /dev/shm.
+    if (header_->attached.fetch_add(1) + 1 == options_.world_size) Unlink();
     queue_ = std::make_unique<WorkQueue>();
     return Status::Ok();
   }
@@ -148,6 +152,12 @@ class ShmCommunicator : public QueuedCommunicator {
     return base_ + SlotsOffset(options_.world_size) + rank * options_.slot_bytes;
   }
   unsigned char* ResultSlot() { return Slot(options_.world_size); }
+
+  // Removes the segment's name once per group: a second shm_unlink could remove the segment of
+  // a later job with the same HOIST_JOB_ID.
+  void Unlink() {
+    if (header_->unlinked.exchange(1) == 0) shm_unlink(name_.c_str());
+  }
 
   Status Map(int fd) {
     void* p = mmap(nullptr, static_cast<size_t>(bytes_), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);

@@ -1,7 +1,10 @@
 // ShmCommunicator: the Communicator for ranks that are separate processes on one node, started by
 // `hoist launch` without MPI. The ranks meet in a POSIX shared-memory segment named from
 // HOIST_JOB_ID ("/hoist-<job id>"), created by rank 0 (a stale segment of the same name, left by a
-// crashed run, is replaced) and unlinked by the last rank to leave.
+// crashed run, is replaced) and unlinked as soon as every rank has attached (the mappings keep it
+// alive), so that a crash after that cannot leave it behind in /dev/shm. A group that never
+// assembles is unlinked by the last rank to leave; only a crash before every rank attached leaves
+// the name, which the next rank 0 with that HOIST_JOB_ID replaces.
 //
 // The segment holds a control block (one record per rank: a phase counter, the collective it
 // entered, its pid) and a staging slot of `slot_bytes` per rank plus one for results. A collective

@@ -3,8 +3,9 @@
 // offload moved out of memory). A file system that refuses O_DIRECT gets buffered I/O and a
 // one-line notice.
 //
-// The file is the job's scratch: if Open created it, the destructor removes it. An existing
-// file is reused and left in place. Read and Write are thread-safe on disjoint ranges and block.
+// The file is the job's scratch: Open creates it (a name that exists already, a symbolic link
+// included, is refused) and the destructor removes it. Read and Write are thread-safe on disjoint
+// ranges and block.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +23,7 @@ using PosixStorageOptions = ScratchFileOptions;
 
 class PosixStorage final : public BlockStorage {
  public:
-  // Opens or creates `path` with `size_bytes` usable bytes. ResourceExhausted when the file
-  // system lacks the space, naming the bytes needed and the bytes free.
+  // Creates `path` with `size_bytes` usable bytes (ScratchFile::Open's errors).
   static StatusOr<std::unique_ptr<PosixStorage>> Open(const std::string& path, int64_t size_bytes,
                                                       const PosixStorageOptions& options = {});
   ~PosixStorage() override;
@@ -38,8 +38,6 @@ class PosixStorage final : public BlockStorage {
 
   // Whether the file is open with O_DIRECT.
   bool direct_io() const { return file_.direct_io(); }
-  // Whether Open created the file (and the destructor will remove it).
-  bool created_file() const { return file_.created_file(); }
 
   static constexpr int64_t kDirectIoAlignment = ScratchFile::kDirectIoAlignment;
 

@@ -1,7 +1,6 @@
 #include "offload/scratch_file.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -24,11 +23,13 @@ int64_t FreeBytes(const std::string& path) {
   return static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize);
 }
 
-int OpenFile(const std::string& path, bool direct) {
-  int flags = O_RDWR | O_CREAT | O_CLOEXEC | (direct ? O_DIRECT : 0);
+// Creates `path`, which must not exist: O_EXCL fails on any name already there, a symbolic link
+// included (O_NOFOLLOW says so once more), so a name planted in a shared nvme_path can never make
+// this process write optimizer state into a file it did not create.
+int CreateFile(const std::string& path) {
   int fd;
   do {
-    fd = ::open(path.c_str(), flags, 0600);
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   } while (fd < 0 && errno == EINTR);
   return fd;
 }
@@ -54,28 +55,35 @@ StatusOr<ScratchFile> ScratchFile::Open(const std::string& path, int64_t size_by
     return InvalidArgumentError("offload: size of " + path + " is negative (" +
                                 std::to_string(size_bytes) + " bytes)");
   }
-  struct stat st {};
-  const bool existed = ::stat(path.c_str(), &st) == 0;
-
-  bool direct = options.direct_io;
-  int fd = -1;
-  if (direct && options.simulate_direct_io_refused) {
-    errno = EINVAL;
-  } else {
-    fd = OpenFile(path, direct);
-  }
-  if (fd < 0 && direct && errno == EINVAL) {
-    HOIST_LOG(WARN) << "offload: the file system of " << path
-                    << " refuses O_DIRECT; using buffered I/O (the page cache will hold a copy)";
-    direct = false;
-    fd = OpenFile(path, false);
-  }
+  const int fd = CreateFile(path);
   if (fd < 0) {
-    return PosixError("offload: open(O_RDWR|O_CREAT" + std::string(direct ? "|O_DIRECT" : "") + ")",
-                      path, errno);
+    const int err = errno;
+    if (err == EEXIST || err == ELOOP) {
+      return FailedPreconditionError(
+          "offload: the scratch file " + path +
+          " exists already (a file or a symbolic link); hoist only writes offloaded state into "
+          "a file it creates itself. It may be left by a crashed run whose process id was "
+          "reused, or placed there by someone else: check what it is, remove it, or point "
+          "nvme_path at a directory only this job's user can write");
+    }
+    return PosixError("offload: open(O_RDWR|O_CREAT|O_EXCL|O_NOFOLLOW)", path, err);
   }
-  // From here on the destructor closes the descriptor and removes a file this call created.
-  ScratchFile file(path, fd, size_bytes, direct, !existed);
+  // From here on the destructor closes the descriptor and removes the file.
+  ScratchFile file(path, fd, size_bytes, false);
+  // O_DIRECT is switched on the open file rather than asked for at creation: a file system that
+  // refuses it may have created the file before refusing, and a second O_EXCL open would fail.
+  if (options.direct_io) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (!options.simulate_direct_io_refused && flags >= 0 &&
+        ::fcntl(fd, F_SETFL, flags | O_DIRECT) == 0) {
+      file.direct_io_ = true;
+    } else if (options.simulate_direct_io_refused || errno == EINVAL) {
+      HOIST_LOG(WARN) << "offload: the file system of " << path
+                      << " refuses O_DIRECT; using buffered I/O (the page cache will hold a copy)";
+    } else {
+      return PosixError("offload: fcntl(F_SETFL, O_DIRECT)", path, errno);
+    }
+  }
 
   if (options.preallocate && size_bytes > 0) {
     int rc;
@@ -94,32 +102,24 @@ StatusOr<ScratchFile> ScratchFile::Open(const std::string& path, int64_t size_by
     }
   }
   // Without preallocation the size still has to be there for reads of never-written ranges.
-  if (st.st_size < size_bytes || !existed) {
-    if (::ftruncate(fd, size_bytes) != 0) {
-      const int err = errno;
-      if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
-        return PreallocationFailure(path, size_bytes, FreeBytes(path), err);
-      }
-      return PosixError("offload: ftruncate", path, err);
+  if (::ftruncate(fd, size_bytes) != 0) {
+    const int err = errno;
+    if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
+      return PreallocationFailure(path, size_bytes, FreeBytes(path), err);
     }
+    return PosixError("offload: ftruncate", path, err);
   }
   return file;
 }
 
-ScratchFile::ScratchFile(std::string path, int fd, int64_t size_bytes, bool direct_io,
-                         bool created_file)
-    : path_(std::move(path)),
-      fd_(fd),
-      size_bytes_(size_bytes),
-      direct_io_(direct_io),
-      created_file_(created_file) {}
+ScratchFile::ScratchFile(std::string path, int fd, int64_t size_bytes, bool direct_io)
+    : path_(std::move(path)), fd_(fd), size_bytes_(size_bytes), direct_io_(direct_io) {}
 
 ScratchFile::ScratchFile(ScratchFile&& other) noexcept
     : path_(std::move(other.path_)),
       fd_(std::exchange(other.fd_, -1)),
       size_bytes_(other.size_bytes_),
-      direct_io_(other.direct_io_),
-      created_file_(std::exchange(other.created_file_, false)) {}
+      direct_io_(other.direct_io_) {}
 
 ScratchFile& ScratchFile::operator=(ScratchFile&& other) noexcept {
   if (this != &other) {
@@ -128,7 +128,6 @@ ScratchFile& ScratchFile::operator=(ScratchFile&& other) noexcept {
     fd_ = std::exchange(other.fd_, -1);
     size_bytes_ = other.size_bytes_;
     direct_io_ = other.direct_io_;
-    created_file_ = std::exchange(other.created_file_, false);
   }
   return *this;
 }
@@ -140,11 +139,10 @@ void ScratchFile::Close() {
   // Nothing can be done about a failed close of scratch that is about to be removed.
   ::close(fd_);
   fd_ = -1;
-  if (created_file_ && ::unlink(path_.c_str()) != 0 && errno != ENOENT) {
+  if (::unlink(path_.c_str()) != 0 && errno != ENOENT) {
     HOIST_LOG(WARN) << "offload: could not remove scratch file " << path_ << ": "
                     << ErrnoText(errno) << "; remove it by hand";
   }
-  created_file_ = false;
 }
 
 }  // namespace hoist::offload

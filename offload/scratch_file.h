@@ -1,8 +1,9 @@
 // ScratchFile: the open file descriptor behind a file-backed BlockStorage (PosixStorage,
 // UringStorage), opened the way offload wants it: O_DIRECT where the file system allows it
 // (buffered I/O and a one-line notice where it refuses), all blocks reserved up front, and the
-// file removed again when this object goes if Open created it. An existing file is reused and
-// left in place.
+// file removed again when this object goes. Open always creates the file (O_CREAT|O_EXCL|
+// O_NOFOLLOW, mode 0600): a name that exists already, a symbolic link included, is an error,
+// so that a name planted in a shared directory never redirects offloaded state into another file.
 //
 // Movable, not copyable; the owner closes the descriptor by destroying it. Not thread-safe to
 // move or destroy while another thread uses fd(); Open blocks on the file system.
@@ -27,8 +28,9 @@ struct ScratchFileOptions {
 
 class ScratchFile {
  public:
-  // Opens or creates `path` with `size_bytes` usable bytes. ResourceExhausted when the file
-  // system lacks the space, naming the bytes needed and the bytes free.
+  // Creates `path` with `size_bytes` usable bytes. FailedPrecondition naming the path when
+  // something (a file, a link) is there already; ResourceExhausted when the file system lacks
+  // the space, naming the bytes needed and the bytes free.
   static StatusOr<ScratchFile> Open(const std::string& path, int64_t size_bytes,
                                     const ScratchFileOptions& options);
   ~ScratchFile();
@@ -42,22 +44,19 @@ class ScratchFile {
   int64_t size_bytes() const { return size_bytes_; }
   // Whether the file is open with O_DIRECT.
   bool direct_io() const { return direct_io_; }
-  // Whether Open created the file (and the destructor will remove it).
-  bool created_file() const { return created_file_; }
   // What offsets, sizes and addresses must be multiples of: 4096 under O_DIRECT, else 1.
   int64_t alignment() const { return direct_io_ ? kDirectIoAlignment : 1; }
 
   static constexpr int64_t kDirectIoAlignment = 4096;
 
  private:
-  ScratchFile(std::string path, int fd, int64_t size_bytes, bool direct_io, bool created_file);
+  ScratchFile(std::string path, int fd, int64_t size_bytes, bool direct_io);
   void Close();
 
   std::string path_;
   int fd_ = -1;
   int64_t size_bytes_ = 0;
   bool direct_io_ = false;
-  bool created_file_ = false;
 };
 
 // The ResourceExhausted Status for a preallocation of `bytes_needed` on `path` that failed with

@@ -54,7 +54,6 @@ class UringStorage final : public BlockStorage {
   const std::string& path() const override { return file_.path(); }
 
   bool direct_io() const { return file_.direct_io(); }
-  bool created_file() const { return file_.created_file(); }
   int64_t block_size_bytes() const { return block_size_bytes_; }
   int queue_depth() const { return queue_depth_; }
 

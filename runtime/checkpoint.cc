@@ -1,5 +1,7 @@
 #include "runtime/checkpoint.h"
 
+#include <xxhash.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
@@ -23,7 +25,12 @@ constexpr char kManifestName[] = "manifest.json";
 constexpr char kLatestName[] = "latest";
 constexpr char kPartSuffix[] = ".part";
 constexpr char kManifestFormat[] = "hoist-checkpoint";
-constexpr int kManifestVersion = 1;
+// Version 2 added manifest_xxh64. Version 1 manifests (no checksum) are still read: their values
+// are range-checked like any others, and a checksum is no defence against someone who edits on
+// purpose (it can be recomputed); it catches damage and accidental edits.
+constexpr int kManifestVersion = 2;
+constexpr int kUncheckedManifestVersion = 1;
+constexpr char kManifestChecksumKey[] = "manifest_xxh64";
 
 std::string Join(const std::string& dir, const std::string& name) {
   return (fs_std::path(dir) / name).string();
@@ -79,15 +86,25 @@ StatusOr<std::vector<std::pair<int64_t, std::string>>> ListSteps(FileSystem& fs,
   return steps;
 }
 
-// The manifest's text, or InvalidArgument when `metadata` or a blob name is not UTF-8 (the only
-// way dump() throws).
-StatusOr<std::string> DumpManifest(const nlohmann::json& manifest, const std::string& path) {
+// The manifest's text (indent 2, or compact for -1), or InvalidArgument when `metadata` or a
+// blob name is not UTF-8 (the only way dump() throws).
+StatusOr<std::string> DumpManifest(const nlohmann::json& manifest, const std::string& path,
+                                   int indent = 2) {
   try {
-    return manifest.dump(2) + "\n";
+    return manifest.dump(indent) + (indent >= 0 ? "\n" : "");
   } catch (const nlohmann::json::exception& error) {
     return InvalidArgumentError("cannot write " + path + ": " + error.what() +
                                 "; checkpoint metadata and blob names must be valid UTF-8");
   }
+}
+
+// The checksum of a manifest: XXH64 of the compact text of every field but manifest_xxh64 (keys
+// sorted, as nlohmann keeps them). Parsing the written text and dumping it again gives the same
+// text (numbers are written in their shortest round-trip form), so reader and writer agree.
+StatusOr<std::string> ManifestChecksum(nlohmann::json manifest, const std::string& path) {
+  manifest.erase(kManifestChecksumKey);
+  HOIST_ASSIGN_OR_RETURN(std::string text, DumpManifest(manifest, path, -1));
+  return Xxh64Hex(XXH64(text.data(), text.size(), 0));
 }
 
 Status PublishStagedStep(FileSystem& fs, const std::string& dir, int64_t step, int world_size,
@@ -133,10 +150,11 @@ Status PublishStagedStep(FileSystem& fs, const std::string& dir, int64_t step, i
     if (keep.count(name) == 0) HOIST_RETURN_IF_ERROR(fs.RemoveAll(Join(staging, name)));
   }
 
-  const nlohmann::json manifest = {
+  nlohmann::json manifest = {
       {"format", kManifestFormat}, {"version", kManifestVersion}, {"step", step},
       {"world_size", world_size},  {"files", std::move(files)},   {"metadata", metadata}};
   const std::string manifest_path = Join(staging, kManifestName);
+  HOIST_ASSIGN_OR_RETURN(manifest[kManifestChecksumKey], ManifestChecksum(manifest, manifest_path));
   HOIST_ASSIGN_OR_RETURN(std::string manifest_text, DumpManifest(manifest, manifest_path));
   HOIST_RETURN_IF_ERROR(WriteSmallFileAtomically(fs, manifest_path, manifest_text));
 
@@ -175,6 +193,7 @@ struct ManifestFile {
 };
 
 struct Manifest {
+  bool checksummed = false;  // version 1 manifests have no checksum
   int64_t step = 0;
   int64_t world_size = 0;
   std::vector<ManifestFile> files;  // by rank
@@ -258,13 +277,25 @@ StatusOr<Manifest> ParseManifest(const std::string& path, const std::string& tex
                                  kManifestFormat + "\")");
   }
   HOIST_ASSIGN_OR_RETURN(int64_t version, fields.Integer(json, "", "version", 0));
-  if (version != kManifestVersion) {
-    return FailedPreconditionError(path + " has manifest version " + std::to_string(version) +
-                                   " but this build reads version " +
-                                   std::to_string(kManifestVersion) +
-                                   "; read it with the hoist that wrote it");
+  if (version != kManifestVersion && version != kUncheckedManifestVersion) {
+    return FailedPreconditionError(
+        path + " has manifest version " + std::to_string(version) +
+        " but this build reads versions " + std::to_string(kUncheckedManifestVersion) + " and " +
+        std::to_string(kManifestVersion) + "; read it with the hoist that wrote it");
   }
   Manifest manifest;
+  manifest.checksummed = version >= kManifestVersion;
+  if (manifest.checksummed) {
+    HOIST_ASSIGN_OR_RETURN(std::string recorded, fields.String(json, "", kManifestChecksumKey));
+    HOIST_ASSIGN_OR_RETURN(std::string actual, ManifestChecksum(json, path));
+    if (recorded != actual) {
+      return DataLossError(path + " does not match its checksum (\"" + kManifestChecksumKey +
+                           "\" says " + recorded.substr(0, 64) + ", the content hashes to " +
+                           actual +
+                           "): it was edited or damaged after it was written; resume from "
+                           "another step directory or put the original manifest back");
+    }
+  }
   HOIST_ASSIGN_OR_RETURN(manifest.step, fields.Integer(json, "", "step", 0));
   HOIST_ASSIGN_OR_RETURN(manifest.world_size, fields.Integer(json, "", "world_size", 1, 1 << 24));
   HOIST_ASSIGN_OR_RETURN(const nlohmann::json* files, fields.Get(json, "", "files", Type::array));
@@ -317,6 +348,50 @@ StatusOr<Manifest> ParseManifest(const std::string& path, const std::string& tex
   return manifest;
 }
 
+// Ok when `step_dir` holds a manifest that parses and matches its checksum and every shard it
+// lists, at the size it lists; otherwise why not.
+Status CheckStepComplete(FileSystem& fs, const std::string& step_dir) {
+  const std::string manifest_path = Join(step_dir, kManifestName);
+  HOIST_ASSIGN_OR_RETURN(std::string text, ReadFileToString(fs, manifest_path));
+  HOIST_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_path, text));
+  for (const ManifestFile& file : manifest.files) {
+    const std::string shard = Join(step_dir, file.name);
+    HOIST_ASSIGN_OR_RETURN(FileInfo info, fs.Stat(shard));
+    if (info.size_bytes != file.bytes) {
+      return DataLossError(shard + " is " + std::to_string(info.size_bytes) +
+                           " bytes but the manifest says " + std::to_string(file.bytes));
+    }
+  }
+  return Status::Ok();
+}
+
+// Without `latest` (deleted, or lost with a file system that did not keep the last rename): the
+// newest step directory that is complete, said in a notice, so that a resume neither starts
+// afresh over the checkpoints nor takes a damaged one. NotFound when there is no step directory.
+StatusOr<std::string> NewestCompleteStep(FileSystem& fs, const std::string& dir) {
+  HOIST_ASSIGN_OR_RETURN(auto steps, ListSteps(fs, dir, kStepPrefix));
+  if (steps.empty()) {
+    return NotFoundError("no checkpoint in " + dir + ": it has no '" + kLatestName +
+                         "' file and no step directory");
+  }
+  std::string skipped;
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    const std::string step_dir = Join(dir, it->second);
+    if (!IsDirectory(fs, step_dir)) continue;
+    Status complete = CheckStepComplete(fs, step_dir);
+    if (complete.ok()) {
+      HOIST_LOG(WARN) << dir << " has no '" << kLatestName << "' file; using " << it->second
+                      << ", the newest complete step directory" << skipped;
+      return step_dir;
+    }
+    skipped += "; skipped " + it->second + ": " + complete.message();
+  }
+  return DataLossError(dir + " has no '" + kLatestName + "' file and none of its " +
+                       std::to_string(steps.size()) + " step directories is complete" + skipped +
+                       "; repair one and write its name into " + Join(dir, kLatestName) +
+                       ", or move them away to start afresh");
+}
+
 }  // namespace
 
 std::string CheckpointStepDirName(int64_t step) {
@@ -324,6 +399,10 @@ std::string CheckpointStepDirName(int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
   return name;
+}
+
+StatusOr<std::string> CheckpointManifestChecksum(const nlohmann::json& manifest) {
+  return ManifestChecksum(manifest, kManifestName);
 }
 
 Status WriteRankShard(const std::string& dir, int64_t step, int rank,
@@ -391,9 +470,7 @@ StatusOr<std::string> FindLatestCheckpoint(const std::string& dir, FileSystem& f
   const std::string latest_path = Join(dir, kLatestName);
   StatusOr<std::string> text = ReadFileToString(fs, latest_path);
   if (!text.ok()) {
-    if (text.status().code() == StatusCode::kNotFound) {
-      return NotFoundError("no checkpoint in " + dir + ": it has no '" + kLatestName + "' file");
-    }
+    if (text.status().code() == StatusCode::kNotFound) return NewestCompleteStep(fs, dir);
     return text.status();
   }
   std::string name = *text;
@@ -462,6 +539,11 @@ StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& step_dir, i
                          "deleted); resume from another step directory");
   }
   HOIST_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_path, *text));
+  if (!manifest.checksummed && rank == 0) {
+    HOIST_LOG(WARN) << manifest_path
+                    << " has no checksum (manifest version 1, written by an older hoist); its "
+                       "values are checked, but a change that keeps them in range goes unseen";
+  }
   if (rank >= manifest.world_size) {
     return FailedPreconditionError(
         "checkpoint " + step_dir + " was written by " + std::to_string(manifest.world_size) +

@@ -3,7 +3,8 @@
 // disk at any moment leaves the previous checkpoint readable and `latest` naming a complete step.
 //
 //   <dir>/latest                      "step_00000042\n", replaced by rename
-//   <dir>/step_00000042/manifest.json {format, version, step, world_size, files, metadata}
+//   <dir>/step_00000042/manifest.json {format, version, step, world_size, files, metadata,
+//                                      manifest_xxh64}
 //   <dir>/step_00000042/rank_00000.bin  one shard per rank (layout: runtime/checkpoint_shard.h)
 //   <dir>/.tmp_step_00000043/         a step being written; never read, removed when stale
 //
@@ -16,6 +17,9 @@
 // manifest.json: "files" lists, per rank r, {"rank": r, "name": "rank_<05d>.bin", "bytes": size,
 // "index_xxh64": 16 hex digits, "blobs": [{"name", "offset", "bytes", "xxh64"}]}. index_xxh64 is
 // the checksum of the shard's index, which holds every blob's checksum, so it pins the content.
+// manifest_xxh64 (version 2) is the XXH64 of the manifest's compact JSON text without that field,
+// keys sorted: an edited or damaged manifest is DataLoss. Version 1 manifests, written before the
+// field existed, are read without it (with a notice).
 //
 // Errors are Statuses that name the file and what to do: a missing or damaged file is NotFound or
 // DataLoss (a manifest field of the wrong type too: the error names the field), a full disk
@@ -42,6 +46,10 @@ namespace hoist::runtime {
 // "step_00000042" (at least 8 digits).
 std::string CheckpointStepDirName(int64_t step);
 
+// The manifest_xxh64 that `manifest` (a parsed manifest.json) must carry, for tools and tests
+// that rewrite a manifest on purpose. InvalidArgument when a string in it is not UTF-8.
+StatusOr<std::string> CheckpointManifestChecksum(const nlohmann::json& manifest);
+
 // Writes this rank's shard of `step` into <dir>/.tmp_step_<08d>/rank_<05d>.bin, creating the
 // directories as needed and replacing a shard a crashed earlier attempt left there. On error
 // (ResourceExhausted for a full disk) the partial file is removed, and the staging directory
@@ -61,9 +69,11 @@ Status WriteRankShard(const std::string& dir, int64_t step, int rank,
 Status CommitCheckpoint(const std::string& dir, int64_t step, int world_size,
                         const nlohmann::json& metadata, FileSystem& fs = FileSystem::Posix());
 
-// The path of the step directory `latest` names. NotFound when there is no checkpoint (no
-// directory or no `latest`); DataLoss when `latest` is unreadable or names a missing directory,
-// so that a damaged pointer is not mistaken for a fresh start.
+// The path of the step directory `latest` names. Without `latest`, the newest complete step
+// directory (its manifest intact, every shard there at its size), with a notice. NotFound when
+// there is no checkpoint (no directory, or neither `latest` nor a step directory); DataLoss when
+// `latest` is unreadable or names a missing directory, or when no step directory is complete,
+// so that a damaged pointer or lost checkpoints are not mistaken for a fresh start.
 StatusOr<std::string> FindLatestCheckpoint(const std::string& dir,
                                            FileSystem& fs = FileSystem::Posix());
 

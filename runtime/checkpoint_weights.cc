@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "runtime/checkpoint.h"
+#include "runtime/checkpoint_metadata.h"
 #include "zero/partition.h"
 
 namespace hoist::runtime {
@@ -11,11 +12,8 @@ namespace hoist::runtime {
 Status ReadCheckpointWeights(const std::string& step_dir, const ParamLayout& layout, float* out) {
   HOIST_ASSIGN_OR_RETURN(CheckpointReader first, CheckpointReader::Open(step_dir, 0));
   const nlohmann::json& metadata = first.metadata();
-  if (!metadata.contains("zero_stage") || !metadata["zero_stage"].is_number_integer()) {
-    return DataLossError("checkpoint " + step_dir +
-                         ": manifest metadata.zero_stage is missing or not an integer");
-  }
-  const int64_t stage = metadata["zero_stage"].get<int64_t>();
+  HOIST_ASSIGN_OR_RETURN(const int64_t stage,
+                         CheckpointMetadata(metadata, step_dir).Integer("zero_stage", 0, 3));
   const int world_size = first.world_size();
   if (stage == 0 || world_size == 1) {
     // The whole state, in unit order, in rank 0's shard.

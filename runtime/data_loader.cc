@@ -12,6 +12,10 @@ extern const size_t kDemoCorpus_size;
 namespace hoist::runtime {
 namespace {
 
+// Tokens read from a shard file at once (256 KiB): a micro-step's window is a few KiB, and a
+// read per window costs a system call each.
+constexpr int64_t kReadAheadTokens = int64_t{1} << 17;
+
 bool IsPattern(const std::string& source) {
   return source.find_first_of("*?[") != std::string::npos;
 }
@@ -74,6 +78,7 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source
   }
 
   std::unique_ptr<DataLoader> loader(new DataLoader(B, T, rank, world_size, tracker));
+  loader->vocab_size_ = vocab_size;
   if (source.starts_with("builtin:")) {
     if (source != kBuiltinDemo) {
       return NotFoundError("unknown built-in data source '" + source + "'; the only one is '" +
@@ -86,7 +91,7 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source
 
   const int64_t window = loader->stride_ + 1;
   for (const ShardView& shard : loader->shards_) {
-    const int64_t n = static_cast<int64_t>(shard.tokens.size());
+    const int64_t n = shard.size;
     if (n < window) {
       return InvalidArgumentError(
           "token shard '" + shard.name + "' has " + std::to_string(n) + " tokens, fewer than the " +
@@ -133,8 +138,8 @@ Status DataLoader::LoadBuiltinDemo(Split split, int vocab_size) {
           ">= 256");
     }
   }
-  shards_.push_back(
-      ShardView{name, std::span<const uint16_t>(tokens, static_cast<size_t>(end - begin))});
+  shards_.push_back(ShardView{
+      name, end - begin, std::span<const uint16_t>(tokens, static_cast<size_t>(end - begin)), -1});
   return Status::Ok();
 }
 
@@ -151,26 +156,70 @@ Status DataLoader::LoadFiles(const std::string& source, int vocab_size) {
     HOIST_RETURN_IF_ERROR(shard.CheckTokensBelow(vocab_size));
     files_.push_back(std::move(shard));
   }
-  for (const TokenShard& shard : files_) shards_.push_back(ShardView{shard.path(), shard.tokens()});
+  for (size_t i = 0; i < files_.size(); ++i) {
+    shards_.push_back(ShardView{files_[i].path(), files_[i].size(), {}, static_cast<int64_t>(i)});
+  }
+  buffer_.resize(static_cast<size_t>(std::max(int64_t{B_} * T_ + 1, kReadAheadTokens)));
   return Status::Ok();
 }
 
-void DataLoader::Next(int32_t* inputs, int32_t* targets) {
+Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
   HOIST_CHECK(inputs != nullptr && targets != nullptr);
   const ShardView& shard = shards_[state_.shard_index];
-  HOIST_CHECK_LE(state_.position + stride_ + 1, static_cast<int64_t>(shard.tokens.size()));
+  HOIST_CHECK_LE(state_.position + stride_ + 1, shard.size);
   const int64_t n = int64_t{B_} * T_;
-  const uint16_t* window = shard.tokens.data() + state_.position + rank_ * n;
+  const int64_t first = state_.position + rank_ * n;
+  const uint16_t* window = nullptr;
+  if (shard.file < 0) {
+    window = shard.tokens.data() + first;
+  } else {
+    // Read ahead in chunks: one pread serves many micro-steps' windows.
+    const bool buffered = shard.file == buffered_file_ && first >= buffered_first_ &&
+                          first + n + 1 <= buffered_first_ + buffered_count_;
+    Status read = Status::Ok();
+    if (!buffered) {
+      buffered_file_ = -1;
+      const int64_t count =
+          std::min<int64_t>(static_cast<int64_t>(buffer_.size()), shard.size - first);
+      read = files_[shard.file].Read(first, count, buffer_.data());
+      if (read.ok()) {
+        buffered_file_ = shard.file;
+        buffered_first_ = first;
+        buffered_count_ = count;
+      }
+    }
+    window = buffer_.data() + (first - buffered_first_);
+    // Checked again here: the file was validated at Open, but it may have been changed since.
+    uint16_t window_max = 0;
+    for (int64_t i = 0; read.ok() && i <= n; ++i) window_max = std::max(window_max, window[i]);
+    if (read.ok() && window_max >= vocab_size_) {
+      const int64_t at =
+          std::find_if(window, window + n + 1, [&](uint16_t t) { return t >= vocab_size_; }) -
+          window;
+      read = DataLossError("token shard '" + shard.name + "': token at index " +
+                           std::to_string(first + at) + " is now " + std::to_string(window[at]) +
+                           ", not below vocab_size " + std::to_string(vocab_size_) +
+                           "; the file was changed while training: put the original back and "
+                           "resume from the last checkpoint");
+    }
+    if (!read.ok()) {
+      buffered_file_ = -1;
+      std::fill(inputs, inputs + n, 0);
+      std::fill(targets, targets + n, 0);
+      return read;
+    }
+  }
   for (int64_t i = 0; i < n; ++i) {
     inputs[i] = window[i];
     targets[i] = window[i + 1];
   }
   state_.position += stride_;
   SkipExhaustedShard();
+  return Status::Ok();
 }
 
 void DataLoader::SkipExhaustedShard() {
-  const int64_t size = static_cast<int64_t>(shards_[state_.shard_index].tokens.size());
+  const int64_t size = shards_[state_.shard_index].size;
   if (state_.position + stride_ + 1 <= size) return;
   state_.shard_index = (state_.shard_index + 1) % num_shards();
   state_.position = 0;
@@ -184,7 +233,7 @@ Status DataLoader::Restore(const LoaderState& state) {
         " shards); the checkpoint was written for other data");
   }
   const ShardView& shard = shards_[state.shard_index];
-  const int64_t size = static_cast<int64_t>(shard.tokens.size());
+  const int64_t size = shard.size;
   if (state.position < 0 || state.position > size) {
     return InvalidArgumentError("data loader state: position " + std::to_string(state.position) +
                                 " is outside 0.." + std::to_string(size) + " of shard '" +
@@ -202,7 +251,7 @@ const std::string& DataLoader::shard_name(int64_t index) const {
 
 int64_t DataLoader::shard_tokens(int64_t index) const {
   HOIST_CHECK(index >= 0 && index < num_shards()) << index;
-  return static_cast<int64_t>(shards_[index].tokens.size());
+  return shards_[index].size;
 }
 
 }  // namespace hoist::runtime

@@ -18,9 +18,10 @@
 // and validation data are configured as separate sources.
 //
 // Open validates every shard up front (header, size, every token below vocab_size, room for one
-// window), so Next never fails; this reads each shard once. Shard files stay mapped read-only for
-// the loader's life; the embedded corpus's tokens live in tracked host memory
-// (Place::kHost, Category::kWorkspace). Next may block on page faults that read the file.
+// window); this reads each shard once. Shard files stay open for the loader's life and Next reads
+// its window with pread, so a shard truncated or rewritten in place while training is an error
+// naming the file (never SIGBUS, never a token past the vocabulary); the embedded corpus's tokens
+// live in tracked host memory (Place::kHost, Category::kWorkspace). Next blocks on the read.
 // Not thread-safe: one loader is driven by one thread.
 #pragma once
 
@@ -61,8 +62,11 @@ class DataLoader {
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
 
-  // Fills inputs (B, T) and targets (B, T) with this rank's next micro-batch and advances.
-  void Next(int32_t* inputs, int32_t* targets);
+  // Fills inputs (B, T) and targets (B, T) with this rank's next micro-batch and advances. A
+  // shard file that cannot be read as it was validated (truncated, rewritten in place, an I/O
+  // error) is an error naming it; the batch is then all token 0 and the position stays, so that
+  // the caller may finish a collective step before every rank stops (comm::AgreeOnStatus).
+  Status Next(int32_t* inputs, int32_t* targets);
 
   LoaderState state() const { return state_; }
   // Continues from a state that state() returned. A shard_index or position outside the data is
@@ -75,8 +79,8 @@ class DataLoader {
   int B() const { return B_; }
   int T() const { return T_; }
   // The tracked host bytes a loader of `source` holds (the built-in data's tokens, as
-  // Place::kHost workspace; token shard files are mapped, not allocated): what the memory
-  // estimate counts for it.
+  // Place::kHost workspace; token shard files are read ahead into a buffer of 256 KiB or one
+  // window, untracked): what the memory estimate counts for it.
   static int64_t TrackedHostBytes(const std::string& source, Split split);
 
   int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
@@ -89,7 +93,9 @@ class DataLoader {
  private:
   struct ShardView {
     std::string name;
-    std::span<const uint16_t> tokens;
+    int64_t size = 0;                  // tokens
+    std::span<const uint16_t> tokens;  // builtin:demo, in memory
+    int64_t file = -1;                 // else: index into files_
   };
 
   DataLoader(int B, int T, int rank, int world_size, MemoryTracker* tracker);
@@ -107,6 +113,13 @@ class DataLoader {
   Buffer builtin_tokens_;  // (corpus bytes,) uint16; only for builtin:demo
   std::vector<TokenShard> files_;
   std::vector<ShardView> shards_;
+  int vocab_size_ = 0;
+  // Tokens read ahead from a shard file: [buffered_first_, + buffered_count_) of files_ entry
+  // buffered_file_ (-1: none). At least B*T + 1 tokens, so that a window always fits.
+  std::vector<uint16_t> buffer_;
+  int64_t buffered_file_ = -1;
+  int64_t buffered_first_ = 0;
+  int64_t buffered_count_ = 0;
   LoaderState state_;
 };
 

@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <filesystem>
+#include <fstream>
 
 #include "core/logging.h"
 #include "core/posix_error.h"
@@ -20,6 +21,28 @@ std::optional<std::string> PathForRank(const std::string& path, int rank) {
     at = resolved.find(kRankToken);
   }
   return resolved;
+}
+
+StatusOr<int64_t> JsonlBytesThroughStep(const std::string& path, int rank, int64_t step) {
+  const std::optional<std::string> mine = PathForRank(path, rank);
+  if (!mine) return -1;
+  std::ifstream in(*mine, std::ios::binary);
+  if (!in) {
+    if (errno == ENOENT) return -1;
+    return PosixError("reading the JSONL log (monitor.jsonl.path)", *mine, errno);
+  }
+  int64_t kept = 0, offset = 0;
+  for (std::string line; std::getline(in, line);) {
+    // A last line without its newline was cut short by a crash.
+    if (in.eof()) break;
+    offset += static_cast<int64_t>(line.size()) + 1;
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_object() || record.contains("event")) break;
+    const auto it = record.find("step");
+    if (it == record.end() || !it->is_number_integer() || it->get<int64_t>() > step) break;
+    kept = offset;
+  }
+  return kept;
 }
 
 StatusOr<std::unique_ptr<JsonlLog>> JsonlLog::Open(const std::string& path, int rank,

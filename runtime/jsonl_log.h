@@ -19,6 +19,12 @@ namespace hoist::runtime {
 // 0 alone (nullopt on the others), and so does nothing for an empty path (nullopt).
 std::optional<std::string> PathForRank(const std::string& path, int rank);
 
+// For a log written by a checkpoint that did not record this rank's log length: the bytes of
+// `path`'s log for `rank` up to the end of its last whole record of a step at or before `step`
+// (the step records come in order; the scan stops at the first later step, the end record, or a
+// broken line). -1 when this rank has no log or the file does not exist. Reads the file.
+StatusOr<int64_t> JsonlBytesThroughStep(const std::string& path, int rank, int64_t step);
+
 class JsonlLog {
  public:
   // An empty path gives a disabled log whose Write does nothing. A fresh run (resume_bytes < 0)

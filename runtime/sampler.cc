@@ -42,7 +42,8 @@ int32_t PickToken(const float* logits, int V, float temperature, int top_k, doub
 
 StatusOr<std::vector<int32_t>> Sample(const SampleOptions& options) {
   std::string step_dir = options.checkpoint;
-  if (std::filesystem::exists(std::filesystem::path(step_dir) / "latest")) {
+  // A checkpoint directory rather than one of its steps: `latest`, or the newest complete step.
+  if (!std::filesystem::exists(std::filesystem::path(step_dir) / "manifest.json")) {
     HOIST_ASSIGN_OR_RETURN(step_dir, FindLatestCheckpoint(options.checkpoint));
   }
   HOIST_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, /*rank=*/0));

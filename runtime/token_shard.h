@@ -3,16 +3,19 @@
 // tokens. This is the file that `hoist data tokenize` writes and the data loader reads, and it is
 // byte-compatible with llm.c's and nanoGPT's GPT-2 shards.
 //
-// A TokenShard maps its file read-only; the mapped pages belong to the page cache, not to a
-// tracked allocation. Reading and writing block on the file system and go through a FileSystem
-// (core/file_system.h), so tests can inject faults such as a full disk. A TokenShard is immutable
-// after ReadTokenShard returns and may be read from any number of threads.
+// A TokenShard keeps its file open and reads tokens with pread when asked, rather than mapping
+// it: a file truncated while training then gives an error that names it and its sizes, where a
+// mapping would end the process with SIGBUS. What it reads is copied out, not tracked memory.
+// Reading and writing block on the file system and go through a FileSystem (core/file_system.h),
+// so tests can inject faults such as a full disk. A TokenShard is immutable after ReadTokenShard
+// returns and may be read from any number of threads.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "core/file_system.h"
 #include "core/status.h"
@@ -24,7 +27,8 @@ inline constexpr int32_t kTokenShardVersion = 1;
 inline constexpr int64_t kTokenShardHeaderInts = 256;
 inline constexpr int64_t kTokenShardHeaderBytes = kTokenShardHeaderInts * 4;
 
-// One shard's tokens, mapped from its file. Movable, not copyable; unmaps on destruction.
+// One shard's tokens, read from its file on demand. Movable, not copyable; closes the file on
+// destruction.
 class TokenShard {
  public:
   TokenShard() = default;
@@ -35,8 +39,15 @@ class TokenShard {
   ~TokenShard() = default;
 
   const std::string& path() const { return path_; }
-  int64_t size() const { return static_cast<int64_t>(tokens_.size()); }
-  std::span<const uint16_t> tokens() const { return tokens_; }
+  // Tokens, as the header counts them.
+  int64_t size() const { return count_; }
+
+  // Copies tokens [first, first + count) into `out`; the range must lie within size(). A file
+  // that has become shorter since it was opened (truncated in place) is DataLoss naming it, its
+  // size now and the size it should have; an I/O error is IoError naming it.
+  Status Read(int64_t first, int64_t count, uint16_t* out) const;
+  // Every token (Read's errors).
+  StatusOr<std::vector<uint16_t>> ReadAll() const;
 
   // OK when every token is below `vocab_size`; otherwise an InvalidArgument error naming the file,
   // the first offending token's index and value, and `vocab_size`. Reads the whole shard.
@@ -46,11 +57,11 @@ class TokenShard {
   friend StatusOr<TokenShard> ReadTokenShard(const std::string& path, FileSystem& fs);
 
   std::string path_;
-  std::unique_ptr<ReadOnlyMapping> mapping_;
-  std::span<const uint16_t> tokens_;  // inside mapping_
+  std::unique_ptr<RandomAccessFile> file_;
+  int64_t count_ = 0;
 };
 
-// Maps the shard at `path` after validating its header. A wrong magic or version is DataLoss
+// Opens the shard at `path` after validating its header. A wrong magic or version is DataLoss
 // naming the file and the value found; a file whose size is not exactly 1024 + 2 * count bytes
 // (truncated or over-long) is DataLoss naming the file, the expected and the actual size; a
 // missing file is NotFound.

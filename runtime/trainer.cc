@@ -340,9 +340,10 @@ StatusOr<StepRecord> Trainer::Step() {
   const float dloss = record.loss_scale / static_cast<float>(accumulation);
   auto& phase_s = record.phase_s;
   const double recompute_before = model_ != nullptr ? model_->recompute_seconds() : 0.0;
+  Status data = Status::Ok();
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     const auto t0 = Clock::now();
-    train_loader_->Next(inputs, targets);
+    if (Status read = train_loader_->Next(inputs, targets); data.ok()) data = read;
     const auto t1 = Clock::now();
     if (device_training_ != nullptr) {
       // The device's step has no per-block phases: forward (with the loss) and backward whole.
@@ -368,6 +369,8 @@ StatusOr<StepRecord> Trainer::Step() {
   if (model_ != nullptr) record.recompute_s = model_->recompute_seconds() - recompute_before;
   EnterPhase(PhaseKind::kReduce);
   const auto reduce_start = Clock::now();
+  // A shard that one rank could not read (truncated while training) stops every rank here.
+  HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
   // The loss of the whole global batch: every rank's mean, averaged over the ranks.
   float loss = static_cast<float>(loss_sum / static_cast<double>(accumulation));
   HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat32, comm::ReduceOp::kAvg));
@@ -439,8 +442,9 @@ StatusOr<float> Trainer::Evaluate() {
   } done{&evaluating_};
   double sum = 0.0;
   const int64_t steps = std::max<int64_t>(1, config_.train.eval_steps);
+  Status data = Status::Ok();
   for (int64_t i = 0; i < steps; ++i) {
-    val_loader_->Next(inputs, targets);
+    if (Status read = val_loader_->Next(inputs, targets); data.ok()) data = read;
     if (device_training_ != nullptr) {
       HOIST_ASSIGN_OR_RETURN(const float loss,
                              device_training_->Forward(inputs, targets, B, T, 0.0f));
@@ -452,6 +456,7 @@ StatusOr<float> Trainer::Evaluate() {
   }
   // A parameter shard that could not be read was served as zeros: no loss from it.
   if (engine_ != nullptr) HOIST_RETURN_IF_ERROR(engine_->AgreeOnDeferredErrors());
+  HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
   float loss = static_cast<float>(sum / static_cast<double>(steps));
   HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat32, comm::ReduceOp::kAvg));
   return loss;

@@ -1,23 +1,35 @@
 // The trainer's checkpoints: each rank's shard of the model states, the data position and the
 // run's counters saved at a step boundary, and a job restored from them on the same trajectory.
 // With the optimizer states on NVMe the shard is written and read a sub-group at a time.
+#include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "comm/agree.h"
 #include "core/logging.h"
 #include "runtime/checkpoint.h"
+#include "runtime/checkpoint_metadata.h"
 #include "runtime/run_identity.h"
 #include "runtime/trainer.h"
 
 namespace hoist::runtime {
+namespace {
+
+// This rank's JSONL log length at the step; older checkpoints have only rank 0's, in the manifest.
+constexpr char kJsonlBytesBlob[] = "jsonl_bytes";
+
+}  // namespace
 
 Status Trainer::SaveCheckpoint() {
   const std::string& dir = config_.checkpoint.dir;
   const int rank = comm_->rank(), world_size = comm_->world_size();
   const LoaderState loader = train_loader_->state();
   const int64_t loader_words[2] = {loader.shard_index, loader.position};
+  // Each rank's own JSONL log length: with `{rank}` in the path the ranks' logs differ.
+  const int64_t log_bytes = log_->bytes();
   std::vector<CheckpointBlob> blobs = {
-      {"train_loader", loader_words, int64_t{sizeof(loader_words)}}};
+      {"train_loader", loader_words, int64_t{sizeof(loader_words)}},
+      {kJsonlBytesBlob, &log_bytes, int64_t{sizeof(log_bytes)}}};
   // Stage 0 keeps the whole optimizer state on every rank: rank 0 writes it for all. Otherwise
   // each rank writes the shard it owns.
   std::vector<float> master, m, v;
@@ -116,14 +128,9 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     return DataLossError("checkpoint " + step_dir + " has no run identity in its manifest");
   }
   HOIST_RETURN_IF_ERROR(CheckSameRun(metadata["run"], config_, step_dir));
-  auto counter = [&](const char* key) -> StatusOr<int64_t> {
-    if (!metadata.contains(key) || !metadata[key].is_number_integer()) {
-      return DataLossError("checkpoint " + step_dir + ": manifest metadata." + key +
-                           " is missing or not an integer");
-    }
-    return metadata[key].get<int64_t>();
-  };
-  HOIST_ASSIGN_OR_RETURN(int64_t saved_stage, counter("zero_stage"));
+  // Every value read from the manifest is range-checked before it steers training.
+  const CheckpointMetadata fields(metadata, step_dir);
+  HOIST_ASSIGN_OR_RETURN(int64_t saved_stage, fields.Integer("zero_stage", 0, 3));
   if (saved_stage != config_.zero.stage) {
     return FailedPreconditionError(
         "checkpoint " + step_dir + " was written with ZeRO stage " + std::to_string(saved_stage) +
@@ -133,7 +140,9 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   const int64_t elements =
       device_training_ != nullptr ? device_training_->state_elements() : engine_->state_elements();
   const int64_t bytes = elements * int64_t{sizeof(float)};
-  HOIST_ASSIGN_OR_RETURN(int64_t optimizer_steps, counter("optimizer_step_count"));
+  // Skipped steps do not count: at most one optimizer step per step.
+  HOIST_ASSIGN_OR_RETURN(int64_t optimizer_steps,
+                         fields.Integer("optimizer_step_count", 0, reader.step()));
   std::vector<float> master, m, v;
   const bool on_nvme = engine_ != nullptr && engine_->states_on_nvme();
   if (on_nvme) {
@@ -207,43 +216,52 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
                                      " has no fp16 loss scaler state; it was written by a job "
                                      "without fp16, resume with the same precision");
     }
-    const nlohmann::json& saved = metadata["loss_scaler"];
-    auto field = [&](const char* key) -> StatusOr<double> {
-      if (!saved.is_object() || !saved.contains(key) || !saved[key].is_number()) {
-        return DataLossError("checkpoint " + step_dir + ": manifest metadata.loss_scaler." + key +
-                             " is missing or not a number");
-      }
-      return saved[key].get<double>();
-    };
     LossScalerState state;
-    HOIST_ASSIGN_OR_RETURN(double scale, field("scale"));
-    HOIST_ASSIGN_OR_RETURN(double hysteresis, field("hysteresis_left"));
-    HOIST_ASSIGN_OR_RETURN(double clean, field("clean_steps"));
-    HOIST_ASSIGN_OR_RETURN(double skipped, field("skipped_steps"));
+    HOIST_ASSIGN_OR_RETURN(
+        double scale, fields.Number("loss_scaler.scale", 0.0, std::numeric_limits<float>::max(),
+                                    /*min_exclusive=*/true));
+    HOIST_ASSIGN_OR_RETURN(int64_t hysteresis, fields.Integer("loss_scaler.hysteresis_left", 1,
+                                                              std::numeric_limits<int>::max()));
+    HOIST_ASSIGN_OR_RETURN(state.clean_steps, fields.Integer("loss_scaler.clean_steps", 0));
+    HOIST_ASSIGN_OR_RETURN(state.skipped_steps,
+                           fields.Integer("loss_scaler.skipped_steps", 0, reader.step()));
     state.scale = static_cast<float>(scale);
     state.hysteresis_left = static_cast<int>(hysteresis);
-    state.clean_steps = static_cast<int64_t>(clean);
-    state.skipped_steps = static_cast<int64_t>(skipped);
     HOIST_RETURN_IF_ERROR(scaler_->Restore(state));
   }
   if (metadata.contains("control")) {
-    const nlohmann::json& control = metadata["control"];
-    const bool lr_ok = control.contains("lr_override") &&
-                       (control["lr_override"].is_null() || control["lr_override"].is_number());
-    if (!control.is_object() || !lr_ok || !control.contains("gradient_clipping") ||
-        !control["gradient_clipping"].is_number()) {
-      return DataLossError("checkpoint " + step_dir +
-                           ": manifest metadata.control needs lr_override (a number or null) and "
-                           "gradient_clipping (a number)");
+    // The ranges hoist ctl set accepts; both are applied as floats.
+    HOIST_ASSIGN_OR_RETURN(std::optional<double> lr,
+                           fields.NullableNumber("control.lr_override", 0.0, 10.0,
+                                                 /*min_exclusive=*/true));
+    if (lr && !(static_cast<float>(*lr) > 0.0f)) {
+      return fields.Bad("control.lr_override",
+                        "= " + std::to_string(*lr) + " rounds to 0 as the float it trains with");
     }
-    if (control["lr_override"].is_number()) lr_override_ = control["lr_override"].get<double>();
-    clip_ = control["gradient_clipping"].get<float>();
+    HOIST_ASSIGN_OR_RETURN(double clip, fields.Number("control.gradient_clipping", 0.0,
+                                                      std::numeric_limits<float>::max()));
+    lr_override_ = lr;
+    clip_ = static_cast<float>(clip);
   }
   step_ = reader.step();
-  HOIST_ASSIGN_OR_RETURN(tokens_seen_, counter("tokens"));
-  HOIST_ASSIGN_OR_RETURN(int64_t log_bytes, counter("jsonl_bytes"));
-  if (metadata.contains("train_s") && metadata["train_s"].is_number()) {
-    train_seconds_ = metadata["train_s"].get<double>();
+  HOIST_ASSIGN_OR_RETURN(tokens_seen_, fields.Integer("tokens", 0));
+  HOIST_ASSIGN_OR_RETURN(int64_t log_bytes, fields.Integer("jsonl_bytes", 0));
+  if (std::any_of(reader.blobs().begin(), reader.blobs().end(),
+                  [](const ShardBlobEntry& blob) { return blob.name == kJsonlBytesBlob; })) {
+    HOIST_RETURN_IF_ERROR(reader.Read(kJsonlBytesBlob, &log_bytes, sizeof(log_bytes)));
+    if (log_bytes < 0) {
+      return DataLossError("checkpoint " + step_dir + ": rank " + std::to_string(rank) +
+                           "'s shard holds a negative JSONL log length (" +
+                           std::to_string(log_bytes) + "); resume from another step directory");
+    }
+  } else if (rank != 0) {
+    // Written before each rank kept its own length: rank 0's would cut this rank's log anywhere.
+    HOIST_ASSIGN_OR_RETURN(log_bytes,
+                           JsonlBytesThroughStep(config_.monitor.jsonl_path, rank, reader.step()));
+  }
+  if (metadata.contains("train_s")) {
+    HOIST_ASSIGN_OR_RETURN(train_seconds_,
+                           fields.Number("train_s", 0.0, std::numeric_limits<double>::max()));
   }
   if (rank == 0) HOIST_LOG(INFO) << "resumed from " << step_dir << " at step " << step_;
   return log_bytes;

@@ -30,6 +30,22 @@ std::string UniqueJobId() {
   return "test-" + std::to_string(getpid()) + "-" + std::to_string(counter++);
 }
 
+// Whether the job's segment has a name in /dev/shm.
+bool SegmentExists(const std::string& job) {
+  const int fd = shm_open(ShmSegmentName(job).value().c_str(), O_RDONLY, 0);
+  if (fd < 0) return errno != ENOENT;
+  close(fd);
+  return true;
+}
+
+// Whether the job left its segment behind (what a crashed job must not do); removes it, so that
+// a failing test does not leak it either.
+bool LeftBehind(const std::string& job) {
+  const bool exists = SegmentExists(job);
+  if (exists) shm_unlink(ShmSegmentName(job).value().c_str());
+  return exists;
+}
+
 struct Outcome {
   int exit_code = -1;   // -1: killed or did not exit
   std::string message;  // what the child reported
@@ -324,6 +340,7 @@ TEST(ShmCommunicator, RankThatNeverJoinsACollectiveTimesOutNamingItOnTheOthers) 
       /*hold=*/{2});
   EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].message;
   EXPECT_EQ(outcomes[1].exit_code, 0) << outcomes[1].message;
+  EXPECT_FALSE(LeftBehind(job)) << "rank 2 was killed while attached";
 }
 
 TEST(ShmCommunicator, PeerThatDiesIsReportedWithoutWaitingForTheTimeout) {
@@ -341,6 +358,7 @@ TEST(ShmCommunicator, PeerThatDiesIsReportedWithoutWaitingForTheTimeout) {
   });
   EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].message;
   EXPECT_EQ(outcomes[1].exit_code, 9);
+  EXPECT_FALSE(LeftBehind(job)) << "rank 1 crashed while attached";
 }
 
 TEST(ShmCommunicator, AbortFailsThePeersAndExitsWithTheCode) {
@@ -364,6 +382,7 @@ TEST(ShmCommunicator, AbortFailsThePeersAndExitsWithTheCode) {
   });
   EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].message;
   EXPECT_EQ(outcomes[1].exit_code, 7) << outcomes[1].message;
+  EXPECT_FALSE(LeftBehind(job)) << "rank 1 aborted while attached";
 }
 
 TEST(ShmCommunicator, MismatchedCountsFailOnEveryRankNamingBothCalls) {
@@ -381,7 +400,36 @@ TEST(ShmCommunicator, MismatchedCountsFailOnEveryRankNamingBothCalls) {
   }));
 }
 
-TEST(ShmCommunicator, LastRankToLeaveRemovesTheSegmentAndAStaleOneIsReplaced) {
+TEST(ShmCommunicator, TheSegmentLosesItsNameOnceEveryRankHasAttached) {
+  for (int n : {1, 3}) {
+    const std::string job = UniqueJobId();
+    const std::string name = ShmSegmentName(job).value();
+    // Every rank is killed at the end, as a crash would end them: nothing runs a destructor.
+    auto outcomes = RunProcesses(n, [&](int r) -> std::string {
+      std::string error;
+      auto comm = Join(job, r, n, kTimeoutS, &error);
+      if (!comm) return error;
+      // After a collective every rank has attached.
+      Status s = comm->Barrier();
+      if (!s.ok()) return s.ToString();
+      const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+      if (fd >= 0 || errno != ENOENT) return "the segment still has its name after attach";
+      float x = static_cast<float>(r + 1);
+      s = comm->AllReduce(&x, 1, DType::kFloat32, ReduceOp::kSum);
+      if (!s.ok()) return s.ToString();
+      if (x != static_cast<float>(n * (n + 1) / 2)) return "sum " + std::to_string(x);
+      raise(SIGKILL);
+      return "not killed";
+    });
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(outcomes[r].exit_code, -1)
+          << "world " << n << " rank " << r << ": " << outcomes[r].message;
+    }
+    EXPECT_FALSE(LeftBehind(job)) << "world " << n;
+  }
+}
+
+TEST(ShmCommunicator, AStaleSegmentIsReplacedAndRemovedAtTheEnd) {
   const std::string job = UniqueJobId();
   const std::string name = ShmSegmentName(job).value();
   // A leftover of an earlier run with the same job id: wrong size, no magic.
@@ -398,13 +446,18 @@ TEST(ShmCommunicator, LastRankToLeaveRemovesTheSegmentAndAStaleOneIsReplaced) {
     if (!s.ok()) return s.ToString();
     return x == 3.0f ? "" : "sum " + std::to_string(x);
   }));
-  fd = shm_open(name.c_str(), O_RDONLY, 0);
-  EXPECT_LT(fd, 0) << "segment " << name << " still exists";
-  EXPECT_EQ(errno, ENOENT);
-  if (fd >= 0) {
-    close(fd);
-    shm_unlink(name.c_str());
+  EXPECT_FALSE(LeftBehind(job));
+}
+
+TEST(ShmCommunicator, AGroupThatNeverAssemblesRemovesTheSegmentWhenItsRanksLeave) {
+  const std::string job = UniqueJobId();
+  {
+    std::string error;
+    auto comm = Join(job, 0, 2, kTimeoutS, &error);
+    ASSERT_NE(comm, nullptr) << error;
+    EXPECT_TRUE(SegmentExists(job)) << "rank 1 has not attached: the segment is still needed";
   }
+  EXPECT_FALSE(LeftBehind(job));
 }
 
 TEST(ShmCommunicator, BadOptionsAreRejectedWithTheReason) {

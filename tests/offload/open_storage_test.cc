@@ -2,6 +2,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
 
 #include "tests/offload/storage_test_util.h"
 
@@ -55,6 +59,27 @@ TEST(OpenBlockStorage, AskingForIoUringInABuildWithoutItSaysHowToGetIt) {
   ASSERT_FALSE(storage.ok());
   EXPECT_EQ(storage.status().code(), StatusCode::kUnimplemented);
   EXPECT_THAT(storage.status().message(), HasSubstr("-DHOIST_WITH_URING=ON"));
+}
+
+TEST(OpenBlockStorage, EveryBackendRefusesAPlantedSymlink) {
+  for (StorageBackend backend : {StorageBackend::kAuto, StorageBackend::kPosix}) {
+    testing::ScratchDir dir;
+    const std::string target = dir.File("precious");
+    const std::string path = dir.File("hoist-rank0-1.optimizer.swp");
+    FILE* f = std::fopen(target.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("keep me", f);
+    std::fclose(f);
+    ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0);
+    BlockStorageOptions options;
+    options.backend = backend;
+    auto storage = OpenBlockStorage(path, 65536, options);
+    ASSERT_FALSE(storage.ok());
+    EXPECT_THAT(storage.status().message(), HasSubstr(path + " exists already"));
+    struct stat st {};
+    ASSERT_EQ(::stat(target.c_str(), &st), 0);
+    EXPECT_EQ(st.st_size, 7);
+  }
 }
 
 TEST(OpenBlockStorage, RejectsNonPositiveQueueDepth) {

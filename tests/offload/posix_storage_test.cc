@@ -69,26 +69,56 @@ TEST(PosixStorage, RemovesTheFileItCreated) {
   {
     auto storage = PosixStorage::Open(path, 65536);
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
-    EXPECT_TRUE((*storage)->created_file());
     EXPECT_TRUE(Exists(path));
   }
   EXPECT_FALSE(Exists(path));
 }
 
-TEST(PosixStorage, KeepsAFileThatWasThereBefore) {
+// The scratch file name is predictable (rank and pid); a shared nvme_path lets anyone plant it.
+TEST(PosixStorage, RefusesAPlantedSymlinkAndLeavesItsTargetUntouched) {
   testing::ScratchDir dir;
-  const std::string path = dir.File("kept.swp");
+  const std::string target = dir.File("precious");
+  const std::string path = dir.File("rank0.swp");
+  {
+    FILE* f = std::fopen(target.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs("keep me", f);
+    std::fclose(f);
+  }
+  ASSERT_EQ(::symlink(target.c_str(), path.c_str()), 0) << std::strerror(errno);
+  auto storage = PosixStorage::Open(path, 8192);
+  ASSERT_FALSE(storage.ok());
+  EXPECT_EQ(storage.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(storage.status().message(), HasSubstr(path + " exists already"));
+  EXPECT_EQ(FileSize(target), 7);
+  struct stat st {};
+  ASSERT_EQ(::lstat(path.c_str(), &st), 0) << "the planted link was removed";
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+}
+
+TEST(PosixStorage, RefusesAPlantedFileAndLeavesItInPlace) {
+  testing::ScratchDir dir;
+  const std::string path = dir.File("rank0.swp");
   {
     FILE* f = std::fopen(path.c_str(), "w");
     ASSERT_NE(f, nullptr);
+    std::fputs("not yours", f);
     std::fclose(f);
   }
-  {
-    auto storage = PosixStorage::Open(path, 8192);
-    ASSERT_TRUE(storage.ok()) << storage.status().ToString();
-    EXPECT_FALSE((*storage)->created_file());
-  }
-  EXPECT_TRUE(Exists(path));
+  auto storage = PosixStorage::Open(path, 8192);
+  ASSERT_FALSE(storage.ok());
+  EXPECT_THAT(storage.status().message(), HasSubstr(path + " exists already"));
+  EXPECT_EQ(FileSize(path), 9);
+}
+
+TEST(PosixStorage, CreatesTheFileOwnerOnly) {
+  testing::ScratchDir dir;
+  const std::string path = dir.File("rank0.swp");
+  auto storage = PosixStorage::Open(path, 8192);
+  ASSERT_TRUE(storage.ok()) << storage.status().ToString();
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
 TEST(PosixStorage, FallsBackToBufferedIoWithANoticeWhereODirectIsRefused) {

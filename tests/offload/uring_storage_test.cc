@@ -1,5 +1,6 @@
 // UringStorage against the kernel's io_uring; skips with the reason where this build has no
 // liburing or the kernel refuses a ring.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -152,12 +153,14 @@ TEST(UringStorage, SameResultsAsPosixStorage) {
   ASSERT_TRUE((*uring)->Read(0, a->data(), kFile).ok());
   ASSERT_TRUE((*posix)->Read(0, p->data(), kFile).ok());
   EXPECT_EQ(std::memcmp(a->data(), p->data(), kFile), 0);
-  // And each reads what the other wrote, byte for byte.
-  ASSERT_TRUE((*posix)->Read(0, p->data(), kFile).ok());
-  auto cross = UringStorage::Open(dir.File("posix.swp"), kFile, Options(8));
-  ASSERT_TRUE(cross.ok()) << cross.status().ToString();
-  ASSERT_TRUE((*cross)->Read(0, a->data(), kFile).ok());
-  EXPECT_EQ(std::memcmp(a->data(), p->data(), kFile), 0);
+  // And the bytes io_uring wrote sit where plain reads of the file find them (a scratch file
+  // cannot be opened twice: Open only creates).
+  std::vector<unsigned char> plain(kFile);
+  const int fd = ::open(dir.File("uring.swp").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(::pread(fd, plain.data(), kFile, 0), kFile);
+  ::close(fd);
+  EXPECT_EQ(std::memcmp(plain.data(), p->data(), kFile), 0);
 }
 
 TEST(UringStorage, ReadingPastTheEndNamesTheFile) {
@@ -227,7 +230,6 @@ TEST(UringStorage, RemovesTheFileItCreated) {
   {
     auto storage = UringStorage::Open(path, 65536, Options(2));
     ASSERT_TRUE(storage.ok()) << storage.status().ToString();
-    EXPECT_TRUE((*storage)->created_file());
     EXPECT_TRUE(Exists(path));
   }
   EXPECT_FALSE(Exists(path));

@@ -48,6 +48,11 @@ std::set<std::string> Entries(const std::string& dir) {
   return names;
 }
 
+// Sets manifest_xxh64 to match the edited `manifest`, as a deliberate rewrite would.
+void Reseal(nlohmann::json& manifest) {
+  manifest["manifest_xxh64"] = CheckpointManifestChecksum(manifest).value();
+}
+
 bool Contains(const Status& status, const std::string& text) {
   return status.message().find(text) != std::string::npos;
 }
@@ -104,6 +109,7 @@ class CheckpointTest : public ::testing::Test {
       int64_t step, const std::function<void(nlohmann::json&)>& edit) {
     nlohmann::json manifest = nlohmann::json::parse(ReadAll(ManifestPath(step)));
     edit(manifest);
+    Reseal(manifest);
     WriteAll(ManifestPath(step), manifest.dump());
     return CheckpointReader::Open(StepDir(step), 0);
   }
@@ -251,6 +257,7 @@ TEST_F(CheckpointTest, ManifestDisagreeingWithShardIsDataLoss) {
   const std::string path = StepDir(5) + "/manifest.json";
   nlohmann::json manifest = nlohmann::json::parse(ReadAll(path));
   manifest["files"][0]["index_xxh64"] = "0000000000000000";
+  Reseal(manifest);
   WriteAll(path, manifest.dump());
   StatusOr<CheckpointReader> reader = CheckpointReader::Open(StepDir(5), 0);
   ASSERT_FALSE(reader.ok());
@@ -547,6 +554,7 @@ TEST_F(CheckpointTest, EveryWrongTypedOrMissingManifestFieldIsDataLoss) {
       if (kind(original[field]) == kind(replacement)) continue;
       nlohmann::json manifest = original;
       manifest[field] = replacement;
+      if (field.to_string() != "/manifest_xxh64") Reseal(manifest);
       WriteAll(ManifestPath(2), manifest.dump());
       StatusOr<CheckpointReader> reader = CheckpointReader::Open(StepDir(2), 0);
       ASSERT_FALSE(reader.ok()) << field.to_string() << " = " << replacement.dump();
@@ -559,6 +567,7 @@ TEST_F(CheckpointTest, EveryWrongTypedOrMissingManifestFieldIsDataLoss) {
     if (!original[parent].is_object() || field.to_string() == "/metadata") continue;
     nlohmann::json manifest = original;
     manifest[parent].erase(field.back());
+    if (field.to_string() != "/manifest_xxh64") Reseal(manifest);
     WriteAll(ManifestPath(2), manifest.dump());
     StatusOr<CheckpointReader> reader = CheckpointReader::Open(StepDir(2), 0);
     ASSERT_FALSE(reader.ok()) << "without " << field.to_string();
@@ -566,6 +575,77 @@ TEST_F(CheckpointTest, EveryWrongTypedOrMissingManifestFieldIsDataLoss) {
         << "without " << field.to_string() << ": " << reader.status().ToString();
   }
   EXPECT_GT(cases, 100);
+}
+
+TEST_F(CheckpointTest, AnEditedManifestFailsItsChecksumNamingTheFile) {
+  Save(2);
+  nlohmann::json manifest = nlohmann::json::parse(ReadAll(ManifestPath(2)));
+  manifest["metadata"]["loss"] = -5;
+  WriteAll(ManifestPath(2), manifest.dump(2));
+  StatusOr<CheckpointReader> reader = CheckpointReader::Open(StepDir(2), 0);
+  ASSERT_FALSE(reader.ok());
+  EXPECT_EQ(reader.status().code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(reader.status(), ManifestPath(2) + " does not match its checksum"))
+      << reader.status().message();
+}
+
+TEST_F(CheckpointTest, AManifestReformattedButUnchangedStillMatchesItsChecksum) {
+  Save(2);
+  WriteAll(ManifestPath(2), nlohmann::json::parse(ReadAll(ManifestPath(2))).dump(7));
+  EXPECT_TRUE(CheckpointReader::Open(StepDir(2), 0).ok());
+}
+
+// Checkpoints written before the manifest had a checksum stay readable.
+TEST_F(CheckpointTest, AVersionOneManifestIsReadWithoutAChecksumWithANotice) {
+  Save(2);
+  nlohmann::json manifest = nlohmann::json::parse(ReadAll(ManifestPath(2)));
+  manifest["version"] = 1;
+  manifest.erase("manifest_xxh64");
+  WriteAll(ManifestPath(2), manifest.dump(2));
+  ::testing::internal::CaptureStderr();
+  StatusOr<CheckpointReader> reader = CheckpointReader::Open(StepDir(2), 0);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  EXPECT_EQ(reader->metadata()["seed"], 7);
+  EXPECT_TRUE(log.find(ManifestPath(2) + " has no checksum") != std::string::npos) << log;
+  // A version-2 manifest must have one.
+  manifest["version"] = 2;
+  WriteAll(ManifestPath(2), manifest.dump(2));
+  ExpectBadField(CheckpointReader::Open(StepDir(2), 0), "manifest_xxh64");
+}
+
+TEST_F(CheckpointTest, WithoutLatestTheNewestCompleteStepIsFoundWithANotice) {
+  Save(2);
+  Save(4);
+  Save(6);
+  fs_std::remove(dir_ + "/latest");
+  // Step 6's shard was cut short, so step 4 is the newest complete one.
+  fs_std::resize_file(ShardPath(6), fs_std::file_size(ShardPath(6)) - 1);
+  ::testing::internal::CaptureStderr();
+  StatusOr<std::string> latest = FindLatestCheckpoint(dir_);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(latest.ok()) << latest.status().ToString();
+  EXPECT_EQ(*latest, StepDir(4));
+  EXPECT_TRUE(Contains(Status(StatusCode::kInternal, log),
+                       "has no 'latest' file; using "
+                       "step_00000004"))
+      << log;
+  EXPECT_TRUE(Contains(Status(StatusCode::kInternal, log), "skipped step_00000006")) << log;
+  // Pruning keeps what it found.
+  ASSERT_TRUE(PruneCheckpoints(dir_, 1).ok());
+  EXPECT_TRUE(fs_std::exists(StepDir(4)));
+}
+
+TEST_F(CheckpointTest, WithoutLatestAndNoCompleteStepIsDataLossNotAFreshStart) {
+  Save(2);
+  fs_std::remove(dir_ + "/latest");
+  FlipByte(ManifestPath(2), 40);
+  StatusOr<std::string> latest = FindLatestCheckpoint(dir_);
+  ASSERT_FALSE(latest.ok());
+  EXPECT_EQ(latest.status().code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(latest.status(), "none of its 1 step directories is complete"))
+      << latest.status().message();
+  EXPECT_TRUE(Contains(latest.status(), "step_00000002")) << latest.status().message();
 }
 
 // ---- blobs written and read in pieces (states too large for memory) ----

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +34,8 @@ struct Batch {
 Batch Take(DataLoader& loader) {
   Batch batch{std::vector<int32_t>(loader.B() * loader.T()),
               std::vector<int32_t>(loader.B() * loader.T())};
-  loader.Next(batch.inputs.data(), batch.targets.data());
+  const Status status = loader.Next(batch.inputs.data(), batch.targets.data());
+  EXPECT_TRUE(status.ok()) << status.ToString();
   return batch;
 }
 
@@ -334,9 +336,9 @@ TEST(BuiltinDemo, TrainIsFirstNinetyPercentAndValTheRest) {
   EXPECT_EQ((*val)->shard_tokens(0), total - train_tokens);
 
   std::vector<int32_t> inputs(128), targets(128);
-  (*train)->Next(inputs.data(), targets.data());
+  ASSERT_TRUE((*train)->Next(inputs.data(), targets.data()).ok());
   for (int i = 0; i < 128; ++i) ASSERT_EQ(inputs[i], kDemoCorpus[i]) << i;
-  (*val)->Next(inputs.data(), targets.data());
+  ASSERT_TRUE((*val)->Next(inputs.data(), targets.data()).ok());
   for (int i = 0; i < 128; ++i) ASSERT_EQ(inputs[i], kDemoCorpus[train_tokens + i]) << i;
 }
 
@@ -382,6 +384,48 @@ TEST(BuiltinDemo, VocabSmallerThanBytesFailsOpen) {
   ASSERT_FALSE(loader.ok());
   EXPECT_THAT(loader.status().message(), HasSubstr("builtin:demo"));
   EXPECT_THAT(loader.status().message(), HasSubstr("vocab_size 64"));
+}
+
+// The loader reads ahead 131072 tokens at a time: the tokens it already holds are served, and the
+// first read past them finds the file short.
+TEST_F(DataLoaderTest, AShardTruncatedAfterOpenIsAnErrorNamingIt) {
+  const std::string path = WriteCounting("a.bin", 0, 200000);
+  std::unique_ptr<DataLoader> loader = OpenOrDie(path, 8, 1024);  // 8192 tokens a window
+  ASSERT_NE(loader, nullptr);
+  for (int i = 0; i < 3; ++i) Take(*loader);
+  fs::resize_file(path, 1024 + 2 * 100000);
+  // Windows 3..14 end within the first 131072 tokens; window 15 needs the next read.
+  for (int i = 3; i < 15; ++i) Take(*loader);
+  std::vector<int32_t> inputs(8192, 9), targets(8192, 9);
+  const Status status = loader->Next(inputs.data(), targets.data());
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), StatusCode::kDataLoss);
+  EXPECT_NE(
+      status.message().find(path + "' should be 401024 bytes (200000 tokens) but is 201024 bytes"),
+      std::string::npos)
+      << status.ToString();
+  // The batch is valid tokens, so a step may finish its collectives before stopping.
+  EXPECT_EQ(inputs, std::vector<int32_t>(8192, 0));
+  EXPECT_EQ(targets, std::vector<int32_t>(8192, 0));
+  EXPECT_EQ(loader->state(), (LoaderState{0, 15 * 8192}));
+}
+
+TEST_F(DataLoaderTest, AShardRewrittenInPlaceWithATokenPastTheVocabularyIsAnError) {
+  const std::string path = WriteCounting("a.bin", 0, 200);
+  StatusOr<std::unique_ptr<DataLoader>> loader =
+      DataLoader::Open(path, Split::kTrain, 2, 8, 0, 1, /*vocab_size=*/256);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  {
+    std::fstream file(path, std::ios::binary | std::ios::in | std::ios::out);
+    file.seekp(1024 + 2 * 3);
+    const uint16_t big = 60000;
+    file.write(reinterpret_cast<const char*>(&big), 2);
+  }
+  std::vector<int32_t> inputs(16), targets(16);
+  const Status status = (*loader)->Next(inputs.data(), targets.data());
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("token at index 3 is now 60000"), std::string::npos)
+      << status.ToString();
 }
 
 }  // namespace

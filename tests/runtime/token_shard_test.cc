@@ -68,7 +68,7 @@ TEST_F(TokenShardTest, RoundTripPreservesEveryToken) {
   ASSERT_TRUE(shard.ok()) << shard.status().ToString();
   EXPECT_EQ(shard->path(), path);
   ASSERT_EQ(shard->size(), static_cast<int64_t>(tokens.size()));
-  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), shard->tokens().begin()));
+  EXPECT_EQ(shard->ReadAll().value(), tokens);
 }
 
 TEST_F(TokenShardTest, WrittenFileHasLlmcHeaderAndExactSize) {
@@ -98,8 +98,7 @@ TEST_F(TokenShardTest, ReadsShardWrittenByAnotherWriter) {
   const std::string path = WriteRaw("raw.bin", 20240520, 1, 4, {10, 20, 30, 40});
   StatusOr<TokenShard> shard = ReadTokenShard(path);
   ASSERT_TRUE(shard.ok()) << shard.status().ToString();
-  EXPECT_THAT(std::vector<uint16_t>(shard->tokens().begin(), shard->tokens().end()),
-              ::testing::ElementsAre(10, 20, 30, 40));
+  EXPECT_THAT(shard->ReadAll().value(), ::testing::ElementsAre(10, 20, 30, 40));
 }
 
 TEST_F(TokenShardTest, MissingFileIsNotFoundNamingIt) {
@@ -208,8 +207,7 @@ TEST_F(TokenShardTest, WriteReplacesAnExistingShard) {
   ASSERT_TRUE(WriteTokenShard(path, std::vector<uint16_t>{9, 8}).ok());
   StatusOr<TokenShard> shard = ReadTokenShard(path);
   ASSERT_TRUE(shard.ok());
-  EXPECT_THAT(std::vector<uint16_t>(shard->tokens().begin(), shard->tokens().end()),
-              ::testing::ElementsAre(9, 8));
+  EXPECT_THAT(shard->ReadAll().value(), ::testing::ElementsAre(9, 8));
   EXPECT_THAT(Listing(), ::testing::ElementsAre("a.bin"));
 }
 
@@ -254,8 +252,7 @@ TEST_F(TokenShardTest, NoSpaceWhileWritingIsResourceExhaustedAndKeepsOldShard) {
   EXPECT_THAT(Listing(), ::testing::ElementsAre("a.bin"));
   StatusOr<TokenShard> shard = ReadTokenShard(path);
   ASSERT_TRUE(shard.ok()) << shard.status().ToString();
-  EXPECT_THAT(std::vector<uint16_t>(shard->tokens().begin(), shard->tokens().end()),
-              ::testing::ElementsAre(4, 5, 6));
+  EXPECT_THAT(shard->ReadAll().value(), ::testing::ElementsAre(4, 5, 6));
 }
 
 TEST_F(TokenShardTest, FailedRenameKeepsOldShardAndLeavesNoTempFile) {
@@ -302,8 +299,25 @@ TEST_F(TokenShardTest, MovedShardKeepsItsTokens) {
   second = std::move(first);
   EXPECT_EQ(first.size(), 0);
   EXPECT_EQ(second.path(), path);
-  EXPECT_THAT(std::vector<uint16_t>(second.tokens().begin(), second.tokens().end()),
-              ::testing::ElementsAre(7, 8, 9));
+  EXPECT_THAT(second.ReadAll().value(), ::testing::ElementsAre(7, 8, 9));
+}
+
+// A mapped shard ended the process with SIGBUS here; read with pread it is an error to report.
+TEST_F(TokenShardTest, TruncatedAfterOpenIsDataLossNamingTheFileAndBothSizes) {
+  const std::string path = PathOf("a.bin");
+  ASSERT_TRUE(WriteTokenShard(path, std::vector<uint16_t>(1000, 5)).ok());
+  StatusOr<TokenShard> shard = ReadTokenShard(path);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  fs::resize_file(path, 1024 + 2 * 500);
+  std::vector<uint16_t> out(10, 1);
+  EXPECT_TRUE(shard->Read(490, 10, out.data()).ok());
+  EXPECT_EQ(out, std::vector<uint16_t>(10, 5));
+  const Status status = shard->Read(495, 10, out.data());
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr("token shard '" + path +
+                                          "' should be 3024 bytes (1000 "
+                                          "tokens) but is 2024 bytes"));
 }
 
 }  // namespace
