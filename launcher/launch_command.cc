@@ -36,7 +36,8 @@ LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and HOIST_JOB_ID set (and CUDA_VISIBL
 selection skips slots; OMP_NUM_THREADS and OPENBLAS_NUM_THREADS to share the cores among the
 ranks, unless OMP_NUM_THREADS is set), prefixes each output line with [rank R], forwards SIGINT/SIGTERM/SIGHUP,
 and when one worker fails stops the others (SIGTERM, then SIGKILL after --grace-period) and exits
-with that worker's code. mpirun and srun get MASTER_ADDR (when known), MASTER_PORT and
+with that worker's code; with --max-restarts N it then starts every rank again with
+`train --resume`, at most N times. mpirun and srun get MASTER_ADDR (when known), MASTER_PORT and
 HOIST_JOB_ID exported; ranks then come from their own variables.
 )";
 
@@ -131,6 +132,12 @@ void AddLaunchCommand(CLI::App& app, int* exit_code) {
                   "OpenMP and OpenBLAS threads for each rank (default: this node's cores shared "
                   "among its ranks, unless OMP_NUM_THREADS is set)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-restarts", request.max_restarts,
+                  "After a rank fails, start every rank again with `train --resume` (from the "
+                  "newest complete checkpoint) at most this many times; not after a stop by a "
+                  "signal")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000));
   cmd->add_flag("--exec,--no_python", request.exec,
                 "The command after -- is any program, not a hoist subcommand");
   cmd->add_option("command", request.command,

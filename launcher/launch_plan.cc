@@ -519,6 +519,46 @@ StatusOr<std::vector<HostSlots>> SelectSlots(const std::vector<HostfileEntry>& h
   return selected;
 }
 
+namespace {
+
+// The worker command a restart runs: `train` resuming from the newest complete checkpoint (or
+// starting fresh when there is none). --resume-from would go back to the same old step on every
+// restart, so it gives way to --resume.
+StatusOr<std::vector<std::string>> RestartArgv(const LaunchRequest& request,
+                                               const std::vector<std::string>& worker_argv) {
+  if (request.launcher != LauncherKind::kLocal) {
+    return InvalidArgumentError(
+        "--max-restarts needs --launcher local; with mpirun or srun, restart the job with their "
+        "own means (e.g. Slurm's --requeue) and `train --resume`");
+  }
+  if (request.exec || request.command.front() != "train") {
+    return InvalidArgumentError(
+        "--max-restarts restarts `hoist train` with --resume, but the "
+        "workers run '" +
+        request.command.front() + "'; drop --max-restarts or give `-- train ...`");
+  }
+  std::vector<std::string> argv;
+  bool resume = false;
+  for (size_t i = 0; i < worker_argv.size(); ++i) {
+    const std::string& word = worker_argv[i];
+    if (i > 0 && word == "--") {
+      argv.insert(argv.end(), worker_argv.begin() + static_cast<long>(i), worker_argv.end());
+      break;
+    }
+    if (word == "--resume-from") {
+      ++i;  // and its value
+      continue;
+    }
+    if (word.rfind("--resume-from=", 0) == 0) continue;
+    if (word == "--resume") resume = true;
+    argv.push_back(word);
+  }
+  if (!resume) argv.insert(argv.begin() + 2, "--resume");
+  return argv;
+}
+
+}  // namespace
+
 StatusOr<LaunchPlan> BuildLaunchPlan(const LaunchRequest& request, const LaunchContext& context) {
   if (request.num_workers < 0) {
     return InvalidArgumentError("-n " + std::to_string(request.num_workers) +
@@ -539,11 +579,19 @@ StatusOr<LaunchPlan> BuildLaunchPlan(const LaunchRequest& request, const LaunchC
   if (!(request.grace_period_s >= 0 && request.grace_period_s <= 3600)) {
     return InvalidArgumentError("--grace-period must be 0-3600 seconds");
   }
+  if (request.max_restarts < 0 || request.max_restarts > 1000) {
+    return InvalidArgumentError("--max-restarts " + std::to_string(request.max_restarts) +
+                                " is not a number of restarts; give 0-1000");
+  }
   LaunchPlan plan;
   plan.launcher = request.launcher;
   plan.job_id = context.job_id;
   plan.grace_period_s = request.grace_period_s;
   HOIST_ASSIGN_OR_RETURN(plan.worker_argv, WorkerArgv(request, context));
+  plan.max_restarts = request.max_restarts;
+  if (plan.max_restarts > 0) {
+    HOIST_ASSIGN_OR_RETURN(plan.restart_argv, RestartArgv(request, plan.worker_argv));
+  }
   HOIST_ASSIGN_OR_RETURN(plan.hosts, ChooseHosts(request, &plan.world_size));
 
   std::string master_addr = request.master_addr;
@@ -674,6 +722,11 @@ std::string DescribePlan(const LaunchPlan& plan) {
   for (const WorkerSpec& worker : plan.workers) {
     for (const auto& [name, value] : worker.env) text += name + "=" + ShellQuote(value) + " ";
     text += quoted(plan.worker_argv) + "\n";
+  }
+  if (plan.max_restarts > 0) {
+    text += "# after a rank fails, every rank starts again (at most " +
+            std::to_string(plan.max_restarts) + " times) running " + quoted(plan.restart_argv) +
+            "\n";
   }
   return text;
 }

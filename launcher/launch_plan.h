@@ -73,6 +73,8 @@ struct LaunchRequest {
   // OpenMP (and OpenBLAS) threads for each local worker; 0: the cores divided among the workers
   // of this node, unless OMP_NUM_THREADS is set (LaunchContext).
   int threads_per_rank = 0;
+  // --max-restarts: times a failed local `train` job is started again with --resume.
+  int max_restarts = 0;
 };
 
 // Facts about this process and machine that a plan depends on, gathered by the caller.
@@ -112,6 +114,10 @@ struct LaunchPlan {
   // Local launcher: how the cores were shared among the workers, one line to print; "" when
   // the workers' threads were left alone.
   std::string threads_note;
+  // Local launcher: after a rank fails (not when stopped by a signal), all ranks start again
+  // with `restart_argv` (worker_argv with --resume) up to this many times.
+  int max_restarts = 0;
+  std::vector<std::string> restart_argv;
 };
 
 // Variables that name a rank for another launcher (core/rank_env.h reads them before RANK).

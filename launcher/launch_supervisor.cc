@@ -176,9 +176,48 @@ class Supervisor {
     HOIST_RETURN_IF_ERROR(signals_.Open());
     dev_null_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (dev_null_ < 0) return PosixError("open", "/dev/null", errno);
+    for (int restarts = 0;; ++restarts) {
+      HOIST_ASSIGN_OR_RETURN(const int code,
+                             RunOnce(restarts == 0 ? plan_.worker_argv : plan_.restart_argv));
+      // A job asked to stop stays stopped: by a signal the launcher forwarded, or by one a
+      // rank got directly (hoist train then exits 128 + its number).
+      if (!failed_ || forwarded_signal_ != 0 || StoppedBySignal(failure_status_)) return code;
+      if (restarts >= plan_.max_restarts) {
+        if (plan_.max_restarts > 0) {
+          Say("rank " + std::to_string(failed_rank_) + " failed again and all " +
+              std::to_string(plan_.max_restarts) + " restarts (--max-restarts) are used; " +
+              "exiting with its code " + std::to_string(code));
+        }
+        return code;
+      }
+      Say("restart " + std::to_string(restarts + 1) + " of " + std::to_string(plan_.max_restarts) +
+          ": rank " + std::to_string(failed_rank_) + " " + DescribeWaitStatus(failure_status_) +
+          "; starting all " + std::to_string(plan_.workers.size()) +
+          " ranks again with --resume (from the newest complete checkpoint, or from the start "
+          "without one)");
+      for (Worker& worker : workers_) {
+        for (LineStream& stream : worker.streams) CloseStream(stream);
+      }
+      workers_.clear();
+      stopping_ = killed_ = failed_ = false;
+      exit_code_ = 0;
+    }
+  }
+
+ private:
+  static bool StoppedBySignal(int wait_status) {
+    if (!WIFEXITED(wait_status)) return false;
+    for (int s : kStopSignals) {
+      if (WEXITSTATUS(wait_status) == 128 + s) return true;
+    }
+    return false;
+  }
+
+  // Starts every worker with `argv` and supervises them until all have ended.
+  StatusOr<int> RunOnce(const std::vector<std::string>& argv) {
     workers_.reserve(plan_.workers.size());
     for (const WorkerSpec& spec : plan_.workers) {
-      Status started = Spawn(spec);
+      Status started = Spawn(spec, argv);
       if (!started.ok()) {
         Say("could not start rank " + std::to_string(spec.rank) + "; stopping the others");
         SignalAll(SIGKILL);
@@ -201,14 +240,11 @@ class Supervisor {
     return failed_ ? exit_code_ : 0;
   }
 
- private:
-  Status Spawn(const WorkerSpec& spec) {
+  Status Spawn(const WorkerSpec& spec, std::vector<std::string> argv) {
     std::vector<std::string> env = WorkerEnvironment(spec);
-    std::vector<std::string> argv = plan_.worker_argv;
     std::vector<char*> env_pointers = CStrings(env);
     std::vector<char*> argv_pointers = CStrings(argv);
-    const std::string exec_failed =
-        "hoist launch: cannot execute '" + plan_.worker_argv.front() + "'\n";
+    const std::string exec_failed = "hoist launch: cannot execute '" + argv.front() + "'\n";
 
     int out_pipe[2], err_pipe[2];
     if (::pipe2(out_pipe, O_CLOEXEC) != 0) return PosixError("pipe2", "", errno);
@@ -384,6 +420,8 @@ class Supervisor {
     if (failed_) return;
     failed_ = true;
     exit_code_ = ExitCodeOf(worker.wait_status);
+    failed_rank_ = worker.rank;
+    failure_status_ = worker.wait_status;
     std::string line = "rank " + std::to_string(worker.rank) + " (pid " +
                        std::to_string(worker.pid) + ") " + DescribeWaitStatus(worker.wait_status);
     // hoist train stopped by a signal exits 128 + its number, after a checkpoint: the job was
@@ -459,6 +497,8 @@ class Supervisor {
   Clock::time_point kill_deadline_;
   bool failed_ = false;
   int exit_code_ = 0;
+  int failed_rank_ = 0;  // the first worker to fail in the last run, and its wait status
+  int failure_status_ = 0;
   int forwarded_signal_ = 0;  // the stop signal the launcher got and passed on, 0 before one
 };
 

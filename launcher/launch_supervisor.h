@@ -14,6 +14,10 @@
 //   All workers exiting 0 gives 0, also after a forwarded signal. (`hoist train` stopped by a
 //   signal exits 128 + its number, after a checkpoint: the launcher then reports and exits the
 //   same.)
+// - With `plan.max_restarts` > 0, a failure (not a stop: no forwarded signal, and the failing
+//   worker did not exit 128 + SIGINT, SIGTERM or SIGHUP) is followed, once every worker has
+//   ended, by one line naming the restart and its cause and a fresh start of every worker with
+//   `plan.restart_argv`, at most that many times; the exit code is then the last run's.
 // - Each worker asks the kernel for SIGKILL when the launcher dies (PR_SET_PDEATHSIG, checked
 //   against the launcher having died already), so a killed launcher leaves no worker behind.
 //   Processes a worker starts itself are its own to stop in that case; while the launcher lives,

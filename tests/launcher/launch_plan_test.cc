@@ -454,6 +454,64 @@ TEST(LaunchPlan, DryRunLinesCanBePastedIntoAShell) {
             "'monitor.jsonl.path=log {rank}.jsonl'");
 }
 
+TEST(LaunchPlan, RestartsRunTrainWithResume) {
+  LaunchRequest request = TrainRequest(2);
+  auto plain = BuildLaunchPlan(request, TestContext());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->max_restarts, 0);
+  EXPECT_TRUE(plain->restart_argv.empty());
+  EXPECT_FALSE(Contains(DescribePlan(*plain), "starts again"));
+
+  request.max_restarts = 3;
+  auto plan = BuildLaunchPlan(request, TestContext());
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->max_restarts, 3);
+  EXPECT_EQ(plan->restart_argv, (std::vector<std::string>{"/opt/hoist/bin/hoist", "train",
+                                                          "--resume", "-c", "job.json"}));
+  EXPECT_EQ(Lines(DescribePlan(*plan)).back(),
+            "# after a rank fails, every rank starts again (at most 3 times) running "
+            "/opt/hoist/bin/hoist train --resume -c job.json");
+
+  // Already resuming: once is enough. --resume-from would go back to the same step every time.
+  request.command = {"train", "-c", "job.json", "--resume"};
+  EXPECT_EQ(
+      BuildLaunchPlan(request, TestContext())->restart_argv,
+      (std::vector<std::string>{"/opt/hoist/bin/hoist", "train", "-c", "job.json", "--resume"}));
+  request.command = {"train", "--resume-from", "ck/step_4",
+                     "-c",    "job.json",      "--resume-from=ck/step_2"};
+  auto from = BuildLaunchPlan(request, TestContext());
+  ASSERT_TRUE(from.ok());
+  EXPECT_EQ(from->worker_argv[2], "--resume-from");
+  EXPECT_EQ(from->restart_argv, (std::vector<std::string>{"/opt/hoist/bin/hoist", "train",
+                                                          "--resume", "-c", "job.json"}));
+}
+
+TEST(LaunchPlan, RestartsNeedALocalTrainJob) {
+  LaunchRequest request = TrainRequest(2);
+  request.max_restarts = 1;
+  request.command = {"sample", "-c", "job.json"};
+  auto other = BuildLaunchPlan(request, TestContext());
+  ASSERT_FALSE(other.ok());
+  EXPECT_TRUE(Contains(other.status().message(), "the workers run 'sample'"))
+      << other.status().message();
+  request.command = {"/bin/sh", "-c", "exit 1"};
+  request.exec = true;
+  EXPECT_FALSE(BuildLaunchPlan(request, TestContext()).ok());
+  request = TrainRequest(2);
+  request.max_restarts = 1;
+  request.launcher = LauncherKind::kMpirun;
+  auto mpirun = BuildLaunchPlan(request, TestContext());
+  ASSERT_FALSE(mpirun.ok());
+  EXPECT_TRUE(Contains(mpirun.status().message(), "--max-restarts needs --launcher local"))
+      << mpirun.status().message();
+  request = TrainRequest(2);
+  request.max_restarts = -1;
+  auto negative = BuildLaunchPlan(request, TestContext());
+  ASSERT_FALSE(negative.ok());
+  EXPECT_TRUE(Contains(negative.status().message(), "--max-restarts -1"))
+      << negative.status().message();
+}
+
 TEST(LaunchPlan, WaitStatusesBecomeShellExitCodes) {
   int exited_3 = 0, killed_9 = 0;
   for (int* status : {&exited_3, &killed_9}) {
