@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/counting_communicator.h"
+#include "core/logging.h"
 #include "runtime/metrics_http.h"
 
 #if HOIST_HAVE_PROMETHEUS
@@ -285,6 +286,12 @@ StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(const MetricsC
   impl->server = std::move(server).value();
   impl->port = impl->server->port();
   impl->url = "http://" + HostPort(config.bind, impl->port) + "/metrics";
+  // Said once per node: every rank of it binds the same address.
+  if (local_rank == 0 && !IsLoopbackAddress(config.bind)) {
+    HOIST_LOG(WARN) << "metrics: metrics.bind is \"" << config.bind
+                    << "\", which other machines can reach, and the metrics are served without "
+                       "authentication; bind \"127.0.0.1\" unless the network is trusted";
+  }
   return std::unique_ptr<MetricsExporter>(new MetricsExporter(std::move(impl)));
 }
 

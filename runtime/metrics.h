@@ -23,7 +23,8 @@
 // holds for long. The metrics live in a prometheus-cpp Registry and are written by its text
 // serializer; the HTTP side is a small server of hoist's own, one thread that serves every
 // connection at once with a deadline each (runtime/metrics_http.h, which says why not a library).
-// Builds without prometheus-cpp compile this class too, and Start then fails with
+// A metrics.bind other than loopback is served with a one-line warning: the metrics carry no
+// authentication. Builds without prometheus-cpp compile this class too, and Start then fails with
 // what to install.
 //
 // Thread-safety: Record* are called from one thread at a time (the training loop), concurrently

@@ -99,6 +99,14 @@ std::string Answer(std::string_view head, const MetricsHttpServer::Body& body) {
 
 }  // namespace
 
+bool IsLoopbackAddress(const std::string& bind) {
+  in_addr v4{};
+  if (::inet_pton(AF_INET, bind.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  if (::inet_pton(AF_INET6, bind.c_str(), &v6) == 1) return IN6_IS_ADDR_LOOPBACK(&v6);
+  return false;
+}
+
 struct MetricsHttpServer::Impl {
   FileDescriptor listener;
   FileDescriptor wake;  // written once by the destructor to end Serve

@@ -58,4 +58,7 @@ class MetricsHttpServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// Whether `bind` is a loopback address (127.0.0.0/8 or ::1); false for anything unparsable.
+bool IsLoopbackAddress(const std::string& bind);
+
 }  // namespace hoist::runtime

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -27,6 +28,7 @@ namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 // No test waits longer than this on a server that does not answer or close.
@@ -192,6 +194,37 @@ TEST(MetricsHttp, AHeadTooLongIsRefused) {
   head.resize(9000, 'a');
   ASSERT_TRUE(client.Send(head));
   EXPECT_THAT(client.ReadToEnd(), StartsWith("HTTP/1.1 431 "));
+}
+
+TEST(MetricsHttp, LoopbackAddressesAreKnown) {
+  EXPECT_TRUE(IsLoopbackAddress("127.0.0.1"));
+  EXPECT_TRUE(IsLoopbackAddress("127.3.2.1"));
+  EXPECT_TRUE(IsLoopbackAddress("::1"));
+  EXPECT_FALSE(IsLoopbackAddress("0.0.0.0"));
+  EXPECT_FALSE(IsLoopbackAddress("::"));
+  EXPECT_FALSE(IsLoopbackAddress("10.0.0.1"));
+  EXPECT_FALSE(IsLoopbackAddress("localhost"));
+}
+
+TEST(MetricsHttp, AnAddressOtherMachinesReachIsServedWithANotice) {
+  if (!MetricsExporter::Available()) GTEST_SKIP() << "built without prometheus-cpp";
+  MetricsConfig config;
+  config.enabled = true;
+  config.port = 0;
+  config.bind = "0.0.0.0";
+  ::testing::internal::CaptureStderr();
+  auto exposed = MetricsExporter::Start(config, 0, 0);
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(exposed.ok()) << exposed.status().ToString();
+  EXPECT_THAT(said, AllOf(HasSubstr("metrics.bind is \"0.0.0.0\""),
+                          HasSubstr("without authentication"), HasSubstr("127.0.0.1")));
+  EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;
+
+  config.bind = "127.0.0.1";
+  ::testing::internal::CaptureStderr();
+  auto loopback = MetricsExporter::Start(config, 0, 0);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), Not(HasSubstr("authentication")));
+  ASSERT_TRUE(loopback.ok()) << loopback.status().ToString();
 }
 
 }  // namespace
