@@ -1,27 +1,17 @@
 #include "runtime/metrics.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <array>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <functional>
-#include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "comm/counting_communicator.h"
-#include "core/posix_error.h"
+#include "core/logging.h"
+#include "runtime/metrics_http.h"
 
 #if HOIST_HAVE_PROMETHEUS
 #include <prometheus/counter.h>
@@ -140,177 +130,6 @@ void AppendProcessFacts(const std::string& rank, std::vector<prometheus::MetricF
                                prometheus::MetricType::Counter, rank, stat.cpu_seconds));
 }
 
-// A socket or eventfd, closed on destruction.
-class FileDescriptor {
- public:
-  explicit FileDescriptor(int fd = -1) : fd_(fd) {}
-  ~FileDescriptor() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  FileDescriptor(FileDescriptor&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  FileDescriptor& operator=(FileDescriptor&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-// Writes all of `data`; false when the peer went away or timed out.
-bool SendAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// The HTTP side of the endpoint: one thread that accepts a connection at a time, reads one
-// request and answers it (HTTP/1.1 with Connection: close), so that a scrape costs one
-// serialisation and nothing runs while nobody scrapes. Prometheus scrapes a target with one
-// request at a time; a client that stalls is cut off by the socket timeouts. (Debian 12's
-// civetweb, which prometheus-cpp's Exposer serves with, reads an uninitialised path buffer
-// while checking authorisation for every handler-served request and can crash the process on
-// a scrape, hence a server of our own.)
-class HttpServer {
- public:
-  using Body = std::function<std::string()>;
-
-  // Binds and listens on `bind`:`port` (0: the system picks) and starts serving `body` at
-  // /metrics. Returns the errno-derived error of the first failing call.
-  static StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& bind, int port, Body body) {
-    sockaddr_storage address{};
-    socklen_t length = 0;
-    if (IsIpv6(bind)) {
-      auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
-      v6->sin6_family = AF_INET6;
-      v6->sin6_port = htons(static_cast<uint16_t>(port));
-      if (::inet_pton(AF_INET6, bind.c_str(), &v6->sin6_addr) != 1) {
-        return InvalidArgumentError("not an IPv6 address: " + bind);
-      }
-      length = sizeof(*v6);
-    } else {
-      auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
-      v4->sin_family = AF_INET;
-      v4->sin_port = htons(static_cast<uint16_t>(port));
-      if (::inet_pton(AF_INET, bind.c_str(), &v4->sin_addr) != 1) {
-        return InvalidArgumentError("not an IPv4 address: " + bind);
-      }
-      length = sizeof(*v4);
-    }
-    FileDescriptor listener(::socket(address.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (listener.get() < 0) return PosixError("socket()", "", errno);
-    // A restarted job can take its port back while the old connections sit in TIME_WAIT.
-    const int one = 1;
-    ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (::bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
-        ::listen(listener.get(), 16) != 0) {
-      return UnavailableError(errno == EADDRINUSE ? "the port is already in use (by another job "
-                                                    "or service on this node?)"
-                                                  : std::strerror(errno));
-    }
-    sockaddr_storage bound{};
-    socklen_t bound_length = sizeof(bound);
-    if (::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &bound_length) != 0) {
-      return PosixError("getsockname()", "", errno);
-    }
-    const int bound_port =
-        ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                          : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    FileDescriptor wake(::eventfd(0, EFD_CLOEXEC));
-    if (wake.get() < 0) return PosixError("eventfd()", "", errno);
-    return std::unique_ptr<HttpServer>(
-        new HttpServer(std::move(listener), std::move(wake), bound_port, std::move(body)));
-  }
-
-  ~HttpServer() {
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof(one));
-    thread_.join();
-  }
-
-  int port() const { return port_; }
-
- private:
-  HttpServer(FileDescriptor listener, FileDescriptor wake, int port, Body body)
-      : listener_(std::move(listener)),
-        wake_(std::move(wake)),
-        port_(port),
-        body_(std::move(body)) {
-    thread_ = std::thread([this] { Serve(); });
-  }
-
-  void Serve() {
-    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-    while (true) {
-      if (::poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        return;
-      }
-      if (fds[1].revents != 0) return;
-      if ((fds[0].revents & POLLIN) == 0) continue;
-      FileDescriptor connection(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-      if (connection.get() < 0) continue;
-      Answer(connection.get());
-    }
-  }
-
-  // Reads the request head and answers GET or HEAD of /metrics; no exception leaves here.
-  void Answer(int fd) {
-    timeval timeout{5, 0};
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-    char head[8192];
-    size_t size = 0;
-    while (size < sizeof(head) - 1) {
-      const ssize_t n = ::recv(fd, head + size, sizeof(head) - 1 - size, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return;
-      size += static_cast<size_t>(n);
-      head[size] = '\0';
-      if (std::strstr(head, "\r\n\r\n") != nullptr || std::strstr(head, "\n\n") != nullptr) {
-        break;
-      }
-    }
-    head[size] = '\0';
-    const bool get = std::strncmp(head, "GET ", 4) == 0;
-    const bool head_only = std::strncmp(head, "HEAD ", 5) == 0;
-    const char* target = get ? head + 4 : head + 5;
-    const size_t target_length = std::strcspn(target, " ?\r\n");
-    std::string status = "200 OK", body;
-    if (!get && !head_only) {
-      status = "405 Method Not Allowed";
-    } else if (std::string_view(target, target_length) != "/metrics") {
-      status = "404 Not Found";
-      body = "hoist serves its metrics at /metrics\n";
-    } else {
-      try {
-        body = body_();
-      } catch (const std::exception& e) {
-        status = "500 Internal Server Error";
-        body = std::string("could not collect the metrics: ") + e.what() + "\n";
-      }
-    }
-    const std::string header = "HTTP/1.1 " + status +
-                               "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8"
-                               "\r\nContent-Length: " +
-                               std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n";
-    if (!SendAll(fd, header.data(), header.size()) || head_only) return;
-    SendAll(fd, body.data(), body.size());
-  }
-
-  FileDescriptor listener_;
-  FileDescriptor wake_;  // written once by the destructor to end Serve
-  const int port_;
-  const Body body_;
-  std::thread thread_;
-};
-
 // Raises a counter to `total`; a smaller total leaves it (a counter never goes down).
 void AdvanceTo(prometheus::Counter* counter, int64_t total) {
   const double delta = static_cast<double>(total) - counter->Value();
@@ -345,7 +164,7 @@ struct MetricsExporter::Impl {
   std::array<std::array<prometheus::Gauge*, kNumCategories>, kNumPlaces> memory_peak{};
   std::array<prometheus::Gauge*, kNumPlaces> memory_peak_total{};
   // Last, so that it is destroyed first: no scrape runs once the handles above go away.
-  std::unique_ptr<HttpServer> server;
+  std::unique_ptr<MetricsHttpServer> server;
 };
 
 bool MetricsExporter::Available() { return true; }
@@ -451,11 +270,12 @@ StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(const MetricsC
   impl->rank = rank_text;
 
   Impl* state = impl.get();
-  StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(config.bind, port, [state] {
-    std::vector<prometheus::MetricFamily> families = state->registry->Collect();
-    AppendProcessFacts(state->rank, &families);
-    return prometheus::TextSerializer().Serialize(families);
-  });
+  StatusOr<std::unique_ptr<MetricsHttpServer>> server =
+      MetricsHttpServer::Start(config.bind, port, [state] {
+        std::vector<prometheus::MetricFamily> families = state->registry->Collect();
+        AppendProcessFacts(state->rank, &families);
+        return prometheus::TextSerializer().Serialize(families);
+      });
   if (!server.ok()) {
     const std::string& reason = server.status().message();
     return UnavailableError("metrics: rank " + rank_text + " cannot serve on " + config.bind + " " +
@@ -466,6 +286,12 @@ StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(const MetricsC
   impl->server = std::move(server).value();
   impl->port = impl->server->port();
   impl->url = "http://" + HostPort(config.bind, impl->port) + "/metrics";
+  // Said once per node: every rank of it binds the same address.
+  if (local_rank == 0 && !IsLoopbackAddress(config.bind)) {
+    HOIST_LOG(WARN) << "metrics: metrics.bind is \"" << config.bind
+                    << "\", which other machines can reach, and the metrics are served without "
+                       "authentication; bind \"127.0.0.1\" unless the network is trusted";
+  }
   return std::unique_ptr<MetricsExporter>(new MetricsExporter(std::move(impl)));
 }
 

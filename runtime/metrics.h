@@ -21,13 +21,15 @@
 // dashboard's stacks and queries never find a hole. The handles behind the Record* calls are
 // made once in Start: recording sets atomics, allocates nothing and takes no lock the scrape
 // holds for long. The metrics live in a prometheus-cpp Registry and are written by its text
-// serializer; the HTTP side is a small server thread of hoist's own (runtime/metrics.cc says
-// why not prometheus-cpp's Exposer). Builds without prometheus-cpp compile this class too, and
-// Start then fails with what to install.
+// serializer; the HTTP side is a small server of hoist's own, one thread that serves every
+// connection at once with a deadline each (runtime/metrics_http.h, which says why not a library).
+// A metrics.bind other than loopback is served with a one-line warning: the metrics carry no
+// authentication. Builds without prometheus-cpp compile this class too, and Start then fails with
+// what to install.
 //
 // Thread-safety: Record* are called from one thread at a time (the training loop), concurrently
 // with scrapes served by the exporter's thread. Start blocks until the port is bound; the
-// destructor blocks until the server thread has stopped (at most a scrape in progress).
+// destructor blocks until the server thread has stopped (at most one serialisation in progress).
 #pragma once
 
 #include <array>
