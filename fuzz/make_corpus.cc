@@ -1,5 +1,5 @@
-// Writes the seed corpus of the fuzz targets: fuzz_make_corpus <fuzz/corpus>. The config seeds
-// are copied from examples/ by scripts/fuzz's maintainers by hand; this writes the binary ones.
+// Writes the binary seeds of the fuzz targets: fuzz_make_corpus fuzz/corpus (rerun when a file
+// format changes). The config seeds are plain JSON files kept by hand.
 #include <cstdint>
 #include <cstdio>
 #include <string>
