@@ -1,0 +1,43 @@
+// Writes the binary seeds of the fuzz targets: fuzz_make_corpus fuzz/corpus (rerun when a file
+// format changes). The config seeds are plain JSON files kept by hand.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/file_system.h"
+#include "fuzz/fuzz_util.h"
+#include "runtime/token_shard.h"
+
+namespace {
+
+void Copy(const std::string& from, const std::string& to) {
+  auto bytes = hoist::ReadFileToString(hoist::FileSystem::Posix(), from);
+  if (!bytes.ok()) {
+    std::fprintf(stderr, "%s\n", bytes.status().ToString().c_str());
+    std::exit(1);
+  }
+  hoist::fuzz::WriteBytes(to, reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: fuzz_make_corpus <corpus dir>\n");
+    return 2;
+  }
+  const std::string out = argv[1];
+  const std::vector<uint16_t> tokens = {50256, 15496, 11, 995, 0, 13};
+  hoist::Status s =
+      hoist::runtime::WriteTokenShard(out + "/fuzz_token_shard/six_tokens.bin", tokens);
+  if (s.ok()) s = hoist::runtime::WriteTokenShard(out + "/fuzz_token_shard/empty.bin", {});
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s\n", s.ToString().c_str());
+    return 1;
+  }
+  const std::string step_dir = hoist::fuzz::WriteTinyCheckpoint(hoist::fuzz::ScratchDir());
+  Copy(step_dir + "/manifest.json", out + "/fuzz_checkpoint_manifest/tiny.json");
+  Copy(step_dir + "/rank_00000.bin", out + "/fuzz_checkpoint_shard/tiny.bin");
+  return 0;
+}
