@@ -184,7 +184,7 @@ struct ZeroConfig {
   // stage 3 and false otherwise.
   bool overlap_comm = false;
   bool contiguous_gradients = true;  // read and noticed; hoist's buckets are always contiguous
-  bool reduce_scatter = true;  // false: stages 1-2 all-reduce gradients instead
+  bool reduce_scatter = true;        // false: stages 1-2 all-reduce gradients instead
   // Stage 3 (`stage3_` prefix optional in the file, as in DeepSpeed):
   int64_t stage3_prefetch_bucket_size = 50000000;       // >= 0; 0: no prefetching
   int64_t stage3_param_persistence_threshold = 100000;  // >= 0; smaller params not partitioned

@@ -1,0 +1,207 @@
+// ZeroEngine's optimizer step: the reductions finished, the global norm and the overflow check
+// agreed by every rank, AdamW on the owned shard wherever its states live (device, host, or NVMe
+// sub-group by sub-group), the compute-type copy written back, and the updated weights gathered.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <span>
+#include <vector>
+
+#include "zero/zero_engine.h"
+
+namespace hoist::zero {
+
+StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm) {
+  HOIST_RETURN_IF_ERROR(status_);
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
+  if (options_.stage >= 2) {
+    HOIST_RETURN_IF_ERROR(DrainReductions(0));
+  } else {
+    HOIST_RETURN_IF_ERROR(ReduceFullGrads());
+  }
+  // A parameter shard that could not be read during this step's passes was replaced by zeros:
+  // the step is void, on every rank.
+  HOIST_RETURN_IF_ERROR(AgreeOnDeferredErrors());
+  const DType type = options_.compute_type;
+  const float inv_scale = 1.0f / loss_scale;
+
+  double* norm = norm_.as<double>();
+  HOIST_RETURN_IF_ERROR(backend_->Zero(norm, sizeof(double), stream()));
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    HOIST_RETURN_IF_ERROR(backend_->SumOfSquares(owned_grads(u), type, inv_scale,
+                                                 state_plan_.unit(u).owned_real, norm, stream()));
+  }
+  double local = 0.0;
+  HOIST_RETURN_IF_ERROR(backend_->Copy(&local, norm, sizeof(double),
+                                       kernels::CopyDirection::kDeviceToHost, stream()));
+  HOIST_RETURN_IF_ERROR(Sync());
+  double total = local;
+  if (state_plan_.world_size() > 1) {
+    // Two fp32 words, the sum and its rounding error, keep the double's precision on the wire.
+    float words[2] = {static_cast<float>(local), 0.0f};
+    words[1] = static_cast<float>(local - static_cast<double>(words[0]));
+    HOIST_RETURN_IF_ERROR(comm_->AllReduce(words, 2, DType::kFloat32, comm::ReduceOp::kSum));
+    total = static_cast<double>(words[0]) + static_cast<double>(words[1]);
+  }
+  StepResult result;
+  result.grad_norm = std::sqrt(total);
+  result.overflow = !std::isfinite(total);
+  const auto reduced = Clock::now();
+  result.reduce_s = std::chrono::duration<double>(reduced - started).count();
+  if (result.overflow) return result;
+
+  kernels::AdamWStepScalars h;
+  h.lr = lr;
+  h.beta1 = options_.adam.beta1;
+  h.beta2 = options_.adam.beta2;
+  h.eps = options_.adam.eps;
+  h.grad_scale = ClipScale(result.grad_norm, max_norm) * inv_scale;
+  h.step = ++step_count_;
+  Status updated = Status::Ok();
+  const auto update_started = Clock::now();
+  const double wait_before = swapper_ != nullptr ? swapper_->io_wait_seconds() : 0.0;
+  if (swapper_ == nullptr) {
+    for (int u = 0; u < plan_.num_units(); ++u) {
+      const UnitPartition& owned = state_plan_.unit(u);
+      if (owned.owned_real == 0) continue;
+      void* compute = BeginOwnedWrite(u);
+      updated = UpdatePiece(u, 0, owned.owned_real, master(u), state_m_ + owned.shard_offset,
+                            state_v_ + owned.shard_offset, compute, h);
+      EndOwnedWrite(u);
+      if (!updated.ok()) break;
+    }
+    if (updated.ok()) updated = Sync();
+  } else {
+    updated = swapper_->ForEachSubGroup(
+        offload::StateSwapper::Access::kReadWrite,
+        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
+          HOIST_RETURN_IF_ERROR(UpdateRange(begin, count, arrays[0], arrays[1], arrays[2], h));
+          return Sync();  // the swapper writes the sub-group back once this returns
+        });
+    CloseOwnedWrite();
+  }
+  HOIST_RETURN_IF_ERROR(status_);
+  if (param_shards_ != nullptr) {
+    Status stored = FinishOwnedWrites();
+    if (updated.ok()) updated = stored;
+  }
+  if (options_.offload_optimizer.place != StatePlace::kDevice) {
+    const double update_s = std::chrono::duration<double>(Clock::now() - update_started).count();
+    if (swapper_ != nullptr) {
+      offload_stats_.nvme_wait_s += swapper_->io_wait_seconds() - wait_before;
+      offload_stats_.update_s += update_s - (swapper_->io_wait_seconds() - wait_before);
+      offload_stats_.nvme_read_bytes = swapper_->bytes_read();
+      offload_stats_.nvme_write_bytes = swapper_->bytes_written();
+    } else {
+      offload_stats_.update_s += update_s;
+    }
+    int64_t owned = 0;
+    for (int u = 0; u < plan_.num_units(); ++u) owned += state_plan_.unit(u).owned_real;
+    offload_stats_.to_host_bytes += owned * static_cast<int64_t>(csize_);
+    offload_stats_.from_host_bytes += owned * static_cast<int64_t>(csize_);
+  }
+  if (swapper_ != nullptr || param_shards_ != nullptr) {
+    // An I/O fault on one rank must stop every rank here, not leave the others waiting in the
+    // next collective.
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(updated));
+  }
+  HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
+  // Persistent units read back for the gather.
+  HOIST_RETURN_IF_ERROR(AgreeOnDeferredErrors());
+  result.optimizer_s = std::chrono::duration<double>(Clock::now() - reduced).count();
+  return result;
+}
+
+const void* ZeroEngine::owned_grads(int unit) {
+  const DType type = options_.compute_type;
+  if (options_.stage >= 2) return ElementPtr(grads_.data(), type, plan_.unit(unit).shard_offset);
+  return ElementPtr(whole_grads(unit), type, state_plan_.unit(unit).owned_begin);
+}
+
+void* ZeroEngine::owned_params(int unit) {
+  const DType type = options_.compute_type;
+  if (options_.stage == 3) return ElementPtr(params_.data(), type, plan_.unit(unit).shard_offset);
+  return ElementPtr(whole_params(unit), type, state_plan_.unit(unit).owned_begin);
+}
+
+Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
+                               void* compute, const kernels::AdamWStepScalars& h) {
+  const DType type = options_.compute_type;
+  const UnitPartition& owned = state_plan_.unit(unit);
+  const void* grads = owned_grads(unit);
+  const int64_t base = owned.owned_begin;  // unit coordinates of owned element 0
+  std::vector<kernels::AdamWTensorRef> pieces;
+  for (const ParamSegment& segment : state_plan_.spec(unit).segments) {
+    const int64_t begin = std::max(base + lo, segment.begin);
+    const int64_t end = std::min(base + hi, segment.end);
+    if (begin >= end) continue;
+    const int64_t at = begin - base;  // owned-range coordinates
+    kernels::AdamWTensorRef& piece = pieces.emplace_back();
+    piece.param = master + (at - lo);
+    piece.m = m + (at - lo);
+    piece.v = v + (at - lo);
+    piece.grad = ElementPtr(grads, type, at);
+    piece.n = end - begin;
+    if (IsHalf(type)) piece.copy = ElementPtr(compute, type, at);
+    piece.weight_decay = segment.decay ? options_.adam.weight_decay : 0.0f;
+  }
+  HOIST_RETURN_IF_ERROR(backend_->AdamW(pieces, type, type, h, stream()));
+  // fp32 with the master copy away from the model: the model's copy is the master's bits.
+  float* model = static_cast<float*>(compute) + lo;
+  if (type == DType::kFloat32 && model != master) {
+    HOIST_RETURN_IF_ERROR(backend_->Copy(
+        model, master, (hi - lo) * static_cast<int64_t>(sizeof(float)), StateToModel(), stream()));
+  }
+  return Status::Ok();
+}
+
+Status ZeroEngine::UpdateRange(int64_t begin, int64_t count, float* master, float* m, float* v,
+                               const kernels::AdamWStepScalars& h) {
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    const UnitPartition& owned = state_plan_.unit(u);
+    const int64_t lo = std::max(begin, owned.shard_offset);
+    const int64_t hi = std::min(begin + count, owned.shard_offset + owned.owned_real);
+    if (lo >= hi) continue;
+    // Units come in order, each over one or more sub-groups: its copy stays open until the next.
+    HOIST_RETURN_IF_ERROR(UpdatePiece(u, lo - owned.shard_offset, hi - owned.shard_offset,
+                                      master + (lo - begin), m + (lo - begin), v + (lo - begin),
+                                      OpenOwnedWrite(u), h));
+  }
+  return Status::Ok();
+}
+
+void* ZeroEngine::OpenOwnedWrite(int unit) {
+  if (unit != open_write_unit_) {
+    CloseOwnedWrite();
+    open_write_ = BeginOwnedWrite(unit);
+    open_write_unit_ = unit;
+  }
+  return open_write_;
+}
+
+void ZeroEngine::CloseOwnedWrite() {
+  if (open_write_unit_ >= 0) EndOwnedWrite(open_write_unit_);
+  open_write_unit_ = -1;
+}
+
+void* ZeroEngine::BeginOwnedWrite(int unit) {
+  if (param_shards_ == nullptr) return owned_params(unit);
+  offload_stats_.to_host_bytes += plan_.unit(unit).shard * static_cast<int64_t>(csize_);
+  return param_shards_->BeginWrite(unit);
+}
+
+void ZeroEngine::EndOwnedWrite(int unit) {
+  if (param_shards_ == nullptr) return;
+  Fail(Sync());  // the store's writer thread takes the copy from here
+  param_shards_->CommitWrite(unit);
+}
+
+Status ZeroEngine::FinishOwnedWrites() {
+  if (param_shards_ == nullptr) return Status::Ok();
+  Status stored = param_shards_->FinishWrites();
+  Status deferred = param_shards_->TakeDeferredError();
+  return stored.ok() ? deferred : stored;
+}
+
+}  // namespace hoist::zero
