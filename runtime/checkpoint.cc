@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#include "runtime/checkpoint_metadata.h"
 
 namespace hoist::runtime {
 namespace {
@@ -232,23 +233,13 @@ class ManifestFields {
                             int64_t min, int64_t max = std::numeric_limits<int64_t>::max()) const {
     HOIST_ASSIGN_OR_RETURN(const nlohmann::json* value,
                            Get(object, where, key, nlohmann::json::value_t::number_integer));
-    // nlohmann keeps non-negative literals as unsigned; get<int64_t> would wrap the huge ones.
-    bool in_range;
-    int64_t number = 0;
-    if (value->is_number_unsigned()) {
-      const uint64_t unsigned_number = value->get<uint64_t>();
-      in_range = unsigned_number <= static_cast<uint64_t>(max);
-      if (in_range) number = static_cast<int64_t>(unsigned_number);
-    } else {
-      number = value->get<int64_t>();
-      in_range = number <= max;
-    }
-    if (!in_range || number < min) {
+    const std::optional<int64_t> number = IntegerIn(*value, min, max);
+    if (!number) {
       const std::string field = where.empty() ? key : where + "." + key;
       return BadManifest(path_, "has field \"" + field + "\" = " + value->dump() + ", outside [" +
                                     std::to_string(min) + ", " + std::to_string(max) + "]");
     }
-    return number;
+    return *number;
   }
 
  private:

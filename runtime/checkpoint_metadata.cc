@@ -41,26 +41,32 @@ Status CheckpointMetadata::Bad(const std::string& path, const std::string& what)
                        "directory");
 }
 
+std::optional<int64_t> IntegerIn(const nlohmann::json& value, int64_t min, int64_t max) {
+  if (!value.is_number_integer()) return std::nullopt;
+  int64_t number = 0;
+  if (value.is_number_unsigned()) {
+    const uint64_t unsigned_number = value.get<uint64_t>();
+    if (unsigned_number > static_cast<uint64_t>(max)) return std::nullopt;
+    number = static_cast<int64_t>(unsigned_number);
+  } else {
+    number = value.get<int64_t>();
+    if (number > max) return std::nullopt;
+  }
+  if (number < min) return std::nullopt;
+  return number;
+}
+
 StatusOr<int64_t> CheckpointMetadata::Integer(const std::string& path, int64_t min,
                                               int64_t max) const {
   const nlohmann::json* value = Find(path);
   if (value == nullptr) return Bad(path, "is missing");
   if (!value->is_number_integer()) return Bad(path, "= " + Shown(*value) + " is not an integer");
-  bool in_range;
-  int64_t number = 0;
-  if (value->is_number_unsigned()) {
-    const uint64_t unsigned_number = value->get<uint64_t>();
-    in_range = unsigned_number <= static_cast<uint64_t>(max);
-    if (in_range) number = static_cast<int64_t>(unsigned_number);
-  } else {
-    number = value->get<int64_t>();
-    in_range = number <= max;
-  }
-  if (!in_range || number < min) {
+  const std::optional<int64_t> number = IntegerIn(*value, min, max);
+  if (!number) {
     return Bad(path, "= " + Shown(*value) + " is outside [" + std::to_string(min) + ", " +
                          std::to_string(max) + "]");
   }
-  return number;
+  return *number;
 }
 
 StatusOr<double> CheckpointMetadata::Number(const std::string& path, double min, double max,

@@ -16,6 +16,10 @@
 
 namespace hoist::runtime {
 
+// `value` as an int64 when it is an integer in [min, max]; nullopt otherwise. nlohmann keeps
+// non-negative literals as unsigned, where get<int64_t> would wrap the huge ones.
+std::optional<int64_t> IntegerIn(const nlohmann::json& value, int64_t min, int64_t max);
+
 class CheckpointMetadata {
  public:
   CheckpointMetadata(const nlohmann::json& metadata, const std::string& step_dir)

@@ -110,6 +110,22 @@ HostMemory ReadHostMemory(const HostMemorySources& sources) {
   return host;
 }
 
+Status CheckNodeBytes(int64_t node_bytes, const HostMemory& host, const std::string& need,
+                      const std::string& lower) {
+  if (host.mem_available >= 0 && node_bytes > host.mem_available) {
+    return ResourceExhaustedError(need + " but the host has only " +
+                                  FormatBytesExactly(host.mem_available) +
+                                  " available (MemAvailable)" + lower);
+  }
+  if (host.cgroup_free >= 0 && node_bytes > host.cgroup_free) {
+    return ResourceExhaustedError(need + " but the cgroup " + host.cgroup_path + " allows only " +
+                                  FormatBytesExactly(host.cgroup_free) +
+                                  " more (its memory limit less its usage)" + lower +
+                                  ", or raise the job's memory limit");
+  }
+  return Status::Ok();
+}
+
 Status CheckJobHostMemory(const MemoryEstimate& estimate, int local_ranks, const HostMemory& host) {
   const int64_t device = estimate.PeakTotal(Place::kDevice);
   const int64_t pageable = estimate.PeakTotal(Place::kHost);
@@ -127,18 +143,7 @@ Status CheckJobHostMemory(const MemoryEstimate& estimate, int local_ranks, const
       "train_micro_batch_size_per_gpu (with more gradient_accumulation_steps), activation "
       "checkpointing (activation_checkpointing.policy), bf16, a smaller model, or fewer ranks "
       "on this node; `hoist plan --memory BYTES` finds settings that fit";
-  if (host.mem_available >= 0 && node_bytes > host.mem_available) {
-    return ResourceExhaustedError(need.str() + " but the host has only " +
-                                  FormatBytesExactly(host.mem_available) +
-                                  " available (MemAvailable)" + lower);
-  }
-  if (host.cgroup_free >= 0 && node_bytes > host.cgroup_free) {
-    return ResourceExhaustedError(need.str() + " but the cgroup " + host.cgroup_path +
-                                  " allows only " + FormatBytesExactly(host.cgroup_free) +
-                                  " more (its memory limit less its usage)" + lower +
-                                  ", or raise the job's memory limit");
-  }
-  return Status::Ok();
+  return CheckNodeBytes(node_bytes, host, need.str(), lower);
 }
 
 Status PreflightJobHostMemory(const Config& config, comm::Communicator& comm,

@@ -44,6 +44,11 @@ HostMemory ReadHostMemory(const HostMemorySources& sources = {});
 // bytes available, and the settings that lower the need, when `host` cannot hold that.
 Status CheckJobHostMemory(const MemoryEstimate& estimate, int local_ranks, const HostMemory& host);
 
+// `node_bytes` against the readings: Ok, or kResourceExhausted of `need` ("the job needs ...")
+// with the reading it passes and `lower` ("; lower it with ...").
+Status CheckNodeBytes(int64_t node_bytes, const HostMemory& host, const std::string& need,
+                      const std::string& lower);
+
 // Collective over `comm`, the job's ranks: estimates `config` for them, counts the ranks on each
 // node and checks each node's readings (`host`, or ReadHostMemory() when null); every rank
 // returns the same outcome, a refusal naming the rank that found it. A config the estimate

@@ -53,18 +53,7 @@ Status CheckHostMemory(const OffloadFootprint& per_rank, int local_ranks, int64_
                                   FormatBytesExactly(max_host_bytes) + lower +
                                   ", or raise offload.max_host_bytes");
   }
-  if (host.mem_available >= 0 && node_bytes > host.mem_available) {
-    return ResourceExhaustedError(need.str() + " but the host has only " +
-                                  FormatBytesExactly(host.mem_available) +
-                                  " available (MemAvailable)" + lower);
-  }
-  if (host.cgroup_free >= 0 && node_bytes > host.cgroup_free) {
-    return ResourceExhaustedError(need.str() + " but the cgroup " + host.cgroup_path +
-                                  " allows only " + FormatBytesExactly(host.cgroup_free) +
-                                  " more (its memory limit less its usage)" + lower +
-                                  ", or raise the job's memory limit");
-  }
-  return Status::Ok();
+  return CheckNodeBytes(node_bytes, host, need.str(), lower);
 }
 
 Status CheckNvmePath(const std::string& path, const std::string& key, int64_t bytes_needed,

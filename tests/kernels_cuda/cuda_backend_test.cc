@@ -11,22 +11,10 @@
 
 #include "core/cuda/cuda_device.h"
 #include "kernels/cpu_backend.h"
+#include "tests/kernels_cuda/cuda_kernel_test_util.h"
 
 namespace hoist::kernels {
 namespace {
-
-#define HOIST_SKIP_WITHOUT_GPU()                                                                   \
-  do {                                                                                             \
-    if (::hoist::CudaDeviceCount() == 0) {                                                         \
-      GTEST_SKIP() << "no CUDA GPU visible (driver " << ::hoist::CudaDriverVersionString() << ")"; \
-    }                                                                                              \
-  } while (0)
-
-#define HOIST_ASSERT_OK(expr)                                    \
-  do {                                                           \
-    const ::hoist::Status hoist_status_ = (expr);                \
-    ASSERT_TRUE(hoist_status_.ok()) << hoist_status_.ToString(); \
-  } while (0)
 
 const DType kTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kFloat16};
 
