@@ -30,6 +30,21 @@ double ReadNumber(const std::string& path) {
 
 }  // namespace
 
+std::vector<CgroupMembership> ReadSelfCgroup(const std::string& self_cgroup) {
+  std::vector<CgroupMembership> out;
+  std::ifstream cgroup(self_cgroup);
+  for (std::string line; std::getline(cgroup, line);) {
+    const size_t first = line.find(':');
+    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (path == "/") path.clear();
+    out.push_back({controllers, path});
+  }
+  return out;
+}
+
 CpuLimits ReadCpuLimits(const CpuLimitSources& sources) {
   CpuLimits limits;
   cpu_set_t mask;
@@ -41,14 +56,7 @@ CpuLimits ReadCpuLimits(const CpuLimitSources& sources) {
       limits.quota_path = dir;
     }
   };
-  std::ifstream cgroup(sources.self_cgroup);
-  for (std::string line; std::getline(cgroup, line);) {
-    const size_t first = line.find(':');
-    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
-    if (second == std::string::npos) continue;
-    const std::string controllers = line.substr(first + 1, second - first - 1);
-    std::string path = line.substr(second + 1);
-    if (path == "/") path.clear();
+  for (const auto& [controllers, path] : ReadSelfCgroup(sources.self_cgroup)) {
     if (controllers.empty()) {
       // v2: cpu.max is "QUOTA PERIOD" or "max PERIOD".
       UpFrom(sources.cgroup_root + path, sources.cgroup_root, [&](const std::string& dir) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace hoist {
 
@@ -26,6 +27,14 @@ struct CpuLimitSources {
 };
 
 CpuLimits ReadCpuLimits(const CpuLimitSources& sources = {});
+
+// The hierarchies of /proc/self/cgroup (or a file of its format), one per line
+// "ID:CONTROLLERS:PATH": v2's has no controllers; the root's path is "" (not "/").
+struct CgroupMembership {
+  std::string controllers;  // comma-separated (v1), or empty (v2)
+  std::string path;
+};
+std::vector<CgroupMembership> ReadSelfCgroup(const std::string& self_cgroup);
 
 // The whole cores this process may keep busy: the affinity mask's CPUs, at most the quota
 // rounded down; at least 1.

@@ -25,6 +25,7 @@ namespace {
 
 using config_internal::ClosestMatch;
 using config_internal::ErrorSource;
+using config_internal::Lower;
 using config_internal::Section;
 using nlohmann::json;
 
@@ -46,12 +47,6 @@ constexpr std::string_view kHoistTopLevelKeys[] = {
     "control",
     "offload",
 };
-
-std::string Lower(std::string_view text) {
-  std::string lower(text);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return lower;
-}
 
 std::string Num(double value) {
   std::ostringstream out;

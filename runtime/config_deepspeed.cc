@@ -21,12 +21,6 @@ std::string Num(double value) {
   return out.str();
 }
 
-std::string Lower(std::string_view text) {
-  std::string lower(text);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return lower;
-}
-
 // A boolean key whose non-default value asks for a feature hoist lacks: the default is
 // accepted (hoist does what it says), the other value is Unimplemented.
 Status RequireBool(const Section& s, std::string_view key, bool supported, std::string_view what) {

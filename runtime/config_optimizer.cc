@@ -14,12 +14,6 @@ constexpr std::string_view kDeepSpeedOptimizers[] = {
     "muadamw", "musgd", "lion",       "muon",        "sgd",
 };
 
-std::string Lower(std::string_view text) {
-  std::string lower(text);
-  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return lower;
-}
-
 std::string Num(double value) {
   std::ostringstream out;
   out << value;

@@ -360,6 +360,12 @@ std::string_view ClosestMatch(std::string_view word,
   return best;
 }
 
+std::string Lower(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower;
+}
+
 std::string JoinPath(std::string_view parent, std::string_view key) {
   if (parent.empty()) return std::string(key);
   std::string path(parent);

@@ -65,6 +65,8 @@ std::string_view ClosestMatch(std::string_view word,
 
 // "optimizer.params" + "lr" -> "optimizer.params.lr"; "" + "lr" -> "lr".
 std::string JoinPath(std::string_view parent, std::string_view key);
+// `text` in ASCII lower case (DeepSpeed matches type names and dtype spellings case-blind).
+std::string Lower(std::string_view text);
 
 // Typed reads of the keys of one JSON object at `path`. Absent and null keys leave the output
 // untouched (the default applies). Every error names the full key path.

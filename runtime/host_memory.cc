@@ -7,6 +7,7 @@
 
 #include "comm/agree.h"
 #include "comm/node.h"
+#include "core/cpu_share.h"
 #include "core/memory_tracker.h"
 
 namespace hoist::runtime {
@@ -78,15 +79,8 @@ HostMemory ReadHostMemory(const HostMemorySources& sources) {
   host.mem_available = HostMemAvailableBytes(sources.meminfo).value_or(-1);
   // One line per hierarchy, "ID:CONTROLLERS:PATH": v2's is "0::PATH", v1's memory controller
   // has "memory" among its controllers.
-  std::ifstream cgroup(sources.self_cgroup);
   std::vector<CgroupLevel> found;
-  for (std::string line; std::getline(cgroup, line);) {
-    const size_t first = line.find(':');
-    const size_t second = first == std::string::npos ? first : line.find(':', first + 1);
-    if (second == std::string::npos) continue;
-    const std::string controllers = line.substr(first + 1, second - first - 1);
-    std::string path = line.substr(second + 1);
-    if (path == "/") path.clear();
+  for (const auto& [controllers, path] : ReadSelfCgroup(sources.self_cgroup)) {
     if (controllers.empty()) {
       const std::string& base = sources.cgroup_root;
       found.push_back(
