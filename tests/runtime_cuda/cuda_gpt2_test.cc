@@ -86,9 +86,14 @@ class CudaGpt2 : public ::testing::TestWithParam<AttentionKind> {
   // The CPU reference of CudaAdamW::Step: the same norm, clipping and per-tensor decay.
   void CpuStep(std::vector<float>& m, std::vector<float>& v, int64_t step, float lr, float clip,
                const zero::AdamWParams& adam, float loss_scale = 1.0f) {
-    const ParamLayout& layout = cpu_->layout();
+    CpuStepOf(cpu_.get(), m, v, step, lr, clip, adam, loss_scale);
+  }
+  static void CpuStepOf(Gpt2Model* model, std::vector<float>& m, std::vector<float>& v,
+                        int64_t step, float lr, float clip, const zero::AdamWParams& adam,
+                        float loss_scale) {
+    const ParamLayout& layout = model->layout();
     const double norm =
-        std::sqrt(kernels::cpu::SumOfSquares(cpu_->grads(), static_cast<size_t>(layout.total))) /
+        std::sqrt(kernels::cpu::SumOfSquares(model->grads(), static_cast<size_t>(layout.total))) /
         loss_scale;
     kernels::cpu::AdamWHyperparams h;
     h.lr = lr;
@@ -102,10 +107,10 @@ class CudaGpt2 : public ::testing::TestWithParam<AttentionKind> {
       for (int l = 0; l < layers; ++l) {
         const int64_t offset = layout.Offset(tensor, l);
         kernels::cpu::AdamWShard shard;
-        shard.param = cpu_->params() + offset;
+        shard.param = model->params() + offset;
         shard.m = m.data() + offset;
         shard.v = v.data() + offset;
-        shard.grad = cpu_->grads() + offset;
+        shard.grad = model->grads() + offset;
         shard.n = static_cast<size_t>(layout.unit_sizes[tensor]);
         h.weight_decay = ParamLayout::Decayed(tensor) ? adam.weight_decay : 0.0f;
         kernels::cpu::AdamWFusedStep(shard, h);
@@ -182,23 +187,44 @@ TEST_P(CudaGpt2, Fp32TrainingFollowsTheCpuLossCurve) {
 // 16-bit training against the CPU model with the same activation type, on one batch seen again
 // and again so that the loss falls well beyond the tolerance: a wrong gradient or update shows
 // as a curve that falls differently. The first step's gradients are also compared as a whole.
+//
+// The tolerance holds only where training is not chaotic: with too large a step (lr 1e-2 here)
+// the loss rises and falls again, and two correct models that round differently part by more
+// than 5% within 8 steps (seen between the CPU model in fp32 and in bf16). So an fp32 CPU run
+// goes alongside, and the test first checks that the 16-bit CPU run stays within a quarter of the
+// tolerance of it: the regime is smooth enough for the GPU comparison to mean something.
 void SixteenBitTrainingFollowsTheCpu(CudaGpt2* test, DType compute, DType cpu_activations,
                                      float loss_scale) {
   test->Build(compute, cpu_activations);
+  MemoryTracker fp32_tracker;
+  CpuDevice fp32_device{Place::kDevice, &fp32_tracker};
+  auto fp32 = Gpt2Model::Create(test->config_, test->B_, test->T_, &fp32_device, nullptr,
+                                DType::kFloat32);
+  ASSERT_TRUE(fp32.ok()) << fp32.status().ToString();
+  std::unique_ptr<Gpt2Model> reference = std::move(fp32).value();
+  reference->InitializeWeights(1234);
   zero::AdamWParams adam;
   auto optimizer = CudaAdamW::Create(test->gpu_.get(), adam, test->device_.get());
   ASSERT_TRUE(optimizer.ok()) << optimizer.status().ToString();
   const int64_t total = test->cpu_->layout().total;
   std::vector<float> m(static_cast<size_t>(total)), v(static_cast<size_t>(total));
+  std::vector<float> m32(static_cast<size_t>(total)), v32(static_cast<size_t>(total));
   const int B = test->B_, T = test->T_, V = test->config_.vocab_size;
   const std::vector<int32_t> inputs = RandomTokens(B * T, V, 30);
   const std::vector<int32_t> targets = RandomTokens(B * T, V, 40);
-  const float lr = 1e-2f;
+  const float lr = 5e-3f;
+  const float tolerance = 2e-2f;  // relative, per step: a few 16-bit ulps of the logits' scale
   float first = 0, last = 0;
-  for (int step = 1; step <= 8; ++step) {
+  for (int step = 1; step <= 10; ++step) {
     test->cpu_->ZeroGradients();
     const float cpu_loss = test->cpu_->Forward(inputs.data(), targets.data(), B, T, loss_scale);
     test->cpu_->Backward();
+    reference->ZeroGradients();
+    const float fp32_loss = reference->Forward(inputs.data(), targets.data(), B, T, loss_scale);
+    reference->Backward();
+    ASSERT_LT(std::fabs(cpu_loss - fp32_loss), 0.25f * tolerance * std::fabs(fp32_loss))
+        << "step " << step << ": the CPU models in fp32 and 16 bits part; the step is too large "
+        << "for a tolerance to mean anything";
     ASSERT_OK(test->gpu_->ZeroGradients());
     auto gpu_loss = test->gpu_->Forward(inputs.data(), targets.data(), B, T, loss_scale);
     ASSERT_TRUE(gpu_loss.ok()) << gpu_loss.status().ToString();
@@ -217,11 +243,11 @@ void SixteenBitTrainingFollowsTheCpu(CudaGpt2* test, DType compute, DType cpu_ac
       EXPECT_LT(std::sqrt(diff), 5e-2 * std::sqrt(norm));
     }
     test->CpuStep(m, v, step, lr, 0.0f, adam, loss_scale);
+    CudaGpt2::CpuStepOf(reference.get(), m32, v32, step, lr, 0.0f, adam, loss_scale);
     auto result = (*optimizer)->Step(lr, loss_scale, 0.0f);
     ASSERT_TRUE(result.ok()) << result.status().ToString();
     ASSERT_FALSE(result->overflow);
-    // A few 16-bit ulps of the logits' scale in the mean loss.
-    EXPECT_NEAR(*gpu_loss, cpu_loss, 2e-2 * std::fabs(cpu_loss)) << "step " << step;
+    EXPECT_NEAR(*gpu_loss, cpu_loss, tolerance * std::fabs(cpu_loss)) << "step " << step;
     if (step == 1) first = *gpu_loss;
     last = *gpu_loss;
   }
