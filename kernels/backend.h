@@ -96,6 +96,78 @@ class Backend {
   // type where no tensor has a copy). Deterministic, and the same bits on every backend.
   virtual Status AdamW(std::span<const AdamWTensorRef> tensors, DType grad_type, DType copy_type,
                        const AdamWStepScalars& scalars, const Stream& stream) = 0;
+
+  // The model's ops: GPT-2's forward and backward, with the shapes and arithmetic of
+  // kernels/cpu/ops.h (N = B*T rows, C channels, OC output channels, NH heads, V real and Vp
+  // padded vocabulary; layernorm eps 1e-5; tanh GELU; causal attention scaled by 1/sqrt(C/NH)).
+  // Activations, their gradients and the weights are `type` (fp32, bf16 or fp16); mean, rstd,
+  // att, lse and losses are fp32, and so are the weight gradients (dweight, dbias, dwte, dwpe),
+  // which are accumulators. Backward ops ADD to every gradient they write; a 16-bit activation
+  // gradient is rounded once, after the addition. Tokens and targets are int32 in [0, Vp) and
+  // [0, V), in the backend's device memory. The products accumulate in fp32 whatever `type`.
+  // GPU kernels may add with atomics where the CPU's order is fixed (the encoder's dwte, the
+  // layernorm's and the biases' parameter gradients): those agree to rounding, not to the bit.
+  // Products and attention run on the compute stream only (one BLAS workspace serves them).
+
+  // out (B,T,C) = wte[tokens] + wpe[t]. dwte (Vp,C) += dout scattered by token; dwpe += dout
+  // summed over the batch.
+  virtual Status EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe,
+                                int B, int T, int C, DType type, const Stream& stream) = 0;
+  virtual Status EncoderBackward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
+                                 int B, int T, int C, DType type, const Stream& stream) = 0;
+  // out (N,C) = (inp - mean) * rstd * weight + bias, keeping mean and rstd (N) for backward.
+  virtual Status LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
+                                  const void* weight, const void* bias, int N, int C, DType type,
+                                  const Stream& stream) = 0;
+  virtual Status LayerNormBackward(void* dinp, float* dweight, float* dbias, const void* dout,
+                                   const void* inp, const void* weight, const float* mean,
+                                   const float* rstd, int N, int C, DType type,
+                                   const Stream& stream) = 0;
+  // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (may be null). gelu_out, when not null,
+  // receives GELU(out) as well, computed from the fp32 product before either is rounded (out
+  // keeps the pre-activation that GeluBackward needs).
+  virtual Status MatmulForward(void* out, const void* inp, const void* weight, const void* bias,
+                               int N, int C, int OC, DType type, void* gelu_out,
+                               const Stream& stream) = 0;
+  // dinp (N,C) += dout @ weight (dinp null: not wanted); dweight (OC,C) += dout^T @ inp; dbias
+  // (OC) += column sums of dout (null: no bias).
+  virtual Status MatmulBackward(void* dinp, float* dweight, float* dbias, const void* dout,
+                                const void* inp, const void* weight, int N, int C, int OC,
+                                DType type, const Stream& stream) = 0;
+  // Direct attention: att (B,NH,T,T) keeps the probabilities (0 above the diagonal) for backward;
+  // dqkv (B,T,3C) += the gradient. `workspace` holds AttentionWorkspaceBytes of device memory
+  // (none may be needed: 0 bytes, and workspace may then be null); nothing in it outlives a call.
+  virtual int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type) const = 0;
+  virtual Status AttentionForward(void* out, float* att, const void* qkv, void* workspace, int B,
+                                  int T, int C, int NH, DType type, const Stream& stream) = 0;
+  virtual Status AttentionBackward(void* dqkv, const void* dout, const void* qkv, const float* att,
+                                   void* workspace, int B, int T, int C, int NH, DType type,
+                                   const Stream& stream) = 0;
+  // Tiled attention (an online softmax; never forms T x T): lse (B,NH,T) keeps each query row's
+  // log-sum-exp; backward recomputes the probabilities from qkv, out and lse. Its workspace holds
+  // TiledAttentionWorkspaceBytes (the same rules as above).
+  virtual int64_t TiledAttentionWorkspaceBytes(int B, int T, int NH) const = 0;
+  virtual Status AttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int C,
+                                       int NH, DType type, const Stream& stream) = 0;
+  virtual Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv,
+                                        const void* out, const float* lse, void* workspace, int B,
+                                        int T, int C, int NH, DType type,
+                                        const Stream& stream) = 0;
+  // out = GELU(inp) (may alias inp); dinp += GELU'(inp) * dout.
+  virtual Status GeluForward(void* out, const void* inp, int64_t n, DType type,
+                             const Stream& stream) = 0;
+  virtual Status GeluBackward(void* dinp, const void* inp, const void* dout, int64_t n, DType type,
+                              const Stream& stream) = 0;
+  // out = a + b (may alias either); da += dout and db += dout.
+  virtual Status ResidualForward(void* out, const void* a, const void* b, int64_t n, DType type,
+                                 const Stream& stream) = 0;
+  virtual Status ResidualBackward(void* da, void* db, const void* dout, int64_t n, DType type,
+                                  const Stream& stream) = 0;
+  // losses (N) = -log softmax(logits[i, :V])[targets[i]]; dlogits (may be null, may alias
+  // logits) is OVERWRITTEN with dloss * (softmax - onehot), 0 in the padding columns.
+  virtual Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
+                                     const int32_t* targets, float dloss, int N, int V, int Vp,
+                                     DType type, const Stream& stream) = 0;
 };
 
 }  // namespace hoist::kernels

@@ -42,6 +42,47 @@ class CpuBackend final : public Backend {
   Status AdamW(std::span<const AdamWTensorRef> tensors, DType grad_type, DType copy_type,
                const AdamWStepScalars& scalars, const Stream& stream) override;
 
+  // The model's ops (kernels/backend.h); 16-bit arrays through fp32 copies (cpu_backend_model.cc).
+  Status EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                        int T, int C, DType type, const Stream& stream) override;
+  Status EncoderBackward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
+                         int T, int C, DType type, const Stream& stream) override;
+  Status LayerNormForward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                          const void* bias, int N, int C, DType type,
+                          const Stream& stream) override;
+  Status LayerNormBackward(void* dinp, float* dweight, float* dbias, const void* dout,
+                           const void* inp, const void* weight, const float* mean,
+                           const float* rstd, int N, int C, DType type,
+                           const Stream& stream) override;
+  Status MatmulForward(void* out, const void* inp, const void* weight, const void* bias, int N,
+                       int C, int OC, DType type, void* gelu_out, const Stream& stream) override;
+  Status MatmulBackward(void* dinp, float* dweight, float* dbias, const void* dout,
+                        const void* inp, const void* weight, int N, int C, int OC, DType type,
+                        const Stream& stream) override;
+  int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type) const override;
+  Status AttentionForward(void* out, float* att, const void* qkv, void* workspace, int B, int T,
+                          int C, int NH, DType type, const Stream& stream) override;
+  Status AttentionBackward(void* dqkv, const void* dout, const void* qkv, const float* att,
+                           void* workspace, int B, int T, int C, int NH, DType type,
+                           const Stream& stream) override;
+  int64_t TiledAttentionWorkspaceBytes(int B, int T, int NH) const override;
+  Status AttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
+                               DType type, const Stream& stream) override;
+  Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                const float* lse, void* workspace, int B, int T, int C, int NH,
+                                DType type, const Stream& stream) override;
+  Status GeluForward(void* out, const void* inp, int64_t n, DType type,
+                     const Stream& stream) override;
+  Status GeluBackward(void* dinp, const void* inp, const void* dout, int64_t n, DType type,
+                      const Stream& stream) override;
+  Status ResidualForward(void* out, const void* a, const void* b, int64_t n, DType type,
+                         const Stream& stream) override;
+  Status ResidualBackward(void* da, void* db, const void* dout, int64_t n, DType type,
+                          const Stream& stream) override;
+  Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
+                             const int32_t* targets, float dloss, int N, int V, int Vp, DType type,
+                             const Stream& stream) override;
+
  private:
   Device* device_;
   HostStream compute_, copy_;

@@ -6,6 +6,7 @@
 #include "core/cuda/cuda_status.h"
 #include "kernels/cuda/accumulate.h"
 #include "kernels/cuda/adamw.h"
+#include "kernels/cuda/blas.h"
 #include "kernels/cuda/cast.h"
 
 namespace hoist::kernels {
@@ -46,6 +47,7 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal, MemoryTr
                          backend->device_->Allocate(cuda::ScaledSumOfSquaresWorkspaceDoubles() *
                                                         static_cast<int64_t>(sizeof(double)),
                                                     Category::kWorkspace));
+  HOIST_ASSIGN_OR_RETURN(backend->blas_, cuda::BlasHandle::Create());
   return backend;
 }
 

@@ -21,6 +21,10 @@
 
 namespace hoist::kernels {
 
+namespace cuda {
+class BlasHandle;
+}  // namespace cuda
+
 class CudaBackend final : public Backend {
  public:
   // GPU `ordinal`'s streams, allocator and workspace; allocations count in `tracker`. No GPU
@@ -49,14 +53,60 @@ class CudaBackend final : public Backend {
   Status AdamW(std::span<const AdamWTensorRef> tensors, DType grad_type, DType copy_type,
                const AdamWStepScalars& scalars, const Stream& stream) override;
 
+  // The model's ops (kernels/backend.h), over kernels/cuda/ (cuda_backend_model.cc).
+  Status EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
+                        int T, int C, DType type, const Stream& stream) override;
+  Status EncoderBackward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
+                         int T, int C, DType type, const Stream& stream) override;
+  Status LayerNormForward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                          const void* bias, int N, int C, DType type,
+                          const Stream& stream) override;
+  Status LayerNormBackward(void* dinp, float* dweight, float* dbias, const void* dout,
+                           const void* inp, const void* weight, const float* mean,
+                           const float* rstd, int N, int C, DType type,
+                           const Stream& stream) override;
+  Status MatmulForward(void* out, const void* inp, const void* weight, const void* bias, int N,
+                       int C, int OC, DType type, void* gelu_out, const Stream& stream) override;
+  Status MatmulBackward(void* dinp, float* dweight, float* dbias, const void* dout,
+                        const void* inp, const void* weight, int N, int C, int OC, DType type,
+                        const Stream& stream) override;
+  int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type) const override;
+  Status AttentionForward(void* out, float* att, const void* qkv, void* workspace, int B, int T,
+                          int C, int NH, DType type, const Stream& stream) override;
+  Status AttentionBackward(void* dqkv, const void* dout, const void* qkv, const float* att,
+                           void* workspace, int B, int T, int C, int NH, DType type,
+                           const Stream& stream) override;
+  int64_t TiledAttentionWorkspaceBytes(int B, int T, int NH) const override;
+  Status AttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
+                               DType type, const Stream& stream) override;
+  Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                const float* lse, void* workspace, int B, int T, int C, int NH,
+                                DType type, const Stream& stream) override;
+  Status GeluForward(void* out, const void* inp, int64_t n, DType type,
+                     const Stream& stream) override;
+  Status GeluBackward(void* dinp, const void* inp, const void* dout, int64_t n, DType type,
+                      const Stream& stream) override;
+  Status ResidualForward(void* out, const void* a, const void* b, int64_t n, DType type,
+                         const Stream& stream) override;
+  Status ResidualBackward(void* da, void* db, const void* dout, int64_t n, DType type,
+                          const Stream& stream) override;
+  Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
+                             const int32_t* targets, float dloss, int N, int V, int Vp, DType type,
+                             const Stream& stream) override;
+
  private:
   CudaBackend() = default;
+  // kInvalidArgument naming `op` unless `stream` is the compute stream.
+  Status OnComputeStream(const char* op, const Stream& stream) const;
 
   // Declared in the order they are built; destroyed in reverse: the streams outlive the
   // allocator that serves one of them, the allocator the workspace.
   CudaStream compute_, copy_;
   std::unique_ptr<CudaCachingDevice> device_;
   Buffer workspace_;  // the sum of squares' partials (compute stream only)
+  // cuBLASLt for the products and the direct attention, on the compute stream only. Its 32 MiB
+  // workspace is its own cudaMalloc, outside the tracker.
+  std::unique_ptr<cuda::BlasHandle> blas_;
 };
 
 }  // namespace hoist::kernels

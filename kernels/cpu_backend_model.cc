@@ -1,0 +1,396 @@
+// CpuBackend's model ops: kernels/cpu/ops.h on the stream. fp32 arrays go to the CPU kernels as
+// they are; a 16-bit array is widened into an fp32 copy first, and an output is rounded back
+// into it once the kernel is done (an accumulated gradient: widened, added to in fp32, rounded
+// once). The copies are transient host buffers of the op's own; the CPU rank's model computes
+// in fp32, so the 16-bit forms serve as the oracle of the other backends.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu_backend.h"
+
+namespace hoist::kernels {
+namespace {
+
+const HostStream& HostStreamOf(const Stream& stream) {
+  HOIST_CHECK(stream.kind() == DeviceKind::kCpu) << "a CPU backend op on a device stream";
+  return static_cast<const HostStream&>(stream);
+}
+
+Status NotNull(const char* op, const char* name, const void* p) {
+  if (p != nullptr) return Status::Ok();
+  return InvalidArgumentError(std::string(op) + ": " + name + " is null");
+}
+
+Status Positive(const char* op, const char* name, int64_t value) {
+  if (value > 0) return Status::Ok();
+  return InvalidArgumentError(std::string(op) + ": " + name + " must be positive, got " +
+                              std::to_string(value));
+}
+
+Status NonNegative(const char* op, const char* name, int64_t value) {
+  if (value >= 0) return Status::Ok();
+  return InvalidArgumentError(std::string(op) + ": " + name + " is negative (" +
+                              std::to_string(value) + ")");
+}
+
+// How an op uses an array it is given in `type`.
+enum class Use {
+  kIn,     // read
+  kOut,    // written whole, not read
+  kInOut,  // read, added to, written back
+};
+
+// An fp32 view of n elements of `type` at p (null stays null): fp32 arrays are used in place; a
+// 16-bit one is widened into a copy (kIn, kInOut) or given a zeroed scratch (kOut), which Finish
+// rounds back into the array (kOut, kInOut).
+class Wide {
+ public:
+  Wide(const void* p, DType type, int64_t n, Use use)
+      : array_(const_cast<void*>(p)), type_(type), n_(n), use_(use) {
+    if (p == nullptr || type == DType::kFloat32) return;
+    copy_.resize(static_cast<size_t>(n));
+    if (use != Use::kOut) cpu::ToFloat(p, type, copy_.data(), n);
+  }
+  float* get() {
+    if (array_ == nullptr) return nullptr;
+    return type_ == DType::kFloat32 ? static_cast<float*>(array_) : copy_.data();
+  }
+  void Finish() {
+    if (array_ == nullptr || type_ == DType::kFloat32 || use_ == Use::kIn) return;
+    cpu::FromFloat(copy_.data(), array_, type_, n_);
+  }
+
+ private:
+  void* array_;
+  DType type_;
+  int64_t n_;
+  Use use_;
+  std::vector<float> copy_;
+};
+
+}  // namespace
+
+Status CpuBackend::EncoderForward(void* out, const int32_t* tokens, const void* wte,
+                                  const void* wpe, int B, int T, int C, DType type,
+                                  const Stream& stream) {
+  constexpr const char* kOp = "EncoderForward";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "B", B));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "T", T));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
+  for (const auto& [name, p] : {std::pair<const char*, const void*>{"out", out},
+                                {"tokens", tokens}, {"wte", wte}, {"wpe", wpe}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  // The tables' rows are read by token and position: the largest of each bounds the copy.
+  return HostStreamOf(stream).Enqueue([=] {
+    const int64_t BTC = int64_t{B} * T * C;
+    int32_t vocab_rows = 0;
+    for (int64_t i = 0; i < int64_t{B} * T; ++i) vocab_rows = std::max(vocab_rows, tokens[i] + 1);
+    Wide o(out, type, BTC, Use::kOut), e(wte, type, int64_t{vocab_rows} * C, Use::kIn),
+        p(wpe, type, int64_t{T} * C, Use::kIn);
+    cpu::EncoderForward(o.get(), tokens, e.get(), p.get(), B, T, C);
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::EncoderBackward(float* dwte, float* dwpe, const void* dout,
+                                   const int32_t* tokens, int B, int T, int C, DType type,
+                                   const Stream& stream) {
+  constexpr const char* kOp = "EncoderBackward";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "B", B));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "T", T));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
+  for (const auto& [name, p] : {std::pair<const char*, const void*>{"dwte", dwte},
+                                {"dwpe", dwpe}, {"dout", dout}, {"tokens", tokens}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide d(dout, type, int64_t{B} * T * C, Use::kIn);
+    cpu::EncoderBackward(dwte, dwpe, d.get(), tokens, B, T, C);
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
+                                    const void* weight, const void* bias, int N, int C, DType type,
+                                    const Stream& stream) {
+  constexpr const char* kOp = "LayerNormForward";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
+  for (const auto& [name, p] :
+       {std::pair<const char*, const void*>{"out", out}, {"mean", mean}, {"rstd", rstd},
+        {"inp", inp}, {"weight", weight}, {"bias", bias}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    const int64_t NC = int64_t{N} * C;
+    Wide o(out, type, NC, Use::kOut), x(inp, type, NC, Use::kIn), w(weight, type, C, Use::kIn),
+        b(bias, type, C, Use::kIn);
+    cpu::LayerNormForward(o.get(), mean, rstd, x.get(), w.get(), b.get(), N, C);
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::LayerNormBackward(void* dinp, float* dweight, float* dbias, const void* dout,
+                                     const void* inp, const void* weight, const float* mean,
+                                     const float* rstd, int N, int C, DType type,
+                                     const Stream& stream) {
+  constexpr const char* kOp = "LayerNormBackward";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
+  for (const auto& [name, p] : {std::pair<const char*, const void*>{"dinp", dinp},
+                                {"dweight", dweight}, {"dbias", dbias}, {"dout", dout},
+                                {"inp", inp}, {"weight", weight}, {"mean", mean},
+                                {"rstd", rstd}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    const int64_t NC = int64_t{N} * C;
+    Wide di(dinp, type, NC, Use::kInOut), d(dout, type, NC, Use::kIn), x(inp, type, NC, Use::kIn),
+        w(weight, type, C, Use::kIn);
+    cpu::LayerNormBackward(di.get(), dweight, dbias, d.get(), x.get(), w.get(), mean, rstd, N, C);
+    di.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::MatmulForward(void* out, const void* inp, const void* weight, const void* bias,
+                                 int N, int C, int OC, DType type, void* gelu_out,
+                                 const Stream& stream) {
+  constexpr const char* kOp = "MatmulForward";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "OC", OC));
+  for (const auto& [name, p] : {std::pair<const char*, const void*>{"out", out}, {"inp", inp},
+                                {"weight", weight}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    const int64_t rows = N, out_n = rows * OC;
+    Wide o(out, type, out_n, Use::kOut), x(inp, type, rows * C, Use::kIn),
+        w(weight, type, int64_t{OC} * C, Use::kIn), b(bias, type, OC, Use::kIn);
+    cpu::MatmulForward(o.get(), x.get(), w.get(), b.get(), N, C, OC);
+    if (gelu_out != nullptr) {
+      // From the fp32 product, before it is rounded: as a GPU's epilogue computes it.
+      Wide g(gelu_out, type, out_n, Use::kOut);
+      cpu::GeluForward(g.get(), o.get(), static_cast<size_t>(out_n));
+      g.Finish();
+    }
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::MatmulBackward(void* dinp, float* dweight, float* dbias, const void* dout,
+                                  const void* inp, const void* weight, int N, int C, int OC,
+                                  DType type, const Stream& stream) {
+  constexpr const char* kOp = "MatmulBackward";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "OC", OC));
+  for (const auto& [name, p] :
+       {std::pair<const char*, const void*>{"dweight", dweight}, {"dout", dout}, {"inp", inp},
+        {"weight", weight}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    const int64_t rows = N;
+    Wide di(dinp, type, rows * C, Use::kInOut), d(dout, type, rows * OC, Use::kIn),
+        x(inp, type, rows * C, Use::kIn), w(weight, type, int64_t{OC} * C, Use::kIn);
+    cpu::MatmulBackward(di.get(), dweight, dbias, d.get(), x.get(), w.get(), N, C, OC);
+    di.Finish();
+    return Status::Ok();
+  });
+}
+
+namespace {
+
+Status CheckAttention(const char* op, int B, int T, int C, int NH) {
+  HOIST_RETURN_IF_ERROR(Positive(op, "B", B));
+  HOIST_RETURN_IF_ERROR(Positive(op, "T", T));
+  HOIST_RETURN_IF_ERROR(Positive(op, "C", C));
+  HOIST_RETURN_IF_ERROR(Positive(op, "NH", NH));
+  if (C % NH != 0) {
+    return InvalidArgumentError(std::string(op) + ": C (" + std::to_string(C) +
+                                ") is not a multiple of NH (" + std::to_string(NH) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// The CPU kernels keep their scratch per thread: no workspace.
+int64_t CpuBackend::AttentionWorkspaceBytes(int, int, int, int, DType) const { return 0; }
+int64_t CpuBackend::TiledAttentionWorkspaceBytes(int, int, int) const { return 0; }
+
+Status CpuBackend::AttentionForward(void* out, float* att, const void* qkv, void*, int B, int T,
+                                    int C, int NH, DType type, const Stream& stream) {
+  constexpr const char* kOp = "AttentionForward";
+  HOIST_RETURN_IF_ERROR(CheckAttention(kOp, B, T, C, NH));
+  for (const auto& [name, p] :
+       {std::pair<const char*, const void*>{"out", out}, {"att", att}, {"qkv", qkv}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    const int64_t BTC = int64_t{B} * T * C;
+    Wide o(out, type, BTC, Use::kOut), q(qkv, type, 3 * BTC, Use::kIn);
+    cpu::AttentionForward(o.get(), att, q.get(), B, T, C, NH);
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::AttentionBackward(void* dqkv, const void* dout, const void* qkv,
+                                     const float* att, void*, int B, int T, int C, int NH,
+                                     DType type, const Stream& stream) {
+  constexpr const char* kOp = "AttentionBackward";
+  HOIST_RETURN_IF_ERROR(CheckAttention(kOp, B, T, C, NH));
+  for (const auto& [name, p] : {std::pair<const char*, const void*>{"dqkv", dqkv},
+                                {"dout", dout}, {"qkv", qkv}, {"att", att}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    const int64_t BTC = int64_t{B} * T * C;
+    Wide dq(dqkv, type, 3 * BTC, Use::kInOut), d(dout, type, BTC, Use::kIn),
+        q(qkv, type, 3 * BTC, Use::kIn);
+    cpu::AttentionBackward(dq.get(), d.get(), q.get(), att, B, T, C, NH);
+    dq.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::AttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T,
+                                         int C, int NH, DType type, const Stream& stream) {
+  constexpr const char* kOp = "AttentionForwardTiled";
+  HOIST_RETURN_IF_ERROR(CheckAttention(kOp, B, T, C, NH));
+  for (const auto& [name, p] :
+       {std::pair<const char*, const void*>{"out", out}, {"lse", lse}, {"qkv", qkv}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    const int64_t BTC = int64_t{B} * T * C;
+    Wide o(out, type, BTC, Use::kOut), q(qkv, type, 3 * BTC, Use::kIn);
+    cpu::AttentionForwardTiled(o.get(), lse, q.get(), B, T, C, NH);
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv,
+                                          const void* out, const float* lse, void*, int B, int T,
+                                          int C, int NH, DType type, const Stream& stream) {
+  constexpr const char* kOp = "AttentionBackwardTiled";
+  HOIST_RETURN_IF_ERROR(CheckAttention(kOp, B, T, C, NH));
+  for (const auto& [name, p] :
+       {std::pair<const char*, const void*>{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv},
+        {"out", out}, {"lse", lse}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    const int64_t BTC = int64_t{B} * T * C;
+    Wide dq(dqkv, type, 3 * BTC, Use::kInOut), d(dout, type, BTC, Use::kIn),
+        q(qkv, type, 3 * BTC, Use::kIn), o(out, type, BTC, Use::kIn);
+    cpu::AttentionBackwardTiled(dq.get(), d.get(), q.get(), o.get(), lse, B, T, C, NH);
+    dq.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::GeluForward(void* out, const void* inp, int64_t n, DType type,
+                               const Stream& stream) {
+  constexpr const char* kOp = "GeluForward";
+  HOIST_RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  if (n == 0) return Status::Ok();
+  HOIST_RETURN_IF_ERROR(NotNull(kOp, "out", out));
+  HOIST_RETURN_IF_ERROR(NotNull(kOp, "inp", inp));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide x(inp, type, n, Use::kIn), o(out, type, n, Use::kOut);
+    cpu::GeluForward(o.get(), x.get(), static_cast<size_t>(n));
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::GeluBackward(void* dinp, const void* inp, const void* dout, int64_t n,
+                                DType type, const Stream& stream) {
+  constexpr const char* kOp = "GeluBackward";
+  HOIST_RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  if (n == 0) return Status::Ok();
+  for (const auto& [name, p] :
+       {std::pair<const char*, const void*>{"dinp", dinp}, {"inp", inp}, {"dout", dout}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide di(dinp, type, n, Use::kInOut), x(inp, type, n, Use::kIn), d(dout, type, n, Use::kIn);
+    cpu::GeluBackward(di.get(), x.get(), d.get(), static_cast<size_t>(n));
+    di.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::ResidualForward(void* out, const void* a, const void* b, int64_t n, DType type,
+                                   const Stream& stream) {
+  constexpr const char* kOp = "ResidualForward";
+  HOIST_RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  if (n == 0) return Status::Ok();
+  for (const auto& [name, p] :
+       {std::pair<const char*, const void*>{"out", out}, {"a", a}, {"b", b}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide x(a, type, n, Use::kIn), y(b, type, n, Use::kIn), o(out, type, n, Use::kOut);
+    cpu::ResidualForward(o.get(), x.get(), y.get(), static_cast<size_t>(n));
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::ResidualBackward(void* da, void* db, const void* dout, int64_t n, DType type,
+                                    const Stream& stream) {
+  constexpr const char* kOp = "ResidualBackward";
+  HOIST_RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  if (n == 0) return Status::Ok();
+  for (const auto& [name, p] :
+       {std::pair<const char*, const void*>{"da", da}, {"db", db}, {"dout", dout}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide x(da, type, n, Use::kInOut), y(db, type, n, Use::kInOut), d(dout, type, n, Use::kIn);
+    cpu::ResidualBackward(x.get(), y.get(), d.get(), static_cast<size_t>(n));
+    x.Finish();
+    y.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
+                                       const int32_t* targets, float dloss, int N, int V, int Vp,
+                                       DType type, const Stream& stream) {
+  constexpr const char* kOp = "SoftmaxCrossEntropy";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "V", V));
+  if (Vp < V) {
+    return InvalidArgumentError(std::string(kOp) + ": the padded vocabulary Vp (" +
+                                std::to_string(Vp) + ") is smaller than V (" + std::to_string(V) +
+                                ")");
+  }
+  for (const auto& [name, p] : {std::pair<const char*, const void*>{"losses", losses},
+                                {"logits", logits}, {"targets", targets}}) {
+    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  return HostStreamOf(stream).Enqueue([=] {
+    const int64_t NV = int64_t{N} * Vp;
+    Wide x(logits, type, NV, Use::kIn), d(dlogits, type, NV, Use::kOut);
+    cpu::SoftmaxCrossEntropy(losses, d.get(), x.get(), targets, dloss, N, V, Vp);
+    d.Finish();
+    return Status::Ok();
+  });
+}
+
+}  // namespace hoist::kernels

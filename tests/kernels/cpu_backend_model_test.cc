@@ -1,0 +1,264 @@
+// The CPU backend's model ops against the kernels of kernels/cpu/ops.h called directly: in fp32
+// the same bits; in bf16 and fp16 what the contract says (inputs widened exactly, the fp32
+// kernel, outputs rounded once, gradients added in fp32 before that rounding), checked against
+// values computed here element by element. Inline and threaded streams alike; bad arguments name
+// the op and the array.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu_backend.h"
+#include "tests/kernels/kernel_test_util.h"
+
+namespace hoist::kernels {
+namespace {
+
+using Mode = HostStream::Mode;
+
+constexpr int B = 2, T = 8, C = 16, NH = 4, OC = 24, V = 37, Vp = 40, N = B * T;
+
+std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  return cpu::testing::RandomFloats(n, seed, lo, hi);
+}
+
+std::vector<int32_t> RandomInts(size_t n, int32_t bound, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, bound - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = dist(rng);
+  return v;
+}
+
+// The bits of x rounded to a 16-bit type, and back.
+std::vector<uint16_t> Narrow(const std::vector<float>& x, DType type) {
+  std::vector<uint16_t> out(x.size());
+  cpu::FromFloat(x.data(), out.data(), type, static_cast<int64_t>(x.size()));
+  return out;
+}
+std::vector<float> Widen(const std::vector<uint16_t>& x, DType type) {
+  std::vector<float> out(x.size());
+  cpu::ToFloat(x.data(), type, out.data(), static_cast<int64_t>(x.size()));
+  return out;
+}
+
+template <typename T>
+bool SameBits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+class CpuBackendModel : public ::testing::TestWithParam<Mode> {
+ protected:
+  CpuBackendModel() : device_(Place::kDevice, &tracker_), backend_(&device_, GetParam()) {}
+  const Stream& s() const { return backend_.compute_stream(); }
+  void Sync() { ASSERT_TRUE(s().Synchronize().ok()); }
+
+  MemoryTracker tracker_;
+  CpuDevice device_;
+  CpuBackend backend_;
+};
+
+#define EXPECT_OK(expr)                                   \
+  do {                                                    \
+    const ::hoist::Status status_ = (expr);               \
+    EXPECT_TRUE(status_.ok()) << status_.ToString();      \
+  } while (0)
+
+TEST_P(CpuBackendModel, Fp32OpsAreTheCpuKernelsBitForBit) {
+  const DType f = DType::kFloat32;
+  const std::vector<int32_t> tokens = RandomInts(N, V, 1);
+  const std::vector<float> wte = Random(size_t{Vp} * C, 2), wpe = Random(size_t{T} * C, 3);
+  const std::vector<float> x = Random(size_t{N} * C, 4), w = Random(C, 5, 0.5f, 1.5f),
+                           bias = Random(C, 6), dout = Random(size_t{N} * C, 7);
+  const std::vector<float> mw = Random(size_t{OC} * C, 8), mb = Random(OC, 9),
+                           mdout = Random(size_t{N} * OC, 10);
+  const std::vector<float> qkv = Random(size_t{N} * 3 * C, 11), logits = Random(size_t{N} * Vp, 12);
+  const std::vector<int32_t> targets = RandomInts(N, V, 13);
+
+  // Encoder.
+  std::vector<float> enc(size_t{N} * C), enc_ref(enc.size());
+  EXPECT_OK(backend_.EncoderForward(enc.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, f,
+                                    s()));
+  std::vector<float> dwte = Random(wte.size(), 14), dwpe = Random(wpe.size(), 15);
+  std::vector<float> dwte_ref = dwte, dwpe_ref = dwpe;
+  EXPECT_OK(backend_.EncoderBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C,
+                                     f, s()));
+  // Layernorm.
+  std::vector<float> ln(x.size()), mean(N), rstd(N), ln_ref(x.size()), mean_ref(N), rstd_ref(N);
+  EXPECT_OK(backend_.LayerNormForward(ln.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                      bias.data(), N, C, f, s()));
+  std::vector<float> dx = Random(x.size(), 16), dw = Random(C, 17), db = Random(C, 18);
+  std::vector<float> dx_ref = dx, dw_ref = dw, db_ref = db;
+  EXPECT_OK(backend_.LayerNormBackward(dx.data(), dw.data(), db.data(), dout.data(), x.data(),
+                                       w.data(), mean.data(), rstd.data(), N, C, f, s()));
+  // Matmul with its GELU.
+  std::vector<float> mm(size_t{N} * OC), gelu(mm.size()), mm_ref(mm.size()), gelu_ref(mm.size());
+  EXPECT_OK(backend_.MatmulForward(mm.data(), x.data(), mw.data(), mb.data(), N, C, OC, f,
+                                   gelu.data(), s()));
+  std::vector<float> mdx = Random(x.size(), 19), mdw = Random(mw.size(), 20), mdb = Random(OC, 21);
+  std::vector<float> mdx_ref = mdx, mdw_ref = mdw, mdb_ref = mdb;
+  EXPECT_OK(backend_.MatmulBackward(mdx.data(), mdw.data(), mdb.data(), mdout.data(), x.data(),
+                                    mw.data(), N, C, OC, f, s()));
+  // Attention, both forms.
+  std::vector<float> att_out(size_t{N} * C), att(size_t{B} * NH * T * T), lse(size_t{B} * NH * T),
+      tiled_out(att_out.size());
+  std::vector<float> att_out_ref(att_out.size()), att_ref(att.size()), lse_ref(lse.size()),
+      tiled_out_ref(att_out.size());
+  EXPECT_OK(backend_.AttentionForward(att_out.data(), att.data(), qkv.data(), nullptr, B, T, C, NH,
+                                      f, s()));
+  EXPECT_OK(backend_.AttentionForwardTiled(tiled_out.data(), lse.data(), qkv.data(), B, T, C, NH,
+                                           f, s()));
+  std::vector<float> dqkv = Random(qkv.size(), 22), tdqkv = Random(qkv.size(), 23);
+  std::vector<float> dqkv_ref = dqkv, tdqkv_ref = tdqkv;
+  EXPECT_OK(backend_.AttentionBackward(dqkv.data(), dout.data(), qkv.data(), att.data(), nullptr,
+                                       B, T, C, NH, f, s()));
+  EXPECT_OK(backend_.AttentionBackwardTiled(tdqkv.data(), dout.data(), qkv.data(),
+                                            tiled_out.data(), lse.data(), nullptr, B, T, C, NH, f,
+                                            s()));
+  // Cross-entropy.
+  std::vector<float> losses(N), dlogits(logits.size()), losses_ref(N), dlogits_ref(logits.size());
+  EXPECT_OK(backend_.SoftmaxCrossEntropy(losses.data(), dlogits.data(), logits.data(),
+                                         targets.data(), 0.5f, N, V, Vp, f, s()));
+  Sync();
+
+  cpu::EncoderForward(enc_ref.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  cpu::EncoderBackward(dwte_ref.data(), dwpe_ref.data(), dout.data(), tokens.data(), B, T, C);
+  cpu::LayerNormForward(ln_ref.data(), mean_ref.data(), rstd_ref.data(), x.data(), w.data(),
+                        bias.data(), N, C);
+  cpu::LayerNormBackward(dx_ref.data(), dw_ref.data(), db_ref.data(), dout.data(), x.data(),
+                         w.data(), mean_ref.data(), rstd_ref.data(), N, C);
+  cpu::MatmulForward(mm_ref.data(), x.data(), mw.data(), mb.data(), N, C, OC);
+  cpu::GeluForward(gelu_ref.data(), mm_ref.data(), mm_ref.size());
+  cpu::MatmulBackward(mdx_ref.data(), mdw_ref.data(), mdb_ref.data(), mdout.data(), x.data(),
+                      mw.data(), N, C, OC);
+  cpu::AttentionForward(att_out_ref.data(), att_ref.data(), qkv.data(), B, T, C, NH);
+  cpu::AttentionForwardTiled(tiled_out_ref.data(), lse_ref.data(), qkv.data(), B, T, C, NH);
+  cpu::AttentionBackward(dqkv_ref.data(), dout.data(), qkv.data(), att_ref.data(), B, T, C, NH);
+  cpu::AttentionBackwardTiled(tdqkv_ref.data(), dout.data(), qkv.data(), tiled_out_ref.data(),
+                              lse_ref.data(), B, T, C, NH);
+  cpu::SoftmaxCrossEntropy(losses_ref.data(), dlogits_ref.data(), logits.data(), targets.data(),
+                           0.5f, N, V, Vp);
+
+  EXPECT_TRUE(SameBits(enc, enc_ref));
+  EXPECT_TRUE(SameBits(dwte, dwte_ref));
+  EXPECT_TRUE(SameBits(dwpe, dwpe_ref));
+  EXPECT_TRUE(SameBits(ln, ln_ref));
+  EXPECT_TRUE(SameBits(mean, mean_ref));
+  EXPECT_TRUE(SameBits(rstd, rstd_ref));
+  EXPECT_TRUE(SameBits(dx, dx_ref));
+  EXPECT_TRUE(SameBits(dw, dw_ref));
+  EXPECT_TRUE(SameBits(db, db_ref));
+  EXPECT_TRUE(SameBits(mm, mm_ref));
+  EXPECT_TRUE(SameBits(gelu, gelu_ref));
+  EXPECT_TRUE(SameBits(mdx, mdx_ref));
+  EXPECT_TRUE(SameBits(mdw, mdw_ref));
+  EXPECT_TRUE(SameBits(mdb, mdb_ref));
+  EXPECT_TRUE(SameBits(att_out, att_out_ref));
+  EXPECT_TRUE(SameBits(att, att_ref));
+  EXPECT_TRUE(SameBits(tiled_out, tiled_out_ref));
+  EXPECT_TRUE(SameBits(lse, lse_ref));
+  EXPECT_TRUE(SameBits(dqkv, dqkv_ref));
+  EXPECT_TRUE(SameBits(tdqkv, tdqkv_ref));
+  EXPECT_TRUE(SameBits(losses, losses_ref));
+  EXPECT_TRUE(SameBits(dlogits, dlogits_ref));
+}
+
+// 16-bit: a gradient is the old value widened, plus the fp32 kernel's contribution, rounded once;
+// an output is the fp32 kernel's result on widened inputs, rounded once; a product's GELU comes
+// from the fp32 product before its rounding.
+TEST_P(CpuBackendModel, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
+  for (const DType h : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(h));
+    const std::vector<uint16_t> x = Narrow(Random(size_t{N} * C, 30), h);
+    const std::vector<uint16_t> w = Narrow(Random(C, 31, 0.5f, 1.5f), h);
+    const std::vector<uint16_t> dout = Narrow(Random(size_t{N} * C, 32), h);
+    const std::vector<uint16_t> dx0 = Narrow(Random(size_t{N} * C, 33), h);
+    const std::vector<float> mean = Random(N, 34), rstd = Random(N, 35, 0.5f, 2.0f);
+
+    std::vector<uint16_t> dx = dx0;
+    std::vector<float> dw(C, 0.25f), db(C, -0.5f);
+    EXPECT_OK(backend_.LayerNormBackward(dx.data(), dw.data(), db.data(), dout.data(), x.data(),
+                                         w.data(), mean.data(), rstd.data(), N, C, h, s()));
+    std::vector<uint16_t> gelu(x.size());
+    EXPECT_OK(backend_.GeluForward(gelu.data(), x.data(), static_cast<int64_t>(x.size()), h, s()));
+    const std::vector<uint16_t> mw = Narrow(Random(size_t{OC} * C, 36), h);
+    std::vector<uint16_t> mm(size_t{N} * OC), mm_gelu(mm.size());
+    EXPECT_OK(backend_.MatmulForward(mm.data(), x.data(), mw.data(), nullptr, N, C, OC, h,
+                                     mm_gelu.data(), s()));
+    Sync();
+
+    std::vector<float> dx_ref = Widen(dx0, h), dw_ref(C, 0.25f), db_ref(C, -0.5f);
+    cpu::LayerNormBackward(dx_ref.data(), dw_ref.data(), db_ref.data(), Widen(dout, h).data(),
+                           Widen(x, h).data(), Widen(w, h).data(), mean.data(), rstd.data(), N, C);
+    EXPECT_TRUE(SameBits(dx, Narrow(dx_ref, h))) << "dinp: added in fp32, then rounded once";
+    EXPECT_TRUE(SameBits(dw, dw_ref));
+    EXPECT_TRUE(SameBits(db, db_ref));
+
+    std::vector<float> gelu_ref(x.size());
+    cpu::GeluForward(gelu_ref.data(), Widen(x, h).data(), x.size());
+    EXPECT_TRUE(SameBits(gelu, Narrow(gelu_ref, h)));
+
+    std::vector<float> mm_ref(mm.size()), mm_gelu_ref(mm.size());
+    cpu::MatmulForward(mm_ref.data(), Widen(x, h).data(), Widen(mw, h).data(), nullptr, N, C, OC);
+    cpu::GeluForward(mm_gelu_ref.data(), mm_ref.data(), mm_ref.size());
+    EXPECT_TRUE(SameBits(mm, Narrow(mm_ref, h)));
+    EXPECT_TRUE(SameBits(mm_gelu, Narrow(mm_gelu_ref, h))) << "GELU of the unrounded product";
+  }
+}
+
+// dlogits may be the logits' own array, in every type.
+TEST_P(CpuBackendModel, CrossEntropyGradientMayOverwriteTheLogits) {
+  const std::vector<float> logits = Random(size_t{N} * Vp, 40, -3.0f, 3.0f);
+  const std::vector<int32_t> targets = RandomInts(N, V, 41);
+  for (const DType h : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(h));
+    const std::vector<uint16_t> bits = Narrow(logits, h);
+    std::vector<uint16_t> in_place = bits, apart(bits.size());
+    std::vector<float> losses(N), losses_apart(N);
+    EXPECT_OK(backend_.SoftmaxCrossEntropy(losses.data(), in_place.data(), in_place.data(),
+                                           targets.data(), 1.0f, N, V, Vp, h, s()));
+    EXPECT_OK(backend_.SoftmaxCrossEntropy(losses_apart.data(), apart.data(), bits.data(),
+                                           targets.data(), 1.0f, N, V, Vp, h, s()));
+    Sync();
+    EXPECT_TRUE(SameBits(in_place, apart));
+    EXPECT_TRUE(SameBits(losses, losses_apart));
+  }
+}
+
+TEST_P(CpuBackendModel, BadArgumentsNameTheOpAndTheArray) {
+  std::vector<float> a(64), b(64);
+  const auto expect = [](const Status& status, const std::string& op, const std::string& what) {
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_NE(status.message().find(op), std::string::npos) << status.ToString();
+    EXPECT_NE(status.message().find(what), std::string::npos) << status.ToString();
+  };
+  expect(backend_.LayerNormForward(a.data(), a.data(), a.data(), nullptr, a.data(), a.data(), 4,
+                                   4, DType::kFloat32, s()),
+         "LayerNormForward", "inp is null");
+  expect(backend_.MatmulForward(a.data(), a.data(), b.data(), nullptr, 4, 0, 4, DType::kFloat32,
+                                nullptr, s()),
+         "MatmulForward", "C must be positive");
+  expect(backend_.AttentionForward(a.data(), a.data(), b.data(), nullptr, 1, 2, 6, 4,
+                                   DType::kFloat32, s()),
+         "AttentionForward", "not a multiple of NH");
+  expect(backend_.SoftmaxCrossEntropy(a.data(), nullptr, b.data(), nullptr, 1.0f, 2, 8, 4,
+                                      DType::kFloat32, s()),
+         "SoftmaxCrossEntropy", "smaller than V");
+  expect(backend_.GeluForward(a.data(), b.data(), -1, DType::kFloat32, s()), "GeluForward",
+         "n is negative");
+  EXPECT_OK(backend_.ResidualForward(nullptr, nullptr, nullptr, 0, DType::kFloat32, s()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Streams, CpuBackendModel,
+                         ::testing::Values(Mode::kInline, Mode::kThreaded),
+                         [](const ::testing::TestParamInfo<Mode>& info) {
+                           return std::string(info.param == Mode::kInline ? "Inline"
+                                                                          : "Threaded");
+                         });
+
+}  // namespace
+}  // namespace hoist::kernels
