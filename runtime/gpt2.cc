@@ -8,12 +8,9 @@
 
 #include "core/check.h"
 #include "core/random.h"
-#include "kernels/cpu/convert.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu_backend.h"
 
 namespace hoist::runtime {
-
-namespace ops = hoist::kernels::cpu;
 
 namespace {
 
@@ -159,6 +156,20 @@ Gpt2Model::~Gpt2Model() = default;
 StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
     const ModelConfig& config, int max_B, int max_T, Device* device, zero::ParamStore* store,
     DType activation_type, const ActivationCheckpointingConfig& checkpointing) {
+  HOIST_CHECK(device != nullptr);
+  auto backend = std::make_unique<kernels::CpuBackend>(device);
+  kernels::Backend* raw = backend.get();
+  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2Model> model,
+                         Create(config, max_B, max_T, raw, store, activation_type, checkpointing));
+  model->own_backend_ = std::move(backend);
+  return model;
+}
+
+StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
+    const ModelConfig& config, int max_B, int max_T, kernels::Backend* backend,
+    zero::ParamStore* store, DType activation_type,
+    const ActivationCheckpointingConfig& checkpointing) {
+  HOIST_CHECK(backend != nullptr);
   if (max_B <= 0 || max_T <= 0 || max_T > config.seq_len) {
     return InvalidArgumentError("micro-batch (" + std::to_string(max_B) + ", " +
                                 std::to_string(max_T) + ") does not fit model.seq_len " +
@@ -171,7 +182,8 @@ StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
   std::unique_ptr<Gpt2Model> model(
       new Gpt2Model(config, max_B, max_T, activation_type, checkpointing));
   model->store_ = store;
-  HOIST_RETURN_IF_ERROR(model->Allocate(device));
+  model->backend_ = backend;
+  HOIST_RETURN_IF_ERROR(model->Allocate(&backend->device()));
   return model;
 }
 
@@ -287,11 +299,24 @@ Status Gpt2Model::AllocateActivations(Device* device, ActivationBytes* bytes) {
       half ? pinned_elements * element : floats(pinned_slots) * int64_t{sizeof(float)};
   const int64_t activation_bytes = floats(activation_slots) * int64_t{sizeof(float)};
   const int64_t scratch_bytes = floats(scratch_slots) * int64_t{sizeof(float)};
-  const int64_t token_bytes = BT * int64_t{sizeof(int32_t)};
+  const int64_t token_bytes = 2 * BT * int64_t{sizeof(int32_t)};  // inputs, then targets
+  // The backend's workspace for the direct attention; the CPU's kernels need none (and a
+  // footprint counted without a model is the CPU's).
+  const int64_t attention_workspace_bytes =
+      backend_ == nullptr || tiled()
+          ? 0
+          : backend_->AttentionWorkspaceBytes(max_B_, max_T_, static_cast<int>(C),
+                                              static_cast<int>(NH), DType::kFloat32);
+  const int64_t tiled_workspace_bytes =
+      backend_ == nullptr || !tiled()
+          ? 0
+          : backend_->TiledAttentionWorkspaceBytes(max_B_, max_T_, static_cast<int>(NH));
+  const int64_t workspace_bytes = std::max(attention_workspace_bytes, tiled_workspace_bytes);
   const int64_t stored_bytes = stored_elements * element;
   const int64_t round_bytes = half ? BT * C * element : 0;
   const int64_t page = offload::PinnedHostPool::kPageBytes;
-  bytes->device = activation_bytes + scratch_bytes + token_bytes + stored_bytes + round_bytes;
+  bytes->device =
+      activation_bytes + scratch_bytes + token_bytes + stored_bytes + round_bytes + workspace_bytes;
   bytes->host_pinned = (pinned_bytes + page - 1) / page * page;
   if (device == nullptr) return Status::Ok();
 
@@ -313,6 +338,11 @@ Status Gpt2Model::AllocateActivations(Device* device, ActivationBytes* bytes) {
   carve(scratch_slots, scratch_.data());
   HOIST_ASSIGN_OR_RETURN(tokens_, allocate(token_bytes));
   inputs_ = tokens_.as<int32_t>();
+  targets_ = inputs_ + BT;
+  if (workspace_bytes > 0) {
+    HOIST_ASSIGN_OR_RETURN(attention_workspace_, allocate(workspace_bytes));
+  }
+  host_losses_.resize(static_cast<size_t>(BT));
   if (half) {
     HOIST_ASSIGN_OR_RETURN(stored_, allocate(stored_bytes));
     HOIST_ASSIGN_OR_RETURN(round_scratch_, allocate(round_bytes));
@@ -354,8 +384,9 @@ void Gpt2Model::Keep(int s, int l) {
   }
   void* base = KeptOnHost(s) ? pinned_.data() : stored_.data();
   void* stored = ElementPtr(base, activation_type_, stored_offset_[i] + index * count);
-  kernels::cpu::FromFloat(work_[i], stored, activation_type_, count);
-  kernels::cpu::ToFloat(stored, activation_type_, work_[i], count);
+  if (!Ok(backend_->Cast(stored, activation_type_, work_[i], DType::kFloat32, count, stream())))
+    return;
+  (void)Ok(backend_->Cast(work_[i], DType::kFloat32, stored, activation_type_, count, stream()));
 }
 
 void Gpt2Model::Restore(int s, int l) {
@@ -366,7 +397,7 @@ void Gpt2Model::Restore(int s, int l) {
   const int64_t count = SavedCount(s, last_B_, last_T_);
   const void* base = KeptOnHost(s) ? pinned_.data() : stored_.data();
   const void* stored = ElementPtr(base, activation_type_, stored_offset_[i] + index * count);
-  kernels::cpu::ToFloat(stored, activation_type_, work_[i], count);
+  (void)Ok(backend_->Cast(work_[i], DType::kFloat32, stored, activation_type_, count, stream()));
 }
 
 void Gpt2Model::Round(float* x, int64_t count) {
@@ -375,9 +406,22 @@ void Gpt2Model::Round(float* x, int64_t count) {
   const int64_t piece = round_scratch_.bytes() / int64_t(DTypeSize(activation_type_));
   for (int64_t begin = 0; begin < count; begin += piece) {
     const int64_t n = std::min(piece, count - begin);
-    kernels::cpu::FromFloat(x + begin, round_scratch_.data(), activation_type_, n);
-    kernels::cpu::ToFloat(round_scratch_.data(), activation_type_, x + begin, n);
+    if (!Ok(backend_->Cast(round_scratch_.data(), activation_type_, x + begin, DType::kFloat32, n,
+                           stream())) ||
+        !Ok(backend_->Cast(x + begin, DType::kFloat32, round_scratch_.data(), activation_type_, n,
+                           stream()))) {
+      return;
+    }
   }
+}
+
+bool Gpt2Model::Ok(const Status& op) {
+  if (status_.ok() && !op.ok()) status_ = op;
+  return status_.ok();
+}
+
+bool Gpt2Model::Zero(float* p, int64_t count) {
+  return Ok(backend_->Zero(p, count * int64_t{sizeof(float)}, stream()));
 }
 
 float* Gpt2Model::params() {
@@ -432,8 +476,17 @@ void InitializeGpt2Unit(const ModelConfig& config, int unit, uint64_t seed, floa
 }
 
 void Gpt2Model::InitializeWeights(uint64_t seed) {
+  // Drawn on the host a unit at a time, then copied to the backend's device.
+  std::vector<float> unit;
   for (int u = 0; u < layout_.num_units(); ++u) {
-    InitializeUnit(u, seed, params() + layout_.unit_offsets[u]);
+    unit.resize(static_cast<size_t>(layout_.unit_size(u)));
+    InitializeUnit(u, seed, unit.data());
+    if (!Ok(backend_->Copy(params() + layout_.unit_offsets[u], unit.data(),
+                           layout_.unit_size(u) * int64_t{sizeof(float)},
+                           kernels::CopyDirection::kHostToDevice, stream())) ||
+        !Ok(stream().Synchronize())) {
+      return;
+    }
   }
 }
 
@@ -472,15 +525,29 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   // A store that cannot serve a unit (its memory ran out, a collective failed) hands out null and
   // keeps the error in status(), which the caller checks after the pass: the pass stops there.
   const float kFailed = std::numeric_limits<float>::quiet_NaN();
-  if (!store_->status().ok()) return kFailed;
+  if (!store_->status().ok() || !status_.ok()) return kFailed;
+  const DType f = DType::kFloat32;
+  const Stream& st = stream();
 
   EnterPhase(Phase::kForwardEmbedding, -1);
-  std::memcpy(inputs_, inputs, static_cast<size_t>(BT) * sizeof(int32_t));
+  // The pass ends with a wait on the stream (for the loss), so the caller's token arrays outlive
+  // these copies.
+  if (!Ok(backend_->Copy(inputs_, inputs, BT * int64_t{sizeof(int32_t)},
+                         kernels::CopyDirection::kHostToDevice, st))) {
+    return kFailed;
+  }
+  if (targets != nullptr &&
+      !Ok(backend_->Copy(targets_, targets, BT * int64_t{sizeof(int32_t)},
+                         kernels::CopyDirection::kHostToDevice, st))) {
+    return kFailed;
+  }
   const float* embedding = store_->AcquireParams(kEmbedding);
   if (embedding == nullptr) return kFailed;
   store_->Prefetch(1);
-  ops::EncoderForward(encoded_, inputs_, embedding + layout_.local_offsets[kWte],
-                      embedding + layout_.local_offsets[kWpe], B, T, C);
+  if (!Ok(backend_->EncoderForward(encoded_, inputs_, embedding + layout_.local_offsets[kWte],
+                                   embedding + layout_.local_offsets[kWpe], B, T, C, f, st))) {
+    return kFailed;
+  }
   Round(encoded_, BT * C);
   store_->ReleaseParams(kEmbedding);
   const float* residual = encoded_;
@@ -507,31 +574,56 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
     float* residual3 = At(kSavedResidual3, l);
     float* scratch = dresidual_;  // free during forward: holds each projection's output
 
-    ops::LayerNormForward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, N, C);
+    if (!Ok(backend_->LayerNormForward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, N, C,
+                                       f, st))) {
+      return kFailed;
+    }
     Keep(kSavedLn1, l);
-    ops::MatmulForward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C);
+    if (!Ok(backend_->MatmulForward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, f, nullptr, st))) {
+      return kFailed;
+    }
     Keep(kSavedQkv, l);
     if (tiled()) {
-      ops::AttentionForwardTiled(atty, lse_ + int64_t{l} * B * NH * T, qkv, B, T, C, NH);
+      if (!Ok(backend_->AttentionForwardTiled(atty, lse_ + int64_t{l} * B * NH * T, qkv, B, T, C,
+                                              NH, f, st))) {
+        return kFailed;
+      }
     } else {
-      ops::AttentionForward(atty, At(kSavedAtt, l), qkv, B, T, C, NH);
+      if (!Ok(backend_->AttentionForward(atty, At(kSavedAtt, l), qkv, attention_workspace_.data(),
+                                         B, T, C, NH, f, st))) {
+        return kFailed;
+      }
       Keep(kSavedAtt, l);
     }
     Keep(kSavedAtty, l);
-    ops::MatmulForward(scratch, atty, w.attprojw, w.attprojb, N, C, C);
+    if (!Ok(backend_->MatmulForward(scratch, atty, w.attprojw, w.attprojb, N, C, C, f, nullptr,
+                                    st))) {
+      return kFailed;
+    }
     Round(scratch, BT * C);
-    ops::ResidualForward(residual2, residual, scratch, static_cast<size_t>(BT * C));
+    if (!Ok(backend_->ResidualForward(residual2, residual, scratch, BT * C, f, st))) return kFailed;
     Keep(kSavedResidual2, l);
-    ops::LayerNormForward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, N, C);
+    if (!Ok(backend_->LayerNormForward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, N, C,
+                                       f, st))) {
+      return kFailed;
+    }
     Keep(kSavedLn2, l);
-    ops::MatmulForward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C);
+    if (!Ok(backend_->MatmulForward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C, f, nullptr, st))) {
+      return kFailed;
+    }
     Keep(kSavedFch, l);
-    ops::GeluForward(fch_gelu, fch, static_cast<size_t>(BT * 4 * C));
+    if (!Ok(backend_->GeluForward(fch_gelu, fch, BT * 4 * C, f, st))) return kFailed;
     Keep(kSavedFchGelu, l);
-    ops::MatmulForward(scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C);
+    if (!Ok(backend_->MatmulForward(scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, f,
+                                    nullptr, st))) {
+      return kFailed;
+    }
     Round(scratch, BT * C);
-    ops::ResidualForward(residual3, residual2, scratch, static_cast<size_t>(BT * C));
+    if (!Ok(backend_->ResidualForward(residual3, residual2, scratch, BT * C, f, st))) {
+      return kFailed;
+    }
     Keep(kSavedResidual3, l);
+    if (!status_.ok()) return kFailed;  // a Keep's or Round's cast failed
     store_->ReleaseParams(1 + l);
     residual = residual3;
   }
@@ -539,23 +631,37 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   const float* final_norm = store_->AcquireParams(kFinal);
   if (final_norm == nullptr) return kFailed;
   store_->Prefetch(kEmbedding);
-  ops::LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual,
-                        final_norm + layout_.local_offsets[kLnfW],
-                        final_norm + layout_.local_offsets[kLnfB], N, C);
+  if (!Ok(backend_->LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual,
+                                     final_norm + layout_.local_offsets[kLnfW],
+                                     final_norm + layout_.local_offsets[kLnfB], N, C, f, st))) {
+    return kFailed;
+  }
   Round(lnf_, BT * C);
   store_->ReleaseParams(kFinal);
   // The LM head is tied to the token embedding: logits = lnf @ wte^T. A training forward keeps
   // the embeddings until Backward has used them for the head's gradient.
   embedding = store_->AcquireParams(kEmbedding);
   if (embedding == nullptr) return kFailed;
-  ops::MatmulForward(logits_, lnf_, embedding + layout_.local_offsets[kWte], nullptr, N, C, Vp);
+  if (!Ok(backend_->MatmulForward(logits_, lnf_, embedding + layout_.local_offsets[kWte], nullptr,
+                                  N, C, Vp, f, nullptr, st))) {
+    return kFailed;
+  }
 
   if (targets == nullptr || dloss <= 0.0f) store_->ReleaseParams(kEmbedding);
-  if (targets == nullptr) return 0.0f;
-  ops::SoftmaxCrossEntropy(losses_, dloss > 0.0f ? logits_ : nullptr, logits_, targets,
-                           dloss / static_cast<float>(BT), N, V, Vp);
+  if (targets == nullptr) {
+    if (!Ok(st.Synchronize())) return kFailed;
+    return 0.0f;
+  }
+  if (!Ok(backend_->SoftmaxCrossEntropy(losses_, dloss > 0.0f ? logits_ : nullptr, logits_,
+                                        targets_, dloss / static_cast<float>(BT), N, V, Vp, f,
+                                        st)) ||
+      !Ok(backend_->Copy(host_losses_.data(), losses_, BT * int64_t{sizeof(float)},
+                         kernels::CopyDirection::kDeviceToHost, st)) ||
+      !Ok(st.Synchronize())) {
+    return kFailed;
+  }
   double sum = 0.0;
-  for (int64_t i = 0; i < BT; ++i) sum += losses_[i];
+  for (int64_t i = 0; i < BT; ++i) sum += host_losses_[static_cast<size_t>(i)];
   backward_ready_ = dloss > 0.0f;
   return static_cast<float>(sum / static_cast<double>(BT));
 }
@@ -565,55 +671,63 @@ void Gpt2Model::RecomputeBlock(int l, const float* residual, const float* weight
   const int C = config_.n_embd, NH = config_.n_head;
   const int64_t BT = int64_t{B} * T;
   const int N = static_cast<int>(BT);
+  const DType f = DType::kFloat32;
+  const Stream& st = stream();
   const BlockTensors<const float> p(weights, layout_);
   // The same ops, in forward's order, on the same inputs; each step runs only when its output
   // was not kept (a step's inputs are then kept or recomputed just before it). Every layer keeps
-  // residual3, so the last projection never runs again.
-  auto recompute = [&](int s) { return !Kept(s, l); };
+  // residual3, so the last projection never runs again. An op that fails stops the
+  // recomputation; the caller sees it in status_.
+  auto recompute = [&](int s) { return status_.ok() && !Kept(s, l); };
   float* scratch = datty_;  // free until the attention projection's backward
-  if (recompute(kSavedLn1)) {
-    ops::LayerNormForward(At(kSavedLn1, l), ln1_mean_ + l * BT, ln1_rstd_ + l * BT, residual,
-                          p.ln1w, p.ln1b, N, C);
+  if (recompute(kSavedLn1) &&
+      Ok(backend_->LayerNormForward(At(kSavedLn1, l), ln1_mean_ + l * BT, ln1_rstd_ + l * BT,
+                                    residual, p.ln1w, p.ln1b, N, C, f, st))) {
     Round(At(kSavedLn1, l), SavedCount(kSavedLn1, B, T));
   }
-  if (recompute(kSavedQkv)) {
-    ops::MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), p.qkvw, p.qkvb, N, C, 3 * C);
+  if (recompute(kSavedQkv) && Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l),
+                                                         p.qkvw, p.qkvb, N, C, 3 * C, f, nullptr,
+                                                         st))) {
     Round(At(kSavedQkv, l), SavedCount(kSavedQkv, B, T));
   }
   if (recompute(kSavedAtty)) {
     if (tiled()) {
-      ops::AttentionForwardTiled(At(kSavedAtty, l), lse_ + int64_t{l} * B * NH * T,
-                                 At(kSavedQkv, l), B, T, C, NH);
-    } else {
-      ops::AttentionForward(At(kSavedAtty, l), At(kSavedAtt, l), At(kSavedQkv, l), B, T, C, NH);
+      (void)Ok(backend_->AttentionForwardTiled(At(kSavedAtty, l), lse_ + int64_t{l} * B * NH * T,
+                                               At(kSavedQkv, l), B, T, C, NH, f, st));
+    } else if (Ok(backend_->AttentionForward(At(kSavedAtty, l), At(kSavedAtt, l),
+                                             At(kSavedQkv, l), attention_workspace_.data(), B, T,
+                                             C, NH, f, st))) {
       Round(At(kSavedAtt, l), SavedCount(kSavedAtt, B, T));
     }
     Round(At(kSavedAtty, l), SavedCount(kSavedAtty, B, T));
   }
-  if (recompute(kSavedResidual2)) {
-    ops::MatmulForward(scratch, At(kSavedAtty, l), p.attprojw, p.attprojb, N, C, C);
+  if (recompute(kSavedResidual2) &&
+      Ok(backend_->MatmulForward(scratch, At(kSavedAtty, l), p.attprojw, p.attprojb, N, C, C, f,
+                                 nullptr, st))) {
     Round(scratch, BT * C);
-    ops::ResidualForward(At(kSavedResidual2, l), residual, scratch, static_cast<size_t>(BT * C));
-    Round(At(kSavedResidual2, l), SavedCount(kSavedResidual2, B, T));
+    if (Ok(backend_->ResidualForward(At(kSavedResidual2, l), residual, scratch, BT * C, f, st))) {
+      Round(At(kSavedResidual2, l), SavedCount(kSavedResidual2, B, T));
+    }
   }
-  if (recompute(kSavedLn2)) {
-    ops::LayerNormForward(At(kSavedLn2, l), ln2_mean_ + l * BT, ln2_rstd_ + l * BT,
-                          At(kSavedResidual2, l), p.ln2w, p.ln2b, N, C);
+  if (recompute(kSavedLn2) &&
+      Ok(backend_->LayerNormForward(At(kSavedLn2, l), ln2_mean_ + l * BT, ln2_rstd_ + l * BT,
+                                    At(kSavedResidual2, l), p.ln2w, p.ln2b, N, C, f, st))) {
     Round(At(kSavedLn2, l), SavedCount(kSavedLn2, B, T));
   }
-  if (recompute(kSavedFch)) {
-    ops::MatmulForward(At(kSavedFch, l), At(kSavedLn2, l), p.fcw, p.fcb, N, C, 4 * C);
+  if (recompute(kSavedFch) && Ok(backend_->MatmulForward(At(kSavedFch, l), At(kSavedLn2, l),
+                                                         p.fcw, p.fcb, N, C, 4 * C, f, nullptr,
+                                                         st))) {
     Round(At(kSavedFch, l), SavedCount(kSavedFch, B, T));
   }
-  if (recompute(kSavedFchGelu)) {
-    ops::GeluForward(At(kSavedFchGelu, l), At(kSavedFch, l), static_cast<size_t>(BT * 4 * C));
+  if (recompute(kSavedFchGelu) &&
+      Ok(backend_->GeluForward(At(kSavedFchGelu, l), At(kSavedFch, l), BT * 4 * C, f, st))) {
     Round(At(kSavedFchGelu, l), SavedCount(kSavedFchGelu, B, T));
   }
 }
 
 void Gpt2Model::Backward() {
   // After a store failure (see Forward) the pass is abandoned: the caller reads status().
-  if (!store_->status().ok()) {
+  if (!store_->status().ok() || !status_.ok()) {
     backward_ready_ = false;
     return;
   }
@@ -625,9 +739,8 @@ void Gpt2Model::Backward() {
   const int64_t BT = int64_t{B} * T;
   const int N = static_cast<int>(BT);
   const int kEmbedding = 0, kFinal = L + 1;
-  auto zero = [](float* p, int64_t count) {
-    std::memset(p, 0, static_cast<size_t>(count) * sizeof(float));
-  };
+  const DType f = DType::kFloat32;
+  const Stream& st = stream();
 
   // logits_ holds dlogits. dresidual_ carries the gradient of the residual stream down the
   // layers; the residual adds pass it through unchanged, so it is never copied. The embeddings'
@@ -639,9 +752,12 @@ void Gpt2Model::Backward() {
   {
     const float* embedding = store_->AcquireParams(kEmbedding);  // still held since Forward
     store_->Prefetch(kFinal);
-    zero(dln_, BT * C);
-    ops::MatmulBackward(dln_, embedding_grads + layout_.local_offsets[kWte], nullptr, dlogits, lnf_,
-                        embedding + layout_.local_offsets[kWte], N, C, Vp);
+    if (!Zero(dln_, BT * C) ||
+        !Ok(backend_->MatmulBackward(dln_, embedding_grads + layout_.local_offsets[kWte], nullptr,
+                                     dlogits, lnf_, embedding + layout_.local_offsets[kWte], N, C,
+                                     Vp, f, st))) {
+      return;
+    }
     store_->ReleaseParams(kEmbedding);
     store_->ReleaseParams(kEmbedding);
   }
@@ -651,12 +767,15 @@ void Gpt2Model::Backward() {
     if (L > 0) store_->Prefetch(L);
     float* final_grads = store_->AcquireGrads(kFinal);
     if (final_grads == nullptr) return;
-    zero(dresidual_, BT * C);
+    if (!Zero(dresidual_, BT * C)) return;
     if (L > 0) Restore(kSavedResidual3, L - 1);
     const float* last_residual = L > 0 ? At(kSavedResidual3, L - 1) : encoded_;
-    ops::LayerNormBackward(dresidual_, final_grads + layout_.local_offsets[kLnfW],
-                           final_grads + layout_.local_offsets[kLnfB], dln_, last_residual,
-                           final_norm + layout_.local_offsets[kLnfW], lnf_mean_, lnf_rstd_, N, C);
+    if (!Ok(backend_->LayerNormBackward(dresidual_, final_grads + layout_.local_offsets[kLnfW],
+                                        final_grads + layout_.local_offsets[kLnfB], dln_,
+                                        last_residual, final_norm + layout_.local_offsets[kLnfW],
+                                        lnf_mean_, lnf_rstd_, N, C, f, st))) {
+      return;
+    }
     store_->ReleaseGrads(kFinal);
     store_->ReleaseParams(kFinal);
   }
@@ -687,6 +806,7 @@ void Gpt2Model::Backward() {
       recompute_s_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
+    if (!status_.ok()) return;
     const float* ln1 = At(kSavedLn1, l);
     const float* ln1_mean = ln1_mean_ + l * BT;
     const float* ln1_rstd = ln1_rstd_ + l * BT;
@@ -700,42 +820,55 @@ void Gpt2Model::Backward() {
     const float* fch_gelu = At(kSavedFchGelu, l);
 
     // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
-    zero(dfch_gelu_, BT * 4 * C);
-    ops::MatmulBackward(dfch_gelu_, g.fcprojw, g.fcprojb, dresidual_, fch_gelu, w.fcprojw, N, 4 * C,
-                        C);
-    zero(dfch_, BT * 4 * C);
-    ops::GeluBackward(dfch_, fch, dfch_gelu_, static_cast<size_t>(BT * 4 * C));
-    zero(dln_, BT * C);
-    ops::MatmulBackward(dln_, g.fcw, g.fcb, dfch_, ln2, w.fcw, N, C, 4 * C);
-    ops::LayerNormBackward(dresidual_, g.ln2w, g.ln2b, dln_, residual2, w.ln2w, ln2_mean, ln2_rstd,
-                           N, C);
+    const bool mlp =
+        Zero(dfch_gelu_, BT * 4 * C) &&
+        Ok(backend_->MatmulBackward(dfch_gelu_, g.fcprojw, g.fcprojb, dresidual_, fch_gelu,
+                                    w.fcprojw, N, 4 * C, C, f, st)) &&
+        Zero(dfch_, BT * 4 * C) &&
+        Ok(backend_->GeluBackward(dfch_, fch, dfch_gelu_, BT * 4 * C, f, st)) &&
+        Zero(dln_, BT * C) &&
+        Ok(backend_->MatmulBackward(dln_, g.fcw, g.fcb, dfch_, ln2, w.fcw, N, C, 4 * C, f, st)) &&
+        Ok(backend_->LayerNormBackward(dresidual_, g.ln2w, g.ln2b, dln_, residual2, w.ln2w,
+                                       ln2_mean, ln2_rstd, N, C, f, st));
+    if (!mlp) return;
 
     // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
-    zero(datty_, BT * C);
-    ops::MatmulBackward(datty_, g.attprojw, g.attprojb, dresidual_, atty, w.attprojw, N, C, C);
-    zero(dqkv_, BT * 3 * C);
-    if (tiled()) {
-      ops::AttentionBackwardTiled(dqkv_, datty_, qkv, atty, lse_ + int64_t{l} * B * NH * T, B, T, C,
-                                  NH);
-    } else {
-      ops::AttentionBackward(dqkv_, datty_, qkv, At(kSavedAtt, l), B, T, C, NH);
+    if (!Zero(datty_, BT * C) ||
+        !Ok(backend_->MatmulBackward(datty_, g.attprojw, g.attprojb, dresidual_, atty, w.attprojw,
+                                     N, C, C, f, st)) ||
+        !Zero(dqkv_, BT * 3 * C)) {
+      return;
     }
-    zero(dln_, BT * C);
-    ops::MatmulBackward(dln_, g.qkvw, g.qkvb, dqkv_, ln1, w.qkvw, N, C, 3 * C);
-    ops::LayerNormBackward(dresidual_, g.ln1w, g.ln1b, dln_, residual, w.ln1w, ln1_mean, ln1_rstd,
-                           N, C);
+    const Status attention =
+        tiled() ? backend_->AttentionBackwardTiled(dqkv_, datty_, qkv, atty,
+                                                   lse_ + int64_t{l} * B * NH * T,
+                                                   attention_workspace_.data(), B, T, C, NH, f, st)
+                : backend_->AttentionBackward(dqkv_, datty_, qkv, At(kSavedAtt, l),
+                                              attention_workspace_.data(), B, T, C, NH, f, st);
+    if (!Ok(attention) || !Zero(dln_, BT * C) ||
+        !Ok(backend_->MatmulBackward(dln_, g.qkvw, g.qkvb, dqkv_, ln1, w.qkvw, N, C, 3 * C, f,
+                                     st)) ||
+        !Ok(backend_->LayerNormBackward(dresidual_, g.ln1w, g.ln1b, dln_, residual, w.ln1w,
+                                        ln1_mean, ln1_rstd, N, C, f, st))) {
+      return;
+    }
     store_->ReleaseGrads(1 + l);
     store_->ReleaseParams(1 + l);
   }
   EnterPhase(Phase::kBackwardEmbedding, -1);
-  ops::EncoderBackward(embedding_grads + layout_.local_offsets[kWte],
-                       embedding_grads + layout_.local_offsets[kWpe], dresidual_, inputs_, B, T, C);
+  if (!Ok(backend_->EncoderBackward(embedding_grads + layout_.local_offsets[kWte],
+                                    embedding_grads + layout_.local_offsets[kWpe], dresidual_,
+                                    inputs_, B, T, C, f, st))) {
+    return;
+  }
   store_->ReleaseGrads(kEmbedding);
+  // A model with its own store is read by the caller (grads()) right after: wait for the work.
+  if (own_store_ != nullptr) (void)Ok(st.Synchronize());
 }
 
 void Gpt2Model::ZeroGradients() {
   if (own_store_ == nullptr) return;
-  std::memset(grads(), 0, static_cast<size_t>(layout_.total) * sizeof(float));
+  if (Zero(grads(), layout_.total)) (void)Ok(stream().Synchronize());
 }
 
 }  // namespace hoist::runtime

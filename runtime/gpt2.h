@@ -33,6 +33,7 @@
 #include "comm/communicator.h"
 #include "core/device.h"
 #include "core/status.h"
+#include "kernels/backend.h"
 #include "offload/pinned_pool.h"
 #include "runtime/config.h"
 #include "zero/param_store.h"
@@ -110,6 +111,13 @@ class Gpt2Model {
       const ModelConfig& config, int max_B, int max_T, Device* device,
       zero::ParamStore* store = nullptr, DType activation_type = DType::kFloat32,
       const ActivationCheckpointingConfig& checkpointing = {});
+  // The same on `backend` (which must outlive the model): the model computes through its ops on
+  // its compute stream, in fp32, and allocates from its device. The Device form above makes a
+  // CPU backend of its own, inline.
+  static StatusOr<std::unique_ptr<Gpt2Model>> Create(
+      const ModelConfig& config, int max_B, int max_T, kernels::Backend* backend,
+      zero::ParamStore* store = nullptr, DType activation_type = DType::kFloat32,
+      const ActivationCheckpointingConfig& checkpointing = {});
   ~Gpt2Model();
 
   // The activation bytes Create allocates for (max_B, max_T), by place: `device` (the compute
@@ -150,7 +158,8 @@ class Gpt2Model {
   // Writes the fp32 values of `unit` into `out` (unit_size elements); each tensor slice draws
   // from its own stream, so a unit's values depend on (seed, unit) alone.
   void InitializeUnit(int unit, uint64_t seed, float* out) const;
-  // InitializeUnit for every unit of the model's own flat store.
+  // InitializeUnit for every unit of the model's own flat store (a failed copy shows in
+  // status()).
   void InitializeWeights(uint64_t seed);
 
   // Forward pass over inputs (B,T). With targets, returns the mean cross-entropy over the B*T
@@ -166,9 +175,14 @@ class Gpt2Model {
   // Zeroes the model's own flat gradients (a model with an external store leaves that to it).
   void ZeroGradients();
 
-  // logits (B,T,Vp) of the last Forward; only valid when it was called without dloss (Forward
-  // with dloss overwrites them with their gradient).
+  // logits (B,T,Vp) of the last Forward, in the backend's device memory; only valid when it was
+  // called without dloss (Forward with dloss overwrites them with their gradient).
   const float* logits() const { return logits_; }
+
+  // The first error an op of the backend returned; a pass stops at it (Forward returns NaN), as
+  // it does when the store fails. Ok otherwise.
+  const Status& status() const { return status_; }
+  kernels::Backend& backend() { return *backend_; }
 
   const ModelConfig& config() const { return config_; }
   const ParamLayout& layout() const { return layout_; }
@@ -231,9 +245,18 @@ class Gpt2Model {
   void EnterPhase(Phase phase, int block) {
     if (phase_hook_) phase_hook_(phase, block);
   }
+  // Keeps the first error of an op; false when the pass must stop (this one failed or an earlier
+  // one did).
+  bool Ok(const Status& op);
+  const Stream& stream() const { return backend_->compute_stream(); }
+  // Zeroes `count` floats on the stream.
+  bool Zero(float* p, int64_t count);
 
   ModelConfig config_;
   ParamLayout layout_;
+  std::unique_ptr<kernels::Backend> own_backend_;  // the Device form's inline CPU backend
+  kernels::Backend* backend_ = nullptr;
+  Status status_;
   int max_B_, max_T_;
   class FlatStore;
   std::unique_ptr<FlatStore> own_store_;
@@ -247,7 +270,9 @@ class Gpt2Model {
   Buffer stored_;                                   // 16-bit: the kept activations of every layer
   std::array<int64_t, kNumSaved> stored_offset_{};  // elements, into stored_ (or pinned_)
   Buffer round_scratch_;  // 16-bit: (B,T,C) elements, for rounding in place
-  Buffer tokens_;         // the last forward's tokens, (max_B, max_T) int32
+  Buffer tokens_;         // the last forward's tokens and targets, 2 x (max_B, max_T) int32
+  Buffer attention_workspace_;  // the backend's, for the direct attention (none on the CPU)
+  std::vector<float> host_losses_;  // the losses read back for the mean
   // cpu_checkpointing: the kept block inputs (residual3 of every layer), fp32 or 16-bit.
   std::unique_ptr<offload::PinnedHostPool> pinned_pool_;
   offload::PinnedBuffer pinned_;
@@ -278,7 +303,8 @@ class Gpt2Model {
   float* dfch_gelu_ = nullptr;  // (B,T,4C)
 
   // The last forward's batch, for Backward.
-  int32_t* inputs_ = nullptr;  // (B,T) in tokens_
+  int32_t* inputs_ = nullptr;   // (B,T) in tokens_
+  int32_t* targets_ = nullptr;  // (B,T) in tokens_, after the inputs
   int last_B_ = 0, last_T_ = 0;
   bool backward_ready_ = false;
   PhaseHook phase_hook_;

@@ -4,10 +4,13 @@
 
 #include <cmath>
 #include <numeric>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "core/host_stream.h"
 #include "core/random.h"
+#include "kernels/cpu_backend.h"
 
 namespace hoist::runtime {
 namespace {
@@ -177,6 +180,72 @@ TEST(Gpt2Model, AccumulatedHalvesEqualOneFullBatch) {
   for (int64_t i = 0; i < model->num_parameters(); ++i) {
     ASSERT_NEAR(model->grads()[i], full[i], 1e-6 + 1e-4 * std::abs(full[i])) << "index " << i;
   }
+}
+
+// The model computes through its backend's ops on the compute stream. On a backend whose streams
+// run their work on worker threads, a result read before the stream has finished it (the loss, a
+// gradient, a 16-bit activation kept or restored) would differ from the inline run: every
+// combination of activation storage, attention and checkpointing gives the inline bits.
+TEST(Gpt2Model, ThreadedStreamsGiveTheInlineBits) {
+  struct Case {
+    DType storage;
+    AttentionKind attention;
+    CheckpointPolicy policy;
+    bool cpu_checkpointing;
+  };
+  const Case cases[] = {
+      {DType::kFloat32, AttentionKind::kDirect, CheckpointPolicy::kNone, false},
+      {DType::kBFloat16, AttentionKind::kDirect, CheckpointPolicy::kSelective, false},
+      {DType::kFloat16, AttentionKind::kTiled, CheckpointPolicy::kFull, true},
+      {DType::kFloat32, AttentionKind::kTiled, CheckpointPolicy::kEveryK, true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(DTypeName(c.storage)) + ", " + CheckpointPolicyName(c.policy));
+    ModelConfig m = TinyConfig();
+    m.attention = c.attention;
+    ActivationCheckpointingConfig checkpointing;
+    checkpointing.policy = c.policy;
+    checkpointing.cpu_checkpointing = c.cpu_checkpointing;
+    const Batch batch = RandomBatch(2, 8, m.vocab_size, 21);
+    std::vector<float> losses[2], grads[2];
+    for (int threaded = 0; threaded < 2; ++threaded) {
+      MemoryTracker tracker;
+      CpuDevice device(Place::kDevice, &tracker);
+      kernels::CpuBackend backend(
+          &device, threaded == 1 ? HostStream::Mode::kThreaded : HostStream::Mode::kInline);
+      auto created = Gpt2Model::Create(m, 2, 8, &backend, nullptr, c.storage, checkpointing);
+      ASSERT_TRUE(created.ok()) << created.status().ToString();
+      std::unique_ptr<Gpt2Model> model = std::move(created).value();
+      model->InitializeWeights(5);
+      for (int pass = 0; pass < 2; ++pass) {  // the second pass adds to the first's gradients
+        losses[threaded].push_back(
+            model->Forward(batch.inputs.data(), batch.targets.data(), 2, 8, 1.0f));
+        model->Backward();
+      }
+      ASSERT_TRUE(model->status().ok()) << model->status().ToString();
+      grads[threaded].assign(model->grads(), model->grads() + model->num_parameters());
+    }
+    EXPECT_EQ(losses[0], losses[1]);
+    EXPECT_TRUE(grads[0] == grads[1]);
+  }
+}
+
+// An op the backend refuses stops the pass and is kept: Forward returns NaN, status() names it.
+TEST(Gpt2Model, AFailedOpStopsThePassAndIsReported) {
+  CpuDevice device;
+  ModelConfig m = TinyConfig();
+  auto model = std::move(Gpt2Model::Create(m, 2, 8, &device)).value();
+  model->InitializeWeights(3);
+  const Batch batch = RandomBatch(2, 8, m.vocab_size, 4);
+  // A targets pointer of null with dloss > 0 is refused by the model itself; a null inputs
+  // pointer reaches the backend's copy, which refuses it.
+  const float loss = model->Forward(nullptr, batch.targets.data(), 2, 8, 1.0f);
+  EXPECT_TRUE(std::isnan(loss));
+  ASSERT_FALSE(model->status().ok());
+  EXPECT_NE(model->status().message().find("Copy"), std::string::npos)
+      << model->status().ToString();
+  EXPECT_TRUE(std::isnan(model->Forward(batch.inputs.data(), batch.targets.data(), 2, 8, 1.0f)))
+      << "a failed model stays failed";
 }
 
 TEST(Gpt2Model, CreateRejectsABatchLongerThanTheContext) {
