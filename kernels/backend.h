@@ -11,7 +11,10 @@
 // Every op is enqueued on the stream it is given and returns at once on a backend whose streams
 // are asynchronous: its arguments must stay alive, and its outputs must not be read, until an
 // event recorded after it has completed (core/stream.h). Pointers are memory of the backend's
-// device unless an op says otherwise; on the CPU backend every pointer is host memory. Errors:
+// device unless an op says otherwise; page-locked host memory (pinned pools, staging buffers) may
+// stand in for it, since a GPU reaches that over the bus, but pageable host memory (a vector, a
+// caller's array) may not, except as the host side of a Copy. On the CPU backend every pointer
+// is host memory, so only a GPU run shows a pageable pointer where device memory belongs. Errors:
 // a bad argument is kInvalidArgument naming the op; a failure of the work itself may surface at a
 // later call on the same stream or at its Synchronize, as CUDA reports them.
 //

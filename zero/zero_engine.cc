@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include "comm/agree.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "kernels/cpu/convert.h"
 #include "zero/memory_estimate.h"
 
 namespace hoist::zero {
@@ -87,6 +89,17 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> u
                                                          comm::Communicator* comm,
                                                          kernels::Backend* backend) {
   HOIST_RETURN_IF_ERROR(ValidateZeroOptions(options));
+  // On an accelerator, offloaded states need a host-side update (the CPU AdamW over gradients
+  // copied down, the new weights copied up) and offloaded parameters need copies up before use;
+  // neither strategy is written yet: the engine's ops would run on the GPU over host memory.
+  if (backend->kind() != DeviceKind::kCpu &&
+      (options.offload_optimizer.place != StatePlace::kDevice ||
+       options.offload_param.place != ParamPlace::kDevice)) {
+    return UnimplementedError(
+        "zero_optimization.offload_optimizer and offload_param are not supported on " +
+        backend->name() +
+        " yet: train without offload there, or with offload on the CPU (--device cpu)");
+  }
   HOIST_ASSIGN_OR_RETURN(PartitionPlan plan,
                          PartitionPlan::Build(units, comm->world_size(), comm->rank()));
   HOIST_ASSIGN_OR_RETURN(
@@ -225,6 +238,25 @@ float* ZeroEngine::master(int unit) const {
   return params_.as<float>() + plan_.unit(unit).full_offset + owned.owned_begin;
 }
 
+Status ZeroEngine::StoreFromHost(void* dst, DType type, const float* src, int64_t n) {
+  if (n == 0) return Status::Ok();
+  if (backend_->kind() == DeviceKind::kCpu) {
+    HOIST_RETURN_IF_ERROR(backend_->Cast(dst, type, src, DType::kFloat32, n, stream()));
+    return Sync();
+  }
+  const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
+  std::vector<char> rounded;
+  const void* host = src;
+  if (type != DType::kFloat32) {
+    rounded.resize(static_cast<size_t>(bytes));
+    kernels::cpu::FromFloat(src, rounded.data(), type, n);
+    host = rounded.data();
+  }
+  HOIST_RETURN_IF_ERROR(
+      backend_->Copy(dst, host, bytes, kernels::CopyDirection::kHostToDevice, stream()));
+  return Sync();  // `rounded` and the caller's `src` go after this
+}
+
 Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& fill) {
   const DType type = options_.compute_type;
   const kernels::CopyDirection up = states_on_device() ? kernels::CopyDirection::kHostToDevice
@@ -238,8 +270,7 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
     values.assign(static_cast<size_t>(part.padded), 0.0f);
     fill(u, values.data());
     if (void* whole = whole_params(u)) {
-      HOIST_RETURN_IF_ERROR(
-          backend_->Cast(whole, type, values.data(), DType::kFloat32, part.padded, stream()));
+      HOIST_RETURN_IF_ERROR(StoreFromHost(whole, type, values.data(), part.padded));
     }
     if (to_master && state_master_ != nullptr) {
       const UnitPartition& owned = state_plan_.unit(u);
@@ -248,9 +279,8 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
                                            up, stream()));
     }
     if (options_.stage == 3) {
-      HOIST_RETURN_IF_ERROR(backend_->Cast(BeginOwnedWrite(u), type,
-                                           values.data() + part.owned_begin, DType::kFloat32,
-                                           part.shard, stream()));
+      HOIST_RETURN_IF_ERROR(
+          StoreFromHost(BeginOwnedWrite(u), type, values.data() + part.owned_begin, part.shard));
       HOIST_RETURN_IF_ERROR(Sync());  // the shard's store may hand it to another thread
       EndOwnedWrite(u);
     }

@@ -92,8 +92,7 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
       HOIST_RETURN_IF_ERROR(backend_->Copy(master(u), weights, bytes, up, stream()));
     }
     // The model's copy of the owned range (for fp32 on the device, the master itself).
-    HOIST_RETURN_IF_ERROR(backend_->Cast(BeginOwnedWrite(u), type, weights, DType::kFloat32,
-                                         owned.owned_real, stream()));
+    HOIST_RETURN_IF_ERROR(StoreFromHost(BeginOwnedWrite(u), type, weights, owned.owned_real));
     EndOwnedWrite(u);
   }
   HOIST_RETURN_IF_ERROR(Sync());
@@ -144,9 +143,8 @@ Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_cou
           void* compute = OpenOwnedWrite(u);
           const int64_t real_hi = std::min(hi, owned.shard_offset + owned.owned_real);
           if (real_hi > lo) {
-            HOIST_RETURN_IF_ERROR(backend_->Cast(ElementPtr(compute, type, lo - owned.shard_offset),
-                                                 type, arrays[0] + (lo - begin), DType::kFloat32,
-                                                 real_hi - lo, stream()));
+            HOIST_RETURN_IF_ERROR(StoreFromHost(ElementPtr(compute, type, lo - owned.shard_offset),
+                                                type, arrays[0] + (lo - begin), real_hi - lo));
           }
         }
         return Sync();  // the swapper writes the sub-group out once this returns

@@ -99,8 +99,9 @@ Status Cast(void* out, DType out_type, const void* in, DType in_type, int64_t n,
   HOIST_RETURN_IF_ERROR(CheckPositive(kOp, "n", n));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
   if (out_type == in_type) {
+    // cudaMemcpyDefault: either side may be page-locked host memory (unified addressing).
     HOIST_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, in, static_cast<size_t>(n) * DTypeSize(in_type),
-                                               cudaMemcpyDeviceToDevice, stream));
+                                               cudaMemcpyDefault, stream));
     return Status::Ok();
   }
   // Named lambdas: the macro would split the template argument list of LaunchCast<In, Out>.
