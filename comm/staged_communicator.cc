@@ -142,7 +142,13 @@ CommHandle StagedCommunicator::Run(
                                       std::move(staged_out), out, result_bytes);
 }
 
+bool StagedCommunicator::OnHost(const void* a, const void* b) const {
+  return (a == nullptr || !backend_->IsDeviceMemory(a)) &&
+         (b == nullptr || !backend_->IsDeviceMemory(b));
+}
+
 CommHandle StagedCommunicator::AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) {
+  if (OnHost(buf, nullptr)) return inner_->AllReduceAsync(buf, count, type, op);
   const int64_t bytes = count * static_cast<int64_t>(DTypeSize(type));
   return Run(buf, bytes, buf, 0,
              [&](void* in, void*) { return inner_->AllReduceAsync(in, count, type, op); });
@@ -150,6 +156,7 @@ CommHandle StagedCommunicator::AllReduceAsync(void* buf, int64_t count, DType ty
 
 CommHandle StagedCommunicator::ReduceScatterAsync(const void* send, void* recv, int64_t recv_count,
                                                   DType type, ReduceOp op) {
+  if (OnHost(send, recv)) return inner_->ReduceScatterAsync(send, recv, recv_count, type, op);
   const int64_t element = static_cast<int64_t>(DTypeSize(type));
   return Run(send, world_size() * recv_count * element, recv, recv_count * element,
              [&](void* in, void* out) {
@@ -159,6 +166,7 @@ CommHandle StagedCommunicator::ReduceScatterAsync(const void* send, void* recv, 
 
 CommHandle StagedCommunicator::AllGatherAsync(const void* send, void* recv, int64_t send_count,
                                               DType type) {
+  if (OnHost(send, recv)) return inner_->AllGatherAsync(send, recv, send_count, type);
   const int64_t element = static_cast<int64_t>(DTypeSize(type));
   return Run(
       send, send_count * element, recv, world_size() * send_count * element,
@@ -166,6 +174,7 @@ CommHandle StagedCommunicator::AllGatherAsync(const void* send, void* recv, int6
 }
 
 CommHandle StagedCommunicator::BroadcastAsync(void* buf, int64_t count, DType type, int root) {
+  if (OnHost(buf, nullptr)) return inner_->BroadcastAsync(buf, count, type, root);
   const int64_t bytes = count * static_cast<int64_t>(DTypeSize(type));
   // Only the root's bytes matter, but every rank stages its buffer: the copy back is uniform.
   return Run(buf, bytes, buf, 0,

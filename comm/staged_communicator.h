@@ -13,6 +13,9 @@
 // are asynchronous), counted as Category::kComm, and are kept for reuse: their bytes are the
 // largest set of collectives in flight at once.
 //
+// Host buffers (a scalar the engine agrees on, a status code: what the backend says is not its
+// device memory) go to the inner communicator as they are.
+//
 // Ownership: the inner communicator, the backend and the staging device must outlive it. Not
 // thread-safe, as Communicator; handles are waited on from the thread that issued them.
 #pragma once
@@ -53,6 +56,9 @@ class StagedCommunicator final : public Communicator {
  private:
   class StagedWork;
   friend class StagedWork;
+
+  // Whether every given buffer (null: none) is host memory: the call needs no staging.
+  bool OnHost(const void* a, const void* b) const;
 
   // A staging buffer of at least `bytes`, from the kept ones or newly allocated.
   StatusOr<Buffer> TakeStaging(int64_t bytes);

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <utility>
 
+#include "core/live_memory.h"
+
 namespace hoist {
 
 Buffer::Buffer(Buffer&& other) noexcept
@@ -52,10 +54,12 @@ StatusOr<Buffer> Device::Allocate(int64_t bytes, Category category) {
         " already" + (free ? ", " + FormatBytes(*free) + " free" : std::string()) + ")");
   }
   tracker_->Add(place_, category, bytes);
+  live_memory::Add(data, bytes > 0 ? bytes : 1);
   return Buffer(this, data, bytes, category);
 }
 
 void Device::Release(Buffer& buffer) {
+  live_memory::Remove(buffer.data_);
   RawFree(buffer.data_);
   tracker_->Remove(place_, buffer.category_, buffer.bytes_);
 }

@@ -77,6 +77,11 @@ class Backend {
   virtual const Stream& compute_stream() const = 0;
   virtual const Stream& copy_stream() const = 0;
   virtual StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
+  // Whether `p` is memory of the backend's device, which the host reaches only through Copy (a
+  // host scalar or vector is not). The CPU backend, whose device is host memory, answers as a GPU
+  // would while live_memory records allocations (tests): what a Device or a pinned pool handed
+  // out is device memory, any other pointer is not; with the record off, every pointer is.
+  virtual bool IsDeviceMemory(const void* p) const = 0;
 
   // dst[0, bytes) = 0.
   virtual Status Zero(void* dst, int64_t bytes, const Stream& stream) = 0;

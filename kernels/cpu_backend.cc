@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/live_memory.h"
 #include "kernels/cpu/adamw_step.h"
 #include "kernels/cpu/convert.h"
 
@@ -31,6 +32,19 @@ Status CheckArray(const char* op, const char* name, const void* p, int64_t n) {
 
 }  // namespace
 
+Status CheckDeviceArrays(const char* op, std::initializer_list<DeviceArrayArg> arrays) {
+  if (!live_memory::Enabled()) return Status::Ok();
+  for (const DeviceArrayArg& a : arrays) {
+    if (a.data == nullptr || a.bytes <= 0 || live_memory::Contains(a.data, a.bytes)) continue;
+    return InvalidArgumentError(std::string(op) + ": " + a.name + " (" +
+                                std::to_string(a.bytes) +
+                                " bytes) is not memory a hoist allocator handed out: pageable "
+                                "host memory where device memory belongs, which a GPU cannot "
+                                "read (copy it up first)");
+  }
+  return Status::Ok();
+}
+
 CpuBackend::CpuBackend(Device* device, HostStream::Mode mode)
     : device_(device), compute_(mode), copy_(mode) {
   HOIST_CHECK(device != nullptr);
@@ -40,22 +54,33 @@ std::string CpuBackend::name() const {
   return mode() == HostStream::Mode::kInline ? "cpu" : "cpu (threaded streams)";
 }
 
+bool CpuBackend::IsDeviceMemory(const void* p) const {
+  return !live_memory::Enabled() || live_memory::Contains(p, 1);
+}
+
 StatusOr<std::unique_ptr<Event>> CpuBackend::CreateEvent() {
   return std::unique_ptr<Event>(std::make_unique<HostEvent>());
 }
 
 Status CpuBackend::Zero(void* dst, int64_t bytes, const Stream& stream) {
   HOIST_RETURN_IF_ERROR(CheckArray("Zero", "dst", dst, bytes));
+  HOIST_RETURN_IF_ERROR(CheckDeviceArrays("Zero", {{"dst", dst, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
     if (bytes > 0) std::memset(dst, 0, static_cast<size_t>(bytes));
     return Status::Ok();
   });
 }
 
-Status CpuBackend::Copy(void* dst, const void* src, int64_t bytes, CopyDirection,
+Status CpuBackend::Copy(void* dst, const void* src, int64_t bytes, CopyDirection direction,
                         const Stream& stream) {
   HOIST_RETURN_IF_ERROR(CheckArray("Copy", "dst", dst, bytes));
   HOIST_RETURN_IF_ERROR(CheckArray("Copy", "src", src, bytes));
+  const bool dst_on_device = direction == CopyDirection::kHostToDevice ||
+                             direction == CopyDirection::kDeviceToDevice;
+  const bool src_on_device = direction == CopyDirection::kDeviceToHost ||
+                             direction == CopyDirection::kDeviceToDevice;
+  HOIST_RETURN_IF_ERROR(CheckDeviceArrays("Copy", {{"dst", dst_on_device ? dst : nullptr, bytes},
+                                                   {"src", src_on_device ? src : nullptr, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
     if (bytes > 0 && dst != src) std::memcpy(dst, src, static_cast<size_t>(bytes));
     return Status::Ok();
@@ -69,6 +94,9 @@ Status CpuBackend::Cast(void* dst, DType dst_type, const void* src, DType src_ty
   if (dst == src && dst_type != src_type && n > 0) {
     return InvalidArgumentError("Cast: dst and src are the same array of two types");
   }
+  HOIST_RETURN_IF_ERROR(
+      CheckDeviceArrays("Cast", {{"dst", dst, n * static_cast<int64_t>(DTypeSize(dst_type))},
+                                 {"src", src, n * static_cast<int64_t>(DTypeSize(src_type))}}));
   return HostStreamOf(stream).Enqueue([=] {
     if (n == 0) return Status::Ok();
     if (src_type == DType::kFloat32) {
@@ -94,6 +122,9 @@ Status CpuBackend::Accumulate(void* acc, DType acc_type, const void* add, DType 
                               float scale, int64_t n, const Stream& stream) {
   HOIST_RETURN_IF_ERROR(CheckArray("Accumulate", "acc", acc, n));
   HOIST_RETURN_IF_ERROR(CheckArray("Accumulate", "add", add, n));
+  HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+      "Accumulate", {{"acc", acc, n * static_cast<int64_t>(DTypeSize(acc_type))},
+                     {"add", add, n * static_cast<int64_t>(DTypeSize(add_type))}}));
   return HostStreamOf(stream).Enqueue([=] {
     if (n == 0) return Status::Ok();
     if (acc_type == add_type) {
@@ -121,6 +152,9 @@ Status CpuBackend::SumOfSquares(const void* x, DType type, float scale, int64_t 
                                 const Stream& stream) {
   HOIST_RETURN_IF_ERROR(CheckArray("SumOfSquares", "x", x, n));
   HOIST_RETURN_IF_ERROR(CheckArray("SumOfSquares", "sum", sum, 1));
+  HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+      "SumOfSquares", {{"x", x, n * static_cast<int64_t>(DTypeSize(type))},
+                       {"sum", sum, static_cast<int64_t>(sizeof(double))}}));
   return HostStreamOf(stream).Enqueue([=] {
     *sum += cpu::ScaledSumOfSquares(x, type, scale, n);
     return Status::Ok();
@@ -138,6 +172,13 @@ Status CpuBackend::AdamW(std::span<const AdamWTensorRef> tensors, DType grad_typ
     HOIST_RETURN_IF_ERROR(CheckArray("AdamW", "m", t.m, t.n));
     HOIST_RETURN_IF_ERROR(CheckArray("AdamW", "v", t.v, t.n));
     HOIST_RETURN_IF_ERROR(CheckArray("AdamW", "grad", t.grad, t.n));
+    const int64_t floats = t.n * static_cast<int64_t>(sizeof(float));
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        "AdamW", {{"param", t.param, floats},
+                  {"m", t.m, floats},
+                  {"v", t.v, floats},
+                  {"grad", t.grad, t.n * static_cast<int64_t>(DTypeSize(grad_type))},
+                  {"copy", t.copy, t.n * static_cast<int64_t>(DTypeSize(copy_type))}}));
   }
   // The work owns its list: the caller's span may be gone by the time a threaded stream runs it.
   std::vector<AdamWTensorRef> list(tensors.begin(), tensors.end());

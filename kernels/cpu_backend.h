@@ -10,12 +10,24 @@
 // Thread-safety as Backend's. The device must outlive the backend.
 #pragma once
 
+#include <initializer_list>
 #include <string>
 
 #include "core/host_stream.h"
 #include "kernels/backend.h"
 
 namespace hoist::kernels {
+
+// An array an op reads or writes where the contract wants the backend's device memory.
+struct DeviceArrayArg {
+  const char* name;
+  const void* data;  // null: not given, not checked
+  int64_t bytes;
+};
+// While live_memory (core/live_memory.h) is enabled, as tests enable it: kInvalidArgument naming
+// `op` and the first array that no hoist allocator handed out (pageable host memory, which a GPU
+// cannot read). Ok otherwise, and always when it is off.
+Status CheckDeviceArrays(const char* op, std::initializer_list<DeviceArrayArg> arrays);
 
 class CpuBackend final : public Backend {
  public:
@@ -29,6 +41,7 @@ class CpuBackend final : public Backend {
   const Stream& compute_stream() const override { return compute_; }
   const Stream& copy_stream() const override { return copy_; }
   StatusOr<std::unique_ptr<Event>> CreateEvent() override;
+  bool IsDeviceMemory(const void* p) const override;
 
   Status Zero(void* dst, int64_t bytes, const Stream& stream) override;
   Status Copy(void* dst, const void* src, int64_t bytes, CopyDirection direction,

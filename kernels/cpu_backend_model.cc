@@ -86,6 +86,12 @@ Status CpuBackend::EncoderForward(void* out, const int32_t* tokens, const void* 
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
   }
   // The tables' rows are read by token and position: the largest of each bounds the copy.
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BT = int64_t{B} * T;
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(kOp, {{"out", out, BT * C * e},
+                                                  {"tokens", tokens, BT * 4},
+                                                  {"wpe", wpe, int64_t{T} * C * e}}));
+  }
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t BTC = int64_t{B} * T * C;
     int32_t vocab_rows = 0;
@@ -109,6 +115,12 @@ Status CpuBackend::EncoderBackward(float* dwte, float* dwpe, const void* dout,
                                 {"dwpe", dwpe}, {"dout", dout}, {"tokens", tokens}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
   }
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BT = int64_t{B} * T;
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(kOp, {{"dwpe", dwpe, int64_t{T} * C * 4},
+                                                  {"dout", dout, BT * C * e},
+                                                  {"tokens", tokens, BT * 4}}));
+  }
   return HostStreamOf(stream).Enqueue([=] {
     Wide d(dout, type, int64_t{B} * T * C, Use::kIn);
     cpu::EncoderBackward(dwte, dwpe, d.get(), tokens, B, T, C);
@@ -126,6 +138,12 @@ Status CpuBackend::LayerNormForward(void* out, float* mean, float* rstd, const v
        {std::pair<const char*, const void*>{"out", out}, {"mean", mean}, {"rstd", rstd},
         {"inp", inp}, {"weight", weight}, {"bias", bias}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type)), NC = int64_t{N} * C;
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        kOp, {{"out", out, NC * e}, {"mean", mean, int64_t{N} * 4}, {"rstd", rstd, int64_t{N} * 4},
+              {"inp", inp, NC * e}, {"weight", weight, C * e}, {"bias", bias, C * e}}));
   }
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t NC = int64_t{N} * C;
@@ -150,6 +168,13 @@ Status CpuBackend::LayerNormBackward(void* dinp, float* dweight, float* dbias, c
                                 {"rstd", rstd}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
   }
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type)), NC = int64_t{N} * C;
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        kOp, {{"dinp", dinp, NC * e}, {"dweight", dweight, C * 4}, {"dbias", dbias, C * 4},
+              {"dout", dout, NC * e}, {"inp", inp, NC * e}, {"weight", weight, C * e},
+              {"mean", mean, int64_t{N} * 4}, {"rstd", rstd, int64_t{N} * 4}}));
+  }
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t NC = int64_t{N} * C;
     Wide di(dinp, type, NC, Use::kInOut), d(dout, type, NC, Use::kIn), x(inp, type, NC, Use::kIn),
@@ -170,6 +195,13 @@ Status CpuBackend::MatmulForward(void* out, const void* inp, const void* weight,
   for (const auto& [name, p] : {std::pair<const char*, const void*>{"out", out}, {"inp", inp},
                                 {"weight", weight}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type));
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        kOp, {{"out", out, int64_t{N} * OC * e}, {"inp", inp, int64_t{N} * C * e},
+              {"weight", weight, int64_t{OC} * C * e}, {"bias", bias, OC * e},
+              {"gelu_out", gelu_out, int64_t{N} * OC * e}}));
   }
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t rows = N, out_n = rows * OC;
@@ -198,6 +230,13 @@ Status CpuBackend::MatmulBackward(void* dinp, float* dweight, float* dbias, cons
        {std::pair<const char*, const void*>{"dweight", dweight}, {"dout", dout}, {"inp", inp},
         {"weight", weight}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type));
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        kOp, {{"dinp", dinp, int64_t{N} * C * e}, {"dweight", dweight, int64_t{OC} * C * 4},
+              {"dbias", dbias, OC * 4}, {"dout", dout, int64_t{N} * OC * e},
+              {"inp", inp, int64_t{N} * C * e}, {"weight", weight, int64_t{OC} * C * e}}));
   }
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t rows = N;
@@ -237,6 +276,12 @@ Status CpuBackend::AttentionForward(void* out, float* att, const void* qkv, void
        {std::pair<const char*, const void*>{"out", out}, {"att", att}, {"qkv", qkv}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
   }
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        kOp, {{"out", out, BTC * e}, {"att", att, int64_t{B} * NH * T * T * 4},
+              {"qkv", qkv, 3 * BTC * e}}));
+  }
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t BTC = int64_t{B} * T * C;
     Wide o(out, type, BTC, Use::kOut), q(qkv, type, 3 * BTC, Use::kIn);
@@ -255,6 +300,12 @@ Status CpuBackend::AttentionBackward(void* dqkv, const void* dout, const void* q
                                 {"dout", dout}, {"qkv", qkv}, {"att", att}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
   }
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        kOp, {{"dqkv", dqkv, 3 * BTC * e}, {"dout", dout, BTC * e}, {"qkv", qkv, 3 * BTC * e},
+              {"att", att, int64_t{B} * NH * T * T * 4}}));
+  }
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t BTC = int64_t{B} * T * C;
     Wide dq(dqkv, type, 3 * BTC, Use::kInOut), d(dout, type, BTC, Use::kIn),
@@ -272,6 +323,12 @@ Status CpuBackend::AttentionForwardTiled(void* out, float* lse, const void* qkv,
   for (const auto& [name, p] :
        {std::pair<const char*, const void*>{"out", out}, {"lse", lse}, {"qkv", qkv}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        kOp, {{"out", out, BTC * e}, {"lse", lse, int64_t{B} * NH * T * 4},
+              {"qkv", qkv, 3 * BTC * e}}));
   }
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t BTC = int64_t{B} * T * C;
@@ -292,6 +349,12 @@ Status CpuBackend::AttentionBackwardTiled(void* dqkv, const void* dout, const vo
         {"out", out}, {"lse", lse}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
   }
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        kOp, {{"dqkv", dqkv, 3 * BTC * e}, {"dout", dout, BTC * e}, {"qkv", qkv, 3 * BTC * e},
+              {"out", out, BTC * e}, {"lse", lse, int64_t{B} * NH * T * 4}}));
+  }
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t BTC = int64_t{B} * T * C;
     Wide dq(dqkv, type, 3 * BTC, Use::kInOut), d(dout, type, BTC, Use::kIn),
@@ -309,6 +372,9 @@ Status CpuBackend::GeluForward(void* out, const void* inp, int64_t n, DType type
   if (n == 0) return Status::Ok();
   HOIST_RETURN_IF_ERROR(NotNull(kOp, "out", out));
   HOIST_RETURN_IF_ERROR(NotNull(kOp, "inp", inp));
+  HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+      kOp, {{"out", out, n * static_cast<int64_t>(DTypeSize(type))},
+            {"inp", inp, n * static_cast<int64_t>(DTypeSize(type))}}));
   return HostStreamOf(stream).Enqueue([=] {
     Wide x(inp, type, n, Use::kIn), o(out, type, n, Use::kOut);
     cpu::GeluForward(o.get(), x.get(), static_cast<size_t>(n));
@@ -325,6 +391,11 @@ Status CpuBackend::GeluBackward(void* dinp, const void* inp, const void* dout, i
   for (const auto& [name, p] :
        {std::pair<const char*, const void*>{"dinp", dinp}, {"inp", inp}, {"dout", dout}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  {
+    const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        kOp, {{"dinp", dinp, bytes}, {"inp", inp, bytes}, {"dout", dout, bytes}}));
   }
   return HostStreamOf(stream).Enqueue([=] {
     Wide di(dinp, type, n, Use::kInOut), x(inp, type, n, Use::kIn), d(dout, type, n, Use::kIn);
@@ -343,6 +414,11 @@ Status CpuBackend::ResidualForward(void* out, const void* a, const void* b, int6
        {std::pair<const char*, const void*>{"out", out}, {"a", a}, {"b", b}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
   }
+  {
+    const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
+    HOIST_RETURN_IF_ERROR(
+        CheckDeviceArrays(kOp, {{"out", out, bytes}, {"a", a, bytes}, {"b", b, bytes}}));
+  }
   return HostStreamOf(stream).Enqueue([=] {
     Wide x(a, type, n, Use::kIn), y(b, type, n, Use::kIn), o(out, type, n, Use::kOut);
     cpu::ResidualForward(o.get(), x.get(), y.get(), static_cast<size_t>(n));
@@ -359,6 +435,11 @@ Status CpuBackend::ResidualBackward(void* da, void* db, const void* dout, int64_
   for (const auto& [name, p] :
        {std::pair<const char*, const void*>{"da", da}, {"db", db}, {"dout", dout}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  {
+    const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
+    HOIST_RETURN_IF_ERROR(
+        CheckDeviceArrays(kOp, {{"da", da, bytes}, {"db", db, bytes}, {"dout", dout, bytes}}));
   }
   return HostStreamOf(stream).Enqueue([=] {
     Wide x(da, type, n, Use::kInOut), y(db, type, n, Use::kInOut), d(dout, type, n, Use::kIn);
@@ -383,6 +464,12 @@ Status CpuBackend::SoftmaxCrossEntropy(float* losses, void* dlogits, const void*
   for (const auto& [name, p] : {std::pair<const char*, const void*>{"losses", losses},
                                 {"logits", logits}, {"targets", targets}}) {
     HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
+  }
+  {
+    const int64_t e = static_cast<int64_t>(DTypeSize(type)), NV = int64_t{N} * Vp;
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        kOp, {{"losses", losses, int64_t{N} * 4}, {"dlogits", dlogits, NV * e},
+              {"logits", logits, NV * e}, {"targets", targets, int64_t{N} * 4}}));
   }
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t NV = int64_t{N} * Vp;

@@ -57,6 +57,15 @@ CudaBackend::~CudaBackend() {
   if (!copy_.empty()) (void)copy_.Synchronize();
 }
 
+bool CudaBackend::IsDeviceMemory(const void* p) const {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // a pointer the driver does not know: host memory
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
 StatusOr<std::unique_ptr<Event>> CudaBackend::CreateEvent() {
   HOIST_ASSIGN_OR_RETURN(CudaEvent event, CudaEvent::Create());
   return std::unique_ptr<Event>(std::make_unique<CudaEvent>(std::move(event)));

@@ -40,6 +40,7 @@ class CudaBackend final : public Backend {
   const Stream& compute_stream() const override { return compute_; }
   const Stream& copy_stream() const override { return copy_; }
   StatusOr<std::unique_ptr<Event>> CreateEvent() override;
+  bool IsDeviceMemory(const void* p) const override;
 
   Status Zero(void* dst, int64_t bytes, const Stream& stream) override;
   Status Copy(void* dst, const void* src, int64_t bytes, CopyDirection direction,

@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include "core/live_memory.h"
 #include "core/logging.h"
 #include "offload/block_storage.h"
 
@@ -164,10 +165,12 @@ StatusOr<PinnedBuffer> PinnedHostPool::Allocate(int64_t bytes, Category category
   bytes_in_use_ += size;
   if (buffer.locked_) bytes_locked_ += size;
   tracker_.Add(Place::kHostPinned, category, size);
+  live_memory::Add(data, size);
   return buffer;
 }
 
 void PinnedHostPool::Release(PinnedBuffer& buffer) {
+  live_memory::Remove(buffer.data_);
   FreePages(buffer.data_, buffer.size_bytes_, buffer.locked_, buffer.cuda_);
   std::lock_guard<std::mutex> lock(mu_);
   bytes_in_use_ -= buffer.size_bytes_;

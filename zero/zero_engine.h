@@ -219,8 +219,8 @@ class ZeroEngine final : public ParamStore {
   bool states_on_device() const { return options_.offload_optimizer.place == StatePlace::kDevice; }
   // dst (n elements of `type`: device memory, or the page-locked home of offloaded parameters)
   // = the fp32 values at `src`, pageable host memory (the initial weights, a checkpoint's), which
-  // no backend op may read: on an accelerator they are rounded here on the host and copied up,
-  // with the same bits as the backend's Cast. Returns once `src` may be reused.
+  // no backend op may read: they are rounded here on the host and copied up, with the same bits
+  // as the backend's Cast. Returns once `src` may be reused.
   Status StoreFromHost(void* dst, DType type, const float* src, int64_t n);
   Status Allocate();
   void Fail(const Status& status);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/host_stream.h"
+#include "core/live_memory.h"
 #include "core/random.h"
 #include "kernels/cpu_backend.h"
 
@@ -199,6 +200,8 @@ TEST(Gpt2Model, ThreadedStreamsGiveTheInlineBits) {
       {DType::kFloat16, AttentionKind::kTiled, CheckpointPolicy::kFull, true},
       {DType::kFloat32, AttentionKind::kTiled, CheckpointPolicy::kEveryK, true},
   };
+  // And no backend op is handed pageable host memory where device memory belongs.
+  live_memory::ScopedEnable checked;
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(DTypeName(c.storage)) + ", " + CheckpointPolicyName(c.policy));
     ModelConfig m = TinyConfig();

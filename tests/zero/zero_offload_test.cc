@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "core/live_memory.h"
 #include "offload/fault_injecting_storage.h"
 #include "offload/open_storage.h"
 #include "tests/zero/zero_test_util.h"
@@ -492,6 +493,8 @@ TEST(ZeroParamOffload, AReadFaultInAPassWithoutAStepIsAgreedOnByEveryRank) {
 // the ThreadSanitizer lane of the suite reports the race). Stages 0-3, fp32 and bf16, 1 and 2
 // ranks, the states on the device, in host memory and on NVMe, the parameters on NVMe.
 TEST(ZeroThreadedStreams, GiveTheInlineBits) {
+  // And no backend op is handed pageable host memory where device memory belongs.
+  live_memory::ScopedEnable checked;
   ScratchDir dir;
   std::vector<RunOptions> runs;
   for (int world : {1, 2}) {
@@ -525,6 +528,7 @@ TEST(ZeroThreadedStreams, GiveTheInlineBits) {
 // The engine's collectives through the host-staged communicator (how ranks sharing one GPU
 // talk), with threaded streams: the same weights as talking directly.
 TEST(ZeroStagedComm, GivesTheDirectBits) {
+  live_memory::ScopedEnable checked;
   ScratchDir dir;
   for (DType type : {DType::kFloat32, DType::kBFloat16}) {
     for (int stage = 0; stage <= 3; ++stage) {
