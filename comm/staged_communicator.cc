@@ -143,8 +143,11 @@ CommHandle StagedCommunicator::Run(
 }
 
 bool StagedCommunicator::OnHost(const void* a, const void* b) const {
-  return (a == nullptr || !backend_->IsDeviceMemory(a)) &&
-         (b == nullptr || !backend_->IsDeviceMemory(b));
+  const bool host = (a == nullptr || !backend_->IsDeviceMemory(a)) &&
+                    (b == nullptr || !backend_->IsDeviceMemory(b));
+  // Host memory that the compute stream writes (page-locked, say) is read once that work is done.
+  if (host) (void)backend_->compute_stream().Synchronize();
+  return host;
 }
 
 CommHandle StagedCommunicator::AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) {

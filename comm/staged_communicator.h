@@ -57,7 +57,8 @@ class StagedCommunicator final : public Communicator {
   class StagedWork;
   friend class StagedWork;
 
-  // Whether every given buffer (null: none) is host memory: the call needs no staging.
+  // Whether every given buffer (null: none) is host memory: the call needs no staging. Waits
+  // for the compute stream first when they are (it may have written them).
   bool OnHost(const void* a, const void* b) const;
 
   // A staging buffer of at least `bytes`, from the kept ones or newly allocated.

@@ -133,7 +133,9 @@ class Backend {
                                    const Stream& stream) = 0;
   // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (may be null). gelu_out, when not null,
   // receives GELU(out) as well, computed from the fp32 product before either is rounded (out
-  // keeps the pre-activation that GeluBackward needs).
+  // keeps the pre-activation that GeluBackward needs). Where the CUDA backend cannot fuse the
+  // GELU into the product (OC not a multiple of 8, a misaligned bias) it applies it to the rounded
+  // out instead: in 16-bit types the two differ by about one rounding.
   virtual Status MatmulForward(void* out, const void* inp, const void* weight, const void* bias,
                                int N, int C, int OC, DType type, void* gelu_out,
                                const Stream& stream) = 0;

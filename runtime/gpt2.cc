@@ -343,6 +343,7 @@ Status Gpt2Model::AllocateActivations(Device* device, ActivationBytes* bytes) {
     HOIST_ASSIGN_OR_RETURN(attention_workspace_, allocate(workspace_bytes));
   }
   host_losses_.resize(static_cast<size_t>(BT));
+  host_tokens_.resize(static_cast<size_t>(2 * BT));
   if (half) {
     HOIST_ASSIGN_OR_RETURN(stored_, allocate(stored_bytes));
     HOIST_ASSIGN_OR_RETURN(round_scratch_, allocate(round_bytes));
@@ -530,14 +531,24 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   const Stream& st = stream();
 
   EnterPhase(Phase::kForwardEmbedding, -1);
-  // The pass ends with a wait on the stream (for the loss), so the caller's token arrays outlive
-  // these copies.
-  if (!Ok(backend_->Copy(inputs_, inputs, BT * int64_t{sizeof(int32_t)},
+  // Through the model's own host copy: a pass that stops early returns without waiting for the
+  // stream, and the caller's arrays may be gone before a queued copy reads them. (The last pass
+  // ended with a wait, or failed for good, so nothing queued reads host_tokens_ now.)
+  if (inputs == nullptr) {
+    (void)Ok(InvalidArgumentError("Gpt2Model::Forward: inputs is null"));
+    return kFailed;
+  }
+  const size_t positions = static_cast<size_t>(BT);
+  std::memcpy(host_tokens_.data(), inputs, positions * sizeof(int32_t));
+  if (targets != nullptr) {
+    std::memcpy(host_tokens_.data() + positions, targets, positions * sizeof(int32_t));
+  }
+  if (!Ok(backend_->Copy(inputs_, host_tokens_.data(), BT * int64_t{sizeof(int32_t)},
                          kernels::CopyDirection::kHostToDevice, st))) {
     return kFailed;
   }
   if (targets != nullptr &&
-      !Ok(backend_->Copy(targets_, targets, BT * int64_t{sizeof(int32_t)},
+      !Ok(backend_->Copy(targets_, host_tokens_.data() + positions, BT * int64_t{sizeof(int32_t)},
                          kernels::CopyDirection::kHostToDevice, st))) {
     return kFailed;
   }

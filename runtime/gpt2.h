@@ -272,7 +272,8 @@ class Gpt2Model {
   Buffer round_scratch_;  // 16-bit: (B,T,C) elements, for rounding in place
   Buffer tokens_;         // the last forward's tokens and targets, 2 x (max_B, max_T) int32
   Buffer attention_workspace_;  // the backend's, for the direct attention (none on the CPU)
-  std::vector<float> host_losses_;  // the losses read back for the mean
+  std::vector<float> host_losses_;    // the losses read back for the mean
+  std::vector<int32_t> host_tokens_;  // the caller's inputs and targets, copied up from here
   // cpu_checkpointing: the kept block inputs (residual3 of every layer), fp32 or 16-bit.
   std::unique_ptr<offload::PinnedHostPool> pinned_pool_;
   offload::PinnedBuffer pinned_;

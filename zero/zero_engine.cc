@@ -405,6 +405,8 @@ void ZeroEngine::ReleaseParams(int unit) {
   HOIST_CHECK_GT(acquire_count_[u], 0) << "unit " << unit << " released but not acquired";
   if (--acquire_count_[u] > 0) return;
   acquired_params_[u] = nullptr;
+  // The model's ops on the stream may still read the working copy or the gathered unit.
+  if (!work_params_[u].empty() || gathers_[u] != nullptr) Fail(Sync());
   work_params_[u] = Buffer();
   if (gathers_[u] != nullptr) {
     live_gathered_ -= plan_.unit(unit).padded;
@@ -449,6 +451,7 @@ void ZeroEngine::ReleaseGrads(int unit) {
   const UnitPartition& part = plan_.unit(unit);
   const DType type = options_.compute_type;
   if (!status_.ok()) {
+    (void)Sync();  // queued ops may still write the working gradient
     work_grads_[u] = Buffer();
     return;
   }
@@ -466,7 +469,8 @@ void ZeroEngine::ReleaseGrads(int unit) {
   pending->unit = unit;
   const DType wire = options_.comm_type;
   const int64_t send_bytes = ReductionSendBytes(part, options_);
-  if (send_bytes == 0) {  // fp32 on the wire: the working gradient itself
+  if (send_bytes == 0) {  // fp32 on the wire: the working gradient itself, once it is written
+    Fail(Sync());
     pending->send = std::move(work_grads_[u]);
   } else {
     StatusOr<Buffer> send =
