@@ -161,8 +161,7 @@ class Backend {
                                        int NH, DType type, const Stream& stream) = 0;
   virtual Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv,
                                         const void* out, const float* lse, void* workspace, int B,
-                                        int T, int C, int NH, DType type,
-                                        const Stream& stream) = 0;
+                                        int T, int C, int NH, DType type, const Stream& stream) = 0;
   // out = GELU(inp) (may alias inp); dinp += GELU'(inp) * dout.
   virtual Status GeluForward(void* out, const void* inp, int64_t n, DType type,
                              const Stream& stream) = 0;

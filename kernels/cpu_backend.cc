@@ -36,8 +36,7 @@ Status CheckDeviceArrays(const char* op, std::initializer_list<DeviceArrayArg> a
   if (!live_memory::Enabled()) return Status::Ok();
   for (const DeviceArrayArg& a : arrays) {
     if (a.data == nullptr || a.bytes <= 0 || live_memory::Contains(a.data, a.bytes)) continue;
-    return InvalidArgumentError(std::string(op) + ": " + a.name + " (" +
-                                std::to_string(a.bytes) +
+    return InvalidArgumentError(std::string(op) + ": " + a.name + " (" + std::to_string(a.bytes) +
                                 " bytes) is not memory a hoist allocator handed out: pageable "
                                 "host memory where device memory belongs, which a GPU cannot "
                                 "read (copy it up first)");
@@ -75,10 +74,10 @@ Status CpuBackend::Copy(void* dst, const void* src, int64_t bytes, CopyDirection
                         const Stream& stream) {
   HOIST_RETURN_IF_ERROR(CheckArray("Copy", "dst", dst, bytes));
   HOIST_RETURN_IF_ERROR(CheckArray("Copy", "src", src, bytes));
-  const bool dst_on_device = direction == CopyDirection::kHostToDevice ||
-                             direction == CopyDirection::kDeviceToDevice;
-  const bool src_on_device = direction == CopyDirection::kDeviceToHost ||
-                             direction == CopyDirection::kDeviceToDevice;
+  const bool dst_on_device =
+      direction == CopyDirection::kHostToDevice || direction == CopyDirection::kDeviceToDevice;
+  const bool src_on_device =
+      direction == CopyDirection::kDeviceToHost || direction == CopyDirection::kDeviceToDevice;
   HOIST_RETURN_IF_ERROR(CheckDeviceArrays("Copy", {{"dst", dst_on_device ? dst : nullptr, bytes},
                                                    {"src", src_on_device ? src : nullptr, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
@@ -152,9 +151,9 @@ Status CpuBackend::SumOfSquares(const void* x, DType type, float scale, int64_t 
                                 const Stream& stream) {
   HOIST_RETURN_IF_ERROR(CheckArray("SumOfSquares", "x", x, n));
   HOIST_RETURN_IF_ERROR(CheckArray("SumOfSquares", "sum", sum, 1));
-  HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-      "SumOfSquares", {{"x", x, n * static_cast<int64_t>(DTypeSize(type))},
-                       {"sum", sum, static_cast<int64_t>(sizeof(double))}}));
+  HOIST_RETURN_IF_ERROR(
+      CheckDeviceArrays("SumOfSquares", {{"x", x, n * static_cast<int64_t>(DTypeSize(type))},
+                                         {"sum", sum, static_cast<int64_t>(sizeof(double))}}));
   return HostStreamOf(stream).Enqueue([=] {
     *sum += cpu::ScaledSumOfSquares(x, type, scale, n);
     return Status::Ok();

@@ -69,8 +69,8 @@ class CpuBackend final : public Backend {
                            const Stream& stream) override;
   Status MatmulForward(void* out, const void* inp, const void* weight, const void* bias, int N,
                        int C, int OC, DType type, void* gelu_out, const Stream& stream) override;
-  Status MatmulBackward(void* dinp, float* dweight, float* dbias, const void* dout,
-                        const void* inp, const void* weight, int N, int C, int OC, DType type,
+  Status MatmulBackward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                        const void* weight, int N, int C, int OC, DType type,
                         const Stream& stream) override;
   int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type) const override;
   Status AttentionForward(void* out, float* att, const void* qkv, void* workspace, int B, int T,

@@ -4,6 +4,7 @@
 // once). The copies are transient host buffers of the op's own; the CPU rank's model computes
 // in fp32, so the 16-bit forms serve as the oracle of the other backends.
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -35,6 +36,26 @@ Status NonNegative(const char* op, const char* name, int64_t value) {
   if (value >= 0) return Status::Ok();
   return InvalidArgumentError(std::string(op) + ": " + name + " is negative (" +
                               std::to_string(value) + ")");
+}
+
+// An array an op is given, with its size in bytes: a null one is refused unless optional.
+constexpr bool kOptional = true;
+struct Arg {
+  const char* name;
+  const void* data;
+  int64_t bytes;
+  bool optional = false;
+};
+
+// The arrays' nulls, then (while live_memory records allocations) their memory.
+Status CheckArgs(const char* op, std::initializer_list<Arg> args) {
+  for (const Arg& a : args) {
+    if (!a.optional) HOIST_RETURN_IF_ERROR(NotNull(op, a.name, a.data));
+  }
+  for (const Arg& a : args) {
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(op, {{a.name, a.data, a.bytes}}));
+  }
+  return Status::Ok();
 }
 
 // How an op uses an array it is given in `type`.
@@ -81,24 +102,18 @@ Status CpuBackend::EncoderForward(void* out, const int32_t* tokens, const void* 
   HOIST_RETURN_IF_ERROR(Positive(kOp, "B", B));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "T", T));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
-  for (const auto& [name, p] : {std::pair<const char*, const void*>{"out", out},
-                                {"tokens", tokens}, {"wte", wte}, {"wpe", wpe}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  // The tables' rows are read by token and position: the largest of each bounds the copy.
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BT = int64_t{B} * T;
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(kOp, {{"out", out, BT * C * e},
-                                                  {"tokens", tokens, BT * 4},
-                                                  {"wpe", wpe, int64_t{T} * C * e}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), BT = int64_t{B} * T;
+  // The token table's rows are read by token: its first row is what the size checks can name.
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, BT * C * e},
+                                        {"tokens", tokens, BT * 4},
+                                        {"wte", wte, C * e},
+                                        {"wpe", wpe, int64_t{T} * C * e}}));
   return HostStreamOf(stream).Enqueue([=] {
-    const int64_t BTC = int64_t{B} * T * C;
     int32_t vocab_rows = 0;
-    for (int64_t i = 0; i < int64_t{B} * T; ++i) vocab_rows = std::max(vocab_rows, tokens[i] + 1);
-    Wide o(out, type, BTC, Use::kOut), e(wte, type, int64_t{vocab_rows} * C, Use::kIn),
-        p(wpe, type, int64_t{T} * C, Use::kIn);
-    cpu::EncoderForward(o.get(), tokens, e.get(), p.get(), B, T, C);
+    for (int64_t i = 0; i < BT; ++i) vocab_rows = std::max(vocab_rows, tokens[i] + 1);
+    Wide o(out, type, BT * C, Use::kOut), table(wte, type, int64_t{vocab_rows} * C, Use::kIn),
+        positions(wpe, type, int64_t{T} * C, Use::kIn);
+    cpu::EncoderForward(o.get(), tokens, table.get(), positions.get(), B, T, C);
     o.Finish();
     return Status::Ok();
   });
@@ -111,18 +126,13 @@ Status CpuBackend::EncoderBackward(float* dwte, float* dwpe, const void* dout,
   HOIST_RETURN_IF_ERROR(Positive(kOp, "B", B));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "T", T));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
-  for (const auto& [name, p] : {std::pair<const char*, const void*>{"dwte", dwte},
-                                {"dwpe", dwpe}, {"dout", dout}, {"tokens", tokens}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BT = int64_t{B} * T;
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(kOp, {{"dwpe", dwpe, int64_t{T} * C * 4},
-                                                  {"dout", dout, BT * C * e},
-                                                  {"tokens", tokens, BT * 4}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), BT = int64_t{B} * T;
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dwte", dwte, int64_t{C} * 4},
+                                        {"dwpe", dwpe, int64_t{T} * C * 4},
+                                        {"dout", dout, BT * C * e},
+                                        {"tokens", tokens, BT * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide d(dout, type, int64_t{B} * T * C, Use::kIn);
+    Wide d(dout, type, BT * C, Use::kIn);
     cpu::EncoderBackward(dwte, dwpe, d.get(), tokens, B, T, C);
     return Status::Ok();
   });
@@ -134,19 +144,14 @@ Status CpuBackend::LayerNormForward(void* out, float* mean, float* rstd, const v
   constexpr const char* kOp = "LayerNormForward";
   HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
-  for (const auto& [name, p] :
-       {std::pair<const char*, const void*>{"out", out}, {"mean", mean}, {"rstd", rstd},
-        {"inp", inp}, {"weight", weight}, {"bias", bias}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type)), NC = int64_t{N} * C;
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-        kOp, {{"out", out, NC * e}, {"mean", mean, int64_t{N} * 4}, {"rstd", rstd, int64_t{N} * 4},
-              {"inp", inp, NC * e}, {"weight", weight, C * e}, {"bias", bias, C * e}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), NC = int64_t{N} * C;
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, NC * e},
+                                        {"mean", mean, int64_t{N} * 4},
+                                        {"rstd", rstd, int64_t{N} * 4},
+                                        {"inp", inp, NC * e},
+                                        {"weight", weight, C * e},
+                                        {"bias", bias, C * e}}));
   return HostStreamOf(stream).Enqueue([=] {
-    const int64_t NC = int64_t{N} * C;
     Wide o(out, type, NC, Use::kOut), x(inp, type, NC, Use::kIn), w(weight, type, C, Use::kIn),
         b(bias, type, C, Use::kIn);
     cpu::LayerNormForward(o.get(), mean, rstd, x.get(), w.get(), b.get(), N, C);
@@ -162,21 +167,16 @@ Status CpuBackend::LayerNormBackward(void* dinp, float* dweight, float* dbias, c
   constexpr const char* kOp = "LayerNormBackward";
   HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
-  for (const auto& [name, p] : {std::pair<const char*, const void*>{"dinp", dinp},
-                                {"dweight", dweight}, {"dbias", dbias}, {"dout", dout},
-                                {"inp", inp}, {"weight", weight}, {"mean", mean},
-                                {"rstd", rstd}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type)), NC = int64_t{N} * C;
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-        kOp, {{"dinp", dinp, NC * e}, {"dweight", dweight, C * 4}, {"dbias", dbias, C * 4},
-              {"dout", dout, NC * e}, {"inp", inp, NC * e}, {"weight", weight, C * e},
-              {"mean", mean, int64_t{N} * 4}, {"rstd", rstd, int64_t{N} * 4}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), NC = int64_t{N} * C;
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dinp", dinp, NC * e},
+                                        {"dweight", dweight, C * 4},
+                                        {"dbias", dbias, C * 4},
+                                        {"dout", dout, NC * e},
+                                        {"inp", inp, NC * e},
+                                        {"weight", weight, C * e},
+                                        {"mean", mean, int64_t{N} * 4},
+                                        {"rstd", rstd, int64_t{N} * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
-    const int64_t NC = int64_t{N} * C;
     Wide di(dinp, type, NC, Use::kInOut), d(dout, type, NC, Use::kIn), x(inp, type, NC, Use::kIn),
         w(weight, type, C, Use::kIn);
     cpu::LayerNormBackward(di.get(), dweight, dbias, d.get(), x.get(), w.get(), mean, rstd, N, C);
@@ -192,17 +192,12 @@ Status CpuBackend::MatmulForward(void* out, const void* inp, const void* weight,
   HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "OC", OC));
-  for (const auto& [name, p] : {std::pair<const char*, const void*>{"out", out}, {"inp", inp},
-                                {"weight", weight}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type));
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-        kOp, {{"out", out, int64_t{N} * OC * e}, {"inp", inp, int64_t{N} * C * e},
-              {"weight", weight, int64_t{OC} * C * e}, {"bias", bias, OC * e},
-              {"gelu_out", gelu_out, int64_t{N} * OC * e}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type));
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, int64_t{N} * OC * e},
+                                        {"inp", inp, int64_t{N} * C * e},
+                                        {"weight", weight, int64_t{OC} * C * e},
+                                        {"bias", bias, OC * e, kOptional},
+                                        {"gelu_out", gelu_out, int64_t{N} * OC * e, kOptional}}));
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t rows = N, out_n = rows * OC;
     Wide o(out, type, out_n, Use::kOut), x(inp, type, rows * C, Use::kIn),
@@ -226,18 +221,13 @@ Status CpuBackend::MatmulBackward(void* dinp, float* dweight, float* dbias, cons
   HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "OC", OC));
-  for (const auto& [name, p] :
-       {std::pair<const char*, const void*>{"dweight", dweight}, {"dout", dout}, {"inp", inp},
-        {"weight", weight}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type));
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-        kOp, {{"dinp", dinp, int64_t{N} * C * e}, {"dweight", dweight, int64_t{OC} * C * 4},
-              {"dbias", dbias, OC * 4}, {"dout", dout, int64_t{N} * OC * e},
-              {"inp", inp, int64_t{N} * C * e}, {"weight", weight, int64_t{OC} * C * e}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type));
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dinp", dinp, int64_t{N} * C * e, kOptional},
+                                        {"dweight", dweight, int64_t{OC} * C * 4},
+                                        {"dbias", dbias, OC * 4, kOptional},
+                                        {"dout", dout, int64_t{N} * OC * e},
+                                        {"inp", inp, int64_t{N} * C * e},
+                                        {"weight", weight, int64_t{OC} * C * e}}));
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t rows = N;
     Wide di(dinp, type, rows * C, Use::kInOut), d(dout, type, rows * OC, Use::kIn),
@@ -272,18 +262,11 @@ Status CpuBackend::AttentionForward(void* out, float* att, const void* qkv, void
                                     int C, int NH, DType type, const Stream& stream) {
   constexpr const char* kOp = "AttentionForward";
   HOIST_RETURN_IF_ERROR(CheckAttention(kOp, B, T, C, NH));
-  for (const auto& [name, p] :
-       {std::pair<const char*, const void*>{"out", out}, {"att", att}, {"qkv", qkv}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-        kOp, {{"out", out, BTC * e}, {"att", att, int64_t{B} * NH * T * T * 4},
-              {"qkv", qkv, 3 * BTC * e}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, BTC * e},
+                                        {"att", att, int64_t{B} * NH * T * T * 4},
+                                        {"qkv", qkv, 3 * BTC * e}}));
   return HostStreamOf(stream).Enqueue([=] {
-    const int64_t BTC = int64_t{B} * T * C;
     Wide o(out, type, BTC, Use::kOut), q(qkv, type, 3 * BTC, Use::kIn);
     cpu::AttentionForward(o.get(), att, q.get(), B, T, C, NH);
     o.Finish();
@@ -296,18 +279,12 @@ Status CpuBackend::AttentionBackward(void* dqkv, const void* dout, const void* q
                                      DType type, const Stream& stream) {
   constexpr const char* kOp = "AttentionBackward";
   HOIST_RETURN_IF_ERROR(CheckAttention(kOp, B, T, C, NH));
-  for (const auto& [name, p] : {std::pair<const char*, const void*>{"dqkv", dqkv},
-                                {"dout", dout}, {"qkv", qkv}, {"att", att}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-        kOp, {{"dqkv", dqkv, 3 * BTC * e}, {"dout", dout, BTC * e}, {"qkv", qkv, 3 * BTC * e},
-              {"att", att, int64_t{B} * NH * T * T * 4}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dqkv", dqkv, 3 * BTC * e},
+                                        {"dout", dout, BTC * e},
+                                        {"qkv", qkv, 3 * BTC * e},
+                                        {"att", att, int64_t{B} * NH * T * T * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
-    const int64_t BTC = int64_t{B} * T * C;
     Wide dq(dqkv, type, 3 * BTC, Use::kInOut), d(dout, type, BTC, Use::kIn),
         q(qkv, type, 3 * BTC, Use::kIn);
     cpu::AttentionBackward(dq.get(), d.get(), q.get(), att, B, T, C, NH);
@@ -320,18 +297,11 @@ Status CpuBackend::AttentionForwardTiled(void* out, float* lse, const void* qkv,
                                          int C, int NH, DType type, const Stream& stream) {
   constexpr const char* kOp = "AttentionForwardTiled";
   HOIST_RETURN_IF_ERROR(CheckAttention(kOp, B, T, C, NH));
-  for (const auto& [name, p] :
-       {std::pair<const char*, const void*>{"out", out}, {"lse", lse}, {"qkv", qkv}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-        kOp, {{"out", out, BTC * e}, {"lse", lse, int64_t{B} * NH * T * 4},
-              {"qkv", qkv, 3 * BTC * e}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
+  HOIST_RETURN_IF_ERROR(CheckArgs(
+      kOp,
+      {{"out", out, BTC * e}, {"lse", lse, int64_t{B} * NH * T * 4}, {"qkv", qkv, 3 * BTC * e}}));
   return HostStreamOf(stream).Enqueue([=] {
-    const int64_t BTC = int64_t{B} * T * C;
     Wide o(out, type, BTC, Use::kOut), q(qkv, type, 3 * BTC, Use::kIn);
     cpu::AttentionForwardTiled(o.get(), lse, q.get(), B, T, C, NH);
     o.Finish();
@@ -344,19 +314,13 @@ Status CpuBackend::AttentionBackwardTiled(void* dqkv, const void* dout, const vo
                                           int C, int NH, DType type, const Stream& stream) {
   constexpr const char* kOp = "AttentionBackwardTiled";
   HOIST_RETURN_IF_ERROR(CheckAttention(kOp, B, T, C, NH));
-  for (const auto& [name, p] :
-       {std::pair<const char*, const void*>{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv},
-        {"out", out}, {"lse", lse}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-        kOp, {{"dqkv", dqkv, 3 * BTC * e}, {"dout", dout, BTC * e}, {"qkv", qkv, 3 * BTC * e},
-              {"out", out, BTC * e}, {"lse", lse, int64_t{B} * NH * T * 4}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), BTC = int64_t{B} * T * C;
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dqkv", dqkv, 3 * BTC * e},
+                                        {"dout", dout, BTC * e},
+                                        {"qkv", qkv, 3 * BTC * e},
+                                        {"out", out, BTC * e},
+                                        {"lse", lse, int64_t{B} * NH * T * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
-    const int64_t BTC = int64_t{B} * T * C;
     Wide dq(dqkv, type, 3 * BTC, Use::kInOut), d(dout, type, BTC, Use::kIn),
         q(qkv, type, 3 * BTC, Use::kIn), o(out, type, BTC, Use::kIn);
     cpu::AttentionBackwardTiled(dq.get(), d.get(), q.get(), o.get(), lse, B, T, C, NH);
@@ -370,11 +334,8 @@ Status CpuBackend::GeluForward(void* out, const void* inp, int64_t n, DType type
   constexpr const char* kOp = "GeluForward";
   HOIST_RETURN_IF_ERROR(NonNegative(kOp, "n", n));
   if (n == 0) return Status::Ok();
-  HOIST_RETURN_IF_ERROR(NotNull(kOp, "out", out));
-  HOIST_RETURN_IF_ERROR(NotNull(kOp, "inp", inp));
-  HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-      kOp, {{"out", out, n * static_cast<int64_t>(DTypeSize(type))},
-            {"inp", inp, n * static_cast<int64_t>(DTypeSize(type))}}));
+  const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, bytes}, {"inp", inp, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
     Wide x(inp, type, n, Use::kIn), o(out, type, n, Use::kOut);
     cpu::GeluForward(o.get(), x.get(), static_cast<size_t>(n));
@@ -388,15 +349,9 @@ Status CpuBackend::GeluBackward(void* dinp, const void* inp, const void* dout, i
   constexpr const char* kOp = "GeluBackward";
   HOIST_RETURN_IF_ERROR(NonNegative(kOp, "n", n));
   if (n == 0) return Status::Ok();
-  for (const auto& [name, p] :
-       {std::pair<const char*, const void*>{"dinp", dinp}, {"inp", inp}, {"dout", dout}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-        kOp, {{"dinp", dinp, bytes}, {"inp", inp, bytes}, {"dout", dout, bytes}}));
-  }
+  const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
+  HOIST_RETURN_IF_ERROR(
+      CheckArgs(kOp, {{"dinp", dinp, bytes}, {"inp", inp, bytes}, {"dout", dout, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
     Wide di(dinp, type, n, Use::kInOut), x(inp, type, n, Use::kIn), d(dout, type, n, Use::kIn);
     cpu::GeluBackward(di.get(), x.get(), d.get(), static_cast<size_t>(n));
@@ -410,15 +365,8 @@ Status CpuBackend::ResidualForward(void* out, const void* a, const void* b, int6
   constexpr const char* kOp = "ResidualForward";
   HOIST_RETURN_IF_ERROR(NonNegative(kOp, "n", n));
   if (n == 0) return Status::Ok();
-  for (const auto& [name, p] :
-       {std::pair<const char*, const void*>{"out", out}, {"a", a}, {"b", b}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
-    HOIST_RETURN_IF_ERROR(
-        CheckDeviceArrays(kOp, {{"out", out, bytes}, {"a", a, bytes}, {"b", b, bytes}}));
-  }
+  const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, bytes}, {"a", a, bytes}, {"b", b, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
     Wide x(a, type, n, Use::kIn), y(b, type, n, Use::kIn), o(out, type, n, Use::kOut);
     cpu::ResidualForward(o.get(), x.get(), y.get(), static_cast<size_t>(n));
@@ -432,15 +380,9 @@ Status CpuBackend::ResidualBackward(void* da, void* db, const void* dout, int64_
   constexpr const char* kOp = "ResidualBackward";
   HOIST_RETURN_IF_ERROR(NonNegative(kOp, "n", n));
   if (n == 0) return Status::Ok();
-  for (const auto& [name, p] :
-       {std::pair<const char*, const void*>{"da", da}, {"db", db}, {"dout", dout}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
-    HOIST_RETURN_IF_ERROR(
-        CheckDeviceArrays(kOp, {{"da", da, bytes}, {"db", db, bytes}, {"dout", dout, bytes}}));
-  }
+  const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
+  HOIST_RETURN_IF_ERROR(
+      CheckArgs(kOp, {{"da", da, bytes}, {"db", db, bytes}, {"dout", dout, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
     Wide x(da, type, n, Use::kInOut), y(db, type, n, Use::kInOut), d(dout, type, n, Use::kIn);
     cpu::ResidualBackward(x.get(), y.get(), d.get(), static_cast<size_t>(n));
@@ -461,18 +403,12 @@ Status CpuBackend::SoftmaxCrossEntropy(float* losses, void* dlogits, const void*
                                 std::to_string(Vp) + ") is smaller than V (" + std::to_string(V) +
                                 ")");
   }
-  for (const auto& [name, p] : {std::pair<const char*, const void*>{"losses", losses},
-                                {"logits", logits}, {"targets", targets}}) {
-    HOIST_RETURN_IF_ERROR(NotNull(kOp, name, p));
-  }
-  {
-    const int64_t e = static_cast<int64_t>(DTypeSize(type)), NV = int64_t{N} * Vp;
-    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
-        kOp, {{"losses", losses, int64_t{N} * 4}, {"dlogits", dlogits, NV * e},
-              {"logits", logits, NV * e}, {"targets", targets, int64_t{N} * 4}}));
-  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), NV = int64_t{N} * Vp;
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"losses", losses, int64_t{N} * 4},
+                                        {"dlogits", dlogits, NV * e, kOptional},
+                                        {"logits", logits, NV * e},
+                                        {"targets", targets, int64_t{N} * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
-    const int64_t NV = int64_t{N} * Vp;
     Wide x(logits, type, NV, Use::kIn), d(dlogits, type, NV, Use::kOut);
     cpu::SoftmaxCrossEntropy(losses, d.get(), x.get(), targets, dloss, N, V, Vp);
     d.Finish();

@@ -54,7 +54,7 @@ class CudaBackend final : public Backend {
   Status AdamW(std::span<const AdamWTensorRef> tensors, DType grad_type, DType copy_type,
                const AdamWStepScalars& scalars, const Stream& stream) override;
 
-  // The model's ops (kernels/backend.h), over kernels/cuda/ (cuda_backend_model.cc).
+  // The model's ops (kernels/backend.h), over kernels/cuda/.
   Status EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,
                         int T, int C, DType type, const Stream& stream) override;
   Status EncoderBackward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens, int B,
@@ -68,8 +68,8 @@ class CudaBackend final : public Backend {
                            const Stream& stream) override;
   Status MatmulForward(void* out, const void* inp, const void* weight, const void* bias, int N,
                        int C, int OC, DType type, void* gelu_out, const Stream& stream) override;
-  Status MatmulBackward(void* dinp, float* dweight, float* dbias, const void* dout,
-                        const void* inp, const void* weight, int N, int C, int OC, DType type,
+  Status MatmulBackward(void* dinp, float* dweight, float* dbias, const void* dout, const void* inp,
+                        const void* weight, int N, int C, int OC, DType type,
                         const Stream& stream) override;
   int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type) const override;
   Status AttentionForward(void* out, float* att, const void* qkv, void* workspace, int B, int T,

@@ -2,114 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "core/check.h"
-#include "core/random.h"
 #include "kernels/cpu_backend.h"
 
 namespace hoist::runtime {
-
-namespace {
-
-// The tensors of each unit, in their order within it.
-constexpr int kEmbeddingTensors[] = {kWte, kWpe};
-constexpr int kBlockTensors[] = {kLn1W, kLn1B, kQkvW, kQkvB, kAttProjW, kAttProjB,
-                                 kLn2W, kLn2B, kFcW,  kFcB,  kFcProjW,  kFcProjB};
-constexpr int kFinalTensors[] = {kLnfW, kLnfB};
-
-}  // namespace
-
-ParamLayout ParamLayout::For(const ModelConfig& m) {
-  const int64_t L = m.n_layer, C = m.n_embd, Vp = m.padded_vocab_size(), maxT = m.seq_len;
-  ParamLayout layout;
-  layout.n_layer = m.n_layer;
-  layout.unit_sizes = {Vp * C, maxT * C, C,         C,     3 * C * C, 3 * C, C * C, C,
-                       C,      C,        4 * C * C, 4 * C, C * 4 * C, C,     C,     C};
-  int64_t llmc = 0;
-  for (int t = 0; t < kNumParamTensors; ++t) {
-    layout.sizes[t] = layout.unit_sizes[t] * (PerBlock(t) ? L : 1);
-    layout.llmc_offsets[t] = llmc;
-    llmc += layout.sizes[t];
-  }
-  auto place = [&](const auto& tensors) {
-    int64_t offset = 0;
-    for (int t : tensors) {
-      layout.local_offsets[t] = offset;
-      offset += layout.unit_sizes[t];
-    }
-    return offset;
-  };
-  const int64_t embedding = place(kEmbeddingTensors);
-  const int64_t block = place(kBlockTensors);
-  const int64_t final_norm = place(kFinalTensors);
-  layout.unit_offsets.push_back(0);
-  layout.unit_offsets.push_back(embedding);
-  for (int l = 0; l < L; ++l) layout.unit_offsets.push_back(layout.unit_offsets.back() + block);
-  layout.unit_offsets.push_back(layout.unit_offsets.back() + final_norm);
-  layout.total = layout.unit_offsets.back();
-  return layout;
-}
-
-const char* ParamLayout::Name(int tensor) {
-  static const char* kNames[kNumParamTensors] = {
-      "wte",  "wpe",  "ln1w", "ln1b", "qkvw",    "qkvb",    "attprojw", "attprojb",
-      "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw", "fcprojb", "lnfw",     "lnfb"};
-  return kNames[tensor];
-}
-
-bool ParamLayout::Decayed(int tensor) {
-  switch (tensor) {
-    case kWte:
-    case kWpe:
-    case kQkvW:
-    case kAttProjW:
-    case kFcW:
-    case kFcProjW: return true;
-    default: return false;
-  }
-}
-
-bool ParamLayout::PerBlock(int tensor) { return tensor >= kLn1W && tensor <= kFcProjB; }
-
-int ParamLayout::unit_of(int tensor, int layer) const {
-  if (tensor == kWte || tensor == kWpe) return 0;
-  if (PerBlock(tensor)) return 1 + layer;
-  return n_layer + 1;
-}
-
-int64_t ParamLayout::Offset(int tensor, int layer) const {
-  return unit_offsets[unit_of(tensor, layer)] + local_offsets[tensor];
-}
-
-int64_t ParamLayout::FlatIndex(int tensor, int64_t i) const {
-  const int64_t slice = unit_sizes[tensor];
-  return Offset(tensor, static_cast<int>(i / slice)) + i % slice;
-}
-
-std::vector<zero::UnitSpec> ParamLayout::Units() const {
-  std::vector<zero::UnitSpec> units;
-  auto add = [&](std::string name, const auto& tensors) {
-    zero::UnitSpec unit;
-    unit.name = std::move(name);
-    for (int t : tensors) {
-      const int64_t begin = local_offsets[t], end = begin + unit_sizes[t];
-      if (!unit.segments.empty() && unit.segments.back().decay == Decayed(t)) {
-        unit.segments.back().end = end;
-      } else {
-        unit.segments.push_back({begin, end, Decayed(t)});
-      }
-      unit.size = end;
-    }
-    units.push_back(std::move(unit));
-  };
-  add("embeddings", kEmbeddingTensors);
-  for (int l = 0; l < n_layer; ++l) add("block " + std::to_string(l), kBlockTensors);
-  add("final layernorm", kFinalTensors);
-  return units;
-}
 
 // The store a model owns when none is given: every unit whole, in one fp32 buffer each for the
 // weights and the gradients.
@@ -440,42 +339,6 @@ void Gpt2Model::InitializeUnit(int unit, uint64_t seed, float* out) const {
   InitializeGpt2Unit(config_, unit, seed, out);
 }
 
-void InitializeGpt2Unit(const ModelConfig& config, int unit, uint64_t seed, float* out) {
-  const ParamLayout layout = ParamLayout::For(config);
-  const int L = config.n_layer, C = config.n_embd, V = config.vocab_size;
-  const double kStd = 0.02;
-  const double residual_std = kStd / std::sqrt(2.0 * L);
-  std::memset(out, 0, static_cast<size_t>(layout.unit_size(unit)) * sizeof(float));
-  const int layer = unit - 1;  // for block units
-  auto fill_normal = [&](int tensor, int64_t count, double std) {
-    // One stream per (tensor, layer), so any unit can be drawn on its own.
-    const uint64_t slice = static_cast<uint64_t>(tensor) * 1000003u +
-                           static_cast<uint64_t>(ParamLayout::PerBlock(tensor) ? layer : 0);
-    Rng rng(seed ^ (slice * 0x9E3779B97F4A7C15ull));
-    float* p = out + layout.local_offsets[tensor];
-    for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>(rng.Normal() * std);
-  };
-  auto fill_ones = [&](int tensor) {
-    float* w = out + layout.local_offsets[tensor];
-    for (int64_t i = 0; i < layout.unit_sizes[tensor]; ++i) w[i] = 1.0f;
-  };
-  if (unit == 0) {
-    // Only the real vocabulary rows of wte are drawn: padded rows stay 0 and, since no token and
-    // no target ever touches them, keep a zero gradient forever.
-    fill_normal(kWte, int64_t{V} * C, kStd);
-    fill_normal(kWpe, layout.unit_sizes[kWpe], kStd);
-  } else if (unit <= L) {
-    fill_normal(kQkvW, layout.unit_sizes[kQkvW], kStd);
-    fill_normal(kAttProjW, layout.unit_sizes[kAttProjW], residual_std);
-    fill_normal(kFcW, layout.unit_sizes[kFcW], kStd);
-    fill_normal(kFcProjW, layout.unit_sizes[kFcProjW], residual_std);
-    fill_ones(kLn1W);
-    fill_ones(kLn2W);
-  } else {
-    fill_ones(kLnfW);
-  }
-}
-
 void Gpt2Model::InitializeWeights(uint64_t seed) {
   // Drawn on the host a unit at a time, then copied to the backend's device.
   std::vector<float> unit;
@@ -585,8 +448,8 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
     float* residual3 = At(kSavedResidual3, l);
     float* scratch = dresidual_;  // free during forward: holds each projection's output
 
-    if (!Ok(backend_->LayerNormForward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, N, C,
-                                       f, st))) {
+    if (!Ok(backend_->LayerNormForward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, N, C, f,
+                                       st))) {
       return kFailed;
     }
     Keep(kSavedLn1, l);
@@ -614,8 +477,8 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
     Round(scratch, BT * C);
     if (!Ok(backend_->ResidualForward(residual2, residual, scratch, BT * C, f, st))) return kFailed;
     Keep(kSavedResidual2, l);
-    if (!Ok(backend_->LayerNormForward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, N, C,
-                                       f, st))) {
+    if (!Ok(backend_->LayerNormForward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, N, C, f,
+                                       st))) {
       return kFailed;
     }
     Keep(kSavedLn2, l);
@@ -696,18 +559,16 @@ void Gpt2Model::RecomputeBlock(int l, const float* residual, const float* weight
                                     residual, p.ln1w, p.ln1b, N, C, f, st))) {
     Round(At(kSavedLn1, l), SavedCount(kSavedLn1, B, T));
   }
-  if (recompute(kSavedQkv) && Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l),
-                                                         p.qkvw, p.qkvb, N, C, 3 * C, f, nullptr,
-                                                         st))) {
+  if (recompute(kSavedQkv) && Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), p.qkvw,
+                                                         p.qkvb, N, C, 3 * C, f, nullptr, st))) {
     Round(At(kSavedQkv, l), SavedCount(kSavedQkv, B, T));
   }
   if (recompute(kSavedAtty)) {
     if (tiled()) {
       (void)Ok(backend_->AttentionForwardTiled(At(kSavedAtty, l), lse_ + int64_t{l} * B * NH * T,
                                                At(kSavedQkv, l), B, T, C, NH, f, st));
-    } else if (Ok(backend_->AttentionForward(At(kSavedAtty, l), At(kSavedAtt, l),
-                                             At(kSavedQkv, l), attention_workspace_.data(), B, T,
-                                             C, NH, f, st))) {
+    } else if (Ok(backend_->AttentionForward(At(kSavedAtty, l), At(kSavedAtt, l), At(kSavedQkv, l),
+                                             attention_workspace_.data(), B, T, C, NH, f, st))) {
       Round(At(kSavedAtt, l), SavedCount(kSavedAtt, B, T));
     }
     Round(At(kSavedAtty, l), SavedCount(kSavedAtty, B, T));
@@ -725,9 +586,8 @@ void Gpt2Model::RecomputeBlock(int l, const float* residual, const float* weight
                                     At(kSavedResidual2, l), p.ln2w, p.ln2b, N, C, f, st))) {
     Round(At(kSavedLn2, l), SavedCount(kSavedLn2, B, T));
   }
-  if (recompute(kSavedFch) && Ok(backend_->MatmulForward(At(kSavedFch, l), At(kSavedLn2, l),
-                                                         p.fcw, p.fcb, N, C, 4 * C, f, nullptr,
-                                                         st))) {
+  if (recompute(kSavedFch) && Ok(backend_->MatmulForward(At(kSavedFch, l), At(kSavedLn2, l), p.fcw,
+                                                         p.fcb, N, C, 4 * C, f, nullptr, st))) {
     Round(At(kSavedFch, l), SavedCount(kSavedFch, B, T));
   }
   if (recompute(kSavedFchGelu) &&

@@ -269,8 +269,8 @@ class Gpt2Model {
   Buffer activations_, scratch_;
   Buffer stored_;                                   // 16-bit: the kept activations of every layer
   std::array<int64_t, kNumSaved> stored_offset_{};  // elements, into stored_ (or pinned_)
-  Buffer round_scratch_;  // 16-bit: (B,T,C) elements, for rounding in place
-  Buffer tokens_;         // the last forward's tokens and targets, 2 x (max_B, max_T) int32
+  Buffer round_scratch_;        // 16-bit: (B,T,C) elements, for rounding in place
+  Buffer tokens_;               // the last forward's tokens and targets, 2 x (max_B, max_T) int32
   Buffer attention_workspace_;  // the backend's, for the direct attention (none on the CPU)
   std::vector<float> host_losses_;    // the losses read back for the mean
   std::vector<int32_t> host_tokens_;  // the caller's inputs and targets, copied up from here

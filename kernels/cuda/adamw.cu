@@ -62,8 +62,8 @@ __device__ __forceinline__ void UpdateElement(const TensorBatch& batch, float de
   m = __fadd_rn(__fmul_rn(batch.beta1, m), __fmul_rn(batch.one_minus_beta1, g));
   v = __fadd_rn(__fmul_rn(batch.beta2, v), __fmul_rn(batch.one_minus_beta2, __fmul_rn(g, g)));
   const float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(v), batch.inv_sqrt_bc2), batch.eps);
-  param = __fsub_rn(__fmul_rn(param, decay_factor),
-                    __fdiv_rn(__fmul_rn(batch.step_size, m), denom));
+  param =
+      __fsub_rn(__fmul_rn(param, decay_factor), __fdiv_rn(__fmul_rn(batch.step_size, m), denom));
 }
 
 template <typename GradT, typename CopyT>
@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(kThreads) AdamWKernel(const __grid_constant__ 
     // Chunks start at multiples of kChunk, so an aligned tensor's chunk is aligned too.
     const int64_t first_quad = begin / 4;
     if (end - begin == kChunk) {
-      UpdateQuads<GradT, CopyT, kVectorsPerThread>(batch, s, grad_scale,
-                                                   first_quad + threadIdx.x, kThreads);
+      UpdateQuads<GradT, CopyT, kVectorsPerThread>(batch, s, grad_scale, first_quad + threadIdx.x,
+                                                   kThreads);
       continue;
     }
     const int64_t end_quad = end / 4;  // the tensor's last chunk: quads, then the odd tail
@@ -250,9 +250,8 @@ Status AdamWMultiTensor(const std::vector<AdamWTensor>& tensors, DType grad_type
       rest.copy = static_cast<char*>(t.copy) + head * static_cast<int64_t>(copy_size);
     }
     rest.n = t.n - head;
-    const bool aligned = Aligned(rest.param, 16) && Aligned(rest.m, 16) &&
-                         Aligned(rest.v, 16) && Aligned(rest.grad, 4 * grad_size) &&
-                         Aligned(rest.copy, 4 * copy_size);
+    const bool aligned = Aligned(rest.param, 16) && Aligned(rest.m, 16) && Aligned(rest.v, 16) &&
+                         Aligned(rest.grad, 4 * grad_size) && Aligned(rest.copy, 4 * copy_size);
     if (!aligned) {
       HOIST_RETURN_IF_ERROR(add(t, false));
       continue;

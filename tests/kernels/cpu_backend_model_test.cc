@@ -22,9 +22,7 @@ using Mode = HostStream::Mode;
 
 constexpr int B = 2, T = 8, C = 16, NH = 4, OC = 24, V = 37, Vp = 40, N = B * T;
 
-std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  return cpu::testing::RandomFloats(n, seed, lo, hi);
-}
+using cpu::testing::RandomFloats;
 
 std::vector<int32_t> RandomInts(size_t n, int32_t bound, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -62,28 +60,30 @@ class CpuBackendModel : public ::testing::TestWithParam<Mode> {
   CpuBackend backend_;
 };
 
-#define EXPECT_OK(expr)                                   \
-  do {                                                    \
-    const ::hoist::Status status_ = (expr);               \
-    EXPECT_TRUE(status_.ok()) << status_.ToString();      \
+#define EXPECT_OK(expr)                              \
+  do {                                               \
+    const ::hoist::Status status_ = (expr);          \
+    EXPECT_TRUE(status_.ok()) << status_.ToString(); \
   } while (0)
 
 TEST_P(CpuBackendModel, Fp32OpsAreTheCpuKernelsBitForBit) {
   const DType f = DType::kFloat32;
   const std::vector<int32_t> tokens = RandomInts(N, V, 1);
-  const std::vector<float> wte = Random(size_t{Vp} * C, 2), wpe = Random(size_t{T} * C, 3);
-  const std::vector<float> x = Random(size_t{N} * C, 4), w = Random(C, 5, 0.5f, 1.5f),
-                           bias = Random(C, 6), dout = Random(size_t{N} * C, 7);
-  const std::vector<float> mw = Random(size_t{OC} * C, 8), mb = Random(OC, 9),
-                           mdout = Random(size_t{N} * OC, 10);
-  const std::vector<float> qkv = Random(size_t{N} * 3 * C, 11), logits = Random(size_t{N} * Vp, 12);
+  const std::vector<float> wte = RandomFloats(size_t{Vp} * C, 2),
+                           wpe = RandomFloats(size_t{T} * C, 3);
+  const std::vector<float> x = RandomFloats(size_t{N} * C, 4), w = RandomFloats(C, 5, 0.5f, 1.5f),
+                           bias = RandomFloats(C, 6), dout = RandomFloats(size_t{N} * C, 7);
+  const std::vector<float> mw = RandomFloats(size_t{OC} * C, 8), mb = RandomFloats(OC, 9),
+                           mdout = RandomFloats(size_t{N} * OC, 10);
+  const std::vector<float> qkv = RandomFloats(size_t{N} * 3 * C, 11),
+                           logits = RandomFloats(size_t{N} * Vp, 12);
   const std::vector<int32_t> targets = RandomInts(N, V, 13);
 
   // Encoder.
   std::vector<float> enc(size_t{N} * C), enc_ref(enc.size());
-  EXPECT_OK(backend_.EncoderForward(enc.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, f,
-                                    s()));
-  std::vector<float> dwte = Random(wte.size(), 14), dwpe = Random(wpe.size(), 15);
+  EXPECT_OK(
+      backend_.EncoderForward(enc.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, f, s()));
+  std::vector<float> dwte = RandomFloats(wte.size(), 14), dwpe = RandomFloats(wpe.size(), 15);
   std::vector<float> dwte_ref = dwte, dwpe_ref = dwpe;
   EXPECT_OK(backend_.EncoderBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C,
                                      f, s()));
@@ -91,7 +91,8 @@ TEST_P(CpuBackendModel, Fp32OpsAreTheCpuKernelsBitForBit) {
   std::vector<float> ln(x.size()), mean(N), rstd(N), ln_ref(x.size()), mean_ref(N), rstd_ref(N);
   EXPECT_OK(backend_.LayerNormForward(ln.data(), mean.data(), rstd.data(), x.data(), w.data(),
                                       bias.data(), N, C, f, s()));
-  std::vector<float> dx = Random(x.size(), 16), dw = Random(C, 17), db = Random(C, 18);
+  std::vector<float> dx = RandomFloats(x.size(), 16), dw = RandomFloats(C, 17),
+                     db = RandomFloats(C, 18);
   std::vector<float> dx_ref = dx, dw_ref = dw, db_ref = db;
   EXPECT_OK(backend_.LayerNormBackward(dx.data(), dw.data(), db.data(), dout.data(), x.data(),
                                        w.data(), mean.data(), rstd.data(), N, C, f, s()));
@@ -99,7 +100,8 @@ TEST_P(CpuBackendModel, Fp32OpsAreTheCpuKernelsBitForBit) {
   std::vector<float> mm(size_t{N} * OC), gelu(mm.size()), mm_ref(mm.size()), gelu_ref(mm.size());
   EXPECT_OK(backend_.MatmulForward(mm.data(), x.data(), mw.data(), mb.data(), N, C, OC, f,
                                    gelu.data(), s()));
-  std::vector<float> mdx = Random(x.size(), 19), mdw = Random(mw.size(), 20), mdb = Random(OC, 21);
+  std::vector<float> mdx = RandomFloats(x.size(), 19), mdw = RandomFloats(mw.size(), 20),
+                     mdb = RandomFloats(OC, 21);
   std::vector<float> mdx_ref = mdx, mdw_ref = mdw, mdb_ref = mdb;
   EXPECT_OK(backend_.MatmulBackward(mdx.data(), mdw.data(), mdb.data(), mdout.data(), x.data(),
                                     mw.data(), N, C, OC, f, s()));
@@ -110,15 +112,14 @@ TEST_P(CpuBackendModel, Fp32OpsAreTheCpuKernelsBitForBit) {
       tiled_out_ref(att_out.size());
   EXPECT_OK(backend_.AttentionForward(att_out.data(), att.data(), qkv.data(), nullptr, B, T, C, NH,
                                       f, s()));
-  EXPECT_OK(backend_.AttentionForwardTiled(tiled_out.data(), lse.data(), qkv.data(), B, T, C, NH,
-                                           f, s()));
-  std::vector<float> dqkv = Random(qkv.size(), 22), tdqkv = Random(qkv.size(), 23);
+  EXPECT_OK(backend_.AttentionForwardTiled(tiled_out.data(), lse.data(), qkv.data(), B, T, C, NH, f,
+                                           s()));
+  std::vector<float> dqkv = RandomFloats(qkv.size(), 22), tdqkv = RandomFloats(qkv.size(), 23);
   std::vector<float> dqkv_ref = dqkv, tdqkv_ref = tdqkv;
-  EXPECT_OK(backend_.AttentionBackward(dqkv.data(), dout.data(), qkv.data(), att.data(), nullptr,
-                                       B, T, C, NH, f, s()));
-  EXPECT_OK(backend_.AttentionBackwardTiled(tdqkv.data(), dout.data(), qkv.data(),
-                                            tiled_out.data(), lse.data(), nullptr, B, T, C, NH, f,
-                                            s()));
+  EXPECT_OK(backend_.AttentionBackward(dqkv.data(), dout.data(), qkv.data(), att.data(), nullptr, B,
+                                       T, C, NH, f, s()));
+  EXPECT_OK(backend_.AttentionBackwardTiled(tdqkv.data(), dout.data(), qkv.data(), tiled_out.data(),
+                                            lse.data(), nullptr, B, T, C, NH, f, s()));
   // Cross-entropy.
   std::vector<float> losses(N), dlogits(logits.size()), losses_ref(N), dlogits_ref(logits.size());
   EXPECT_OK(backend_.SoftmaxCrossEntropy(losses.data(), dlogits.data(), logits.data(),
@@ -173,11 +174,11 @@ TEST_P(CpuBackendModel, Fp32OpsAreTheCpuKernelsBitForBit) {
 TEST_P(CpuBackendModel, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
   for (const DType h : {DType::kBFloat16, DType::kFloat16}) {
     SCOPED_TRACE(DTypeName(h));
-    const std::vector<uint16_t> x = Narrow(Random(size_t{N} * C, 30), h);
-    const std::vector<uint16_t> w = Narrow(Random(C, 31, 0.5f, 1.5f), h);
-    const std::vector<uint16_t> dout = Narrow(Random(size_t{N} * C, 32), h);
-    const std::vector<uint16_t> dx0 = Narrow(Random(size_t{N} * C, 33), h);
-    const std::vector<float> mean = Random(N, 34), rstd = Random(N, 35, 0.5f, 2.0f);
+    const std::vector<uint16_t> x = Narrow(RandomFloats(size_t{N} * C, 30), h);
+    const std::vector<uint16_t> w = Narrow(RandomFloats(C, 31, 0.5f, 1.5f), h);
+    const std::vector<uint16_t> dout = Narrow(RandomFloats(size_t{N} * C, 32), h);
+    const std::vector<uint16_t> dx0 = Narrow(RandomFloats(size_t{N} * C, 33), h);
+    const std::vector<float> mean = RandomFloats(N, 34), rstd = RandomFloats(N, 35, 0.5f, 2.0f);
 
     std::vector<uint16_t> dx = dx0;
     std::vector<float> dw(C, 0.25f), db(C, -0.5f);
@@ -185,7 +186,7 @@ TEST_P(CpuBackendModel, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
                                          w.data(), mean.data(), rstd.data(), N, C, h, s()));
     std::vector<uint16_t> gelu(x.size());
     EXPECT_OK(backend_.GeluForward(gelu.data(), x.data(), static_cast<int64_t>(x.size()), h, s()));
-    const std::vector<uint16_t> mw = Narrow(Random(size_t{OC} * C, 36), h);
+    const std::vector<uint16_t> mw = Narrow(RandomFloats(size_t{OC} * C, 36), h);
     std::vector<uint16_t> mm(size_t{N} * OC), mm_gelu(mm.size());
     EXPECT_OK(backend_.MatmulForward(mm.data(), x.data(), mw.data(), nullptr, N, C, OC, h,
                                      mm_gelu.data(), s()));
@@ -212,7 +213,7 @@ TEST_P(CpuBackendModel, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
 
 // dlogits may be the logits' own array, in every type.
 TEST_P(CpuBackendModel, CrossEntropyGradientMayOverwriteTheLogits) {
-  const std::vector<float> logits = Random(size_t{N} * Vp, 40, -3.0f, 3.0f);
+  const std::vector<float> logits = RandomFloats(size_t{N} * Vp, 40, -3.0f, 3.0f);
   const std::vector<int32_t> targets = RandomInts(N, V, 41);
   for (const DType h : {DType::kBFloat16, DType::kFloat16}) {
     SCOPED_TRACE(DTypeName(h));
@@ -236,8 +237,8 @@ TEST_P(CpuBackendModel, BadArgumentsNameTheOpAndTheArray) {
     EXPECT_NE(status.message().find(op), std::string::npos) << status.ToString();
     EXPECT_NE(status.message().find(what), std::string::npos) << status.ToString();
   };
-  expect(backend_.LayerNormForward(a.data(), a.data(), a.data(), nullptr, a.data(), a.data(), 4,
-                                   4, DType::kFloat32, s()),
+  expect(backend_.LayerNormForward(a.data(), a.data(), a.data(), nullptr, a.data(), a.data(), 4, 4,
+                                   DType::kFloat32, s()),
          "LayerNormForward", "inp is null");
   expect(backend_.MatmulForward(a.data(), a.data(), b.data(), nullptr, 4, 0, 4, DType::kFloat32,
                                 nullptr, s()),
@@ -256,8 +257,7 @@ TEST_P(CpuBackendModel, BadArgumentsNameTheOpAndTheArray) {
 INSTANTIATE_TEST_SUITE_P(Streams, CpuBackendModel,
                          ::testing::Values(Mode::kInline, Mode::kThreaded),
                          [](const ::testing::TestParamInfo<Mode>& info) {
-                           return std::string(info.param == Mode::kInline ? "Inline"
-                                                                          : "Threaded");
+                           return std::string(info.param == Mode::kInline ? "Inline" : "Threaded");
                          });
 
 }  // namespace

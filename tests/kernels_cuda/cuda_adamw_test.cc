@@ -23,7 +23,7 @@ struct TensorSpec {
   int64_t n;
   float weight_decay;
   bool has_copy;
-  int64_t skew = 0;  // elements before the tensor in each array: 0 keeps the arrays aligned
+  int64_t skew = 0;        // elements before the tensor in each array: 0 keeps the arrays aligned
   int64_t grad_skew = -1;  // the gradient's, where it differs (-1: skew)
   int64_t GradSkew() const { return grad_skew < 0 ? skew : grad_skew; }
 };
@@ -173,9 +173,9 @@ TEST_P(CudaAdamW, MatchesCpuStepBitForBit) {
 TEST_P(CudaAdamW, MisalignedTensorsMatchTheCpuStepToo) {
   const DType grad_type = GetParam();
   const TensorSpec specs[] = {
-      {3 * 4096 + 7, 0.1f, true, 1},  {8195, 0.0f, true, 2},          {3, 0.1f, true, 3},
-      {2 * 4096 + 5, 0.1f, true, 0},  {4 * 4096, 0.01f, false, 0},    {2, 0.1f, true, 0},
-      {4096 + 9, 0.1f, true, 0, 1},   {2 * 4096 + 1, 0.0f, true, 2, 0}};
+      {3 * 4096 + 7, 0.1f, true, 1}, {8195, 0.0f, true, 2},           {3, 0.1f, true, 3},
+      {2 * 4096 + 5, 0.1f, true, 0}, {4 * 4096, 0.01f, false, 0},     {2, 0.1f, true, 0},
+      {4096 + 9, 0.1f, true, 0, 1},  {2 * 4096 + 1, 0.0f, true, 2, 0}};
   for (const DType copy_type : {DType::kBFloat16, DType::kFloat32}) {
     std::vector<std::unique_ptr<Tensor>> tensors;
     uint32_t seed = 300;

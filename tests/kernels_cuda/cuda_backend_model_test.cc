@@ -70,14 +70,6 @@ struct Twin {
   DeviceArray device;
 };
 
-std::vector<float> Random(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> out(n);
-  for (float& x : out) x = dist(rng);
-  return out;
-}
-
 std::vector<int32_t> RandomInts(size_t n, int32_t bound, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> dist(0, bound - 1);
@@ -100,7 +92,7 @@ class CudaBackendModel : public ::testing::TestWithParam<DType> {
 
   // An input: random values in [lo, hi) of `type`.
   std::unique_ptr<Twin> In(DType type, size_t n, float lo = -1.0f, float hi = 1.0f) {
-    return std::make_unique<Twin>(type, Random(n, ++seed_, lo, hi));
+    return std::make_unique<Twin>(type, cuda::testing::RandomFloats(n, ++seed_, lo, hi));
   }
   // An output the op writes whole: poisoned on the GPU.
   std::unique_ptr<Twin> Out(DType type, size_t n) {
@@ -224,8 +216,8 @@ TEST_P(CudaBackendModel, DirectAttention) {
   auto dout = In(t, size_t{N} * C), dqkv = In(t, size_t{N} * 3 * C);
   BOTH(AttentionBackward(dqkv->cpu(), dout->cpu(), qkv->cpu(), att->cpu_f(), nullptr, B, T, C, NH,
                          t, cs()),
-       AttentionBackward(dqkv->gpu(), dout->gpu(), qkv->gpu(), att->gpu_f(), workspace.data(), B,
-                         T, C, NH, t, gs()));
+       AttentionBackward(dqkv->gpu(), dout->gpu(), qkv->gpu(), att->gpu_f(), workspace.data(), B, T,
+                         C, NH, t, gs()));
   Finish();
   ExpectAgree(*out, "attention out", t);
   ExpectAgree(*att, "attention probabilities", t);
@@ -256,7 +248,8 @@ TEST_P(CudaBackendModel, GeluAndResidual) {
   const int64_t n = int64_t{N} * C + 3;  // an odd tail for the vectorized kernels
   auto x = In(t, static_cast<size_t>(n), -3.0f, 3.0f), y = In(t, static_cast<size_t>(n));
   auto gelu = Out(t, static_cast<size_t>(n)), sum = Out(t, static_cast<size_t>(n));
-  BOTH(GeluForward(gelu->cpu(), x->cpu(), n, t, cs()), GeluForward(gelu->gpu(), x->gpu(), n, t, gs()));
+  BOTH(GeluForward(gelu->cpu(), x->cpu(), n, t, cs()),
+       GeluForward(gelu->gpu(), x->gpu(), n, t, gs()));
   BOTH(ResidualForward(sum->cpu(), x->cpu(), y->cpu(), n, t, cs()),
        ResidualForward(sum->gpu(), x->gpu(), y->gpu(), n, t, gs()));
   auto dout = In(t, static_cast<size_t>(n)), dx = In(t, static_cast<size_t>(n));
@@ -280,8 +273,8 @@ TEST_P(CudaBackendModel, SoftmaxCrossEntropy) {
   auto logits = In(t, size_t{N} * Vp, -4.0f, 4.0f);
   auto losses = Out(DType::kFloat32, N), dlogits = Out(t, size_t{N} * Vp);
   const float dloss = 1.0f / N;
-  BOTH(SoftmaxCrossEntropy(losses->cpu_f(), dlogits->cpu(), logits->cpu(), targets.data(), dloss,
-                           N, V, Vp, t, cs()),
+  BOTH(SoftmaxCrossEntropy(losses->cpu_f(), dlogits->cpu(), logits->cpu(), targets.data(), dloss, N,
+                           V, Vp, t, cs()),
        SoftmaxCrossEntropy(losses->gpu_f(), dlogits->gpu(), logits->gpu(), d_targets.data(), dloss,
                            N, V, Vp, t, gs()));
   Finish();

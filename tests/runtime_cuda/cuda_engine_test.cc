@@ -99,8 +99,8 @@ Outcome Train(const Job& job, bool gpu) {
       options.offload_optimizer.place = job.optimizer;
       options.offload_param.place = job.params;
       options.stage3_param_persistence_threshold = 0;  // every unit partitioned in stage 3
-      auto engine = zero::ZeroEngine::Create(ParamLayout::For(config).Units(), options, &comm,
-                                             backend.get());
+      auto engine =
+          zero::ZeroEngine::Create(ParamLayout::For(config).Units(), options, &comm, backend.get());
       if (!engine.ok()) {
         status = engine.status();
         return;
@@ -115,7 +115,8 @@ Outcome Train(const Job& job, bool gpu) {
       }
       zero::ZeroEngine& e = **engine;
       Gpt2Model& m = **model;
-      status = e.Initialize([&](int unit, float* out) { InitializeGpt2Unit(config, unit, 7, out); });
+      status =
+          e.Initialize([&](int unit, float* out) { InitializeGpt2Unit(config, unit, 7, out); });
       const int per_rank = kMicroBatches / job.world;
       for (int step = 0; step < kSteps && status.ok(); ++step) {
         status = e.ZeroGrads();
