@@ -25,7 +25,7 @@
 #include "runtime/trainer.h"
 #if defined(HOIST_HAVE_CUDA)
 #include "core/cuda/cuda_device.h"
-#include "runtime/cuda/cuda_training.h"
+#include "runtime/cuda/cuda_accelerator.h"
 #endif
 
 namespace hoist::launcher {
@@ -40,28 +40,19 @@ int ReportError(const Status& status) {
 
 namespace {
 
-// Why this rank cannot train on its GPU, or Ok: the build, a GPU visible to it, NCCL for more
-// than one rank, the job itself. Whether two ranks would share a GPU is ChooseDevice's question.
-Status LocalGpuReadiness(const runtime::Config& config, int world_size, bool memory_budget) {
+// Why this rank cannot train on its GPU, or Ok: the build, a GPU visible to it, the plan.
+Status LocalGpuReadiness(bool memory_budget) {
 #if defined(HOIST_HAVE_CUDA)
-  (void)world_size;  // without NCCL it decides below
   if (CudaDeviceCount() == 0) {
     return UnavailableError("no CUDA GPU is visible (driver " + CudaDriverVersionString() +
                             "; check CUDA_VISIBLE_DEVICES)");
   }
-#if !defined(HOIST_HAVE_NCCL)
-  if (world_size > 1)
-    return UnimplementedError("this build of hoist has no NCCL for " + std::to_string(world_size) +
-                              " GPU ranks");
-#endif
   if (memory_budget) {
     return UnimplementedError(
-        "--memory-budget plans the CPU path's memory; the GPU path's is not modelled yet");
+        "--memory-budget plans the CPU's memory; a GPU's is not modelled yet");
   }
-  return runtime::SupportsDeviceTraining(config, "cuda");
+  return Status::Ok();
 #else
-  (void)config;
-  (void)world_size;
   (void)memory_budget;
   return UnimplementedError(
       "this build of hoist has no CUDA (configured without nvcc, or with HOIST_WITH_CUDA=OFF); "
@@ -69,11 +60,11 @@ Status LocalGpuReadiness(const runtime::Config& config, int world_size, bool mem
 #endif
 }
 
-// Collective: `ready`, or why this rank's GPU (local rank modulo the GPUs it sees, as the GPU
-// path opens it) is one another rank would use too; NCCL needs one GPU per rank. The GPUs are
-// told apart by host name and PCI bus id, so a launcher that gives each rank its own
-// CUDA_VISIBLE_DEVICES (every rank seeing "GPU 0") passes.
-Status RefuseSharedGpu(comm::Communicator& comm, int local_rank, const Status& ready) {
+// Collective: whether two ranks would open the same GPU (local rank modulo the GPUs each sees),
+// told apart by host name and PCI bus id, so that a launcher giving each rank its own
+// CUDA_VISIBLE_DEVICES (every rank seeing "GPU 0") counts as one GPU per rank. A rank that is not
+// `ready` takes part without a GPU.
+StatusOr<bool> RanksShareAGpu(comm::Communicator& comm, int local_rank, const Status& ready) {
   std::string mine;
 #if defined(HOIST_HAVE_CUDA)
   const int gpus = CudaDeviceCount();
@@ -86,29 +77,26 @@ Status RefuseSharedGpu(comm::Communicator& comm, int local_rank, const Status& r
   }
 #else
   (void)local_rank;
+  (void)ready;
 #endif
   const Status shared = comm::RefuseSharedResource(comm, mine, "the GPU");
-  if (!ready.ok()) return ready;
-  if (!shared.ok() && shared.code() == StatusCode::kUnavailable) {
-    return Status(shared.code(), shared.message() +
-                                     " (NCCL needs one GPU per rank): start at most as many "
-                                     "ranks per node as it has GPUs");
-  }
+  if (shared.ok()) return false;
+  if (shared.code() == StatusCode::kUnavailable) return true;
   return shared;
 }
 
-// Where `hoist train --device` runs the step: an empty factory is the CPU path. cuda requires
-// every rank's own GPU (a clear error on every rank otherwise); auto takes the GPUs only when
-// every rank can, else the CPU, saying why on rank 0 when a GPU was there. Both are agreed over
+// Where `hoist train --device` computes: an empty factory is the CPU. cuda takes every rank's
+// GPU (a clear error on every rank where one cannot), NCCL between them when each rank has its
+// own, the host-staged communicator when ranks share one; auto takes the GPUs only when every
+// rank has its own, else the CPU, saying why on rank 0 when a GPU was there. Both are agreed over
 // `comm`, so that no rank takes another path or waits for a rank that gave up.
-StatusOr<runtime::DeviceTrainingFactory> ChooseDevice(const std::string& device,
-                                                      const runtime::Config& config,
-                                                      const RankEnv& rank_env,
-                                                      comm::Communicator& comm, bool memory_budget,
-                                                      std::ostream* out) {
-  if (device == "cpu") return runtime::DeviceTrainingFactory();
-  const Status ready = RefuseSharedGpu(
-      comm, rank_env.local_rank, LocalGpuReadiness(config, rank_env.world_size, memory_budget));
+StatusOr<runtime::AcceleratorFactory> ChooseDevice(const std::string& device,
+                                                   const RankEnv& rank_env,
+                                                   comm::Communicator& comm, bool memory_budget,
+                                                   std::ostream* out) {
+  if (device == "cpu") return runtime::AcceleratorFactory();
+  const Status ready = LocalGpuReadiness(memory_budget);
+  HOIST_ASSIGN_OR_RETURN(const bool shared, RanksShareAGpu(comm, rank_env.local_rank, ready));
   const Status everywhere = comm::AgreeOnStatus(comm, ready);
   if (device == "cuda") {
     if (!everywhere.ok()) {
@@ -116,14 +104,32 @@ StatusOr<runtime::DeviceTrainingFactory> ChooseDevice(const std::string& device,
                     "--device cuda: " + everywhere.message() + "; --device cpu trains on the CPU");
     }
 #if defined(HOIST_HAVE_CUDA)
-    return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);
+    runtime::CudaAcceleratorOptions options;
+#if defined(HOIST_HAVE_NCCL)
+    options.nccl = !shared;
+#else
+    options.nccl = false;
+#endif
+    if (out != nullptr && comm.world_size() > 1 && !options.nccl) {
+      *out << "hoist: "
+           << (shared ? "ranks share a GPU (NCCL needs one GPU per rank)"
+                      : "this build of hoist has no NCCL")
+           << ": the ranks' collectives go through host memory, slower than NCCL\n";
+    }
+    return runtime::CudaAccelerator(options);
 #else
     return UnimplementedError("--device cuda: this build of hoist has no CUDA");  // not reached
 #endif
   }
-  if (everywhere.ok()) {
+  Status why_not = everywhere;
+  if (why_not.ok() && shared) {
+    why_not = UnavailableError(
+        "ranks would share a GPU; start at most as many ranks per node as "
+        "it has GPUs, or ask for --device cuda");
+  }
+  if (why_not.ok()) {
 #if defined(HOIST_HAVE_CUDA)
-    return runtime::DeviceTrainingFactory(runtime::CreateCudaTraining);
+    return runtime::CudaAccelerator(runtime::CudaAcceleratorOptions{});
 #endif
   }
   const bool saw_gpu =
@@ -133,10 +139,10 @@ StatusOr<runtime::DeviceTrainingFactory> ChooseDevice(const std::string& device,
       false;
 #endif
   if (out != nullptr && saw_gpu) {
-    *out << "hoist: a GPU is visible, but this job trains on the CPU: " << everywhere.message()
+    *out << "hoist: a GPU is visible, but this job trains on the CPU: " << why_not.message()
          << "\n";
   }
-  return runtime::DeviceTrainingFactory();
+  return runtime::AcceleratorFactory();
 }
 
 // Collective. Ranks that mpirun or srun started side by side on one machine, unbound, would each
@@ -241,15 +247,15 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
         return;
       }
     }
-    StatusOr<runtime::DeviceTrainingFactory> device =
-        ChooseDevice(args->device, *config, *rank_env, **communicator, memory_budget > 0,
+    StatusOr<runtime::AcceleratorFactory> device =
+        ChooseDevice(args->device, *rank_env, **communicator, memory_budget > 0,
                      rank_env->rank == 0 ? &std::cout : nullptr);
     if (!device.ok()) {
       *exit_code = ReportError(device.status());
       return;
     }
     runtime::TrainerOptions options;
-    options.device_training = *device;
+    options.accelerator = *device;
     options.resume = args->resume;
     options.resume_from = args->resume_from;
     options.out = rank_env->rank == 0 ? &std::cout : nullptr;

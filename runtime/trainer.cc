@@ -69,9 +69,8 @@ Status CheckProfileDirectory(const std::string& path) {
 Trainer::Trainer(const Config& config, const TrainerOptions& options)
     : config_(config),
       options_(options),
-      // On the CPU path host memory is the compute device's; with a DeviceTraining it is the
-      // host's.
-      device_(options.device_training ? Place::kHost : Place::kDevice, options.tracker) {}
+      // Without an accelerator host memory is the compute device's; with one it is the host's.
+      device_(options.accelerator ? Place::kHost : Place::kDevice, options.tracker) {}
 
 Trainer::~Trainer() {
   // Requests still waiting (the job failed to start, or Run was never called) end now, before
@@ -155,35 +154,60 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
   return Status::Ok();
 }
 
+Status Trainer::OpenAccelerator() {
+  // One rank without its device stops every rank, each saying why.
+  StatusOr<Accelerator> opened =
+      options_.accelerator(config_, comm_, options_.local_rank, device_.tracker());
+  HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, opened.status()));
+  accelerator_ = std::move(opened).value();
+  HOIST_CHECK(accelerator_.backend != nullptr) << "an accelerator without a backend";
+  backend_ = accelerator_.backend.get();
+  if (accelerator_.collectives != nullptr) {
+    // Counted apart from the host's, for the metrics.
+    device_counting_ = std::make_unique<comm::CountingCommunicator>(accelerator_.collectives.get());
+    engine_comm_ = device_counting_.get();
+  } else {
+    HOIST_CHECK(accelerator_.staging != nullptr) << "an accelerator without a way to its peers";
+    staged_ =
+        std::make_unique<comm::StagedCommunicator>(comm_, backend_, accelerator_.staging.get());
+    engine_comm_ = staged_.get();
+    if (comm_->world_size() > 1 && comm_->rank() == 0) {
+      HOIST_LOG(INFO) << "the ranks' collectives go through host memory (no device "
+                         "communicator between them)";
+    }
+  }
+  if (comm_->rank() == 0) HOIST_LOG(INFO) << "training on " << backend_->name();
+  return Status::Ok();
+}
+
 Status Trainer::CreateModel() {
   const int B = static_cast<int>(config_.train_micro_batch_size_per_gpu);
   const int T = config_.model.seq_len;
-  if (options_.device_training) {
-    HOIST_RETURN_IF_ERROR(SupportsDeviceTraining(config_, "cuda"));
-    // One rank without a device (or out of its memory) stops every rank, each saying why.
-    auto device = options_.device_training(config_, comm_, options_.local_rank, device_.tracker());
-    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, device.status()));
-    device_training_ = std::move(device).value();
-    if (comm_->rank() == 0) HOIST_LOG(INFO) << "training on " << device_training_->name();
-    return Status::Ok();
-  }
+  engine_comm_ = comm_;
+  if (options_.accelerator) HOIST_RETURN_IF_ERROR(OpenAccelerator());
   const ParamLayout layout = ParamLayout::For(config_.model);
   zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
   HOIST_RETURN_IF_ERROR(PrepareOffload(layout.Units(), &zero_options));
   // The whole job against the node's memory, before any of it is allocated: refused with the
-  // numbers rather than killed by the OOM killer.
-  HOIST_RETURN_IF_ERROR(PreflightJobHostMemory(
-      config_, *comm_, options_.host_memory ? &*options_.host_memory : nullptr));
+  // numbers rather than killed by the OOM killer. (An accelerator's model states are in its own
+  // memory, which its allocator guards.)
+  if (!options_.accelerator) {
+    HOIST_RETURN_IF_ERROR(PreflightJobHostMemory(
+        config_, *comm_, options_.host_memory ? &*options_.host_memory : nullptr));
+  }
   {
-    // Opening the scratch files and allocating the host buffers can fail on one rank alone (a
-    // disk filled since the check): every rank stops with that rank's reason.
-    auto engine = zero::ZeroEngine::Create(layout.Units(), zero_options, comm_, &backend_);
+    // Opening the scratch files and allocating the buffers can fail on one rank alone (a disk
+    // filled since the check, a device out of memory): every rank stops with that rank's reason.
+    auto engine = zero::ZeroEngine::Create(layout.Units(), zero_options, engine_comm_, backend_);
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, engine.status()));
     engine_ = std::move(engine).value();
   }
-  HOIST_ASSIGN_OR_RETURN(
-      model_, Gpt2Model::Create(config_.model, B, T, &device_, engine_.get(), config_.precision(),
-                                config_.activation_checkpointing));
+  {
+    auto model = Gpt2Model::Create(config_.model, B, T, backend_, engine_.get(),
+                                   config_.precision(), config_.activation_checkpointing);
+    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, model.status()));
+    model_ = std::move(model).value();
+  }
   model_->set_phase_hook([this](Gpt2Model::Phase phase, int block) {
     switch (phase) {
       case Gpt2Model::Phase::kForwardEmbedding:
@@ -196,10 +220,6 @@ Status Trainer::CreateModel() {
     }
   });
   return Status::Ok();
-}
-
-int64_t Trainer::optimizer_steps() const {
-  return device_training_ != nullptr ? device_training_->step_count() : engine_->step_count();
 }
 
 StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const Config& config,
@@ -298,12 +318,8 @@ Status Trainer::Initialize() {
     HOIST_ASSIGN_OR_RETURN(log_bytes, LoadCheckpoint(resume_dir));
   } else {
     const uint64_t seed = config_.train.seed;
-    if (device_training_ != nullptr) {
-      HOIST_RETURN_IF_ERROR(device_training_->InitializeWeights(seed));
-    } else {
-      HOIST_RETURN_IF_ERROR(engine_->Initialize(
-          [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); }));
-    }
+    HOIST_RETURN_IF_ERROR(engine_->Initialize(
+        [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); }));
   }
   HOIST_ASSIGN_OR_RETURN(log_, JsonlLog::Open(config_.monitor.jsonl_path, rank, log_bytes));
   profile_last_step_ = step_ + config_.monitor.memory_profile_steps;  // counted from the start
@@ -331,42 +347,26 @@ StatusOr<StepRecord> Trainer::Step() {
   StepRecord record;
   record.step = step_ + 1;
   record.loss_scale = scaler_ != nullptr ? scaler_->scale() : 1.0f;
-  if (device_training_ != nullptr) {
-    HOIST_RETURN_IF_ERROR(device_training_->ZeroGrads());
-  } else {
-    HOIST_RETURN_IF_ERROR(engine_->ZeroGrads());
-  }
+  HOIST_RETURN_IF_ERROR(engine_->ZeroGrads());
   double loss_sum = 0.0;
   const float dloss = record.loss_scale / static_cast<float>(accumulation);
   auto& phase_s = record.phase_s;
-  const double recompute_before = model_ != nullptr ? model_->recompute_seconds() : 0.0;
+  const double recompute_before = model_->recompute_seconds();
   Status data = Status::Ok();
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     const auto t0 = Clock::now();
     if (Status read = train_loader_->Next(inputs, targets); data.ok()) data = read;
     const auto t1 = Clock::now();
-    if (device_training_ != nullptr) {
-      // The device's step has no per-block phases: forward (with the loss) and backward whole.
-      EnterPhase(PhaseKind::kForward);
-      HOIST_ASSIGN_OR_RETURN(const float loss,
-                             device_training_->Forward(inputs, targets, B, T, dloss));
-      loss_sum += loss;
-    } else {
-      loss_sum += model_->Forward(inputs, targets, B, T, dloss);
-    }
+    loss_sum += model_->Forward(inputs, targets, B, T, dloss);
     const auto t2 = Clock::now();
-    if (device_training_ != nullptr) {
-      EnterPhase(PhaseKind::kBackward);
-      HOIST_RETURN_IF_ERROR(device_training_->Backward());
-    } else {
-      model_->Backward();
-      HOIST_RETURN_IF_ERROR(engine_->status());
-    }
+    model_->Backward();
+    HOIST_RETURN_IF_ERROR(model_->status());
+    HOIST_RETURN_IF_ERROR(engine_->status());
     phase_s[int(StepPhase::kData)] += std::chrono::duration<double>(t1 - t0).count();
     phase_s[int(StepPhase::kForward)] += std::chrono::duration<double>(t2 - t1).count();
     phase_s[int(StepPhase::kBackward)] += SecondsSince(t2);
   }
-  if (model_ != nullptr) record.recompute_s = model_->recompute_seconds() - recompute_before;
+  record.recompute_s = model_->recompute_seconds() - recompute_before;
   EnterPhase(PhaseKind::kReduce);
   const auto reduce_start = Clock::now();
   // A shard that one rank could not read (truncated while training) stops every rank here.
@@ -387,13 +387,10 @@ StatusOr<StepRecord> Trainer::Step() {
                            : static_cast<float>(schedule_->LrAt(optimizer_steps() - 1));
   const double loss_reduce_s = SecondsSince(reduce_start);
   // The engine finishes the reduction and steps; with offload the step is the host's or NVMe's.
-  const bool offloaded =
-      engine_ != nullptr && engine_->options().offload_optimizer.place != zero::StatePlace::kDevice;
+  const bool offloaded = engine_->options().offload_optimizer.place != zero::StatePlace::kDevice;
   EnterPhase(offloaded ? PhaseKind::kOffload : PhaseKind::kOptimizer);
   HOIST_ASSIGN_OR_RETURN(zero::StepResult result,
-                         device_training_ != nullptr
-                             ? device_training_->Step(record.lr, record.loss_scale, clip_)
-                             : engine_->Step(record.lr, record.loss_scale, clip_));
+                         engine_->Step(record.lr, record.loss_scale, clip_));
   record.grad_norm = result.grad_norm;
   phase_s[int(StepPhase::kReduce)] = loss_reduce_s + result.reduce_s;
   phase_s[int(StepPhase::kOptimizer)] = result.optimizer_s;
@@ -445,17 +442,12 @@ StatusOr<float> Trainer::Evaluate() {
   Status data = Status::Ok();
   for (int64_t i = 0; i < steps; ++i) {
     if (Status read = val_loader_->Next(inputs, targets); data.ok()) data = read;
-    if (device_training_ != nullptr) {
-      HOIST_ASSIGN_OR_RETURN(const float loss,
-                             device_training_->Forward(inputs, targets, B, T, 0.0f));
-      sum += loss;
-      continue;
-    }
     sum += model_->Forward(inputs, targets, B, T);
+    HOIST_RETURN_IF_ERROR(model_->status());
     HOIST_RETURN_IF_ERROR(engine_->status());
   }
   // A parameter shard that could not be read was served as zeros: no loss from it.
-  if (engine_ != nullptr) HOIST_RETURN_IF_ERROR(engine_->AgreeOnDeferredErrors());
+  HOIST_RETURN_IF_ERROR(engine_->AgreeOnDeferredErrors());
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
   float loss = static_cast<float>(sum / static_cast<double>(steps));
   HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat32, comm::ReduceOp::kAvg));
@@ -495,15 +487,12 @@ Status Trainer::RunSteps() {
   const int rank = comm_->rank();
   if (out != nullptr) {
     *out << "hoist: training GPT-2 (" << config_.model.n_layer << " layers, "
-         << config_.model.n_embd << " channels, "
-         << (device_training_ != nullptr ? device_training_->num_parameters()
-                                         : model_->num_parameters())
-         << " parameters) for " << total << " steps of " << config_.train_batch_size << " x "
-         << config_.model.seq_len << " tokens on " << comm_->world_size()
-         << (comm_->world_size() == 1 ? " rank" : " ranks") << ", ZeRO stage " << config_.zero.stage
-         << ", " << DTypeName(config_.precision())
-         << (device_training_ != nullptr ? ", on " + device_training_->name() : std::string())
-         << ", from step " << step_ << "\n";
+         << config_.model.n_embd << " channels, " << model_->num_parameters() << " parameters) for "
+         << total << " steps of " << config_.train_batch_size << " x " << config_.model.seq_len
+         << " tokens on " << comm_->world_size() << (comm_->world_size() == 1 ? " rank" : " ranks")
+         << ", ZeRO stage " << config_.zero.stage << ", " << DTypeName(config_.precision())
+         << (options_.accelerator ? ", on " + backend_->name() : std::string()) << ", from step "
+         << step_ << "\n";
   }
   while (step_ < total) {
     HOIST_ASSIGN_OR_RETURN(StepRecord record, Step());
@@ -554,10 +543,12 @@ Status Trainer::RunSteps() {
       metrics.step_s = record.step_s;
       metrics.phase_s = record.phase_s;
       for (int op = 0; op < comm::kNumCollectiveOps; ++op) {
-        metrics.comm_bytes[op] = counting_->bytes(static_cast<comm::CollectiveOp>(op));
+        const auto collective = static_cast<comm::CollectiveOp>(op);
+        metrics.comm_bytes[op] =
+            counting_->bytes(collective) +
+            (device_counting_ != nullptr ? device_counting_->bytes(collective) : 0);
       }
-      const zero::OffloadStats offload =
-          engine_ != nullptr ? engine_->offload_stats() : zero::OffloadStats{};
+      const zero::OffloadStats offload = engine_->offload_stats();
       metrics.offload_bytes[0][0] = offload.from_host_bytes;  // read from host memory
       metrics.offload_bytes[1][0] = offload.to_host_bytes;
       metrics.offload_bytes[0][1] = offload.nvme_read_bytes;
@@ -590,10 +581,10 @@ Status Trainer::RunSteps() {
                         {"peak_total", PeakTotalJson(memory)},
                         {"peak_rss", ProcessPeakResidentBytes()}};
   end["skipped_steps"] = scaler_ != nullptr ? scaler_->skipped_steps() : bf16_skipped_steps_;
-  if (device_training_ != nullptr) {
+  if (accelerator_.memory_stats) {
     // The device allocator's view: reserved includes its cache, which the tables above omit.
-    const DeviceMemoryStats cache = device_training_->memory_stats();
-    end["device_allocator"] = {{"name", device_training_->name()},
+    const DeviceMemoryStats cache = accelerator_.memory_stats();
+    end["device_allocator"] = {{"name", backend_->name()},
                                {"allocated", cache.allocated},
                                {"reserved", cache.reserved},
                                {"max_allocated", cache.max_allocated},

@@ -21,16 +21,17 @@
 
 #include "comm/communicator.h"
 #include "comm/counting_communicator.h"
+#include "comm/staged_communicator.h"
 #include "comm/thread_communicator.h"
 #include "core/device.h"
 #include "core/file_system.h"
 #include "core/status.h"
 #include "kernels/cpu_backend.h"
+#include "runtime/accelerator.h"
 #include "runtime/config.h"
 #include "runtime/control.h"
 #include "runtime/control_server.h"
 #include "runtime/data_loader.h"
-#include "runtime/device_training.h"
 #include "runtime/gpt2.h"
 #include "runtime/jsonl_log.h"
 #include "runtime/loss_scaler.h"
@@ -72,10 +73,10 @@ struct TrainerOptions {
   // Where checkpoints are written and read (tests inject faults); nullptr: the real one. Must
   // outlive the trainer.
   FileSystem* checkpoint_fs = nullptr;
-  // Runs the step on an accelerator instead of the CPU model and the ZeRO engine (the hoist
-  // binary passes the CUDA one for --device cuda); empty: the CPU path. The job must pass
-  // SupportsDeviceTraining. Host-side buffers (the batch, the loaders) then count as kHost.
-  DeviceTrainingFactory device_training;
+  // The device the engine and the model compute on (the hoist binary passes the CUDA one for
+  // --device cuda); empty: the CPU. Host-side buffers (the batch, the loaders) then count as
+  // kHost, the accelerator's as its device's.
+  AcceleratorFactory accelerator;
 };
 
 // What one optimizer step did.
@@ -111,15 +112,8 @@ class Trainer {
 
   int64_t step() const { return step_; }
   const std::vector<float>& losses() const { return losses_; }
-  // The CPU path's model and engine (checked: not for a run with a DeviceTraining).
-  Gpt2Model& model() {
-    HOIST_CHECK(model_ != nullptr) << "the step runs on " << device_training_->name();
-    return *model_;
-  }
-  zero::ZeroEngine& engine() {
-    HOIST_CHECK(engine_ != nullptr) << "the step runs on " << device_training_->name();
-    return *engine_;
-  }
+  Gpt2Model& model() { return *model_; }
+  zero::ZeroEngine& engine() { return *engine_; }
   int rank() const { return comm_->rank(); }
   // The Prometheus endpoint; nullptr unless metrics.enabled.
   const MetricsExporter* metrics() const { return metrics_.get(); }
@@ -143,10 +137,12 @@ class Trainer {
     return options_.checkpoint_fs != nullptr ? *options_.checkpoint_fs : FileSystem::Posix();
   }
   Status PrepareOffload(const std::vector<zero::UnitSpec>& units, zero::ZeroOptions* options);
-  // Builds the engine and the CPU model, or the DeviceTraining.
+  // Builds the engine and the model on the compute backend (the accelerator's, or the CPU's).
   Status CreateModel();
-  // The optimizer steps taken, from whichever path runs the step.
-  int64_t optimizer_steps() const;
+  // Opens the accelerator and the communicator the engine's collectives take to its devices.
+  Status OpenAccelerator();
+  // The optimizer steps taken.
+  int64_t optimizer_steps() const { return engine_->step_count(); }
   // Restores the state saved in `step_dir`; returns the JSONL log's size at that checkpoint.
   StatusOr<int64_t> LoadCheckpoint(const std::string& step_dir);
   void PrintProgress(const StepRecord& record);
@@ -172,15 +168,24 @@ class Trainer {
   Config config_;
   TrainerOptions options_;
   CpuDevice device_;
-  kernels::CpuBackend backend_{&device_};         // the CPU path's compute backend, over device_
+  kernels::CpuBackend cpu_backend_{&device_};     // the compute backend without an accelerator
+  kernels::Backend* backend_ = &cpu_backend_;     // what the engine and the model compute on
   std::unique_ptr<comm::ThreadGroup> own_group_;  // a group of one, when training alone
   // The group's communicator, counting the bytes of each collective for the metrics.
   std::unique_ptr<comm::CountingCommunicator> counting_;
   comm::Communicator* comm_ = nullptr;
+  // With options.accelerator: after the host communicator its collectives may be formed over,
+  // before everything allocated from its backend.
+  Accelerator accelerator_;
+  // The engine's collectives between the accelerators' devices, where they stage through host
+  // memory.
+  std::unique_ptr<comm::StagedCommunicator> staged_;
+  // Or the accelerator's own collectives, counted for the metrics.
+  std::unique_ptr<comm::CountingCommunicator> device_counting_;
+  // What the engine's collectives go through: comm_, the accelerator's or staged_.
+  comm::Communicator* engine_comm_ = nullptr;
   std::unique_ptr<zero::ZeroEngine> engine_;
   std::unique_ptr<Gpt2Model> model_;
-  // The accelerator path (options.device_training); when set, engine_ and model_ are null.
-  std::unique_ptr<DeviceTraining> device_training_;
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<JsonlLog> log_;

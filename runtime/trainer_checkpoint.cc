@@ -34,7 +34,7 @@ Status Trainer::SaveCheckpoint() {
   // each rank writes the shard it owns.
   std::vector<float> master, m, v;
   StreamedBlobs streamed;
-  const bool on_nvme = engine_ != nullptr && engine_->states_on_nvme();
+  const bool on_nvme = engine_->states_on_nvme();
   if (on_nvme) {
     // Too large, perhaps, to hold in memory: written a sub-group at a time as they are read.
     const int64_t bytes = engine_->state_elements() * int64_t{sizeof(float)};
@@ -50,15 +50,11 @@ Status Trainer::SaveCheckpoint() {
           });
     };
   } else if (config_.zero.stage > 0 || rank == 0) {
-    // A DeviceTraining keeps stage 0's whole states: rank 0 writes them, as the engine's.
-    const int64_t elements = device_training_ != nullptr ? device_training_->state_elements()
-                                                         : engine_->state_elements();
+    const int64_t elements = engine_->state_elements();
     master.resize(static_cast<size_t>(elements));
     m.resize(static_cast<size_t>(elements));
     v.resize(static_cast<size_t>(elements));
-    HOIST_RETURN_IF_ERROR(device_training_ != nullptr
-                              ? device_training_->ReadState(master.data(), m.data(), v.data())
-                              : engine_->ReadState(master.data(), m.data(), v.data()));
+    HOIST_RETURN_IF_ERROR(engine_->ReadState(master.data(), m.data(), v.data()));
     const int64_t bytes = elements * int64_t{sizeof(float)};
     blobs.push_back({"master", master.data(), bytes});
     blobs.push_back({"adam_m", m.data(), bytes});
@@ -137,14 +133,13 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
         " but the job has stage " + std::to_string(config_.zero.stage) +
         "; resume with zero_optimization.stage " + std::to_string(saved_stage));
   }
-  const int64_t elements =
-      device_training_ != nullptr ? device_training_->state_elements() : engine_->state_elements();
+  const int64_t elements = engine_->state_elements();
   const int64_t bytes = elements * int64_t{sizeof(float)};
   // Skipped steps do not count: at most one optimizer step per step.
   HOIST_ASSIGN_OR_RETURN(int64_t optimizer_steps,
                          fields.Integer("optimizer_step_count", 0, reader.step()));
   std::vector<float> master, m, v;
-  const bool on_nvme = engine_ != nullptr && engine_->states_on_nvme();
+  const bool on_nvme = engine_->states_on_nvme();
   if (on_nvme) {
     // Straight from the shard file to the NVMe states, a sub-group at a time (no stage 0 here:
     // its states cannot be offloaded).
@@ -200,15 +195,8 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     int64_t loader_words[2];
     HOIST_RETURN_IF_ERROR(reader.Read("train_loader", loader_words, sizeof(loader_words)));
     HOIST_RETURN_IF_ERROR(train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]}));
-    if (device_training_ != nullptr) {
-      // The engine agrees inside RestoreState; here every rank learns whether all restored.
-      HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(
-          *comm_,
-          device_training_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps)));
-    } else {
-      HOIST_RETURN_IF_ERROR(
-          engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
-    }
+    HOIST_RETURN_IF_ERROR(
+        engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
   }
   if (scaler_ != nullptr) {
     if (!metadata.contains("loss_scaler")) {

@@ -1,6 +1,7 @@
-// Training speed of GPT-2 on one GPU: hoist's CudaGpt2Model + CudaAdamW against the same model,
-// batch and precision in PyTorch, eager and torch.compile, measured in the same run (a python3
-// child runs bench/gpu/torch_gpt2_bench.py right after hoist's steps, when torch imports).
+// Training speed of GPT-2 on one GPU: hoist's training step (Gpt2Model on the ZeRO engine, stage 0,
+// over the CUDA backend: what `hoist train --device cuda` runs) against the same model, batch and
+// precision in PyTorch, eager and torch.compile, measured in the same run (a python3 child runs
+// bench/gpu/torch_gpt2_bench.py right after hoist's steps, when torch imports).
 //
 // For each: tokens/s over timed training steps (forward, backward, AdamW) after warm-up, and MFU
 // = tokens/s x (6N + 12 L C T) / peak, N the parameters without the position embedding (nanoGPT's
@@ -23,18 +24,18 @@
 #include <string>
 #include <vector>
 
+#include "comm/staged_communicator.h"
+#include "comm/thread_communicator.h"
 #include "core/cuda/cuda_device.h"
-#include "core/cuda/stream.h"
+#include "core/cuda/pinned_host_device.h"
 #include "core/memory_tracker.h"
-#include "runtime/cuda/cuda_adamw.h"
-#include "runtime/cuda/gpt2_cuda.h"
+#include "kernels/cuda_backend.h"
+#include "runtime/gpt2.h"
+#include "zero/zero_engine.h"
 
 namespace {
 
-namespace kc = ::hoist::kernels::cuda;
 using hoist::DType;
-using hoist::runtime::CudaAdamW;
-using hoist::runtime::CudaGpt2Model;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
@@ -65,14 +66,20 @@ struct Measured {
 hoist::StatusOr<Measured> RunHoist(const hoist::runtime::ModelConfig& config, int B,
                                    const Options& o, DType type) {
   hoist::MemoryTracker tracker;
-  HOIST_ASSIGN_OR_RETURN(auto device, hoist::CudaDevice::Open(0, &tracker));
-  HOIST_ASSIGN_OR_RETURN(hoist::CudaStream stream, hoist::CudaStream::Create());
-  HOIST_ASSIGN_OR_RETURN(auto model,
-                         CudaGpt2Model::Create(config, B, o.seq, type, device.get(), stream));
-  HOIST_RETURN_IF_ERROR(model->InitializeWeights(1));
-  hoist::zero::AdamWParams adam;
-  adam.weight_decay = 0.1f;
-  HOIST_ASSIGN_OR_RETURN(auto optimizer, CudaAdamW::Create(model.get(), adam, device.get()));
+  HOIST_ASSIGN_OR_RETURN(auto backend, hoist::kernels::CudaBackend::Create(0, &tracker));
+  HOIST_ASSIGN_OR_RETURN(auto pinned, hoist::PinnedHostDevice::Open(&tracker));
+  HOIST_ASSIGN_OR_RETURN(auto group, hoist::comm::ThreadGroup::Create(1, 600.0));
+  hoist::comm::StagedCommunicator comm(&group->comm(0), backend.get(), pinned.get());
+  hoist::zero::ZeroOptions options;
+  options.compute_type = type;
+  options.adam.weight_decay = 0.1f;
+  const hoist::runtime::ParamLayout layout = hoist::runtime::ParamLayout::For(config);
+  HOIST_ASSIGN_OR_RETURN(
+      auto engine, hoist::zero::ZeroEngine::Create(layout.Units(), options, &comm, backend.get()));
+  HOIST_ASSIGN_OR_RETURN(auto model, hoist::runtime::Gpt2Model::Create(
+                                         config, B, o.seq, backend.get(), engine.get(), type));
+  HOIST_RETURN_IF_ERROR(engine->Initialize(
+      [&](int unit, float* out) { hoist::runtime::InitializeGpt2Unit(config, unit, 1, out); }));
   std::mt19937 rng(7);
   std::uniform_int_distribution<int32_t> token(0, config.vocab_size - 1);
   std::vector<int32_t> inputs(static_cast<size_t>(B) * o.seq), targets(inputs.size());
@@ -80,12 +87,14 @@ hoist::StatusOr<Measured> RunHoist(const hoist::runtime::ModelConfig& config, in
     inputs[i] = token(rng);
     targets[i] = token(rng);
   }
+  const hoist::Stream& stream = backend->compute_stream();
   auto step = [&]() -> hoist::Status {
-    HOIST_RETURN_IF_ERROR(model->ZeroGradients());
-    HOIST_ASSIGN_OR_RETURN(float loss, model->Forward(inputs.data(), targets.data(), B, o.seq, 1));
-    (void)loss;
-    HOIST_RETURN_IF_ERROR(model->Backward());
-    HOIST_ASSIGN_OR_RETURN(CudaAdamW::Result r, optimizer->Step(3e-4f, 1.0f, 1.0f));
+    HOIST_RETURN_IF_ERROR(engine->ZeroGrads());
+    (void)model->Forward(inputs.data(), targets.data(), B, o.seq, 1.0f);
+    model->Backward();
+    HOIST_RETURN_IF_ERROR(model->status());
+    HOIST_RETURN_IF_ERROR(engine->status());
+    HOIST_ASSIGN_OR_RETURN(hoist::zero::StepResult r, engine->Step(3e-4f, 1.0f, 1.0f));
     (void)r;
     return hoist::Status::Ok();
   };

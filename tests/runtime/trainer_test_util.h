@@ -23,8 +23,7 @@ struct RankRun {
   zero::OffloadStats offload;
 };
 
-// Trains `config` on `world` ranks; options.resume/resume_from apply to every rank. With
-// options.device_training only status, losses and memory are filled in.
+// Trains `config` on `world` ranks; options.resume/resume_from apply to every rank.
 inline std::vector<RankRun> TrainOnRanks(const Config& config, int world,
                                          const TrainerOptions& base = {}) {
   auto group = comm::ThreadGroup::Create(world, 60.0);
@@ -46,7 +45,6 @@ inline std::vector<RankRun> TrainOnRanks(const Config& config, int world,
       run.status = (*trainer)->Run();
       run.losses = (*trainer)->losses();
       run.memory = trackers[static_cast<size_t>(r)].Snapshot();
-      if (options.device_training) return;  // no engine: the step ran on the device
       run.states = (*trainer)->engine().model_state_bytes();
       run.total_real = (*trainer)->engine().plan().total_real();
       run.total_shard = (*trainer)->engine().plan().total_shard();

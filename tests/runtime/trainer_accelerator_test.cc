@@ -1,0 +1,185 @@
+// The trainer on an accelerator (TrainerOptions::accelerator) without a GPU: a CPU backend whose
+// streams run their work on worker threads, with memory counted as the device's, and the engine's
+// collectives staged through "pinned" host buffers as a GPU rank's are without NCCL. The engine,
+// the model and the arithmetic are the CPU's, so every result must equal the CPU's to the bit: a
+// loss read before its stream finished, a collective that read a buffer its producer had not
+// written yet, or a checkpoint taken from states still in flight would differ. And no backend op
+// may be handed pageable host memory where device memory belongs (live_memory), which on a GPU is
+// a fault.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/live_memory.h"
+#include "kernels/cpu_backend.h"
+#include "runtime/accelerator.h"
+#include "runtime/checkpoint.h"
+#include "runtime/trainer.h"
+#include "tests/runtime/config_test_util.h"
+#include "tests/runtime/trainer_test_util.h"
+
+namespace hoist::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_util::RankRun;
+using testing_util::TinyJob;
+using testing_util::TrainOnRanks;
+
+// A factory of threaded CPU accelerators. The devices the backends borrow live as long as the
+// factory (the trainer keeps its copy past its accelerator).
+AcceleratorFactory ThreadedCpu() {
+  struct Devices {
+    std::mutex mu;
+    std::vector<std::unique_ptr<CpuDevice>> owned;
+    Device* Add(Place place, MemoryTracker* tracker) {
+      std::lock_guard<std::mutex> lock(mu);
+      owned.push_back(std::make_unique<CpuDevice>(place, tracker));
+      return owned.back().get();
+    }
+  };
+  auto devices = std::make_shared<Devices>();
+  return [devices](const Config&, comm::Communicator*, int,
+                   MemoryTracker* tracker) -> StatusOr<Accelerator> {
+    Accelerator accelerator;
+    accelerator.backend = std::make_unique<kernels::CpuBackend>(
+        devices->Add(Place::kDevice, tracker), HostStream::Mode::kThreaded);
+    accelerator.staging = std::make_unique<CpuDevice>(Place::kHostPinned, tracker);
+    accelerator.memory_stats = [tracker] {
+      DeviceMemoryStats stats;
+      stats.allocated = stats.reserved = tracker->Snapshot().CurrentTotal(Place::kDevice);
+      return stats;
+    };
+    return accelerator;
+  };
+}
+
+std::vector<RankRun> Train(const Config& config, int world, AcceleratorFactory factory,
+                           TrainerOptions options = {}) {
+  options.accelerator = std::move(factory);
+  return TrainOnRanks(config, world, options);
+}
+
+void ExpectSameRun(const RankRun& got, const RankRun& want) {
+  ASSERT_TRUE(want.status.ok()) << want.status.ToString();
+  ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+  EXPECT_EQ(got.losses, want.losses);
+  EXPECT_EQ(got.params, want.params);
+}
+
+std::string TempDir(const char* name) {
+  const std::string dir =
+      ::testing::TempDir() + "/trainer_accelerator_" + name + "_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+TEST(TrainerAccelerator, TrainsTheCpuRunToTheBitOnEveryStage) {
+  live_memory::ScopedEnable checked;
+  const struct {
+    int world;
+    std::vector<std::string> set;
+  } jobs[] = {
+      {1, {"gradient_clipping=0.5"}},
+      {2, {"zero_optimization.stage=1"}},
+      {2, {"zero_optimization.stage=2", "bf16.enabled=true"}},
+      {2, {"zero_optimization.stage=3", "activation_checkpointing.policy=\"full\""}},
+      {1, {"fp16.enabled=true", "activation_checkpointing.policy=\"selective\""}},
+  };
+  for (const auto& job : jobs) {
+    std::string name = std::to_string(job.world) + " ranks";
+    for (const std::string& s : job.set) name += ", " + s;
+    SCOPED_TRACE(name);
+    const Config config = TinyJob(job.world, 5, job.set);
+    const std::vector<RankRun> want = Train(config, job.world, {});
+    const std::vector<RankRun> got = Train(config, job.world, ThreadedCpu());
+    for (int r = 0; r < job.world; ++r) ExpectSameRun(got[r], want[r]);
+    EXPECT_LT(got[0].losses.back(), got[0].losses.front());
+  }
+}
+
+TEST(TrainerAccelerator, HostBuffersCountAsHostAndTheModelAsDevice) {
+  const std::vector<RankRun> runs = Train(TinyJob(1, 5), 1, ThreadedCpu());
+  ASSERT_TRUE(runs[0].status.ok()) << runs[0].status.ToString();
+  const MemorySnapshot& memory = runs[0].memory;
+  EXPECT_GT(memory.Current(Place::kDevice, Category::kParam), 0);
+  EXPECT_GT(memory.Current(Place::kDevice, Category::kOptimizer), 0);
+  EXPECT_GT(memory.Current(Place::kDevice, Category::kActivation), 0);
+  EXPECT_GT(memory.Current(Place::kHost, Category::kActivation), 0);  // the batch
+  EXPECT_EQ(memory.Current(Place::kHost, Category::kParam), 0);
+}
+
+TEST(TrainerAccelerator, CheckpointsResumeOnEitherDevice) {
+  live_memory::ScopedEnable checked;
+  for (int stage : {0, 2}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const std::string dir = TempDir("resume");
+    const Config config = TinyJob(2, 6,
+                                  {"checkpoint.dir=\"" + dir + "\"", "checkpoint.interval_steps=3",
+                                   "zero_optimization.stage=" + std::to_string(stage)});
+    // Six steps on the accelerator, saving at 3 and 6; then steps 4-6 again from its step 3 on
+    // the CPU, and on the accelerator from the CPU's step 3.
+    const std::vector<RankRun> device_run = Train(config, 2, ThreadedCpu());
+    ASSERT_TRUE(device_run[0].status.ok()) << device_run[0].status.ToString();
+    TrainerOptions from_step3;
+    from_step3.resume_from = dir + "/" + CheckpointStepDirName(3);
+    const std::vector<RankRun> cpu_resumed = Train(config, 2, {}, from_step3);
+    ASSERT_TRUE(cpu_resumed[0].status.ok()) << cpu_resumed[0].status.ToString();
+    EXPECT_EQ(cpu_resumed[0].losses,
+              std::vector<float>(device_run[0].losses.begin() + 3, device_run[0].losses.end()));
+    EXPECT_EQ(cpu_resumed[0].params, device_run[0].params);
+
+    const std::vector<RankRun> cpu_run = Train(config, 2, {});  // overwrites the checkpoints
+    ASSERT_TRUE(cpu_run[0].status.ok()) << cpu_run[0].status.ToString();
+    const std::vector<RankRun> device_resumed = Train(config, 2, ThreadedCpu(), from_step3);
+    ASSERT_TRUE(device_resumed[0].status.ok()) << device_resumed[0].status.ToString();
+    EXPECT_EQ(device_resumed[0].losses,
+              std::vector<float>(cpu_run[0].losses.begin() + 3, cpu_run[0].losses.end()));
+    EXPECT_EQ(device_resumed[0].params, cpu_run[0].params);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(TrainerAccelerator, OneRankWithoutItsDeviceStopsEveryRankWithItsReason) {
+  AcceleratorFactory threaded = ThreadedCpu();
+  AcceleratorFactory flaky = [threaded](const Config& config, comm::Communicator* comm,
+                                        int local_rank,
+                                        MemoryTracker* tracker) -> StatusOr<Accelerator> {
+    if (comm->rank() == 1) return UnavailableError("rank 1 has no GPU");
+    return threaded(config, comm, local_rank, tracker);
+  };
+  const std::vector<RankRun> runs = Train(TinyJob(2, 5), 2, flaky);
+  for (const RankRun& run : runs) {
+    EXPECT_EQ(run.status.code(), StatusCode::kUnavailable);
+    EXPECT_THAT(run.status.message(), HasSubstr("rank 1 has no GPU"));
+  }
+}
+
+TEST(TrainerAccelerator, TheEndRecordCarriesTheDeviceAllocatorsFigures) {
+  const std::string path =
+      ::testing::TempDir() + "/trainer_accelerator_end_" + std::to_string(::getpid()) + ".jsonl";
+  const std::vector<RankRun> runs =
+      Train(TinyJob(1, 5, {"monitor.jsonl.path=\"" + path + "\""}), 1, ThreadedCpu());
+  ASSERT_TRUE(runs[0].status.ok()) << runs[0].status.ToString();
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line)) last = line;
+  const nlohmann::json end = nlohmann::json::parse(last);
+  ASSERT_EQ(end.value("event", ""), "end");
+  ASSERT_TRUE(end.contains("device_allocator"));
+  EXPECT_EQ(end["device_allocator"]["name"], "cpu (threaded streams)");
+  EXPECT_EQ(end["device_allocator"]["reserved"].get<int64_t>(),
+            runs[0].memory.CurrentTotal(Place::kDevice));
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace hoist::runtime
