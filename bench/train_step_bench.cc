@@ -1,10 +1,20 @@
 // Training-step throughput on the CPU, against the BLAS it runs on.
 //
-// For GPT-2 124M (B=4, T=64) and a small model it measures tokens/s of a full training step
-// (forward, backward, gradient norm, AdamW), the share of the step spent in matrix multiplies
-// (the step's GEMMs replayed alone, with the same shapes and flags), and the model FLOP rate over
-// the rate of a large square sgemm measured in the same run: the CPU "MFU". Machines are shared
-// and noisy, so every figure comes with its anchor from this run.
+// For GPT-2 124M (B=4, T=64) and a small model it measures tokens/s of the training step the
+// trainer takes (runtime/trainer.cc): Gpt2Model computing through a zero::ZeroEngine as its
+// ParamStore, ZeRO stage 0 on one rank (a comm::ThreadGroup of 1), the CPU backend, fp32. It
+// prints the share of the step spent in matrix multiplies (the step's GEMMs replayed alone, with
+// the same shapes and flags), and the model FLOP rate over the rate of a large square sgemm
+// measured in the same run: the CPU "MFU". Machines are shared and noisy, so every figure comes
+// with its anchor from this run.
+//
+// Each model's line is followed by its phases, as medians over the timed steps: forward and
+// backward timed around the model's calls, and the gradient norm and AdamW as ZeroEngine::Step
+// reports them (StepResult::reduce_s: finishing the gradient reduction, which one rank skips, and
+// the global norm; StepResult::optimizer_s: AdamW with clipping over this rank's shard, the whole
+// model in stage 0, and the gather of the updated weights, which stage 0 skips); the rest of the
+// step is ZeroGrads. This bench used to step runtime/optimizer.h's dense single-rank AdamW over
+// the model's own flat buffers, which the trainer does not run, and timed the step only whole.
 //
 //   train_step_bench [--steps N] [--only small|124m]
 #include <cblas.h>
@@ -14,24 +24,33 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "comm/thread_communicator.h"
 #include "core/cpu_features.h"
 #include "core/random.h"
 #include "kernels/cpu/blas_info.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu_backend.h"
 #include "runtime/gpt2.h"
-#include "runtime/optimizer.h"
+#include "zero/zero_engine.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using hoist::runtime::Gpt2Model;
 using hoist::runtime::ModelConfig;
+using hoist::runtime::ParamLayout;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 // Median of `runs` timings of fn().
@@ -43,8 +62,7 @@ double MedianSeconds(int runs, Fn fn) {
     fn();
     times.push_back(Seconds(start, Clock::now()));
   }
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return Median(std::move(times));
 }
 
 std::vector<float> RandomVector(size_t n, uint64_t seed) {
@@ -113,20 +131,35 @@ struct Measurement {
   const char* name;
   double params, step_s, gemm_s, tokens, flops;
   int B, T;
+  // Phases of the step (medians): the model's passes, and what ZeroEngine::Step reports.
+  double forward_s, backward_s, norm_s, adamw_s;
 };
+
+// Stops the bench with `status`'s message, naming what failed.
+void CheckOk(const hoist::Status& status, const char* what) {
+  if (status.ok()) return;
+  std::fprintf(stderr, "train_step_bench: %s: %s\n", what, status.ToString().c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T ValueOrExit(hoist::StatusOr<T> value, const char* what) {
+  CheckOk(value.status(), what);
+  return std::move(value).value();
+}
 
 Measurement MeasureModel(const char* name, const ModelConfig& m, int B, int T, int steps) {
   hoist::CpuDevice device(hoist::Place::kDevice);
-  auto model_or = Gpt2Model::Create(m, B, T, &device);
-  if (!model_or.ok()) {
-    std::fprintf(stderr, "%s\n", model_or.status().ToString().c_str());
-    std::exit(1);
-  }
-  std::unique_ptr<Gpt2Model> model = std::move(model_or).value();
-  model->InitializeWeights(1337);
-  hoist::runtime::OptimizerConfig opt;
-  auto optimizer = hoist::runtime::AdamWOptimizer::Create(opt, model->layout(), &device);
-  if (!optimizer.ok()) std::exit(1);
+  hoist::kernels::CpuBackend backend(&device);
+  auto group = ValueOrExit(hoist::comm::ThreadGroup::Create(1, 600.0), "one-rank group");
+  // ZeroOptions' defaults: stage 0, fp32, and AdamW with runtime/config.h's defaults.
+  const hoist::zero::ZeroOptions options;
+  auto engine = ValueOrExit(hoist::zero::ZeroEngine::Create(ParamLayout::For(m).Units(), options,
+                                                            &group->comm(0), &backend),
+                            "ZeroEngine::Create");
+  auto model = ValueOrExit(Gpt2Model::Create(m, B, T, &backend, engine.get()), "Gpt2Model::Create");
+  CheckOk(engine->Initialize([&](int unit, float* out) { model->InitializeUnit(unit, 1337, out); }),
+          "ZeroEngine::Initialize");
 
   hoist::Rng rng(7);
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
@@ -134,17 +167,33 @@ Measurement MeasureModel(const char* name, const ModelConfig& m, int B, int T, i
     inputs[i] = int32_t(rng.NextU64() % uint64_t(m.vocab_size));
     targets[i] = int32_t(rng.NextU64() % uint64_t(m.vocab_size));
   }
+  struct StepTimes {
+    double step_s, forward_s, backward_s, norm_s, adamw_s;
+  };
   auto step = [&] {
-    model->ZeroGradients();
+    const auto start = Clock::now();
+    CheckOk(engine->ZeroGrads(), "ZeroEngine::ZeroGrads");
+    const auto zeroed = Clock::now();
     model->Forward(inputs.data(), targets.data(), B, T, 1.0f);
+    const auto forwarded = Clock::now();
     model->Backward();
-    double norm =
-        hoist::runtime::AdamWOptimizer::GradientNorm(model->grads(), model->num_parameters());
-    float scale = hoist::runtime::AdamWOptimizer::ClipScale(norm, 1.0f);
-    (*optimizer)->Step(model->params(), model->grads(), 1e-4f, scale);
+    const auto backwarded = Clock::now();
+    CheckOk(model->status(), "the model's passes");
+    CheckOk(engine->status(), "the engine during the passes");
+    const hoist::zero::StepResult result = ValueOrExit(
+        engine->Step(1e-4f, /*loss_scale=*/1.0f, /*max_norm=*/1.0f), "ZeroEngine::Step");
+    return StepTimes{Seconds(start, Clock::now()), Seconds(zeroed, forwarded),
+                     Seconds(forwarded, backwarded), result.reduce_s, result.optimizer_s};
   };
   step();  // warm-up: first touch of every page
-  const double step_s = MedianSeconds(steps, step);
+  std::vector<StepTimes> timed;
+  for (int i = 0; i < steps; ++i) timed.push_back(step());
+  auto median = [&](double StepTimes::*phase) {
+    std::vector<double> v;
+    for (const StepTimes& t : timed) v.push_back(t.*phase);
+    return Median(std::move(v));
+  };
+  const double step_s = median(&StepTimes::step_s);
   const double gemm_s = ReplayGemms(StepGemms(m, B, T), steps);
 
   const double tokens = double(B) * T;
@@ -154,7 +203,18 @@ Measurement MeasureModel(const char* name, const ModelConfig& m, int B, int T, i
   // does); wte is counted, since the tied LM head multiplies by it.
   const double matmul_params = params - double(model->layout().sizes[hoist::runtime::kWpe]);
   const double flops = tokens * (6.0 * matmul_params + 12.0 * m.n_layer * m.n_embd * T);
-  return Measurement{name, params, step_s, gemm_s, tokens, flops, B, T};
+  return Measurement{name,
+                     params,
+                     step_s,
+                     gemm_s,
+                     tokens,
+                     flops,
+                     B,
+                     T,
+                     median(&StepTimes::forward_s),
+                     median(&StepTimes::backward_s),
+                     median(&StepTimes::norm_s),
+                     median(&StepTimes::adamw_s)};
 }
 
 void Print(const Measurement& r, double anchor_flops) {
@@ -164,6 +224,12 @@ void Print(const Measurement& r, double anchor_flops) {
       "model %6.1f GFLOP/s  MFU(vs sgemm) %.3f\n",
       r.name, r.params, r.B, r.T, r.step_s * 1e3, r.tokens / r.step_s, 100.0 * r.gemm_s / r.step_s,
       model_rate * 1e-9, model_rate / anchor_flops);
+  std::printf(
+      "%-10s phases: forward %8.1f ms  backward %8.1f ms  gradient norm %6.1f ms  "
+      "AdamW %6.1f ms  (of the step %5.1f%% %5.1f%% %5.1f%% %5.1f%%)\n",
+      "", r.forward_s * 1e3, r.backward_s * 1e3, r.norm_s * 1e3, r.adamw_s * 1e3,
+      100.0 * r.forward_s / r.step_s, 100.0 * r.backward_s / r.step_s, 100.0 * r.norm_s / r.step_s,
+      100.0 * r.adamw_s / r.step_s);
 }
 
 }  // namespace
