@@ -11,24 +11,47 @@
 namespace hoist::runtime {
 
 // The store a model owns when none is given: every unit whole, in one fp32 buffer each for the
-// weights and the gradients.
+// weights and the gradients. A model that computes in a 16-bit type gets its weights rounded to
+// it on every acquire, through a copy of the unit (tests and tools; training goes through the
+// ZeRO engine, which keeps its 16-bit copy).
 class Gpt2Model::FlatStore final : public zero::ParamStore {
  public:
-  FlatStore(const ParamLayout& layout, Buffer params, Buffer grads)
-      : layout_(layout), params_(std::move(params)), grads_(std::move(grads)) {}
-  const float* AcquireParams(int unit) override { return params() + layout_.unit_offsets[unit]; }
+  FlatStore(const ParamLayout& layout, kernels::Backend* backend, DType type, Buffer params,
+            Buffer grads, Buffer typed)
+      : layout_(layout),
+        backend_(backend),
+        type_(type),
+        params_(std::move(params)),
+        grads_(std::move(grads)),
+        typed_(std::move(typed)) {}
+  const void* AcquireParams(int unit) override {
+    float* weights = params() + layout_.unit_offsets[unit];
+    if (type_ == DType::kFloat32) return weights;
+    void* typed = ElementPtr(typed_.data(), type_, layout_.unit_offsets[unit]);
+    const Status cast = backend_->Cast(typed, type_, weights, DType::kFloat32,
+                                       layout_.unit_size(unit), backend_->compute_stream());
+    if (!cast.ok()) {
+      if (status_.ok()) status_ = cast;
+      return nullptr;
+    }
+    return typed;
+  }
+  DType param_type() const override { return type_; }
   void ReleaseParams(int) override {}
   void Prefetch(int) override {}
   float* AcquireGrads(int unit) override { return grads() + layout_.unit_offsets[unit]; }
   void ReleaseGrads(int) override {}
-  Status status() const override { return Status::Ok(); }
+  Status status() const override { return status_; }
 
   float* params() { return params_.as<float>(); }
   float* grads() { return grads_.as<float>(); }
 
  private:
   const ParamLayout& layout_;
-  Buffer params_, grads_;
+  kernels::Backend* backend_;
+  DType type_;
+  Buffer params_, grads_, typed_;
+  Status status_;
 };
 
 Gpt2Model::Gpt2Model(const ModelConfig& config, int max_B, int max_T, DType activation_type,
@@ -78,6 +101,11 @@ StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
     return InvalidArgumentError("activation_checkpointing.every_k must be >= 1, found " +
                                 std::to_string(checkpointing.every_k));
   }
+  if (store != nullptr && store->param_type() != activation_type) {
+    return InvalidArgumentError(std::string("the model computes in ") + DTypeName(activation_type) +
+                                " but its parameter store serves " +
+                                DTypeName(store->param_type()));
+  }
   std::unique_ptr<Gpt2Model> model(
       new Gpt2Model(config, max_B, max_T, activation_type, checkpointing));
   model->store_ = store;
@@ -113,7 +141,14 @@ Status Gpt2Model::Allocate(Device* device) {
     const int64_t bytes = layout_.total * int64_t{sizeof(float)};
     HOIST_ASSIGN_OR_RETURN(Buffer params, device->Allocate(bytes, Category::kParam));
     HOIST_ASSIGN_OR_RETURN(Buffer grads, device->Allocate(bytes, Category::kGrad));
-    own_store_ = std::make_unique<FlatStore>(layout_, std::move(params), std::move(grads));
+    Buffer typed;
+    if (activation_type_ != DType::kFloat32) {
+      HOIST_ASSIGN_OR_RETURN(
+          typed,
+          device->Allocate(layout_.total * int64_t(DTypeSize(activation_type_)), Category::kParam));
+    }
+    own_store_ = std::make_unique<FlatStore>(layout_, backend_, activation_type_, std::move(params),
+                                             std::move(grads), std::move(typed));
     store_ = own_store_.get();
   }
   ActivationBytes bytes;
@@ -140,82 +175,76 @@ Status Gpt2Model::AllocateActivations(Device* device, ActivationBytes* bytes) {
   const int64_t L = config_.n_layer, C = config_.n_embd, NH = config_.n_head;
   const int64_t BT = int64_t{max_B_} * max_T_, T = max_T_;
   const int64_t Vp = config_.padded_vocab_size();
-  const bool half = half_activations();
+  const DType a = activation_type_, f32 = DType::kFloat32;
 
-  // Each entry: the pointer to set and its element count, laid out back to back.
+  // Each entry: the pointer to set (an fp32 array, or one in the activation type), its element
+  // count and type; laid out back to back.
   struct Slot {
-    float** ptr;
+    float** fp32;
+    void** typed;
     int64_t count;
+    DType type;
   };
+  auto fp32 = [&](float** ptr, int64_t count) { return Slot{ptr, nullptr, count, f32}; };
+  auto typed = [&](void** ptr, int64_t count) { return Slot{nullptr, ptr, count, a}; };
   std::vector<Slot> activation_slots = {
-      {&encoded_, BT * C},  {&ln1_mean_, L * BT},
-      {&ln1_rstd_, L * BT}, {&lse_, tiled() ? L * max_B_ * NH * T : 0},
-      {&ln2_mean_, L * BT}, {&ln2_rstd_, L * BT},
-      {&lnf_, BT * C},      {&lnf_mean_, BT},
-      {&lnf_rstd_, BT},     {&logits_, BT * Vp},
-      {&losses_, BT}};
+      typed(&encoded_, BT * C), fp32(&ln1_mean_, L * BT),
+      fp32(&ln1_rstd_, L * BT), fp32(&lse_, tiled() ? L * max_B_ * NH * T : 0),
+      fp32(&ln2_mean_, L * BT), fp32(&ln2_rstd_, L * BT),
+      typed(&lnf_, BT * C),     fp32(&lnf_mean_, BT),
+      fp32(&lnf_rstd_, BT),     typed(&logits_, BT * Vp),
+      fp32(&losses_, BT)};
   std::vector<Slot> pinned_slots;
-  // fp32 storage: a stack of the kept layers, and a working layer when some layer recomputes.
-  // 16-bit storage: one fp32 working layer; the kept layers are in stored_.
+  // Per saved tensor: a stack of the layers that keep it, and one working layer when some layer
+  // recomputes it.
   for (int s = 0; s < kNumSaved; ++s) {
     const auto i = static_cast<size_t>(s);
     const int64_t count = SavedCount(s, max_B_, max_T_);
-    if (half || kept_layers_[i] < L) activation_slots.push_back({&work_[i], count});
-    if (half) continue;
+    const DType type = SavedType(s);
+    if (kept_layers_[i] < L) activation_slots.push_back({nullptr, &work_[i], count, type});
     (KeptOnHost(s) ? pinned_slots : activation_slots)
-        .push_back({&stack_[i], kept_layers_[i] * count});
+        .push_back({nullptr, &stack_[i], kept_layers_[i] * count, type});
   }
-  const Slot scratch_slots[] = {{&dresidual_, BT * C}, {&dln_, BT * C},
-                                {&datty_, BT * C},     {&dqkv_, BT * 3 * C},
-                                {&dfch_, BT * 4 * C},  {&dfch_gelu_, BT * 4 * C}};
+  const Slot scratch_slots[] = {typed(&dresidual_, BT * C), typed(&dln_, BT * C),
+                                typed(&datty_, BT * C),     typed(&dqkv_, BT * 3 * C),
+                                typed(&dfch_, BT * 4 * C),  typed(&dfch_gelu_, BT * 4 * C)};
 
   // Every array starts on a 64-byte boundary so SIMD loads of row starts stay aligned.
-  auto padded = [](int64_t count) { return (count + 15) / 16 * 16; };
-  auto floats = [&](const auto& slots) {
-    int64_t total = 0;
-    for (const Slot& slot : slots) total += padded(slot.count);
-    return total;
+  auto padded = [](const Slot& slot) {
+    return (slot.count * static_cast<int64_t>(DTypeSize(slot.type)) + 63) / 64 * 64;
+  };
+  auto total = [&](const auto& slots) {
+    int64_t sum = 0;
+    for (const Slot& slot : slots) sum += padded(slot);
+    return sum;
   };
   auto carve = [&](const auto& slots, void* base) {
-    float* cursor = static_cast<float*>(base);
+    char* cursor = static_cast<char*>(base);
     for (const Slot& slot : slots) {
-      *slot.ptr = slot.count > 0 ? cursor : nullptr;
-      cursor += padded(slot.count);
+      void* at = slot.count > 0 ? cursor : nullptr;
+      if (slot.fp32 != nullptr) *slot.fp32 = static_cast<float*>(at);
+      if (slot.typed != nullptr) *slot.typed = at;
+      cursor += padded(slot);
     }
   };
-  // The 16-bit copies of the kept layers: each tensor's layers back to back.
-  const auto element = static_cast<int64_t>(DTypeSize(activation_type_));
-  int64_t stored_elements = 0, pinned_elements = 0;
-  if (half) {
-    for (int s = 0; s < kNumSaved; ++s) {
-      const auto i = static_cast<size_t>(s);
-      int64_t& total = KeptOnHost(s) ? pinned_elements : stored_elements;
-      stored_offset_[i] = total;
-      total += padded(kept_layers_[i] * SavedCount(s, max_B_, max_T_));
-    }
-  }
-  const int64_t pinned_bytes =
-      half ? pinned_elements * element : floats(pinned_slots) * int64_t{sizeof(float)};
-  const int64_t activation_bytes = floats(activation_slots) * int64_t{sizeof(float)};
-  const int64_t scratch_bytes = floats(scratch_slots) * int64_t{sizeof(float)};
+  const int64_t pinned_bytes = total(pinned_slots);
+  const int64_t activation_bytes = total(activation_slots);
+  const int64_t scratch_bytes = total(scratch_slots);
   const int64_t token_bytes = 2 * BT * int64_t{sizeof(int32_t)};  // inputs, then targets
-  // The backend's workspace for the direct attention; the CPU's kernels need none (and a
-  // footprint counted without a model is the CPU's).
+  // The backend's workspace for the attention; the CPU's kernels need none (and a footprint
+  // counted without a model is the CPU's).
   const int64_t attention_workspace_bytes =
       backend_ == nullptr || tiled()
           ? 0
           : backend_->AttentionWorkspaceBytes(max_B_, max_T_, static_cast<int>(C),
-                                              static_cast<int>(NH), DType::kFloat32);
+                                              static_cast<int>(NH), a);
   const int64_t tiled_workspace_bytes =
       backend_ == nullptr || !tiled()
           ? 0
           : backend_->TiledAttentionWorkspaceBytes(max_B_, max_T_, static_cast<int>(NH));
   const int64_t workspace_bytes = std::max(attention_workspace_bytes, tiled_workspace_bytes);
-  const int64_t stored_bytes = stored_elements * element;
-  const int64_t round_bytes = half ? BT * C * element : 0;
   const int64_t page = offload::PinnedHostPool::kPageBytes;
-  bytes->device =
-      activation_bytes + scratch_bytes + token_bytes + stored_bytes + round_bytes + workspace_bytes;
+  bytes->device = activation_bytes + scratch_bytes + token_bytes + workspace_bytes;
   bytes->host_pinned = (pinned_bytes + page - 1) / page * page;
   if (device == nullptr) return Status::Ok();
 
@@ -243,14 +272,10 @@ Status Gpt2Model::AllocateActivations(Device* device, ActivationBytes* bytes) {
   }
   host_losses_.resize(static_cast<size_t>(BT));
   host_tokens_.resize(static_cast<size_t>(2 * BT));
-  if (half) {
-    HOIST_ASSIGN_OR_RETURN(stored_, allocate(stored_bytes));
-    HOIST_ASSIGN_OR_RETURN(round_scratch_, allocate(round_bytes));
-  }
   if (pinned_bytes > 0) {
     pinned_pool_ = std::make_unique<offload::PinnedHostPool>(*device->tracker());
     HOIST_ASSIGN_OR_RETURN(pinned_, pinned_pool_->Allocate(pinned_bytes, Category::kActivation));
-    if (!half) carve(pinned_slots, pinned_.data());
+    carve(pinned_slots, pinned_.data());
   }
   return Status::Ok();
 }
@@ -266,53 +291,15 @@ int64_t Gpt2Model::SavedCount(int s, int B, int T) const {
   }
 }
 
-float* Gpt2Model::At(int s, int l) const {
-  const auto i = static_cast<size_t>(s);
-  const int index = kept_index_[i][static_cast<size_t>(l)];
-  if (half_activations() || index < 0) return work_[i];
-  return stack_[i] + index * SavedCount(s, last_B_, last_T_);
+DType Gpt2Model::SavedType(int s) const {
+  return s == kSavedAtt ? DType::kFloat32 : activation_type_;
 }
 
-void Gpt2Model::Keep(int s, int l) {
-  if (!half_activations()) return;
+void* Gpt2Model::At(int s, int l) const {
   const auto i = static_cast<size_t>(s);
   const int index = kept_index_[i][static_cast<size_t>(l)];
-  const int64_t count = SavedCount(s, last_B_, last_T_);
-  if (index < 0) {
-    Round(work_[i], count);
-    return;
-  }
-  void* base = KeptOnHost(s) ? pinned_.data() : stored_.data();
-  void* stored = ElementPtr(base, activation_type_, stored_offset_[i] + index * count);
-  if (!Ok(backend_->Cast(stored, activation_type_, work_[i], DType::kFloat32, count, stream())))
-    return;
-  (void)Ok(backend_->Cast(work_[i], DType::kFloat32, stored, activation_type_, count, stream()));
-}
-
-void Gpt2Model::Restore(int s, int l) {
-  if (!half_activations()) return;
-  const auto i = static_cast<size_t>(s);
-  const int index = kept_index_[i][static_cast<size_t>(l)];
-  if (index < 0) return;
-  const int64_t count = SavedCount(s, last_B_, last_T_);
-  const void* base = KeptOnHost(s) ? pinned_.data() : stored_.data();
-  const void* stored = ElementPtr(base, activation_type_, stored_offset_[i] + index * count);
-  (void)Ok(backend_->Cast(work_[i], DType::kFloat32, stored, activation_type_, count, stream()));
-}
-
-void Gpt2Model::Round(float* x, int64_t count) {
-  if (!half_activations()) return;
-  // Through the scratch a piece at a time: rounding is elementwise.
-  const int64_t piece = round_scratch_.bytes() / int64_t(DTypeSize(activation_type_));
-  for (int64_t begin = 0; begin < count; begin += piece) {
-    const int64_t n = std::min(piece, count - begin);
-    if (!Ok(backend_->Cast(round_scratch_.data(), activation_type_, x + begin, DType::kFloat32, n,
-                           stream())) ||
-        !Ok(backend_->Cast(x + begin, DType::kFloat32, round_scratch_.data(), activation_type_, n,
-                           stream()))) {
-      return;
-    }
-  }
+  if (index < 0) return work_[i];
+  return ElementPtr(stack_[i], SavedType(s), index * SavedCount(s, last_B_, last_T_));
 }
 
 bool Gpt2Model::Ok(const Status& op) {
@@ -320,8 +307,8 @@ bool Gpt2Model::Ok(const Status& op) {
   return status_.ok();
 }
 
-bool Gpt2Model::Zero(float* p, int64_t count) {
-  return Ok(backend_->Zero(p, count * int64_t{sizeof(float)}, stream()));
+bool Gpt2Model::Zero(void* p, int64_t count) {
+  return Ok(backend_->Zero(p, count * static_cast<int64_t>(DTypeSize(activation_type_)), stream()));
 }
 
 float* Gpt2Model::params() {
@@ -356,13 +343,16 @@ void Gpt2Model::InitializeWeights(uint64_t seed) {
 
 namespace {
 
-// One transformer block's tensors within its unit's buffer (weights or gradients).
+// One transformer block's tensors within its unit's buffer: the weights (T = const void, in the
+// store's type) or the gradients (T = float).
 template <typename T>
 struct BlockTensors {
   T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 
-  BlockTensors(T* unit, const ParamLayout& layout) {
-    auto at = [&](int tensor) { return unit + layout.local_offsets[tensor]; };
+  BlockTensors(T* unit, const ParamLayout& layout, DType type) {
+    auto at = [&](int tensor) {
+      return static_cast<T*>(ElementPtr(unit, type, layout.local_offsets[tensor]));
+    };
     ln1w = at(kLn1W), ln1b = at(kLn1B), qkvw = at(kQkvW), qkvb = at(kQkvB);
     attprojw = at(kAttProjW), attprojb = at(kAttProjB), ln2w = at(kLn2W), ln2b = at(kLn2B);
     fcw = at(kFcW), fcb = at(kFcB), fcprojw = at(kFcProjW), fcprojb = at(kFcProjB);
@@ -370,6 +360,10 @@ struct BlockTensors {
 };
 
 }  // namespace
+
+const void* Gpt2Model::Weight(const void* unit, int tensor) const {
+  return ElementPtr(unit, activation_type_, layout_.local_offsets[tensor]);
+}
 
 float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss) {
   HOIST_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_)
@@ -390,7 +384,7 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   // keeps the error in status(), which the caller checks after the pass: the pass stops there.
   const float kFailed = std::numeric_limits<float>::quiet_NaN();
   if (!store_->status().ok() || !status_.ok()) return kFailed;
-  const DType f = DType::kFloat32;
+  const DType a = activation_type_;
   const Stream& st = stream();
 
   EnterPhase(Phase::kForwardEmbedding, -1);
@@ -415,109 +409,75 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
                          kernels::CopyDirection::kHostToDevice, st))) {
     return kFailed;
   }
-  const float* embedding = store_->AcquireParams(kEmbedding);
+  const void* embedding = store_->AcquireParams(kEmbedding);
   if (embedding == nullptr) return kFailed;
   store_->Prefetch(1);
-  if (!Ok(backend_->EncoderForward(encoded_, inputs_, embedding + layout_.local_offsets[kWte],
-                                   embedding + layout_.local_offsets[kWpe], B, T, C, f, st))) {
+  if (!Ok(backend_->EncoderForward(encoded_, inputs_, Weight(embedding, kWte),
+                                   Weight(embedding, kWpe), B, T, C, a, st))) {
     return kFailed;
   }
-  Round(encoded_, BT * C);
   store_->ReleaseParams(kEmbedding);
-  const float* residual = encoded_;
+  const void* residual = encoded_;
   for (int l = 0; l < L; ++l) {
     EnterPhase(Phase::kForwardBlock, l);
-    const float* weights = store_->AcquireParams(1 + l);
+    const void* weights = store_->AcquireParams(1 + l);
     if (weights == nullptr) return kFailed;
-    const BlockTensors<const float> w(weights, layout_);
+    const BlockTensors<const void> w(weights, layout_, a);
     store_->Prefetch(l + 1 < L ? 2 + l : kFinal);
-    // Layer l's arrays: its slice of the kept stacks, or a working layer (16-bit storage, or a
-    // tensor this layer recomputes). In 16-bit storage `residual` is the working residual3,
-    // read before this layer overwrites it.
-    float* ln1 = At(kSavedLn1, l);
+    // Layer l's arrays: its slice of the kept stacks, or the working layer of a tensor it
+    // recomputes in backward.
+    void* ln1 = At(kSavedLn1, l);
     float* ln1_mean = ln1_mean_ + l * BT;
     float* ln1_rstd = ln1_rstd_ + l * BT;
-    float* qkv = At(kSavedQkv, l);
-    float* atty = At(kSavedAtty, l);
-    float* residual2 = At(kSavedResidual2, l);
-    float* ln2 = At(kSavedLn2, l);
+    void* qkv = At(kSavedQkv, l);
+    void* atty = At(kSavedAtty, l);
+    void* residual2 = At(kSavedResidual2, l);
+    void* ln2 = At(kSavedLn2, l);
     float* ln2_mean = ln2_mean_ + l * BT;
     float* ln2_rstd = ln2_rstd_ + l * BT;
-    float* fch = At(kSavedFch, l);
-    float* fch_gelu = At(kSavedFchGelu, l);
-    float* residual3 = At(kSavedResidual3, l);
-    float* scratch = dresidual_;  // free during forward: holds each projection's output
+    void* fch = At(kSavedFch, l);
+    void* fch_gelu = At(kSavedFchGelu, l);
+    void* residual3 = At(kSavedResidual3, l);
+    void* scratch = dresidual_;  // free during forward: holds each projection's output
 
-    if (!Ok(backend_->LayerNormForward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, N, C, f,
-                                       st))) {
-      return kFailed;
-    }
-    Keep(kSavedLn1, l);
-    if (!Ok(backend_->MatmulForward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, f, nullptr, st))) {
-      return kFailed;
-    }
-    Keep(kSavedQkv, l);
-    if (tiled()) {
-      if (!Ok(backend_->AttentionForwardTiled(atty, lse_ + int64_t{l} * B * NH * T, qkv, B, T, C,
-                                              NH, f, st))) {
-        return kFailed;
-      }
-    } else {
-      if (!Ok(backend_->AttentionForward(atty, At(kSavedAtt, l), qkv, attention_workspace_.data(),
-                                         B, T, C, NH, f, st))) {
-        return kFailed;
-      }
-      Keep(kSavedAtt, l);
-    }
-    Keep(kSavedAtty, l);
-    if (!Ok(backend_->MatmulForward(scratch, atty, w.attprojw, w.attprojb, N, C, C, f, nullptr,
-                                    st))) {
-      return kFailed;
-    }
-    Round(scratch, BT * C);
-    if (!Ok(backend_->ResidualForward(residual2, residual, scratch, BT * C, f, st))) return kFailed;
-    Keep(kSavedResidual2, l);
-    if (!Ok(backend_->LayerNormForward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, N, C, f,
-                                       st))) {
-      return kFailed;
-    }
-    Keep(kSavedLn2, l);
-    if (!Ok(backend_->MatmulForward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C, f, nullptr, st))) {
-      return kFailed;
-    }
-    Keep(kSavedFch, l);
-    if (!Ok(backend_->GeluForward(fch_gelu, fch, BT * 4 * C, f, st))) return kFailed;
-    Keep(kSavedFchGelu, l);
-    if (!Ok(backend_->MatmulForward(scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, f,
-                                    nullptr, st))) {
-      return kFailed;
-    }
-    Round(scratch, BT * C);
-    if (!Ok(backend_->ResidualForward(residual3, residual2, scratch, BT * C, f, st))) {
-      return kFailed;
-    }
-    Keep(kSavedResidual3, l);
-    if (!status_.ok()) return kFailed;  // a Keep's or Round's cast failed
+    const bool block =
+        Ok(backend_->LayerNormForward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, N, C, a,
+                                      st)) &&
+        Ok(backend_->MatmulForward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, a, nullptr, st)) &&
+        Ok(tiled() ? backend_->AttentionForwardTiled(atty, lse_ + int64_t{l} * B * NH * T, qkv, B,
+                                                     T, C, NH, a, st)
+                   : backend_->AttentionForward(atty, static_cast<float*>(At(kSavedAtt, l)), qkv,
+                                                attention_workspace_.data(), B, T, C, NH, a, st)) &&
+        Ok(backend_->MatmulForward(scratch, atty, w.attprojw, w.attprojb, N, C, C, a, nullptr,
+                                   st)) &&
+        Ok(backend_->ResidualForward(residual2, residual, scratch, BT * C, a, st)) &&
+        Ok(backend_->LayerNormForward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, N, C, a,
+                                      st)) &&
+        Ok(backend_->MatmulForward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C, a, nullptr, st)) &&
+        Ok(backend_->GeluForward(fch_gelu, fch, BT * 4 * C, a, st)) &&
+        Ok(backend_->MatmulForward(scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, a, nullptr,
+                                   st)) &&
+        Ok(backend_->ResidualForward(residual3, residual2, scratch, BT * C, a, st));
+    if (!block) return kFailed;
     store_->ReleaseParams(1 + l);
     residual = residual3;
   }
   EnterPhase(Phase::kForwardHead, -1);
-  const float* final_norm = store_->AcquireParams(kFinal);
+  const void* final_norm = store_->AcquireParams(kFinal);
   if (final_norm == nullptr) return kFailed;
   store_->Prefetch(kEmbedding);
   if (!Ok(backend_->LayerNormForward(lnf_, lnf_mean_, lnf_rstd_, residual,
-                                     final_norm + layout_.local_offsets[kLnfW],
-                                     final_norm + layout_.local_offsets[kLnfB], N, C, f, st))) {
+                                     Weight(final_norm, kLnfW), Weight(final_norm, kLnfB), N, C, a,
+                                     st))) {
     return kFailed;
   }
-  Round(lnf_, BT * C);
   store_->ReleaseParams(kFinal);
   // The LM head is tied to the token embedding: logits = lnf @ wte^T. A training forward keeps
   // the embeddings until Backward has used them for the head's gradient.
   embedding = store_->AcquireParams(kEmbedding);
   if (embedding == nullptr) return kFailed;
-  if (!Ok(backend_->MatmulForward(logits_, lnf_, embedding + layout_.local_offsets[kWte], nullptr,
-                                  N, C, Vp, f, nullptr, st))) {
+  if (!Ok(backend_->MatmulForward(logits_, lnf_, Weight(embedding, kWte), nullptr, N, C, Vp, a,
+                                  nullptr, st))) {
     return kFailed;
   }
 
@@ -527,7 +487,7 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
     return 0.0f;
   }
   if (!Ok(backend_->SoftmaxCrossEntropy(losses_, dloss > 0.0f ? logits_ : nullptr, logits_,
-                                        targets_, dloss / static_cast<float>(BT), N, V, Vp, f,
+                                        targets_, dloss / static_cast<float>(BT), N, V, Vp, a,
                                         st)) ||
       !Ok(backend_->Copy(host_losses_.data(), losses_, BT * int64_t{sizeof(float)},
                          kernels::CopyDirection::kDeviceToHost, st)) ||
@@ -540,59 +500,51 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   return static_cast<float>(sum / static_cast<double>(BT));
 }
 
-void Gpt2Model::RecomputeBlock(int l, const float* residual, const float* weights) {
+void Gpt2Model::RecomputeBlock(int l, const void* residual, const void* weights) {
   const int B = last_B_, T = last_T_;
   const int C = config_.n_embd, NH = config_.n_head;
   const int64_t BT = int64_t{B} * T;
   const int N = static_cast<int>(BT);
-  const DType f = DType::kFloat32;
+  const DType a = activation_type_;
   const Stream& st = stream();
-  const BlockTensors<const float> p(weights, layout_);
+  const BlockTensors<const void> p(weights, layout_, a);
   // The same ops, in forward's order, on the same inputs; each step runs only when its output
   // was not kept (a step's inputs are then kept or recomputed just before it). Every layer keeps
   // residual3, so the last projection never runs again. An op that fails stops the
   // recomputation; the caller sees it in status_.
   auto recompute = [&](int s) { return status_.ok() && !Kept(s, l); };
-  float* scratch = datty_;  // free until the attention projection's backward
-  if (recompute(kSavedLn1) &&
-      Ok(backend_->LayerNormForward(At(kSavedLn1, l), ln1_mean_ + l * BT, ln1_rstd_ + l * BT,
-                                    residual, p.ln1w, p.ln1b, N, C, f, st))) {
-    Round(At(kSavedLn1, l), SavedCount(kSavedLn1, B, T));
+  void* scratch = datty_;  // free until the attention projection's backward
+  if (recompute(kSavedLn1)) {
+    (void)Ok(backend_->LayerNormForward(At(kSavedLn1, l), ln1_mean_ + l * BT, ln1_rstd_ + l * BT,
+                                        residual, p.ln1w, p.ln1b, N, C, a, st));
   }
-  if (recompute(kSavedQkv) && Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), p.qkvw,
-                                                         p.qkvb, N, C, 3 * C, f, nullptr, st))) {
-    Round(At(kSavedQkv, l), SavedCount(kSavedQkv, B, T));
+  if (recompute(kSavedQkv)) {
+    (void)Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), p.qkvw, p.qkvb, N, C,
+                                     3 * C, a, nullptr, st));
   }
   if (recompute(kSavedAtty)) {
-    if (tiled()) {
-      (void)Ok(backend_->AttentionForwardTiled(At(kSavedAtty, l), lse_ + int64_t{l} * B * NH * T,
-                                               At(kSavedQkv, l), B, T, C, NH, f, st));
-    } else if (Ok(backend_->AttentionForward(At(kSavedAtty, l), At(kSavedAtt, l), At(kSavedQkv, l),
-                                             attention_workspace_.data(), B, T, C, NH, f, st))) {
-      Round(At(kSavedAtt, l), SavedCount(kSavedAtt, B, T));
-    }
-    Round(At(kSavedAtty, l), SavedCount(kSavedAtty, B, T));
+    (void)Ok(tiled() ? backend_->AttentionForwardTiled(At(kSavedAtty, l),
+                                                       lse_ + int64_t{l} * B * NH * T,
+                                                       At(kSavedQkv, l), B, T, C, NH, a, st)
+                     : backend_->AttentionForward(
+                           At(kSavedAtty, l), static_cast<float*>(At(kSavedAtt, l)),
+                           At(kSavedQkv, l), attention_workspace_.data(), B, T, C, NH, a, st));
   }
   if (recompute(kSavedResidual2) &&
-      Ok(backend_->MatmulForward(scratch, At(kSavedAtty, l), p.attprojw, p.attprojb, N, C, C, f,
+      Ok(backend_->MatmulForward(scratch, At(kSavedAtty, l), p.attprojw, p.attprojb, N, C, C, a,
                                  nullptr, st))) {
-    Round(scratch, BT * C);
-    if (Ok(backend_->ResidualForward(At(kSavedResidual2, l), residual, scratch, BT * C, f, st))) {
-      Round(At(kSavedResidual2, l), SavedCount(kSavedResidual2, B, T));
-    }
+    (void)Ok(backend_->ResidualForward(At(kSavedResidual2, l), residual, scratch, BT * C, a, st));
   }
-  if (recompute(kSavedLn2) &&
-      Ok(backend_->LayerNormForward(At(kSavedLn2, l), ln2_mean_ + l * BT, ln2_rstd_ + l * BT,
-                                    At(kSavedResidual2, l), p.ln2w, p.ln2b, N, C, f, st))) {
-    Round(At(kSavedLn2, l), SavedCount(kSavedLn2, B, T));
+  if (recompute(kSavedLn2)) {
+    (void)Ok(backend_->LayerNormForward(At(kSavedLn2, l), ln2_mean_ + l * BT, ln2_rstd_ + l * BT,
+                                        At(kSavedResidual2, l), p.ln2w, p.ln2b, N, C, a, st));
   }
-  if (recompute(kSavedFch) && Ok(backend_->MatmulForward(At(kSavedFch, l), At(kSavedLn2, l), p.fcw,
-                                                         p.fcb, N, C, 4 * C, f, nullptr, st))) {
-    Round(At(kSavedFch, l), SavedCount(kSavedFch, B, T));
+  if (recompute(kSavedFch)) {
+    (void)Ok(backend_->MatmulForward(At(kSavedFch, l), At(kSavedLn2, l), p.fcw, p.fcb, N, C, 4 * C,
+                                     a, nullptr, st));
   }
-  if (recompute(kSavedFchGelu) &&
-      Ok(backend_->GeluForward(At(kSavedFchGelu, l), At(kSavedFch, l), BT * 4 * C, f, st))) {
-    Round(At(kSavedFchGelu, l), SavedCount(kSavedFchGelu, B, T));
+  if (recompute(kSavedFchGelu)) {
+    (void)Ok(backend_->GeluForward(At(kSavedFchGelu, l), At(kSavedFch, l), BT * 4 * C, a, st));
   }
 }
 
@@ -610,41 +562,39 @@ void Gpt2Model::Backward() {
   const int64_t BT = int64_t{B} * T;
   const int N = static_cast<int>(BT);
   const int kEmbedding = 0, kFinal = L + 1;
-  const DType f = DType::kFloat32;
+  const DType a = activation_type_;
   const Stream& st = stream();
+  auto grad = [&](float* unit, int tensor) { return unit + layout_.local_offsets[tensor]; };
 
   // logits_ holds dlogits. dresidual_ carries the gradient of the residual stream down the
   // layers; the residual adds pass it through unchanged, so it is never copied. The embeddings'
   // gradient buffer stays with us from the head (first) to the token embedding (last).
   EnterPhase(Phase::kBackwardHead, -1);
-  const float* dlogits = logits_;
+  const void* dlogits = logits_;
   float* embedding_grads = store_->AcquireGrads(kEmbedding);
   if (embedding_grads == nullptr) return;
   {
-    const float* embedding = store_->AcquireParams(kEmbedding);  // still held since Forward
+    const void* embedding = store_->AcquireParams(kEmbedding);  // still held since Forward
     store_->Prefetch(kFinal);
     if (!Zero(dln_, BT * C) ||
-        !Ok(backend_->MatmulBackward(dln_, embedding_grads + layout_.local_offsets[kWte], nullptr,
-                                     dlogits, lnf_, embedding + layout_.local_offsets[kWte], N, C,
-                                     Vp, f, st))) {
+        !Ok(backend_->MatmulBackward(dln_, grad(embedding_grads, kWte), nullptr, dlogits, lnf_,
+                                     Weight(embedding, kWte), N, C, Vp, a, st))) {
       return;
     }
     store_->ReleaseParams(kEmbedding);
     store_->ReleaseParams(kEmbedding);
   }
   {
-    const float* final_norm = store_->AcquireParams(kFinal);
+    const void* final_norm = store_->AcquireParams(kFinal);
     if (final_norm == nullptr) return;
     if (L > 0) store_->Prefetch(L);
     float* final_grads = store_->AcquireGrads(kFinal);
     if (final_grads == nullptr) return;
     if (!Zero(dresidual_, BT * C)) return;
-    if (L > 0) Restore(kSavedResidual3, L - 1);
-    const float* last_residual = L > 0 ? At(kSavedResidual3, L - 1) : encoded_;
-    if (!Ok(backend_->LayerNormBackward(dresidual_, final_grads + layout_.local_offsets[kLnfW],
-                                        final_grads + layout_.local_offsets[kLnfB], dln_,
-                                        last_residual, final_norm + layout_.local_offsets[kLnfW],
-                                        lnf_mean_, lnf_rstd_, N, C, f, st))) {
+    const void* last_residual = L > 0 ? At(kSavedResidual3, L - 1) : encoded_;
+    if (!Ok(backend_->LayerNormBackward(
+            dresidual_, grad(final_grads, kLnfW), grad(final_grads, kLnfB), dln_, last_residual,
+            Weight(final_norm, kLnfW), lnf_mean_, lnf_rstd_, N, C, a, st))) {
       return;
     }
     store_->ReleaseGrads(kFinal);
@@ -653,21 +603,16 @@ void Gpt2Model::Backward() {
 
   for (int l = L - 1; l >= 0; --l) {
     EnterPhase(Phase::kBackwardBlock, l);
-    const float* weights = store_->AcquireParams(1 + l);
+    const void* weights = store_->AcquireParams(1 + l);
     if (weights == nullptr) return;
-    const BlockTensors<const float> w(weights, layout_);
+    const BlockTensors<const void> w(weights, layout_, a);
     if (l > 0) store_->Prefetch(l);
     float* grads = store_->AcquireGrads(1 + l);
     if (grads == nullptr) return;
-    const BlockTensors<float> g(grads, layout_);
-    // With 16-bit storage, refill the working layer: what this layer kept, and as its input the
-    // previous layer's residual3 (this layer's own is not needed here). Then recompute what it
-    // did not keep.
-    for (int s = 0; s < kNumSaved; ++s) {
-      if (s != kSavedResidual3) Restore(s, l);
-    }
-    if (l > 0) Restore(kSavedResidual3, l - 1);
-    const float* residual = l == 0 ? encoded_ : At(kSavedResidual3, l - 1);
+    const BlockTensors<float> g(grads, layout_, DType::kFloat32);
+    // The layer's input is the previous layer's residual3; what this layer did not keep is
+    // recomputed from it first.
+    const void* residual = l == 0 ? encoded_ : At(kSavedResidual3, l - 1);
     bool recomputes = false;
     for (int s = 0; s < kNumSaved; ++s) recomputes = recomputes || !Kept(s, l);
     if (recomputes) {
@@ -678,58 +623,55 @@ void Gpt2Model::Backward() {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     if (!status_.ok()) return;
-    const float* ln1 = At(kSavedLn1, l);
+    const void* ln1 = At(kSavedLn1, l);
     const float* ln1_mean = ln1_mean_ + l * BT;
     const float* ln1_rstd = ln1_rstd_ + l * BT;
-    const float* qkv = At(kSavedQkv, l);
-    const float* atty = At(kSavedAtty, l);
-    const float* residual2 = At(kSavedResidual2, l);
-    const float* ln2 = At(kSavedLn2, l);
+    const void* qkv = At(kSavedQkv, l);
+    const void* atty = At(kSavedAtty, l);
+    const void* residual2 = At(kSavedResidual2, l);
+    const void* ln2 = At(kSavedLn2, l);
     const float* ln2_mean = ln2_mean_ + l * BT;
     const float* ln2_rstd = ln2_rstd_ + l * BT;
-    const float* fch = At(kSavedFch, l);
-    const float* fch_gelu = At(kSavedFchGelu, l);
+    const void* fch = At(kSavedFch, l);
+    const void* fch_gelu = At(kSavedFchGelu, l);
 
     // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
     const bool mlp =
         Zero(dfch_gelu_, BT * 4 * C) &&
         Ok(backend_->MatmulBackward(dfch_gelu_, g.fcprojw, g.fcprojb, dresidual_, fch_gelu,
-                                    w.fcprojw, N, 4 * C, C, f, st)) &&
+                                    w.fcprojw, N, 4 * C, C, a, st)) &&
         Zero(dfch_, BT * 4 * C) &&
-        Ok(backend_->GeluBackward(dfch_, fch, dfch_gelu_, BT * 4 * C, f, st)) &&
+        Ok(backend_->GeluBackward(dfch_, fch, dfch_gelu_, BT * 4 * C, a, st)) &&
         Zero(dln_, BT * C) &&
-        Ok(backend_->MatmulBackward(dln_, g.fcw, g.fcb, dfch_, ln2, w.fcw, N, C, 4 * C, f, st)) &&
+        Ok(backend_->MatmulBackward(dln_, g.fcw, g.fcb, dfch_, ln2, w.fcw, N, C, 4 * C, a, st)) &&
         Ok(backend_->LayerNormBackward(dresidual_, g.ln2w, g.ln2b, dln_, residual2, w.ln2w,
-                                       ln2_mean, ln2_rstd, N, C, f, st));
+                                       ln2_mean, ln2_rstd, N, C, a, st));
     if (!mlp) return;
 
     // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
-    if (!Zero(datty_, BT * C) ||
-        !Ok(backend_->MatmulBackward(datty_, g.attprojw, g.attprojb, dresidual_, atty, w.attprojw,
-                                     N, C, C, f, st)) ||
-        !Zero(dqkv_, BT * 3 * C)) {
-      return;
-    }
-    const Status attention =
-        tiled() ? backend_->AttentionBackwardTiled(dqkv_, datty_, qkv, atty,
-                                                   lse_ + int64_t{l} * B * NH * T,
-                                                   attention_workspace_.data(), B, T, C, NH, f, st)
-                : backend_->AttentionBackward(dqkv_, datty_, qkv, At(kSavedAtt, l),
-                                              attention_workspace_.data(), B, T, C, NH, f, st);
-    if (!Ok(attention) || !Zero(dln_, BT * C) ||
-        !Ok(backend_->MatmulBackward(dln_, g.qkvw, g.qkvb, dqkv_, ln1, w.qkvw, N, C, 3 * C, f,
-                                     st)) ||
-        !Ok(backend_->LayerNormBackward(dresidual_, g.ln1w, g.ln1b, dln_, residual, w.ln1w,
-                                        ln1_mean, ln1_rstd, N, C, f, st))) {
-      return;
-    }
+    const bool attention =
+        Zero(datty_, BT * C) &&
+        Ok(backend_->MatmulBackward(datty_, g.attprojw, g.attprojb, dresidual_, atty, w.attprojw, N,
+                                    C, C, a, st)) &&
+        Zero(dqkv_, BT * 3 * C) &&
+        Ok(tiled() ? backend_->AttentionBackwardTiled(
+                         dqkv_, datty_, qkv, atty, lse_ + int64_t{l} * B * NH * T,
+                         attention_workspace_.data(), B, T, C, NH, a, st)
+                   : backend_->AttentionBackward(
+                         dqkv_, datty_, qkv, static_cast<const float*>(At(kSavedAtt, l)),
+                         attention_workspace_.data(), B, T, C, NH, a, st)) &&
+        Zero(dln_, BT * C) &&
+        Ok(backend_->MatmulBackward(dln_, g.qkvw, g.qkvb, dqkv_, ln1, w.qkvw, N, C, 3 * C, a,
+                                    st)) &&
+        Ok(backend_->LayerNormBackward(dresidual_, g.ln1w, g.ln1b, dln_, residual, w.ln1w, ln1_mean,
+                                       ln1_rstd, N, C, a, st));
+    if (!attention) return;
     store_->ReleaseGrads(1 + l);
     store_->ReleaseParams(1 + l);
   }
   EnterPhase(Phase::kBackwardEmbedding, -1);
-  if (!Ok(backend_->EncoderBackward(embedding_grads + layout_.local_offsets[kWte],
-                                    embedding_grads + layout_.local_offsets[kWpe], dresidual_,
-                                    inputs_, B, T, C, f, st))) {
+  if (!Ok(backend_->EncoderBackward(grad(embedding_grads, kWte), grad(embedding_grads, kWpe),
+                                    dresidual_, inputs_, B, T, C, a, st))) {
     return;
   }
   store_->ReleaseGrads(kEmbedding);
@@ -739,7 +681,9 @@ void Gpt2Model::Backward() {
 
 void Gpt2Model::ZeroGradients() {
   if (own_store_ == nullptr) return;
-  if (Zero(grads(), layout_.total)) (void)Ok(stream().Synchronize());
+  if (Ok(backend_->Zero(grads(), layout_.total * int64_t{sizeof(float)}, stream()))) {
+    (void)Ok(stream().Synchronize());
+  }
 }
 
 }  // namespace hoist::runtime

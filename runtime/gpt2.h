@@ -1,6 +1,7 @@
 // Gpt2Model: GPT-2 exactly as Hugging Face and llm.c define it — pre-LN blocks, learned
 // positions, tanh GELU, the LM head tied to the token embedding, the vocabulary padded to a
-// multiple of 128 — trained in fp32 arithmetic on the CPU kernels of kernels/cpu/ops.h.
+// multiple of 128 — computed through a device backend's ops (kernels/backend.h: the CPU's kernels
+// or the GPU's), in fp32 or a 16-bit type.
 //
 // The 16 parameter tensors of llm.c are grouped into units, the granularity at which ZeRO
 // partitions, gathers and reduces them: unit 0 holds the embeddings (wte, wpe), unit 1 + l
@@ -8,14 +9,16 @@
 // model gets each unit's weights from a zero::ParamStore right before it uses them and adds its
 // gradients to the buffer the store hands out (see zero/param_store.h), so the same model runs
 // with whole fp32 weights, mixed precision, or weights sharded across ranks. A model created
-// without a store owns a flat one: the units back to back in one fp32 buffer (params(), grads()).
+// without a store owns a flat one: the units back to back in one fp32 buffer (params(), grads()),
+// rounded to the activation type as each unit is acquired.
 // ParamLayout maps between that order and llm.c's tensor-major order, for its files.
 //
 // Activations are sized once for the largest micro-batch (B, T) given at construction; every
-// call may use a smaller B or T. With a 16-bit activation type (mixed precision) every op's
-// output is rounded to that type (round to nearest even) and the activations kept for backward
-// are stored in it: the arithmetic stays fp32, in one layer's fp32 working copy that backward
-// refills from the 16-bit store. With activation checkpointing a block keeps only part of what
+// call may use a smaller B or T. With a 16-bit activation type (mixed precision) the weights, the
+// activations and their gradients are all in that type and every op computes in it as the
+// backend defines (products and reductions accumulate in fp32, each output rounded once); the
+// layernorm statistics, the attention probabilities and the weight gradients stay fp32. With
+// activation checkpointing a block keeps only part of what
 // its backward reads (only its input under full and every_k, its matmul outputs under selective)
 // and backward recomputes the rest with the same kernels on the same inputs, so the gradients
 // are bit-identical to those of a run that kept everything. Memory is tracked: params as
@@ -112,8 +115,8 @@ class Gpt2Model {
       zero::ParamStore* store = nullptr, DType activation_type = DType::kFloat32,
       const ActivationCheckpointingConfig& checkpointing = {});
   // The same on `backend` (which must outlive the model): the model computes through its ops on
-  // its compute stream, in fp32, and allocates from its device. The Device form above makes a
-  // CPU backend of its own, inline.
+  // its compute stream, in activation_type (which must be the store's param_type()), and
+  // allocates from its device. The Device form above makes a CPU backend of its own, inline.
   static StatusOr<std::unique_ptr<Gpt2Model>> Create(
       const ModelConfig& config, int max_B, int max_T, kernels::Backend* backend,
       zero::ParamStore* store = nullptr, DType activation_type = DType::kFloat32,
@@ -176,8 +179,12 @@ class Gpt2Model {
   void ZeroGradients();
 
   // logits (B,T,Vp) of the last Forward, in the backend's device memory; only valid when it was
-  // called without dloss (Forward with dloss overwrites them with their gradient).
-  const float* logits() const { return logits_; }
+  // called without dloss (Forward with dloss overwrites them with their gradient). fp32 models
+  // only (checked).
+  const float* logits() const {
+    HOIST_CHECK(activation_type_ == DType::kFloat32) << "logits() of a 16-bit model";
+    return static_cast<const float*>(logits_);
+  }
 
   // The first error an op of the backend returned; a pass stops at it (Forward returns NaN), as
   // it does when the store fails. Ok otherwise.
@@ -205,7 +212,8 @@ class Gpt2Model {
   // cpu_checkpointing); with `device` null only counts their bytes into `bytes`.
   Status AllocateActivations(Device* device, ActivationBytes* bytes);
 
-  // The per-layer activations backward needs, stored in activation_type_ when it is 16-bit.
+  // The per-layer activations backward needs: the attention probabilities in fp32, the rest in
+  // the activation type.
   enum Saved {
     kSavedLn1,
     kSavedQkv,
@@ -218,30 +226,23 @@ class Gpt2Model {
     kSavedResidual3,
     kNumSaved
   };
-  bool half_activations() const { return activation_type_ != DType::kFloat32; }
   bool tiled() const { return config_.attention == AttentionKind::kTiled; }
   // Whether layer l keeps saved tensor s from forward to backward (otherwise backward recomputes
   // it). Every layer keeps its output, residual3: it is the next layer's input.
   bool Kept(int s, int l) const;
   // Whether the kept copy of s lives in pinned host memory (cpu_checkpointing's block inputs).
   bool KeptOnHost(int s) const;
-  // Elements of saved tensor s for one layer of a (B,T) batch.
+  // Elements of saved tensor s for one layer of a (B,T) batch, and their type.
   int64_t SavedCount(int s, int B, int T) const;
-  // The fp32 array layer l computes s into and backward reads it from: its own slice of the
-  // stack of kept layers (fp32 storage, kept), or the one working layer, which 16-bit storage
-  // refills from its kept copy and a recomputation rewrites.
-  float* At(int s, int l) const;
-  // Forward: rounds layer l's working s to the activation type in place and, if kept in 16-bit
-  // storage, stores it. No-op in fp32.
-  void Keep(int s, int l);
-  // Backward, 16-bit storage: refills the working s from layer l's kept copy. No-op in fp32 or
-  // when not kept.
-  void Restore(int s, int l);
-  // Rounds an fp32 array in place to the activation type (no-op in fp32).
-  void Round(float* x, int64_t count);
+  DType SavedType(int s) const;
+  // The array layer l computes s into and backward reads it from: its own slice of the stack of
+  // kept layers, or the one working layer that a recomputation rewrites.
+  void* At(int s, int l) const;
+  // Tensor `tensor` within a unit's weights.
+  const void* Weight(const void* unit, int tensor) const;
   // Backward: recomputes what layer l did not keep from what it kept, its input `residual` and
   // its unit's `weights`, exactly as forward computed it.
-  void RecomputeBlock(int l, const float* residual, const float* weights);
+  void RecomputeBlock(int l, const void* residual, const void* weights);
   void EnterPhase(Phase phase, int block) {
     if (phase_hook_) phase_hook_(phase, block);
   }
@@ -249,8 +250,8 @@ class Gpt2Model {
   // one did).
   bool Ok(const Status& op);
   const Stream& stream() const { return backend_->compute_stream(); }
-  // Zeroes `count` floats on the stream.
-  bool Zero(float* p, int64_t count);
+  // Zeroes `count` elements of the activation type on the stream.
+  bool Zero(void* p, int64_t count);
 
   ModelConfig config_;
   ParamLayout layout_;
@@ -267,41 +268,38 @@ class Gpt2Model {
   std::array<std::vector<int>, kNumSaved> kept_index_;
   std::array<int, kNumSaved> kept_layers_{};  // how many layers keep s
   Buffer activations_, scratch_;
-  Buffer stored_;                                   // 16-bit: the kept activations of every layer
-  std::array<int64_t, kNumSaved> stored_offset_{};  // elements, into stored_ (or pinned_)
-  Buffer round_scratch_;        // 16-bit: (B,T,C) elements, for rounding in place
   Buffer tokens_;               // the last forward's tokens and targets, 2 x (max_B, max_T) int32
   Buffer attention_workspace_;  // the backend's, for the direct attention (none on the CPU)
   std::vector<float> host_losses_;    // the losses read back for the mean
   std::vector<int32_t> host_tokens_;  // the caller's inputs and targets, copied up from here
-  // cpu_checkpointing: the kept block inputs (residual3 of every layer), fp32 or 16-bit.
+  // cpu_checkpointing: the kept block inputs (residual3 of every layer).
   std::unique_ptr<offload::PinnedHostPool> pinned_pool_;
   offload::PinnedBuffer pinned_;
 
-  // Activations of the last forward, carved out of activations_ for (max_B, max_T). For each
-  // saved tensor s: stack_[s] holds the layers that keep it (fp32 storage), work_[s] one working
-  // layer (16-bit storage, or when some layer does not keep s).
-  std::array<float*, kNumSaved> stack_{};
-  std::array<float*, kNumSaved> work_{};
-  float* encoded_ = nullptr;   // (B,T,C)
+  // Activations of the last forward, carved out of activations_ for (max_B, max_T), in the
+  // activation type unless said otherwise. For each saved tensor s: stack_[s] holds the layers
+  // that keep it, work_[s] one working layer when some layer does not keep s.
+  std::array<void*, kNumSaved> stack_{};
+  std::array<void*, kNumSaved> work_{};
+  void* encoded_ = nullptr;    // (B,T,C)
   float* ln1_mean_ = nullptr;  // (L,B,T)
   float* ln1_rstd_ = nullptr;  // (L,B,T)
   float* lse_ = nullptr;       // (L,B,NH,T) with tiled attention: log-sum-exp per query row
   float* ln2_mean_ = nullptr;  // (L,B,T)
   float* ln2_rstd_ = nullptr;  // (L,B,T)
-  float* lnf_ = nullptr;       // (B,T,C)
+  void* lnf_ = nullptr;        // (B,T,C)
   float* lnf_mean_ = nullptr;  // (B,T)
   float* lnf_rstd_ = nullptr;  // (B,T)
-  float* logits_ = nullptr;    // (B,T,Vp); holds dlogits after a Forward with dloss
+  void* logits_ = nullptr;     // (B,T,Vp); holds dlogits after a Forward with dloss
   float* losses_ = nullptr;    // (B,T)
 
-  // Backward scratch, reused by every layer, carved out of scratch_.
-  float* dresidual_ = nullptr;  // (B,T,C) gradient of the residual stream
-  float* dln_ = nullptr;        // (B,T,C)
-  float* datty_ = nullptr;      // (B,T,C)
-  float* dqkv_ = nullptr;       // (B,T,3C)
-  float* dfch_ = nullptr;       // (B,T,4C)
-  float* dfch_gelu_ = nullptr;  // (B,T,4C)
+  // Backward scratch in the activation type, reused by every layer, carved out of scratch_.
+  void* dresidual_ = nullptr;  // (B,T,C) gradient of the residual stream
+  void* dln_ = nullptr;        // (B,T,C)
+  void* datty_ = nullptr;      // (B,T,C)
+  void* dqkv_ = nullptr;       // (B,T,3C)
+  void* dfch_ = nullptr;       // (B,T,4C)
+  void* dfch_gelu_ = nullptr;  // (B,T,4C)
 
   // The last forward's batch, for Backward.
   int32_t* inputs_ = nullptr;   // (B,T) in tokens_

@@ -29,7 +29,7 @@ class RecordingStore final : public zero::ParamStore {
     params_ = std::move(device->Allocate(bytes, Category::kParam)).value();
     grads_ = std::move(device->Allocate(bytes, Category::kGrad)).value();
   }
-  const float* AcquireParams(int unit) override {
+  const void* AcquireParams(int unit) override {
     calls_->push_back({Op::kAcquireParams, unit});
     return params_.as<float>() + layout_.unit_offsets[unit];
   }

@@ -74,12 +74,6 @@ bool PrefetchGathers(const UnitPartition& part, int64_t live_elements, const Zer
          live_elements + part.padded <= options.stage3_max_live_parameters;
 }
 
-bool UsesWorkingParams(const ZeroOptions& options) {
-  return options.compute_type != DType::kFloat32;
-}
-
-int64_t WorkingParamBytes(const UnitPartition& part) { return part.size * int64_t{sizeof(float)}; }
-
 bool UsesWorkingGrads(const ZeroOptions& options) {
   return options.stage >= 2 || options.compute_type != DType::kFloat32;
 }
@@ -236,7 +230,6 @@ class Replay {
     acquire_count_.assign(n, 0);
     gathering_.assign(n, false);
     gathered_bytes_.assign(n, 0);
-    work_params_.assign(n, 0);
     grads_acquired_.assign(n, false);
     work_grads_.assign(n, 0);
   }
@@ -337,19 +330,11 @@ class Replay {
     const auto u = static_cast<size_t>(unit);
     if (acquire_count_[u]++ > 0) return;
     if (Sharded(unit) && !gathering_[u]) StartGather(unit);
-    if (!UsesWorkingParams(options_)) return;
-    work_params_[u] = WorkingParamBytes(plan_.unit(unit));
-    Add(Category::kParam, work_params_[u]);
-    // The fp32 copy is all the model needs: the gathered one goes at once.
-    Remove(Category::kParam, gathered_bytes_[u]);
-    gathered_bytes_[u] = 0;
   }
 
   void ReleaseParams(int unit) {
     const auto u = static_cast<size_t>(unit);
     if (--acquire_count_[u] > 0) return;
-    Remove(Category::kParam, work_params_[u]);
-    work_params_[u] = 0;
     if (!gathering_[u]) return;
     live_gathered_ -= plan_.unit(unit).padded;
     Remove(Category::kParam, gathered_bytes_[u]);
@@ -419,7 +404,6 @@ class Replay {
   std::vector<int> acquire_count_;
   std::vector<bool> gathering_;          // a gather started and not yet released
   std::vector<int64_t> gathered_bytes_;  // its buffer, while held
-  std::vector<int64_t> work_params_;     // fp32 working copies held
   std::vector<bool> grads_acquired_;
   std::vector<int64_t> work_grads_;  // fp32 working gradients held
   std::deque<Reduction> reductions_;

@@ -7,7 +7,7 @@
 //              live (device, pinned or pageable host memory, NVMe sub-group slots and the scratch
 //              file), the parameter-offload host shards, staging buffers and file;
 //   transient  allocated and freed while the model runs through the ParamStore calls and during
-//              Step: gathered units (stage 3), fp32 working copies of weights and gradients,
+//              Step: gathered units (stage 3), fp32 working gradients,
 //              gradient reductions in flight, the all-reduce staging buffer.
 // The transients depend on the order in which the model calls the ParamStore, so the estimate
 // replays that order (ModelPasses: the calls of one micro-batch's forward and backward) through
@@ -69,10 +69,6 @@ ModelStateBytes ModelStateBytesFor(const PartitionPlan& plan, const PartitionPla
 int64_t GatheredUnitBytes(const UnitPartition& part, const ZeroOptions& options);
 // Whether Prefetch starts gathering a unit while `live_elements` gathered elements are alive.
 bool PrefetchGathers(const UnitPartition& part, int64_t live_elements, const ZeroOptions& options);
-// AcquireParams hands out an fp32 working copy (kParam) of `part.size` elements when the compute
-// type is 16-bit.
-bool UsesWorkingParams(const ZeroOptions& options);
-int64_t WorkingParamBytes(const UnitPartition& part);
 // AcquireGrads hands out an fp32 working gradient (kGrad) of the padded unit, except in fp32
 // stages 0/1, which accumulate in place.
 bool UsesWorkingGrads(const ZeroOptions& options);

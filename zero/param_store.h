@@ -4,8 +4,9 @@
 // the final layernorm), the granularity at which ZeRO partitions, gathers and reduces. The model
 // asks for a unit's weights right before it computes with them and gives them back right after,
 // and it hints which unit comes next so a partitioned store can start gathering it early. Weights
-// are always fp32 in the unit's own layout (the model's offsets within the unit); how they are
-// stored (fp32 or a 16-bit compute type, whole or sharded across ranks) is the store's business.
+// come in the store's param_type() (fp32, or the 16-bit compute type of mixed precision, which
+// the model then computes in) in the unit's own layout (the model's offsets within the unit);
+// where they live between uses (whole or sharded across ranks, offloaded) is the store's business.
 //
 // Gradients follow the same protocol: AcquireGrads returns an fp32 buffer of the unit's size into
 // which the backward pass accumulates this micro-batch's gradient; ReleaseGrads hands it back
@@ -20,6 +21,7 @@
 // there (the store is failed; nothing more is asked of it).
 #pragma once
 
+#include "core/dtype.h"
 #include "core/status.h"
 
 namespace hoist::zero {
@@ -28,8 +30,11 @@ class ParamStore {
  public:
   virtual ~ParamStore() = default;
 
-  // The unit's weights as fp32, valid until ReleaseParams(unit); null when the store failed.
-  virtual const float* AcquireParams(int unit) = 0;
+  // The unit's weights in param_type(), valid until ReleaseParams(unit) and ordered before the
+  // work the caller enqueues after this call on the compute stream; null when the store failed.
+  virtual const void* AcquireParams(int unit) = 0;
+  // The element type of every unit AcquireParams hands out; fixed for the store's life.
+  virtual DType param_type() const { return DType::kFloat32; }
   virtual void ReleaseParams(int unit) = 0;
   // The model will acquire `unit` soon; a store may start fetching it. Never required.
   virtual void Prefetch(int unit) = 0;

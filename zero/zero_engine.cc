@@ -144,7 +144,6 @@ Status ZeroEngine::Allocate() {
   HOIST_RETURN_IF_ERROR(AllocateStates());
   HOIST_ASSIGN_OR_RETURN(norm_, device_->Allocate(EngineWorkspaceBytes(), Category::kWorkspace));
 
-  work_params_.resize(static_cast<size_t>(n));
   work_grads_.resize(static_cast<size_t>(n));
   acquired_params_.assign(static_cast<size_t>(n), nullptr);
   acquire_count_.assign(static_cast<size_t>(n), 0);
@@ -364,11 +363,9 @@ Status ZeroEngine::FinishPending(Pending& pending) {
 // memory estimate (class Replay in zero/memory_estimate.cc) mirrors those decisions to predict
 // the bytes, and its tests compare it with the tracker to the byte. A change to when buffers
 // come and go here must change Replay too.
-const float* ZeroEngine::AcquireParams(int unit) {
+const void* ZeroEngine::AcquireParams(int unit) {
   const auto u = static_cast<size_t>(unit);
   if (acquire_count_[u]++ > 0) return acquired_params_[u];
-  const DType type = options_.compute_type;
-  const UnitPartition& part = plan_.unit(unit);
   const void* source = whole_params(unit);
   if (!status_.ok()) return nullptr;
   if (source == nullptr) {  // stage 3, sharded: gather it (unless a prefetch already started)
@@ -378,25 +375,7 @@ const float* ZeroEngine::AcquireParams(int unit) {
     if (param_shards_ != nullptr) param_shards_->Release(unit);
     source = gathers_[u]->gathered.data();
   }
-  if (!UsesWorkingParams(options_)) {
-    acquired_params_[u] = static_cast<const float*>(source);
-  } else {
-    StatusOr<Buffer> work =
-        AllocateTransient(WorkingParamBytes(part), Category::kParam,
-                          "the fp32 working weights of unit " + plan_.spec(unit).name, "");
-    if (!work.ok()) {
-      Fail(work.status());
-      return nullptr;
-    }
-    work_params_[u] = std::move(work).value();
-    Fail(
-        backend_->Cast(work_params_[u].data(), DType::kFloat32, source, type, part.size, stream()));
-    Fail(Sync());  // the model reads the copy, and the gathered unit goes below
-    acquired_params_[u] = work_params_[u].as<float>();
-    if (gathers_[u] != nullptr) {  // the fp32 copy is all the model needs now
-      gathers_[u]->gathered = Buffer();
-    }
-  }
+  acquired_params_[u] = source;
   return status_.ok() ? acquired_params_[u] : nullptr;
 }
 
@@ -405,9 +384,8 @@ void ZeroEngine::ReleaseParams(int unit) {
   HOIST_CHECK_GT(acquire_count_[u], 0) << "unit " << unit << " released but not acquired";
   if (--acquire_count_[u] > 0) return;
   acquired_params_[u] = nullptr;
-  // The model's ops on the stream may still read the working copy or the gathered unit.
-  if (!work_params_[u].empty() || gathers_[u] != nullptr) Fail(Sync());
-  work_params_[u] = Buffer();
+  // The model's ops on the stream may still read the gathered unit.
+  if (gathers_[u] != nullptr) Fail(Sync());
   if (gathers_[u] != nullptr) {
     live_gathered_ -= plan_.unit(unit).padded;
     gathers_[u].reset();

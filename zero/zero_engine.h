@@ -10,8 +10,9 @@
 //   all-gather) stage 3: params 1/N, grads 1/N, optimizer states 1/N                (all-gather per
 //   unit)
 // plus per-unit padding to a multiple of N (PartitionPlan) and transient buffers: fp32 working
-// copies of a unit's weights and gradients while the model uses them, gathered units in stage 3
-// and reduction buffers in flight (Category::kComm).
+// gradients of a unit while the model adds to them, gathered units in stage 3 and reduction
+// buffers in flight (Category::kComm). The model computes in the compute type: it gets the
+// weights as the engine stores them for it.
 //
 // The data path of one optimizer step:
 //   ZeroGrads; then per micro-batch the model's forward and backward through the ParamStore calls.
@@ -143,7 +144,10 @@ class ZeroEngine final : public ParamStore {
   Status Initialize(const std::function<void(int unit, float* out)>& fill);
 
   // ParamStore.
-  const float* AcquireParams(int unit) override;
+  // The weights in the compute type (ZeroOptions::compute_type): the engine's own 16-bit copy,
+  // or a gathered unit in stage 3.
+  const void* AcquireParams(int unit) override;
+  DType param_type() const override { return options_.compute_type; }
   void ReleaseParams(int unit) override;
   void Prefetch(int unit) override;
   float* AcquireGrads(int unit) override;
@@ -300,9 +304,9 @@ class ZeroEngine final : public ParamStore {
   std::unique_ptr<offload::StateSwapper> swapper_;  // StatePlace::kNvme
   OffloadStats offload_stats_;
 
-  // Per unit: the fp32 working copy handed to the model, if any.
-  std::vector<Buffer> work_params_, work_grads_;
-  std::vector<const float*> acquired_params_;
+  // Per unit: the fp32 working gradient handed to the model, if any, and the weights it holds.
+  std::vector<Buffer> work_grads_;
+  std::vector<const void*> acquired_params_;
   std::vector<int> acquire_count_;
   // Stage 3: gathered compute-type copies, ready or in flight.
   std::vector<std::unique_ptr<Pending>> gathers_;

@@ -152,27 +152,49 @@ Outcome Train(const Job& job, bool gpu) {
   return outcome;
 }
 
+struct Spread {
+  double losses = 0;   // the largest relative difference of a micro-batch's loss
+  double weights = 0;  // the relative L2 distance of the final weights
+};
+
+Spread Measure(const Outcome& got, const Outcome& want) {
+  Spread spread;
+  for (size_t i = 0; i < want.losses.size() && i < got.losses.size(); ++i) {
+    spread.losses = std::max(spread.losses, std::fabs(double(got.losses[i]) - want.losses[i]) /
+                                                std::fabs(double(want.losses[i])));
+  }
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.params.size() && i < got.params.size(); ++i) {
+    diff += (double(got.params[i]) - want.params[i]) * (double(got.params[i]) - want.params[i]);
+    norm += double(want.params[i]) * want.params[i];
+  }
+  spread.weights = std::sqrt(diff / norm);
+  return spread;
+}
+
 void ExpectClose(const Outcome& got, const Outcome& want, double tolerance) {
   ASSERT_TRUE(got.status.ok()) << got.status.ToString();
   ASSERT_TRUE(want.status.ok()) << want.status.ToString();
   ASSERT_EQ(got.losses.size(), want.losses.size());
-  double worst_loss = 0;
   for (size_t i = 0; i < want.losses.size(); ++i) {
     EXPECT_NEAR(got.losses[i], want.losses[i], tolerance * std::fabs(want.losses[i]))
         << "step " << i / kMicroBatches << ", micro-batch " << i % kMicroBatches;
-    worst_loss = std::max(worst_loss, std::fabs(double(got.losses[i]) - want.losses[i]) /
-                                          std::fabs(double(want.losses[i])));
   }
   ASSERT_EQ(got.params.size(), want.params.size());
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.params.size(); ++i) {
-    diff += (double(got.params[i]) - want.params[i]) * (double(got.params[i]) - want.params[i]);
-    norm += double(want.params[i]) * want.params[i];
-  }
-  EXPECT_LT(std::sqrt(diff / norm), tolerance) << "the weights after " << kSteps << " steps";
+  const Spread spread = Measure(got, want);
+  EXPECT_LT(spread.weights, tolerance) << "the weights after " << kSteps << " steps";
   std::printf("  losses within %.2e of the CPU's, weights within %.2e (tolerance %.0e)\n",
-              worst_loss, std::sqrt(diff / norm), tolerance);
+              spread.losses, spread.weights, tolerance);
 }
+
+// The 16-bit tolerance. Two correct bf16 runs differ where their sums are added in another order
+// and a value near a rounding boundary rounds the other way, and the difference grows with the
+// steps; each is a bf16 rounding of the fp32 run, so a GPU run is held to about as far from the
+// CPU's bf16 run as bf16 itself is from fp32 (measured on the CPU below: 1.95e-3 of the weights,
+// 1.1e-4 of the losses; the H100 run of stage2_bf16 was 1.94e-3 and 4.7e-5 from the CPU's). A
+// step not taken, or one applied twice, moves the weights by about 7% of their norm (four steps of
+// AdamW at lr 1e-3) and fails it.
+constexpr double kSixteenBitTolerance = 5e-3;
 
 class CudaEngine : public ::testing::TestWithParam<Job> {};
 
@@ -185,10 +207,27 @@ TEST_P(CudaEngine, FollowsTheCpuBackend) {
   reference.world = 1;  // the oracle: one CPU rank
   const Outcome want = Train(reference, /*gpu=*/false);
   const Outcome got = Train(job, /*gpu=*/true);
-  // fp32: only the order of additions differs. bf16 storage rounds the same values on both
-  // sides, but a value near a rounding boundary can round either way. (Four steps of AdamW at
-  // lr 1e-3 move the weights by about 7% of their norm: a step not taken fails either bound.)
-  ExpectClose(got, want, job.storage == DType::kFloat32 ? 1e-4 : 2e-3);
+  // fp32: only the order of additions differs.
+  ExpectClose(got, want, job.storage == DType::kFloat32 ? 1e-4 : kSixteenBitTolerance);
+}
+
+// The measurement behind kSixteenBitTolerance, on the CPU alone: bf16 against fp32, the same job.
+TEST(CpuRegime, Bf16StaysWithinTheSixteenBitToleranceOfFp32) {
+  Job fp32;
+  fp32.stage = 2;
+  Job bf16 = fp32;
+  bf16.storage = DType::kBFloat16;
+  const Outcome want = Train(fp32, /*gpu=*/false);
+  const Outcome got = Train(bf16, /*gpu=*/false);
+  ASSERT_TRUE(want.status.ok()) << want.status.ToString();
+  ASSERT_TRUE(got.status.ok()) << got.status.ToString();
+  const Spread spread = Measure(got, want);
+  std::printf("  bf16 against fp32 on the CPU: losses within %.2e, weights within %.2e\n",
+              spread.losses, spread.weights);
+  EXPECT_LT(spread.weights, kSixteenBitTolerance);
+  EXPECT_LT(spread.losses, kSixteenBitTolerance);
+  // And bf16 is not fp32 by another name: the rounding shows.
+  EXPECT_GT(spread.weights, 1e-4);
 }
 
 Job Make(std::string name, int world, int stage) {

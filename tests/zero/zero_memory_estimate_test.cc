@@ -19,6 +19,7 @@
 
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
+#include "kernels/cpu/convert.h"
 #include "offload/memory_storage.h"
 #include "tests/zero/zero_test_util.h"
 #include "zero/memory_estimate.h"
@@ -108,11 +109,16 @@ struct EngineRun {
 
 // Makes `calls` on the engine as a model would: reads the weights, adds a gradient.
 void Drive(ZeroEngine& engine, const std::vector<UnitSpec>& units,
-           const std::vector<StoreCall>& calls, std::vector<const float*>& weights, int step) {
+           const std::vector<StoreCall>& calls, std::vector<std::vector<float>>& weights,
+           int step) {
   for (const StoreCall& call : calls) {
     const int u = call.unit;
     switch (call.op) {
-      case StoreCall::Op::kAcquireParams: weights[u] = engine.AcquireParams(u); break;
+      case StoreCall::Op::kAcquireParams:
+        weights[u].resize(static_cast<size_t>(units[u].size));
+        kernels::cpu::ToFloat(engine.AcquireParams(u), engine.param_type(), weights[u].data(),
+                              units[u].size);
+        break;
       case StoreCall::Op::kReleaseParams: engine.ReleaseParams(u); break;
       case StoreCall::Op::kPrefetch: engine.Prefetch(u); break;
       case StoreCall::Op::kAcquireGrads: {
@@ -154,7 +160,7 @@ std::vector<Measured> Measure(const EngineRun& run) {
         for (int64_t i = 0; i < run.units[u].size; ++i) values[i] = zero_test::InitialValue(u, i);
       });
       m.created = tracker.Snapshot();
-      std::vector<const float*> weights(run.units.size(), nullptr);
+      std::vector<std::vector<float>> weights(run.units.size());
       auto phase = [&](EnginePhase which, const std::function<void()>& body) {
         tracker.ResetPeaks();
         body();

@@ -14,6 +14,7 @@
 #include "comm/staged_communicator.h"
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu_backend.h"
 #include "zero/zero_engine.h"
 
@@ -70,8 +71,11 @@ struct RankResult {
 // w - t is added, weighted by dloss, into the store's buffer.
 inline void MicroBatch(ParamStore& store, const std::vector<UnitSpec>& units, int step, int k,
                        float dloss, bool poison) {
+  std::vector<float> w;
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-    const float* w = store.AcquireParams(u);
+    // The weights come in the store's type: widened here, as a model's op would read them.
+    w.resize(static_cast<size_t>(units[u].size));
+    kernels::cpu::ToFloat(store.AcquireParams(u), store.param_type(), w.data(), units[u].size);
     if (u + 1 < static_cast<int>(units.size())) store.Prefetch(u + 1);
     float* g = store.AcquireGrads(u);
     for (int64_t i = 0; i < units[u].size; ++i) g[i] += dloss * (w[i] - Target(step, k, u, i));
