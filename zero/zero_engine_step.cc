@@ -38,11 +38,13 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   HOIST_RETURN_IF_ERROR(Sync());
   double total = local;
   if (state_plan_.world_size() > 1) {
-    // Two fp32 words, the sum and its rounding error, keep the double's precision on the wire.
-    float words[2] = {static_cast<float>(local), 0.0f};
-    words[1] = static_cast<float>(local - static_cast<double>(words[0]));
-    HOIST_RETURN_IF_ERROR(comm_->AllReduce(words, 2, DType::kFloat32, comm::ReduceOp::kSum));
-    total = static_cast<double>(words[0]) + static_cast<double>(words[1]);
+    // Each rank's double travels as its bits (two fp32 words, copied, never added) and every
+    // rank sums them in rank order: the norm keeps float64 precision and is the same everywhere.
+    // Summing an fp32 split (hi + lo) would round the sum of the high words to fp32.
+    std::vector<double> sums(static_cast<size_t>(state_plan_.world_size()));
+    HOIST_RETURN_IF_ERROR(comm_->AllGather(&local, sums.data(), 2, DType::kFloat32));
+    total = 0.0;
+    for (double sum : sums) total += sum;
   }
   StepResult result;
   result.grad_norm = std::sqrt(total);
