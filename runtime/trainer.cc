@@ -163,9 +163,11 @@ Status Trainer::OpenAccelerator() {
   HOIST_CHECK(accelerator_.backend != nullptr) << "an accelerator without a backend";
   backend_ = accelerator_.backend.get();
   if (accelerator_.collectives != nullptr) {
-    // Counted apart from the host's, for the metrics.
+    // Counted apart from the host's, for the metrics. The engine's host scalars (the gradient
+    // norm, agreements on status) go to the host communicator: the device one cannot read them.
     device_counting_ = std::make_unique<comm::CountingCommunicator>(accelerator_.collectives.get());
-    engine_comm_ = device_counting_.get();
+    split_ = std::make_unique<comm::SplitCommunicator>(device_counting_.get(), comm_, backend_);
+    engine_comm_ = split_.get();
   } else {
     HOIST_CHECK(accelerator_.staging != nullptr) << "an accelerator without a way to its peers";
     staged_ =

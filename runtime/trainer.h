@@ -21,6 +21,7 @@
 
 #include "comm/communicator.h"
 #include "comm/counting_communicator.h"
+#include "comm/split_communicator.h"
 #include "comm/staged_communicator.h"
 #include "comm/thread_communicator.h"
 #include "core/device.h"
@@ -180,8 +181,9 @@ class Trainer {
   // The engine's collectives between the accelerators' devices, where they stage through host
   // memory.
   std::unique_ptr<comm::StagedCommunicator> staged_;
-  // Or the accelerator's own collectives, counted for the metrics.
+  // Or the accelerator's own collectives, counted for the metrics, for the device buffers.
   std::unique_ptr<comm::CountingCommunicator> device_counting_;
+  std::unique_ptr<comm::SplitCommunicator> split_;
   // What the engine's collectives go through: comm_, the accelerator's or staged_.
   comm::Communicator* engine_comm_ = nullptr;
   std::unique_ptr<zero::ZeroEngine> engine_;

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/thread_communicator.h"
 #include "core/live_memory.h"
 #include "kernels/cpu_backend.h"
 #include "runtime/accelerator.h"
@@ -58,6 +60,81 @@ AcceleratorFactory ThreadedCpu() {
       stats.allocated = stats.reserved = tracker->Snapshot().CurrentTotal(Place::kDevice);
       return stats;
     };
+    return accelerator;
+  };
+}
+
+// A device communicator's stand-in: the inner one's collectives, refusing any buffer that no
+// allocator of hoist's handed out (live_memory), as NCCL cannot read host memory.
+class DeviceOnly final : public comm::Communicator {
+ public:
+  DeviceOnly(comm::Communicator* inner, std::atomic<int64_t>* calls)
+      : inner_(inner), calls_(calls) {}
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  Status AllReduce(void* buf, int64_t count, DType type, comm::ReduceOp op) override {
+    HOIST_RETURN_IF_ERROR(Check(buf));
+    return inner_->AllReduce(buf, count, type, op);
+  }
+  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DType type,
+                       comm::ReduceOp op) override {
+    HOIST_RETURN_IF_ERROR(Check(send));
+    HOIST_RETURN_IF_ERROR(Check(recv));
+    return inner_->ReduceScatter(send, recv, recv_count, type, op);
+  }
+  Status AllGather(const void* send, void* recv, int64_t send_count, DType type) override {
+    HOIST_RETURN_IF_ERROR(Check(send));
+    HOIST_RETURN_IF_ERROR(Check(recv));
+    return inner_->AllGather(send, recv, send_count, type);
+  }
+  Status Broadcast(void* buf, int64_t count, DType type, int root) override {
+    HOIST_RETURN_IF_ERROR(Check(buf));
+    return inner_->Broadcast(buf, count, type, root);
+  }
+  Status Barrier() override { return inner_->Barrier(); }
+  comm::CommHandle AllReduceAsync(void* buf, int64_t count, DType type,
+                                  comm::ReduceOp op) override {
+    EXPECT_TRUE(Check(buf).ok());
+    return inner_->AllReduceAsync(buf, count, type, op);
+  }
+  comm::CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType type,
+                                      comm::ReduceOp op) override {
+    EXPECT_TRUE(Check(send).ok() && Check(recv).ok());
+    return inner_->ReduceScatterAsync(send, recv, recv_count, type, op);
+  }
+  comm::CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count,
+                                  DType type) override {
+    EXPECT_TRUE(Check(send).ok() && Check(recv).ok());
+    return inner_->AllGatherAsync(send, recv, send_count, type);
+  }
+  comm::CommHandle BroadcastAsync(void* buf, int64_t count, DType type, int root) override {
+    EXPECT_TRUE(Check(buf).ok());
+    return inner_->BroadcastAsync(buf, count, type, root);
+  }
+  void Abort(const Status& reason, int exit_code) override { inner_->Abort(reason, exit_code); }
+
+ private:
+  Status Check(const void* p) {
+    ++*calls_;
+    if (live_memory::Contains(p, 1)) return Status::Ok();
+    return InternalError("host memory handed to the device communicator");
+  }
+  comm::Communicator* inner_;
+  std::atomic<int64_t>* calls_;
+};
+
+// ThreadedCpu() with collectives of its own between the ranks' "devices" (`world` ranks),
+// counting the buffers they are handed into `calls`.
+AcceleratorFactory ThreadedCpuWithCollectives(int world,
+                                              std::shared_ptr<std::atomic<int64_t>> calls) {
+  auto group =
+      std::shared_ptr<comm::ThreadGroup>(std::move(comm::ThreadGroup::Create(world, 60.0)).value());
+  AcceleratorFactory threaded = ThreadedCpu();
+  return [group, threaded, calls](const Config& config, comm::Communicator* comm, int local_rank,
+                                  MemoryTracker* tracker) -> StatusOr<Accelerator> {
+    HOIST_ASSIGN_OR_RETURN(Accelerator accelerator, threaded(config, comm, local_rank, tracker));
+    accelerator.staging.reset();
+    accelerator.collectives = std::make_unique<DeviceOnly>(&group->comm(comm->rank()), calls.get());
     return accelerator;
   };
 }
@@ -103,6 +180,21 @@ TEST(TrainerAccelerator, TrainsTheCpuRunToTheBitOnEveryStage) {
     const std::vector<RankRun> got = Train(config, job.world, ThreadedCpu());
     for (int r = 0; r < job.world; ++r) ExpectSameRun(got[r], want[r]);
     EXPECT_LT(got[0].losses.back(), got[0].losses.front());
+  }
+}
+
+// With a device communicator (NCCL between GPUs) the engine's device buffers go to it and its
+// host scalars to the host communicator; the run is the CPU's to the bit.
+TEST(TrainerAccelerator, DeviceCollectivesCarryOnlyDeviceMemory) {
+  live_memory::ScopedEnable checked;
+  for (int stage : {0, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    const Config config = TinyJob(2, 5, {"zero_optimization.stage=" + std::to_string(stage)});
+    auto calls = std::make_shared<std::atomic<int64_t>>(0);
+    const std::vector<RankRun> want = Train(config, 2, {});
+    const std::vector<RankRun> got = Train(config, 2, ThreadedCpuWithCollectives(2, calls));
+    for (int r = 0; r < 2; ++r) ExpectSameRun(got[r], want[r]);
+    EXPECT_GT(calls->load(), 0);  // the gradients went through the device side
   }
 }
 

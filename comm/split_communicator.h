@@ -1,0 +1,51 @@
+// SplitCommunicator: one communicator for a rank whose collectives carry two kinds of buffers:
+// its backend's device memory, which goes to a device communicator (NCCL between GPUs), and host
+// memory (a scalar the engine agrees on, a status code: what the backend says is not its device
+// memory), which goes to the job's host communicator. A device communicator cannot read host
+// memory, nor a host one device memory; the ZeRO engine calls one communicator for both.
+//
+// Ordering: a collective reads its input after the work enqueued on the backend's compute stream
+// before the call (the host waits for that stream first), and its result is in place once the
+// blocking call, or the handle's Wait, returns. Both sides must be whole-group communicators of
+// the same ranks in the same order.
+//
+// Ownership: the two communicators and the backend must outlive it. Not thread-safe, as
+// Communicator.
+#pragma once
+
+#include "comm/communicator.h"
+#include "kernels/backend.h"
+
+namespace hoist::comm {
+
+class SplitCommunicator final : public Communicator {
+ public:
+  SplitCommunicator(Communicator* device, Communicator* host, kernels::Backend* backend);
+
+  int rank() const override { return host_->rank(); }
+  int world_size() const override { return host_->world_size(); }
+  Status AllReduce(void* buf, int64_t count, DType type, ReduceOp op) override;
+  Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DType type,
+                       ReduceOp op) override;
+  Status AllGather(const void* send, void* recv, int64_t send_count, DType type) override;
+  Status Broadcast(void* buf, int64_t count, DType type, int root) override;
+  Status Barrier() override { return host_->Barrier(); }
+  CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override;
+  CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType type,
+                                ReduceOp op) override;
+  CommHandle AllGatherAsync(const void* send, void* recv, int64_t send_count, DType type) override;
+  CommHandle BroadcastAsync(void* buf, int64_t count, DType type, int root) override;
+  // Both sides stop: a peer waiting in either must not wait for ever.
+  void Abort(const Status& reason, int exit_code) override;
+
+ private:
+  // The communicator for these buffers (null: none), after the compute stream's work so far;
+  // null with the failure in *failed when that wait failed or the buffers mix the two kinds.
+  Communicator* Route(const void* a, const void* b, Status* failed) const;
+
+  Communicator* device_;
+  Communicator* host_;
+  kernels::Backend* backend_;
+};
+
+}  // namespace hoist::comm
