@@ -13,8 +13,7 @@
 // reports them (StepResult::reduce_s: finishing the gradient reduction, which one rank skips, and
 // the global norm; StepResult::optimizer_s: AdamW with clipping over this rank's shard, the whole
 // model in stage 0, and the gather of the updated weights, which stage 0 skips); the rest of the
-// step is ZeroGrads. This bench used to step runtime/optimizer.h's dense single-rank AdamW over
-// the model's own flat buffers, which the trainer does not run, and timed the step only whole.
+// step is ZeroGrads.
 //
 //   train_step_bench [--steps N] [--only small|124m]
 #include <cblas.h>

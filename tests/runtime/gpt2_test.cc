@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 #include <utility>
+#include <set>
 #include <vector>
 
 #include "core/host_stream.h"
@@ -68,6 +69,16 @@ TEST(ParamLayout, MatchesGpt2SmallParameterCount) {
     if (ParamLayout::Decayed(t)) decayed_tensors += layout.sizes[t];
   }
   EXPECT_EQ(decayed, decayed_tensors);
+}
+
+// The six 2-D weights, written out here rather than taken from ParamLayout::Decayed: decay on
+// exactly those (the engine's closed-form AdamW tests pin what it does with the segments).
+TEST(ParamLayout, DecaysExactlyTheTwoDimensionalWeights) {
+  const std::set<int> two_dimensional = {kWte, kWpe, kQkvW, kAttProjW, kFcW, kFcProjW};
+  for (int tensor = 0; tensor < kNumParamTensors; ++tensor) {
+    EXPECT_EQ(ParamLayout::Decayed(tensor), two_dimensional.count(tensor) == 1)
+        << ParamLayout::Name(tensor);
+  }
 }
 
 TEST(Gpt2Model, InitialLossIsNearLogVocab) {
