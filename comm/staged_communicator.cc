@@ -150,8 +150,20 @@ bool StagedCommunicator::OnHost(const void* a, const void* b) const {
   return host;
 }
 
+CommHandle StagedCommunicator::Alone(void* dst, const void* src, int64_t bytes) {
+  // One rank: the result is the input. A copy between device buffers, ordered on the compute
+  // stream, is all that moves.
+  Status status = Status::Ok();
+  if (dst != src && bytes > 0) {
+    status = backend_->Copy(dst, src, bytes, kernels::CopyDirection::kDeviceToDevice,
+                            backend_->compute_stream());
+  }
+  return CommHandle(std::make_unique<StagedWork>(this, status));
+}
+
 CommHandle StagedCommunicator::AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) {
   if (OnHost(buf, nullptr)) return inner_->AllReduceAsync(buf, count, type, op);
+  if (world_size() == 1) return Alone(buf, buf, 0);
   const int64_t bytes = count * static_cast<int64_t>(DTypeSize(type));
   return Run(buf, bytes, buf, 0,
              [&](void* in, void*) { return inner_->AllReduceAsync(in, count, type, op); });
@@ -161,6 +173,7 @@ CommHandle StagedCommunicator::ReduceScatterAsync(const void* send, void* recv, 
                                                   DType type, ReduceOp op) {
   if (OnHost(send, recv)) return inner_->ReduceScatterAsync(send, recv, recv_count, type, op);
   const int64_t element = static_cast<int64_t>(DTypeSize(type));
+  if (world_size() == 1) return Alone(recv, send, recv_count * element);
   return Run(send, world_size() * recv_count * element, recv, recv_count * element,
              [&](void* in, void* out) {
                return inner_->ReduceScatterAsync(in, out, recv_count, type, op);
@@ -171,6 +184,7 @@ CommHandle StagedCommunicator::AllGatherAsync(const void* send, void* recv, int6
                                               DType type) {
   if (OnHost(send, recv)) return inner_->AllGatherAsync(send, recv, send_count, type);
   const int64_t element = static_cast<int64_t>(DTypeSize(type));
+  if (world_size() == 1) return Alone(recv, send, send_count * element);
   return Run(
       send, send_count * element, recv, world_size() * send_count * element,
       [&](void* in, void* out) { return inner_->AllGatherAsync(in, out, send_count, type); });
@@ -178,6 +192,7 @@ CommHandle StagedCommunicator::AllGatherAsync(const void* send, void* recv, int6
 
 CommHandle StagedCommunicator::BroadcastAsync(void* buf, int64_t count, DType type, int root) {
   if (OnHost(buf, nullptr)) return inner_->BroadcastAsync(buf, count, type, root);
+  if (world_size() == 1) return Alone(buf, buf, 0);
   const int64_t bytes = count * static_cast<int64_t>(DTypeSize(type));
   // Only the root's bytes matter, but every rank stages its buffer: the copy back is uniform.
   return Run(buf, bytes, buf, 0,

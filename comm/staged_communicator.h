@@ -14,7 +14,9 @@
 // largest set of collectives in flight at once.
 //
 // Host buffers (a scalar the engine agrees on, a status code: what the backend says is not its
-// device memory) go to the inner communicator as they are.
+// device memory) go to the inner communicator as they are. Alone (one rank), a collective on
+// device buffers stages nothing: its result is its input, copied on the compute stream where the
+// output is another buffer.
 //
 // Ownership: the inner communicator, the backend and the staging device must outlive it. Not
 // thread-safe, as Communicator; handles are waited on from the thread that issued them.
@@ -75,6 +77,10 @@ class StagedCommunicator final : public Communicator {
   // when it completes.
   CommHandle Run(const void* in, int64_t in_bytes, void* out, int64_t out_bytes,
                  const std::function<CommHandle(void* staged_in, void* staged_out)>& start);
+
+  // One rank's collective on device buffers: `bytes` copied from src to dst on the compute
+  // stream (none when they are one buffer), nothing staged.
+  CommHandle Alone(void* dst, const void* src, int64_t bytes);
 
   // Creates the two events below on first use.
   Status Events();

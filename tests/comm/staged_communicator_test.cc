@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comm/thread_communicator.h"
+#include "core/live_memory.h"
 #include "kernels/cpu_backend.h"
 #include "tests/comm/comm_test_util.h"
 
@@ -114,7 +115,7 @@ TEST_P(StagedCommunicatorTest, AsynchronousCollectivesInFlightTogetherAnd16BitTy
 }
 
 TEST_P(StagedCommunicatorTest, AStagingBufferThatCannotBeHadFailsTheCollectiveClearly) {
-  auto group = MakeGroup(1, 10.0);
+  auto group = MakeGroup(2, 10.0);
   ExpectAllOk(RunRanks(*group, [&](int, Communicator& inner) -> Status {
     MemoryTracker tracker;
     CpuDevice device(Place::kDevice, &tracker);
@@ -125,6 +126,40 @@ TEST_P(StagedCommunicatorTest, AStagingBufferThatCannotBeHadFailsTheCollectiveCl
     const Status s = comm.AllReduce(buf.data(), 100, DType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
     EXPECT_NE(s.message().find("of comm on cpu"), std::string::npos) << s.ToString();
+    return Status::Ok();
+  }));
+}
+
+// One rank stages nothing: every collective's result is its input, written where asked on the
+// compute stream (a threaded stream: read after the queued work is done).
+TEST_P(StagedCommunicatorTest, AloneNothingIsStaged) {
+  live_memory::ScopedEnable checked;  // the backend tells device from host memory
+  auto group = MakeGroup(1, 10.0);
+  ExpectAllOk(RunRanks(*group, [&](int, Communicator& inner) -> Status {
+    MemoryTracker tracker;
+    CpuDevice device(Place::kDevice, &tracker), staging(Place::kHostPinned, &tracker);
+    kernels::CpuBackend backend(&device, GetParam());
+    StagedCommunicator comm(&inner, &backend, &staging);
+    const int64_t n = 257;
+    HOIST_ASSIGN_OR_RETURN(Buffer a, device.Allocate(n * 4, Category::kGrad));
+    HOIST_ASSIGN_OR_RETURN(Buffer b, device.Allocate(n * 4, Category::kGrad));
+    std::vector<float> values(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) values[size_t(i)] = Value(0, i);
+    HOIST_RETURN_IF_ERROR(backend.Copy(a.data(), values.data(), n * 4,
+                                       kernels::CopyDirection::kHostToDevice,
+                                       backend.compute_stream()));
+    HOIST_RETURN_IF_ERROR(comm.AllReduce(a.data(), n, DType::kFloat32, ReduceOp::kAvg));
+    HOIST_RETURN_IF_ERROR(comm.Broadcast(a.data(), n, DType::kFloat32, 0));
+    HOIST_RETURN_IF_ERROR(
+        comm.ReduceScatter(a.data(), b.data(), n, DType::kFloat32, ReduceOp::kSum));
+    HOIST_RETURN_IF_ERROR(backend.compute_stream().Synchronize());
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(b.as<float>()[i], Value(0, i)) << i;
+    HOIST_RETURN_IF_ERROR(backend.Zero(a.data(), n * 4, backend.compute_stream()));
+    HOIST_RETURN_IF_ERROR(comm.AllGatherAsync(b.data(), a.data(), n, DType::kFloat32)->Wait());
+    HOIST_RETURN_IF_ERROR(backend.compute_stream().Synchronize());
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(a.as<float>()[i], Value(0, i)) << i;
+    EXPECT_EQ(comm.staging_bytes(), 0);
+    EXPECT_EQ(tracker.Snapshot().peak_total[int(Place::kHostPinned)], 0);
     return Status::Ok();
   }));
 }
