@@ -54,7 +54,7 @@ StatusOr<Buffer> Device::Allocate(int64_t bytes, Category category) {
         " already" + (free ? ", " + FormatBytes(*free) + " free" : std::string()) + ")");
   }
   tracker_->Add(place_, category, bytes);
-  live_memory::Add(data, bytes > 0 ? bytes : 1);
+  live_memory::Add(data, bytes > 0 ? bytes : 1, place_ == Place::kDevice);
   return Buffer(this, data, bytes, category);
 }
 

@@ -12,7 +12,11 @@ std::atomic<bool> enabled{false};
 
 struct Record {
   std::mutex mu;
-  std::map<uintptr_t, int64_t> allocations;  // start -> bytes
+  struct Allocation {
+    int64_t bytes;
+    bool device;
+  };
+  std::map<uintptr_t, Allocation> allocations;  // by start
 };
 
 Record& TheRecord() {
@@ -31,11 +35,11 @@ void Enable(bool on) {
 
 bool Enabled() { return enabled.load(std::memory_order_acquire); }
 
-void Add(const void* data, int64_t bytes) {
+void Add(const void* data, int64_t bytes, bool device) {
   if (!Enabled() || data == nullptr) return;
   Record& record = TheRecord();
   std::lock_guard<std::mutex> lock(record.mu);
-  record.allocations[reinterpret_cast<uintptr_t>(data)] = bytes;
+  record.allocations[reinterpret_cast<uintptr_t>(data)] = {bytes, device};
 }
 
 void Remove(const void* data) {
@@ -45,15 +49,34 @@ void Remove(const void* data) {
   record.allocations.erase(reinterpret_cast<uintptr_t>(data));
 }
 
+namespace {
+
+// The recorded allocation that holds [p, p + bytes), or null.
+const Record::Allocation* Find(Record& record, const void* p, int64_t bytes) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  auto it = record.allocations.upper_bound(at);
+  if (it == record.allocations.begin()) return nullptr;
+  --it;
+  const bool inside =
+      at + static_cast<uintptr_t>(bytes) <= it->first + static_cast<uintptr_t>(it->second.bytes);
+  return inside ? &it->second : nullptr;
+}
+
+}  // namespace
+
 bool Contains(const void* p, int64_t bytes) {
   if (!Enabled()) return true;
-  const auto at = reinterpret_cast<uintptr_t>(p);
   Record& record = TheRecord();
   std::lock_guard<std::mutex> lock(record.mu);
-  auto it = record.allocations.upper_bound(at);
-  if (it == record.allocations.begin()) return false;
-  --it;
-  return at + static_cast<uintptr_t>(bytes) <= it->first + static_cast<uintptr_t>(it->second);
+  return Find(record, p, bytes) != nullptr;
+}
+
+bool OnDevice(const void* p) {
+  if (!Enabled()) return true;
+  Record& record = TheRecord();
+  std::lock_guard<std::mutex> lock(record.mu);
+  const Record::Allocation* allocation = Find(record, p, 1);
+  return allocation != nullptr && allocation->device;
 }
 
 }  // namespace hoist::live_memory

@@ -14,10 +14,14 @@ namespace hoist::live_memory {
 
 void Enable(bool on);
 bool Enabled();
-void Add(const void* data, int64_t bytes);
+// `device`: the allocation stands for device memory (a Device of Place::kDevice); otherwise it is
+// host memory a GPU can also reach (pinned, a host Device's).
+void Add(const void* data, int64_t bytes, bool device);
 void Remove(const void* data);
 // Whether [p, p + bytes) lies within one recorded allocation; true while disabled.
 bool Contains(const void* p, int64_t bytes);
+// Whether p lies within a recorded device allocation; true while disabled.
+bool OnDevice(const void* p);
 
 // Enables the record for a scope (a test), and turns it off after.
 class ScopedEnable {

@@ -78,10 +78,15 @@ class Backend {
   virtual const Stream& copy_stream() const = 0;
   virtual StatusOr<std::unique_ptr<Event>> CreateEvent() = 0;
   // Whether `p` is memory of the backend's device, which the host reaches only through Copy (a
-  // host scalar or vector is not). The CPU backend, whose device is host memory, answers as a GPU
-  // would while live_memory records allocations (tests): what a Device or a pinned pool handed
-  // out is device memory, any other pointer is not; with the record off, every pointer is.
+  // host scalar or vector is not, nor pinned host memory). The CPU backend, whose device is host
+  // memory, answers as a GPU would while live_memory records allocations (tests): what a Device of
+  // Place::kDevice handed out is device memory, any other pointer is not; with the record off,
+  // every pointer is.
   virtual bool IsDeviceMemory(const void* p) const = 0;
+  // Whether the ops take host memory (pageable or pinned) for their arrays, as the CPU's do; a
+  // GPU's do not (offloaded states are updated by the CPU's ops there). The CPU backend answers
+  // as a GPU would while live_memory records allocations (tests).
+  virtual bool OperatesOnHostMemory() const = 0;
 
   // dst[0, bytes) = 0.
   virtual Status Zero(void* dst, int64_t bytes, const Stream& stream) = 0;

@@ -54,7 +54,7 @@ std::string CpuBackend::name() const {
 }
 
 bool CpuBackend::IsDeviceMemory(const void* p) const {
-  return !live_memory::Enabled() || live_memory::Contains(p, 1);
+  return live_memory::OnDevice(p);
 }
 
 StatusOr<std::unique_ptr<Event>> CpuBackend::CreateEvent() {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/host_stream.h"
+#include "core/live_memory.h"
 #include "kernels/backend.h"
 
 namespace hoist::kernels {
@@ -42,6 +43,7 @@ class CpuBackend final : public Backend {
   const Stream& copy_stream() const override { return copy_; }
   StatusOr<std::unique_ptr<Event>> CreateEvent() override;
   bool IsDeviceMemory(const void* p) const override;
+  bool OperatesOnHostMemory() const override { return !live_memory::Enabled(); }
 
   Status Zero(void* dst, int64_t bytes, const Stream& stream) override;
   Status Copy(void* dst, const void* src, int64_t bytes, CopyDirection direction,

@@ -41,6 +41,7 @@ class CudaBackend final : public Backend {
   const Stream& copy_stream() const override { return copy_; }
   StatusOr<std::unique_ptr<Event>> CreateEvent() override;
   bool IsDeviceMemory(const void* p) const override;
+  bool OperatesOnHostMemory() const override { return false; }
 
   Status Zero(void* dst, int64_t bytes, const Stream& stream) override;
   Status Copy(void* dst, const void* src, int64_t bytes, CopyDirection direction,

@@ -165,7 +165,7 @@ StatusOr<PinnedBuffer> PinnedHostPool::Allocate(int64_t bytes, Category category
   bytes_in_use_ += size;
   if (buffer.locked_) bytes_locked_ += size;
   tracker_.Add(Place::kHostPinned, category, size);
-  live_memory::Add(data, size);
+  live_memory::Add(data, size, /*device=*/false);
   return buffer;
 }
 

@@ -9,6 +9,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu_backend.h"
 #include "zero/memory_estimate.h"
 
 namespace hoist::zero {
@@ -89,16 +90,14 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> u
                                                          comm::Communicator* comm,
                                                          kernels::Backend* backend) {
   HOIST_RETURN_IF_ERROR(ValidateZeroOptions(options));
-  // On an accelerator, offloaded states need a host-side update (the CPU AdamW over gradients
-  // copied down, the new weights copied up) and offloaded parameters need copies up before use;
-  // neither strategy is written yet: the engine's ops would run on the GPU over host memory.
-  if (backend->kind() != DeviceKind::kCpu &&
-      (options.offload_optimizer.place != StatePlace::kDevice ||
-       options.offload_param.place != ParamPlace::kDevice)) {
-    return UnimplementedError(
-        "zero_optimization.offload_optimizer and offload_param are not supported on " +
-        backend->name() +
-        " yet: train without offload there, or with offload on the CPU (--device cpu)");
+  // On an accelerator, offloaded parameters need copies up before each use, a strategy not
+  // written yet: the engine's ops would run on the GPU over host memory. (Offloaded optimizer
+  // states are updated on the host: host_update_.)
+  if (backend->kind() != DeviceKind::kCpu && options.offload_param.place != ParamPlace::kDevice) {
+    return UnimplementedError("zero_optimization.offload_param is not supported on " +
+                              backend->name() +
+                              " yet: keep the parameters on the device (offload_optimizer alone "
+                              "works there), or offload them on the CPU (--device cpu)");
   }
   HOIST_ASSIGN_OR_RETURN(PartitionPlan plan,
                          PartitionPlan::Build(units, comm->world_size(), comm->rank()));
@@ -143,6 +142,20 @@ Status ZeroEngine::Allocate() {
                          device_->Allocate(GradBufferBytes(plan_, options_), Category::kGrad));
   HOIST_RETURN_IF_ERROR(AllocateStates());
   HOIST_ASSIGN_OR_RETURN(norm_, device_->Allocate(EngineWorkspaceBytes(), Category::kWorkspace));
+  if (options_.offload_optimizer.place != StatePlace::kDevice &&
+      !backend_->OperatesOnHostMemory()) {
+    // The host update's staging: the largest owned range of a unit, gradients and copy.
+    host_update_ = true;
+    host_ops_device_ = std::make_unique<CpuDevice>(Place::kHost, device_->tracker());
+    host_backend_ = std::make_unique<kernels::CpuBackend>(host_ops_device_.get());
+    int64_t largest = 1;
+    for (int u = 0; u < n; ++u) largest = std::max(largest, state_plan_.unit(u).owned_real);
+    const int64_t bytes = largest * static_cast<int64_t>(csize_);
+    HOIST_ASSIGN_OR_RETURN(stage_grads_, pool_->Allocate(bytes, Category::kOptimizer));
+    if (IsHalf(options_.compute_type)) {
+      HOIST_ASSIGN_OR_RETURN(stage_copy_, pool_->Allocate(bytes, Category::kOptimizer));
+    }
+  }
 
   work_grads_.resize(static_cast<size_t>(n));
   acquired_params_.assign(static_cast<size_t>(n), nullptr);
@@ -271,9 +284,8 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
     }
     if (to_master && state_master_ != nullptr) {
       const UnitPartition& owned = state_plan_.unit(u);
-      HOIST_RETURN_IF_ERROR(backend_->Copy(master(u), values.data() + owned.owned_begin,
-                                           owned.owned_real * static_cast<int64_t>(sizeof(float)),
-                                           up, stream()));
+      HOIST_RETURN_IF_ERROR(StateCopy(master(u), values.data() + owned.owned_begin,
+                                      owned.owned_real * static_cast<int64_t>(sizeof(float)), up));
     }
     if (options_.stage == 3) {
       HOIST_RETURN_IF_ERROR(
@@ -287,8 +299,10 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
   if (swapper_ == nullptr) {
     for (int u = 0; u < plan_.num_units(); ++u) HOIST_RETURN_IF_ERROR(init_unit(u, true));
     const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
-    HOIST_RETURN_IF_ERROR(backend_->Zero(state_m_, state_bytes, stream()));
-    HOIST_RETURN_IF_ERROR(backend_->Zero(state_v_, state_bytes, stream()));
+    kernels::Backend& states = host_update_ ? *host_backend_ : *backend_;
+    const Stream& state_stream = host_update_ ? host_backend_->compute_stream() : stream();
+    HOIST_RETURN_IF_ERROR(states.Zero(state_m_, state_bytes, state_stream));
+    HOIST_RETURN_IF_ERROR(states.Zero(state_v_, state_bytes, state_stream));
     HOIST_RETURN_IF_ERROR(Sync());
     if (param_shards_ == nullptr) return Status::Ok();
     return AgreeOnFailure(FinishOwnedWrites());
@@ -606,6 +620,14 @@ StatusOr<Buffer> ZeroEngine::AllocateTransient(int64_t bytes, Category category,
 }
 
 Status ZeroEngine::Sync() const { return backend_->compute_stream().Synchronize(); }
+
+Status ZeroEngine::StateCopy(void* dst, const void* src, int64_t bytes,
+                             kernels::CopyDirection direction) const {
+  if (!host_update_) return backend_->Copy(dst, src, bytes, direction, stream());
+  // Host memory on both sides: the CPU's copy, done when it returns.
+  return host_backend_->Copy(dst, src, bytes, kernels::CopyDirection::kHostToHost,
+                             host_backend_->compute_stream());
+}
 
 kernels::CopyDirection ZeroEngine::StateToModel() const {
   return options_.offload_optimizer.place == StatePlace::kDevice

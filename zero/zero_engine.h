@@ -221,6 +221,10 @@ class ZeroEngine final : public ParamStore {
                               : kernels::CopyDirection::kHostToHost;
   }
   bool states_on_device() const { return options_.offload_optimizer.place == StatePlace::kDevice; }
+  // Copies to or from optimizer-state memory: on the engine's backend (its stream), or on the
+  // CPU's where the states are host memory the backend cannot reach (host_update_).
+  Status StateCopy(void* dst, const void* src, int64_t bytes,
+                   kernels::CopyDirection direction) const;
   // dst (n elements of `type`: device memory, or the page-locked home of offloaded parameters)
   // = the fp32 values at `src`, pageable host memory (the initial weights, a checkpoint's), which
   // no backend op may read: they are rounded here on the host and copied up, with the same bits
@@ -280,6 +284,14 @@ class ZeroEngine final : public ParamStore {
   // them.
   std::unique_ptr<offload::PinnedHostPool> pool_;
   std::unique_ptr<Device> host_device_;  // pageable host memory (pin_memory false)
+  // Optimizer states in host memory (offloaded to the host or NVMe) that the backend cannot
+  // reach (a GPU's): the step brings the owned gradients down into stage_grads_, runs the CPU's
+  // AdamW on the states (host_backend_), and sends the updated compute-type copy (stage_copy_;
+  // fp32: the master itself) up to the model's weights. DeepSpeed's ZeRO-Offload.
+  bool host_update_ = false;
+  std::unique_ptr<Device> host_ops_device_;
+  std::unique_ptr<kernels::Backend> host_backend_;
+  offload::PinnedBuffer stage_grads_, stage_copy_;
   std::unique_ptr<offload::PinnedHostPool> param_pool_;
   // Stage 3 with offload_param: this rank's compute-type shards, instead of params_.
   std::unique_ptr<ParamShards> param_shards_;

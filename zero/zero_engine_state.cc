@@ -30,8 +30,8 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
                   static_cast<size_t>(count) * sizeof(float));
       return Status::Ok();
     }
-    HOIST_RETURN_IF_ERROR(backend_->Copy(
-        out, master(u), count * static_cast<int64_t>(sizeof(float)), StateToHost(), stream()));
+    HOIST_RETURN_IF_ERROR(
+        StateCopy(out, master(u), count * static_cast<int64_t>(sizeof(float)), StateToHost()));
     return Sync();
   };
   std::vector<float> out;
@@ -71,12 +71,12 @@ Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) cons
     const UnitPartition& owned = state_plan_.unit(u);
     float* dst = master_out + owned.shard_offset;
     std::memset(dst, 0, static_cast<size_t>(owned.shard) * sizeof(float));
-    HOIST_RETURN_IF_ERROR(backend_->Copy(
-        dst, master(u), owned.owned_real * static_cast<int64_t>(sizeof(float)), down, stream()));
+    HOIST_RETURN_IF_ERROR(
+        StateCopy(dst, master(u), owned.owned_real * static_cast<int64_t>(sizeof(float)), down));
   }
   const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
-  HOIST_RETURN_IF_ERROR(backend_->Copy(m_out, state_m_, state_bytes, down, stream()));
-  HOIST_RETURN_IF_ERROR(backend_->Copy(v_out, state_v_, state_bytes, down, stream()));
+  HOIST_RETURN_IF_ERROR(StateCopy(m_out, state_m_, state_bytes, down));
+  HOIST_RETURN_IF_ERROR(StateCopy(v_out, state_v_, state_bytes, down));
   return Sync();
 }
 
@@ -89,7 +89,7 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
     const float* weights = master_in + owned.shard_offset;
     const int64_t bytes = owned.owned_real * static_cast<int64_t>(sizeof(float));
     if (swapper_ == nullptr && (param_shards_ != nullptr || master(u) != owned_params(u))) {
-      HOIST_RETURN_IF_ERROR(backend_->Copy(master(u), weights, bytes, up, stream()));
+      HOIST_RETURN_IF_ERROR(StateCopy(master(u), weights, bytes, up));
     }
     // The model's copy of the owned range (for fp32 on the device, the master itself).
     HOIST_RETURN_IF_ERROR(StoreFromHost(BeginOwnedWrite(u), type, weights, owned.owned_real));
@@ -109,8 +109,8 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
         })));
   } else {
     const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
-    HOIST_RETURN_IF_ERROR(backend_->Copy(state_m_, m_in, state_bytes, up, stream()));
-    HOIST_RETURN_IF_ERROR(backend_->Copy(state_v_, v_in, state_bytes, up, stream()));
+    HOIST_RETURN_IF_ERROR(StateCopy(state_m_, m_in, state_bytes, up));
+    HOIST_RETURN_IF_ERROR(StateCopy(state_v_, v_in, state_bytes, up));
     HOIST_RETURN_IF_ERROR(Sync());
   }
   step_count_ = step_count;

@@ -131,7 +131,24 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
                                void* compute, const kernels::AdamWStepScalars& h) {
   const DType type = options_.compute_type;
   const UnitPartition& owned = state_plan_.unit(unit);
+  const int64_t bytes = (hi - lo) * static_cast<int64_t>(csize_);
+  // Owned element i's gradient and compute-type copy: in place, or in the host update's staging
+  // (which starts at owned element lo).
   const void* grads = owned_grads(unit);
+  void* copies = compute;
+  int64_t origin = 0;
+  kernels::Backend* ops = backend_;
+  const Stream* ops_stream = &stream();
+  if (host_update_) {
+    HOIST_RETURN_IF_ERROR(backend_->Copy(stage_grads_.data(), ElementPtr(grads, type, lo), bytes,
+                                         kernels::CopyDirection::kDeviceToHost, stream()));
+    HOIST_RETURN_IF_ERROR(Sync());
+    grads = stage_grads_.data();
+    copies = stage_copy_.data();
+    origin = lo;
+    ops = host_backend_.get();
+    ops_stream = &host_backend_->compute_stream();
+  }
   const int64_t base = owned.owned_begin;  // unit coordinates of owned element 0
   std::vector<kernels::AdamWTensorRef> pieces;
   for (const ParamSegment& segment : state_plan_.spec(unit).segments) {
@@ -143,12 +160,21 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
     piece.param = master + (at - lo);
     piece.m = m + (at - lo);
     piece.v = v + (at - lo);
-    piece.grad = ElementPtr(grads, type, at);
+    piece.grad = ElementPtr(grads, type, at - origin);
     piece.n = end - begin;
-    if (IsHalf(type)) piece.copy = ElementPtr(compute, type, at);
+    if (IsHalf(type)) piece.copy = ElementPtr(copies, type, at - origin);
     piece.weight_decay = segment.decay ? options_.adam.weight_decay : 0.0f;
   }
-  HOIST_RETURN_IF_ERROR(backend_->AdamW(pieces, type, type, h, stream()));
+  HOIST_RETURN_IF_ERROR(ops->AdamW(pieces, type, type, h, *ops_stream));
+  if (host_update_) {
+    // The updated weights up: the rounded copy, or in fp32 the master's bits. The staging is the
+    // next piece's once the copy is done.
+    HOIST_RETURN_IF_ERROR(ops_stream->Synchronize());
+    const void* updated = IsHalf(type) ? static_cast<const void*>(stage_copy_.data()) : master;
+    HOIST_RETURN_IF_ERROR(backend_->Copy(ElementPtr(compute, type, lo), updated, bytes,
+                                         kernels::CopyDirection::kHostToDevice, stream()));
+    return Sync();
+  }
   // fp32 with the master copy away from the model: the model's copy is the master's bits.
   float* model = static_cast<float*>(compute) + lo;
   if (type == DType::kFloat32 && model != master) {

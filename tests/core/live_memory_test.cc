@@ -22,9 +22,17 @@ TEST(LiveMemory, HoldsWhatDevicesHandOutWhileEnabled) {
     EXPECT_TRUE(live_memory::Contains(p + 40, 60));
     EXPECT_FALSE(live_memory::Contains(p + 40, 61)) << "past the buffer's end";
     EXPECT_FALSE(live_memory::Contains(pageable.data(), 1)) << "a vector is nobody's buffer";
+    EXPECT_TRUE(live_memory::OnDevice(p));
+    CpuDevice host(Place::kHostPinned, &tracker);
+    Buffer pinned = host.Allocate(64, Category::kWorkspace).value();
+    EXPECT_TRUE(live_memory::Contains(pinned.data(), 64));
+    EXPECT_FALSE(live_memory::OnDevice(pinned.data())) << "host memory, though recorded";
+    EXPECT_FALSE(live_memory::OnDevice(pageable.data()));
     buffer.Reset();
     EXPECT_FALSE(live_memory::Contains(p, 1)) << "released";
+    EXPECT_FALSE(live_memory::OnDevice(p)) << "released";
   }
+  EXPECT_TRUE(live_memory::OnDevice(pageable.data())) << "off: every pointer passes";
   EXPECT_FALSE(live_memory::Enabled());
   EXPECT_TRUE(live_memory::Contains(pageable.data(), 1)) << "off: every pointer passes";
 }

@@ -1,7 +1,8 @@
 // `hoist train --device cuda` against the same job on the CPU: the trainer over the CUDA
 // accelerator (the one engine and model on the CUDA backend) follows the CPU's loss curve (fp32
 // to 1e-4 relative, 16-bit within what the tests derive), on every ZeRO stage, with activation
-// checkpointing, and on two ranks sharing the GPU through the host-staged communicator; its
+// checkpointing, with the optimizer offloaded to the host, and on two ranks sharing the GPU
+// through the host-staged communicator; its
 // checkpoints resume on the CPU and the CPU's on it. Suites are Cuda*: label "gpu"; they skip
 // where no GPU is visible, and one test pins what happens there instead.
 #include <gmock/gmock.h>
@@ -72,6 +73,10 @@ TEST(CudaTrainer, FollowsTheCpuLossCurve) {
       {1, {"activation_checkpointing.policy=\"selective\""}, 1e-4},
       {2, {"zero_optimization.stage=2"}, 1e-4},
       {2, {"zero_optimization.stage=3", "activation_checkpointing.policy=\"full\""}, 1e-4},
+      // ZeRO-Offload: the CPU's AdamW on the states in host memory.
+      {2,
+       {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\""},
+       1e-4},
       // 16-bit storage rounds the same values on both sides; a value near a rounding boundary
       // can round either way, and the curve carries it on (CudaEngine's tolerance, over 10
       // steps instead of 4).
@@ -87,8 +92,13 @@ TEST(CudaTrainer, FollowsTheCpuLossCurve) {
     const std::vector<RankRun> cpu = Train(config, job.world, false);
     const std::vector<RankRun> gpu = Train(config, job.world, true);
     for (int r = 0; r < job.world; ++r) ExpectFollows(gpu[r], cpu[r], job.tolerance);
-    // The model's states are on the GPU, counted under kDevice; the batch is host memory.
-    EXPECT_GT(gpu[0].memory.Peak(Place::kDevice, Category::kOptimizer), 0);
+    // The model's states are on the GPU, counted under kDevice (the optimizer's in pinned host
+    // memory when offloaded); the batch is host memory.
+    const bool offloaded = config.zero.offload_optimizer.device != OffloadDevice::kNone;
+    EXPECT_GT(
+        gpu[0].memory.Peak(offloaded ? Place::kHostPinned : Place::kDevice, Category::kOptimizer),
+        0);
+    EXPECT_GT(gpu[0].memory.Peak(Place::kDevice, Category::kParam), 0);
     EXPECT_GT(gpu[0].memory.Peak(Place::kHost, Category::kActivation), 0);
     EXPECT_EQ(gpu[0].memory.Peak(Place::kHost, Category::kParam), 0);
   }
@@ -119,14 +129,14 @@ TEST(CudaTrainer, CheckpointsResumeOnEitherDevice) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(CudaTrainer, OffloadIsRefusedNamingTheKey) {
+TEST(CudaTrainer, ParameterOffloadIsRefusedNamingTheKey) {
   SKIP_WITHOUT_GPU();
   const std::vector<RankRun> runs = Train(
       TinyJob(1, 5,
-              {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\""}),
+              {"zero_optimization.stage=3", "zero_optimization.offload_param.device=\"cpu\""}),
       1, true);
   EXPECT_EQ(runs[0].status.code(), StatusCode::kUnimplemented) << runs[0].status.ToString();
-  EXPECT_THAT(runs[0].status.message(), HasSubstr("offload_optimizer"));
+  EXPECT_THAT(runs[0].status.message(), HasSubstr("offload_param"));
 }
 
 TEST(CudaTrainerWithoutGpu, SaysThereIsNoGpuAndHowToTrainOnTheCpu) {
