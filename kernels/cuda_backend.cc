@@ -50,10 +50,9 @@ StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(int ordinal, MemoryTr
   HOIST_ASSIGN_OR_RETURN(backend->copy_, CudaStream::Create());
   HOIST_ASSIGN_OR_RETURN(backend->device_,
                          CudaCachingDevice::Open(ordinal, backend->compute_, tracker));
-  HOIST_ASSIGN_OR_RETURN(backend->workspace_,
-                         backend->device_->Allocate(cuda::ScaledSumOfSquaresWorkspaceDoubles() *
-                                                        static_cast<int64_t>(sizeof(double)),
-                                                    Category::kWorkspace));
+  HOIST_ASSIGN_OR_RETURN(
+      backend->workspace_,
+      backend->device_->Allocate(cuda::BackendWorkspaceBytes(), Category::kWorkspace));
   HOIST_ASSIGN_OR_RETURN(backend->blas_, cuda::BlasHandle::Create());
   return backend;
 }

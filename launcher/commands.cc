@@ -40,20 +40,15 @@ int ReportError(const Status& status) {
 
 namespace {
 
-// Why this rank cannot train on its GPU, or Ok: the build, a GPU visible to it, the plan.
-Status LocalGpuReadiness(bool memory_budget) {
+// Why this rank cannot train on its GPU, or Ok: the build, a GPU visible to it.
+Status LocalGpuReadiness() {
 #if defined(HOIST_HAVE_CUDA)
   if (CudaDeviceCount() == 0) {
     return UnavailableError("no CUDA GPU is visible (driver " + CudaDriverVersionString() +
                             "; check CUDA_VISIBLE_DEVICES)");
   }
-  if (memory_budget) {
-    return UnimplementedError(
-        "--memory-budget plans the CPU's memory; a GPU's is not modelled yet");
-  }
   return Status::Ok();
 #else
-  (void)memory_budget;
   return UnimplementedError(
       "this build of hoist has no CUDA (configured without nvcc, or with HOIST_WITH_CUDA=OFF); "
       "rebuild where the CUDA toolkit is installed");
@@ -92,10 +87,9 @@ StatusOr<bool> RanksShareAGpu(comm::Communicator& comm, int local_rank, const St
 // `comm`, so that no rank takes another path or waits for a rank that gave up.
 StatusOr<runtime::AcceleratorFactory> ChooseDevice(const std::string& device,
                                                    const RankEnv& rank_env,
-                                                   comm::Communicator& comm, bool memory_budget,
-                                                   std::ostream* out) {
+                                                   comm::Communicator& comm, std::ostream* out) {
   if (device == "cpu") return runtime::AcceleratorFactory();
-  const Status ready = LocalGpuReadiness(memory_budget);
+  const Status ready = LocalGpuReadiness();
   HOIST_ASSIGN_OR_RETURN(const bool shared, RanksShareAGpu(comm, rank_env.local_rank, ready));
   const Status everywhere = comm::AgreeOnStatus(comm, ready);
   if (device == "cuda") {
@@ -238,21 +232,21 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       *exit_code = ReportError(shared);
       return;
     }
+    StatusOr<runtime::AcceleratorFactory> device = ChooseDevice(
+        args->device, *rank_env, **communicator, rank_env->rank == 0 ? &std::cout : nullptr);
+    if (!device.ok()) {
+      *exit_code = ReportError(device.status());
+      return;
+    }
     if (memory_budget > 0) {
       // Every rank plans alike from the same inputs, so a refusal ends every rank the same way.
       config = PlanForTraining(*config, memory_budget, **communicator,
-                               rank_env->rank == 0 ? &std::cout : nullptr);
+                               rank_env->rank == 0 ? &std::cout : nullptr,
+                               *device ? DeviceKind::kCuda : DeviceKind::kCpu);
       if (!config.ok()) {
         *exit_code = ReportError(config.status());
         return;
       }
-    }
-    StatusOr<runtime::AcceleratorFactory> device =
-        ChooseDevice(args->device, *rank_env, **communicator, memory_budget > 0,
-                     rank_env->rank == 0 ? &std::cout : nullptr);
-    if (!device.ok()) {
-      *exit_code = ReportError(device.status());
-      return;
     }
     runtime::TrainerOptions options;
     options.accelerator = *device;

@@ -7,6 +7,7 @@
 #include <iosfwd>
 
 #include "comm/communicator.h"
+#include "core/device.h"
 #include "core/status.h"
 #include "runtime/config.h"
 
@@ -29,8 +30,10 @@ void AddPlanCommand(CLI::App& app, int* exit_code);
 // choose alike; the host limit is offload.max_host_bytes; NVMe only where the config names an
 // nvme_path). A collective: every rank calls it. Prints the choice and the changes to `out`
 // (rank 0's stdout; null: silent). Errors: the planner's, naming the budget.
+// `device`: what the ranks train on (the GPU: its memory is the budget).
 StatusOr<runtime::Config> PlanForTraining(const runtime::Config& config, int64_t budget_bytes,
-                                          comm::Communicator& comm, std::ostream* out);
+                                          comm::Communicator& comm, std::ostream* out,
+                                          DeviceKind device = DeviceKind::kCpu);
 // `hoist estimate`, the per-rank memory of a config without running it
 // (launcher/estimate_command.cc).
 void AddEstimateCommand(CLI::App& app, int* exit_code);

@@ -1,6 +1,6 @@
-// `hoist estimate -c job.json [-n RANKS] [--nodes M] [--set k=v ...] [--json]`: the memory each
-// rank of the job will hold, by place and category, predicted from the config alone
-// (runtime/memory_estimate.h).
+// `hoist estimate -c job.json [-n RANKS] [--nodes M] [--device cpu|cuda] [--set k=v ...]
+// [--json]`: the memory each rank of the job will hold, by place and category, predicted from
+// the config alone (runtime/memory_estimate.h), on the device it would train on.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -18,6 +18,7 @@ void AddEstimateCommand(CLI::App& app, int* exit_code) {
     std::vector<std::string> overrides;
     int ranks = 1;
     int nodes = 1;
+    std::string device = "cpu";
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -30,6 +31,10 @@ void AddEstimateCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--nodes", args->nodes, "Nodes the ranks are spread over (for per-node totals)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--device", args->device,
+                  "What the ranks train on: cpu, or cuda (the GPU's memory as place device; "
+                  "no GPU needed to estimate)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--set", args->overrides,
                   "Override a config key: --set zero_optimization.stage=3")
       ->take_all();
@@ -49,7 +54,9 @@ void AddEstimateCommand(CLI::App& app, int* exit_code) {
       *exit_code = ReportError(config.status());
       return;
     }
-    StatusOr<runtime::MemoryEstimate> estimate = runtime::EstimateMemory(*config, args->ranks);
+    const DeviceKind device = args->device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
+    StatusOr<runtime::MemoryEstimate> estimate =
+        runtime::EstimateMemory(*config, args->ranks, device);
     if (!estimate.ok()) {
       *exit_code = ReportError(estimate.status());
       return;

@@ -218,8 +218,10 @@ StatusOr<int64_t> OptionalBytes(const std::string& text, const std::string& what
 }  // namespace
 
 StatusOr<runtime::Config> PlanForTraining(const runtime::Config& config, int64_t budget_bytes,
-                                          comm::Communicator& comm, std::ostream* out) {
+                                          comm::Communicator& comm, std::ostream* out,
+                                          DeviceKind device) {
   runtime::PlanOptions options;
+  options.device = device;
   options.device_budget_bytes = budget_bytes;
   options.host_budget_bytes = config.offload.max_host_bytes;
   const bool has_nvme_path = !config.zero.offload_optimizer.nvme_path.empty() ||
@@ -254,6 +256,7 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
     std::string config_path;
     std::vector<std::string> overrides;
     std::string memory, host_memory, nvme, nvme_path, output;
+    std::string device = "cpu";
     int ranks = 1;
     int nodes = 1;
     int top = 20;
@@ -284,6 +287,10 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
                   "Directory for NVMe offload when the config names no nvme_path");
   cmd->add_option("--set", args->overrides, "Override a config key: --set optimizer.params.lr=3e-4")
       ->take_all();
+  cmd->add_option("--device", args->device,
+                  "What the ranks train on: cpu, or cuda (--memory is then the GPU's; the "
+                  "settings the GPU cannot run yet are left out)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("-o,--output", args->output, "Write the best config here (JSON)");
   cmd->add_flag("--json", args->json, "Print the plan as JSON");
   cmd->add_option("--top", args->top, "Rows of the table (0: all)")->check(CLI::NonNegativeNumber);
@@ -314,6 +321,7 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
       HOIST_ASSIGN_OR_RETURN(options.nvme_budget_bytes, OptionalBytes(args->nvme, "--nvme"));
       options.ranks_per_node = (args->ranks + args->nodes - 1) / args->nodes;
       options.nvme_path = args->nvme_path;
+      options.device = args->device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
       options.rates = args->rates;
       options.rates.flops_per_s = args->flops;
       HOIST_ASSIGN_OR_RETURN(runtime::Config config,

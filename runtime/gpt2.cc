@@ -7,6 +7,7 @@
 
 #include "core/check.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/cuda/workspace.h"
 
 namespace hoist::runtime {
 
@@ -116,8 +117,9 @@ StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
 
 Gpt2Model::ActivationBytes Gpt2Model::ActivationFootprint(
     const ModelConfig& config, int max_B, int max_T, DType activation_type,
-    const ActivationCheckpointingConfig& checkpointing) {
+    const ActivationCheckpointingConfig& checkpointing, DeviceKind device) {
   Gpt2Model model(config, max_B, max_T, activation_type, checkpointing);
+  model.footprint_device_ = device;
   ActivationBytes bytes;
   const Status counted = model.AllocateActivations(nullptr, &bytes);
   HOIST_CHECK(counted.ok()) << counted.ToString();
@@ -231,17 +233,22 @@ Status Gpt2Model::AllocateActivations(Device* device, ActivationBytes* bytes) {
   const int64_t activation_bytes = total(activation_slots);
   const int64_t scratch_bytes = total(scratch_slots);
   const int64_t token_bytes = 2 * BT * int64_t{sizeof(int32_t)};  // inputs, then targets
-  // The backend's workspace for the attention; the CPU's kernels need none (and a footprint
-  // counted without a model is the CPU's).
-  const int64_t attention_workspace_bytes =
-      backend_ == nullptr || tiled()
-          ? 0
-          : backend_->AttentionWorkspaceBytes(max_B_, max_T_, static_cast<int>(C),
-                                              static_cast<int>(NH), a);
-  const int64_t tiled_workspace_bytes =
-      backend_ == nullptr || !tiled()
-          ? 0
-          : backend_->TiledAttentionWorkspaceBytes(max_B_, max_T_, static_cast<int>(NH));
+  // The backend's workspace for the attention; the CPU's kernels need none. Counted without a
+  // backend (ActivationFootprint), it is the CUDA backend's formula or none.
+  const int Ci = static_cast<int>(C), NHi = static_cast<int>(NH);
+  const bool cuda = backend_ == nullptr && footprint_device_ == DeviceKind::kCuda;
+  int64_t attention_workspace_bytes = 0, tiled_workspace_bytes = 0;
+  if (backend_ != nullptr) {
+    attention_workspace_bytes =
+        tiled() ? 0 : backend_->AttentionWorkspaceBytes(max_B_, max_T_, Ci, NHi, a);
+    tiled_workspace_bytes =
+        tiled() ? backend_->TiledAttentionWorkspaceBytes(max_B_, max_T_, NHi) : 0;
+  } else if (cuda) {
+    attention_workspace_bytes =
+        tiled() ? 0 : kernels::cuda::AttentionWorkspaceBytes(max_B_, max_T_, Ci, NHi, a);
+    tiled_workspace_bytes =
+        tiled() ? kernels::cuda::TiledAttentionBackwardWorkspaceBytes(max_B_, max_T_, NHi) : 0;
+  }
   const int64_t workspace_bytes = std::max(attention_workspace_bytes, tiled_workspace_bytes);
   const int64_t page = offload::PinnedHostPool::kPageBytes;
   bytes->device = activation_bytes + scratch_bytes + token_bytes + workspace_bytes;

@@ -131,9 +131,12 @@ class Gpt2Model {
     int64_t device = 0;
     int64_t host_pinned = 0;
   };
+  // `device`: the backend's kind, whose attention may ask for a workspace (the CUDA backend's
+  // direct attention does; the CPU's needs none).
   static ActivationBytes ActivationFootprint(
       const ModelConfig& config, int max_B, int max_T, DType activation_type = DType::kFloat32,
-      const ActivationCheckpointingConfig& checkpointing = {});
+      const ActivationCheckpointingConfig& checkpointing = {},
+      DeviceKind device = DeviceKind::kCpu);
 
   // The phases of a training forward and backward, reported to the phase hook as each begins
   // (`block` is the transformer block, or -1), for the memory profiler.
@@ -257,6 +260,7 @@ class Gpt2Model {
   ParamLayout layout_;
   std::unique_ptr<kernels::Backend> own_backend_;  // the Device form's inline CPU backend
   kernels::Backend* backend_ = nullptr;
+  DeviceKind footprint_device_ = DeviceKind::kCpu;  // ActivationFootprint's, without a backend
   Status status_;
   int max_B_, max_T_;
   class FlatStore;

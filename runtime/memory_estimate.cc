@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/check.h"
+#include "kernels/cuda/workspace.h"
 #include "runtime/data_loader.h"
 #include "runtime/engine_options.h"
 #include "runtime/memory_report.h"
@@ -80,12 +81,13 @@ zero::ModelPasses Gpt2StorePasses(int n_layer) {
   return passes;
 }
 
-StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size) {
-  return EstimateMemory(config, world_size, Gpt2StorePasses(config.model.n_layer));
+StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size, DeviceKind device) {
+  return EstimateMemory(config, world_size, Gpt2StorePasses(config.model.n_layer), device);
 }
 
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
-                                        const zero::ModelPasses& passes) {
+                                        const zero::ModelPasses& passes, DeviceKind device) {
+  const bool accelerator = device != DeviceKind::kCpu;
   if (world_size < 1) return InvalidArgumentError("the number of ranks must be >= 1");
   const ParamLayout layout = ParamLayout::For(config.model);
   const zero::ZeroOptions options = ZeroOptionsFrom(config);
@@ -96,21 +98,28 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   // The model's and the trainer's own memory, held throughout.
   MemorySnapshot::Table held{};
   const Gpt2Model::ActivationBytes activations = Gpt2Model::ActivationFootprint(
-      config.model, B, T, config.precision(), config.activation_checkpointing);
+      config.model, B, T, config.precision(), config.activation_checkpointing, device);
   const int64_t batch_bytes = int64_t{2} * B * T * int64_t{sizeof(int32_t)};
   int64_t data_bytes = DataLoader::TrackedHostBytes(config.data.train, Split::kTrain);
   if (config.train.eval_interval > 0 && !config.data.val.empty()) {
     data_bytes += DataLoader::TrackedHostBytes(config.data.val, Split::kVal);
   }
-  held[int(Place::kDevice)][int(Category::kActivation)] = activations.device + batch_bytes;
+  // The trainer's micro-batch is its device's memory, the host's beside an accelerator.
+  held[int(Place::kDevice)][int(Category::kActivation)] = activations.device;
+  held[int(accelerator ? Place::kHost : Place::kDevice)][int(Category::kActivation)] += batch_bytes;
   held[int(Place::kHostPinned)][int(Category::kActivation)] = activations.host_pinned;
   held[int(Place::kHost)][int(Category::kWorkspace)] = data_bytes;
+  if (device == DeviceKind::kCuda) {
+    held[int(Place::kDevice)][int(Category::kWorkspace)] += kernels::cuda::BackendWorkspaceBytes();
+  }
 
-  HOIST_ASSIGN_OR_RETURN(zero::EngineMemoryEstimate engine,
-                         zero::EstimateEngineMemory(layout.Units(), options, world_size,
-                                                    /*rank=*/0, passes, micro_batches));
+  HOIST_ASSIGN_OR_RETURN(
+      zero::EngineMemoryEstimate engine,
+      zero::EstimateEngineMemory(layout.Units(), options, world_size,
+                                 /*rank=*/0, passes, micro_batches, accelerator));
   MemoryEstimate e;
   e.world_size = world_size;
+  e.device = device;
   e.parameters = layout.total;
   e.activations = activations;
   e.batch_bytes = batch_bytes;
@@ -145,6 +154,7 @@ nlohmann::json MemoryEstimateJson(const MemoryEstimate& e) {
   }
   const zero::ModelStateBytes& states = e.engine.model_states;
   return {{"world_size", e.world_size},
+          {"device", e.device == DeviceKind::kCuda ? "cuda" : "cpu"},
           {"parameters", e.parameters},
           {"peak", MemoryTableJson(e.peak)},
           {"peak_total", PeakTotalJson(snapshot)},
@@ -215,8 +225,14 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
         << " (pinned " << FormatBytes(e.peak_total[int(Place::kHostPinned)] * ranks_per_node)
         << "), nvme " << FormatBytes(e.peak_total[int(Place::kNvme)] * ranks_per_node) << "\n";
   }
-  out << "(tracked memory; the process also holds untracked memory such as the BLAS library's "
-         "buffers and code)\n";
+  if (e.device == DeviceKind::kCuda) {
+    out << "(device: the GPU's memory as the caching allocator is asked for it; outside this, on "
+           "the GPU: the CUDA context, cuBLASLt's 32 MiB workspace, NCCL's buffers, and the "
+           "allocator's rounding and cache; on the host: untracked memory such as code)\n";
+  } else {
+    out << "(tracked memory; the process also holds untracked memory such as the BLAS library's "
+           "buffers and code)\n";
+  }
   return out.str();
 }
 

@@ -33,6 +33,7 @@ namespace hoist::runtime {
 // shard has the same size.
 struct MemoryEstimate {
   int world_size = 1;
+  DeviceKind device = DeviceKind::kCpu;  // what the model and the engine compute on
   int64_t parameters = 0;  // Ψ, GPT-2's parameter count (the padded vocabulary included)
   zero::EngineMemoryEstimate engine;
   Gpt2Model::ActivationBytes activations;  // the model's, held from creation on
@@ -54,9 +55,14 @@ struct MemoryEstimate {
   int64_t PeakTotal(Place p) const { return peak_total[int(p)]; }
 };
 
-// The estimate for each rank of `config` (already resolved for `world_size` ranks). Errors: what
-// the engine would refuse for these options.
-StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size);
+// The estimate for each rank of `config` (already resolved for `world_size` ranks) computing on
+// `device`. On a GPU (kCuda) Place::kDevice is the GPU's memory as the tracker counts it (the
+// caching allocator's requests); host buffers of the trainer are kHost; outside the estimate
+// stay the CUDA context, cuBLASLt's workspace, NCCL's buffers and the caching allocator's
+// rounding and cache (its reserved bytes minus its allocated bytes). Errors: what the engine
+// would refuse for these options.
+StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
+                                        DeviceKind device = DeviceKind::kCpu);
 
 // The ParamStore calls of one training micro-batch of a GPT-2 of `n_layer` blocks, recorded
 // from a model of that depth and the smallest widths (the order depends on the depth alone).
@@ -64,7 +70,8 @@ zero::ModelPasses Gpt2StorePasses(int n_layer);
 // EstimateMemory with the model's calls given (Gpt2StorePasses(config.model.n_layer)), for
 // callers that estimate many variants of one model.
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
-                                        const zero::ModelPasses& passes);
+                                        const zero::ModelPasses& passes,
+                                        DeviceKind device = DeviceKind::kCpu);
 
 // {"peak": {place: {category: bytes}}, "peak_total": {place: bytes}, "peak_during": {place:
 // "forward" | "backward" | "step" | "throughout"}, "parameters", "world_size",

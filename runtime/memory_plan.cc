@@ -170,7 +170,7 @@ std::vector<std::string> ChangedOverrides(const PlanChoice& choice, const Config
   return out;
 }
 
-std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme) {
+std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, DeviceKind device) {
   const int64_t per_rank = base.train_batch_size / world_size;
   const int n_layer = base.model.n_layer;
   struct Policy {
@@ -200,7 +200,9 @@ std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme) {
       if (stage == 0 && optimizer != OffloadDevice::kNone) continue;
       for (OffloadDevice param : devices) {
         if (stage < 3 && param != OffloadDevice::kNone) continue;
+        if (device == DeviceKind::kCuda && param != OffloadDevice::kNone) continue;
         for (const Policy& policy : policies) {
+          if (device == DeviceKind::kCuda && policy.cpu) continue;
           for (int64_t micro = 1; micro <= per_rank; ++micro) {
             if (per_rank % micro != 0) continue;
             PlanChoice choice;
@@ -477,11 +479,12 @@ StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOp
   const zero::ModelPasses passes = Gpt2StorePasses(base.model.n_layer);
   std::vector<PlanCandidate> all;
   Status first_refusal = Status::Ok();
-  for (const PlanChoice& choice : Choices(base, world_size, nvme)) {
+  for (const PlanChoice& choice : Choices(base, world_size, nvme, used.device)) {
     StatusOr<Config> config =
         ParseConfigQuietly(text, AllOverrides(choice, base, paths), world_size, kSource);
-    StatusOr<MemoryEstimate> estimate = config.ok() ? EstimateMemory(*config, world_size, passes)
-                                                    : StatusOr<MemoryEstimate>(config.status());
+    StatusOr<MemoryEstimate> estimate =
+        config.ok() ? EstimateMemory(*config, world_size, passes, used.device)
+                    : StatusOr<MemoryEstimate>(config.status());
     if (!estimate.ok()) {
       if (plan.refused++ == 0) first_refusal = estimate.status();
       continue;
@@ -498,7 +501,8 @@ StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOp
   if (all.empty()) {
     return first_refusal.WithContext("no setting of the job can be estimated");
   }
-  if (StatusOr<MemoryEstimate> estimate = EstimateMemory(base, world_size, passes); estimate.ok()) {
+  if (StatusOr<MemoryEstimate> estimate = EstimateMemory(base, world_size, passes, used.device);
+      estimate.ok()) {
     plan.base = Evaluate(base, std::move(estimate).value(), world_size, ranks, used.rates);
     plan.base_fits = used.Fits(*plan.base);
   }

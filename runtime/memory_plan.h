@@ -140,6 +140,9 @@ struct PlanOptions {
   // The directory for NVMe points when the base config names none.
   std::string nvme_path;
   CostRates rates;
+  // What the ranks train on. On a GPU (kCuda) the device budget is its memory, and the points
+  // the GPU cannot run yet (parameter offload, block inputs in pinned host memory) are left out.
+  DeviceKind device = DeviceKind::kCpu;
 
   bool HostLimited() const { return host_budget_bytes > 0; }
   // A size was given (not 0, not kNoNvmeLimit).

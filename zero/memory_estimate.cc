@@ -80,6 +80,20 @@ bool UsesWorkingGrads(const ZeroOptions& options) {
 
 int64_t WorkingGradBytes(const UnitPartition& part) { return part.padded * int64_t{sizeof(float)}; }
 
+int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOptions& options) {
+  if (options.offload_optimizer.place == StatePlace::kDevice) return 0;
+  int64_t largest = 1;
+  for (int u = 0; u < state_plan.num_units(); ++u) {
+    largest = std::max(largest, state_plan.unit(u).owned_real);
+  }
+  return largest * static_cast<int64_t>(DTypeSize(options.compute_type));
+}
+
+int HostUpdateStagingBuffers(const ZeroOptions& options) {
+  if (options.offload_optimizer.place == StatePlace::kDevice) return 0;
+  return IsHalf(options.compute_type) ? 2 : 1;
+}
+
 int64_t ReductionSendBytes(const UnitPartition& part, const ZeroOptions& options) {
   if (options.comm_type == DType::kFloat32) return 0;
   return part.padded * static_cast<int64_t>(DTypeSize(options.comm_type));
@@ -171,7 +185,7 @@ constexpr Place kCompute = Place::kDevice;
 
 // What ZeroEngine::Create allocates, reported to `tracker` as its allocators would.
 void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
-                 const ZeroOptions& options, MemoryTracker& tracker) {
+                 const ZeroOptions& options, bool accelerator, MemoryTracker& tracker) {
   using offload::PinnedHostPool;
   const ParamOffload& param_offload = options.offload_param;
   if (param_offload.place == ParamPlace::kDevice) {
@@ -216,6 +230,11 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
       tracker.Add(Place::kHostPinned, Category::kOptimizer, layout.slot_bytes);
       break;
     }
+  }
+  if (accelerator) {
+    tracker.Add(Place::kHostPinned, Category::kOptimizer,
+                HostUpdateStagingBuffers(options) *
+                    PinnedHostPool::AllocationBytes(HostUpdateStagingBytes(state_plan, options)));
   }
 }
 
@@ -416,7 +435,7 @@ class Replay {
 StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>& units,
                                                     const ZeroOptions& options, int world_size,
                                                     int rank, const ModelPasses& passes,
-                                                    int micro_batches) {
+                                                    int micro_batches, bool accelerator) {
   HOIST_RETURN_IF_ERROR(ValidateZeroOptions(options));
   if (micro_batches < 1) {
     return InvalidArgumentError("a step needs at least one micro-batch, not " +
@@ -431,7 +450,7 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>&
   EngineMemoryEstimate estimate;
   estimate.model_states = ModelStateBytesFor(plan, state_plan, options);
   MemoryTracker tracker;
-  AddResident(plan, state_plan, options, tracker);
+  AddResident(plan, state_plan, options, accelerator, tracker);
   estimate.resident = tracker.Snapshot().current;
 
   Replay replay(plan, options, tracker);

@@ -85,6 +85,13 @@ int64_t ReductionsKeptElements(const ZeroOptions& options);
 // it reduces in place.
 int64_t AllReduceStagingElements(const PartitionPlan& plan, const ZeroOptions& options);
 
+// ZeRO-Offload on an accelerator (the engine's host update, where the optimizer states are in
+// host memory the backend cannot reach): the bytes of each of its pinned staging buffers
+// (Category::kOptimizer, held from Create on), one unit's owned range in the compute type; there
+// are HostUpdateStagingBuffers of them (gradients, and the 16-bit copy), 0 without offload.
+int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOptions& options);
+int HostUpdateStagingBuffers(const ZeroOptions& options);
+
 // ---- The ZeRO paper's model states, for display beside the estimate. ----
 
 // Bytes of model states per rank for Ψ = `psi` parameters on `world` ranks, Adam, no padding and
@@ -158,11 +165,13 @@ struct EngineMemoryEstimate {
 // `micro_batches` micro-batches per step (a gradient-accumulation step). Two steps are replayed,
 // so what one step leaves behind counts in the next. Errors: the refusals Create gives for these
 // options (but not for a missing scratch file path, which the estimate does not need), and
-// InvalidArgument for passes that break the ParamStore protocol.
+// InvalidArgument for passes that break the ParamStore protocol. `accelerator`: the engine's
+// backend cannot operate on host memory (a GPU's), which adds the host update's staging.
 StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>& units,
                                                     const ZeroOptions& options, int world_size,
                                                     int rank, const ModelPasses& passes,
-                                                    int micro_batches = 1);
+                                                    int micro_batches = 1,
+                                                    bool accelerator = false);
 // The same for LayerwisePasses over the units, one micro-batch per step.
 StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>& units,
                                                     const ZeroOptions& options, int world_size,

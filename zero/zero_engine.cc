@@ -148,11 +148,9 @@ Status ZeroEngine::Allocate() {
     host_update_ = true;
     host_ops_device_ = std::make_unique<CpuDevice>(Place::kHost, device_->tracker());
     host_backend_ = std::make_unique<kernels::CpuBackend>(host_ops_device_.get());
-    int64_t largest = 1;
-    for (int u = 0; u < n; ++u) largest = std::max(largest, state_plan_.unit(u).owned_real);
-    const int64_t bytes = largest * static_cast<int64_t>(csize_);
+    const int64_t bytes = HostUpdateStagingBytes(state_plan_, options_);
     HOIST_ASSIGN_OR_RETURN(stage_grads_, pool_->Allocate(bytes, Category::kOptimizer));
-    if (IsHalf(options_.compute_type)) {
+    if (HostUpdateStagingBuffers(options_) == 2) {
       HOIST_ASSIGN_OR_RETURN(stage_copy_, pool_->Allocate(bytes, Category::kOptimizer));
     }
   }

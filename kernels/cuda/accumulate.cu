@@ -14,7 +14,7 @@ using detail::ToFloat;
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 4096;
 // The sum of squares' fixed grid: its partials are the workspace.
-constexpr int kSumBlocks = 512;
+constexpr int kSumBlocks = static_cast<int>(kSumOfSquaresBlocks);
 
 int GridFor(int64_t n) {
   return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
@@ -85,7 +85,6 @@ Status Accumulate(void* acc, DType acc_type, const void* add, DType add_type, fl
   return HOIST_CUDA_DISPATCH(acc_type, with_acc);
 }
 
-int64_t ScaledSumOfSquaresWorkspaceDoubles() { return kSumBlocks; }
 
 Status ScaledSumOfSquares(const void* x, DType type, float scale, int64_t n, double* sum,
                           double* workspace, cudaStream_t stream) {

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/workspace.h"
 
 namespace hoist::kernels::cuda {
 
@@ -18,9 +19,6 @@ namespace hoist::kernels::cuda {
 // overlap. Deterministic.
 Status Accumulate(void* acc, DType acc_type, const void* add, DType add_type, float scale,
                   int64_t n, cudaStream_t stream);
-
-// Doubles of device scratch ScaledSumOfSquares needs.
-int64_t ScaledSumOfSquaresWorkspaceDoubles();
 
 // *sum (one double, device memory) += the sum over i < n of (x[i] * scale)^2: every block sums a
 // fixed slice in double, then one block adds the partials in a fixed order, so the result is the

@@ -281,13 +281,6 @@ Workspace CarveWorkspace(void* workspace, int B, int T, int C, DType type) {
 
 }  // namespace
 
-int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type) {
-  const int64_t btc = static_cast<int64_t>(B) * T * C;
-  const int64_t bhtt = static_cast<int64_t>(B) * NH * T * T;
-  const auto f = static_cast<int64_t>(sizeof(float));
-  return 4 * btc * static_cast<int64_t>(DTypeSize(type)) + 3 * btc * f + bhtt * f;
-}
-
 Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv, void* workspace,
                         int B, int T, int C, int NH, DType type, cudaStream_t stream) {
   constexpr const char* kOp = "AttentionForward";

@@ -11,6 +11,7 @@
 #include "core/status.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/workspace.h"
 
 namespace hoist::kernels::cuda {
 
@@ -19,10 +20,8 @@ namespace hoist::kernels::cuda {
 // fp32 runs every product in true fp32. bf16/fp16 run them on the tensor cores (16-bit inputs,
 // fp32 accumulation): the probabilities and dL/dscores enter their products rounded once to
 // `type` (as the CPU model keeps att rounded in 16-bit modes); att itself stays fp32.
-// `workspace` holds AttentionWorkspaceBytes(B,T,C,NH,type) bytes, 4*e*BTC + 12*BTC + 4*BHTT with
-// e = sizeof(type), BTC = B*T*C, BHTT = B*NH*T*T (head-major q, k, v, dout in `type`, fp32
-// gradient heads and one fp32 T x T block per head); nothing in it outlives a call.
-int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type);
+// `workspace` holds AttentionWorkspaceBytes(B,T,C,NH,type) bytes (kernels/cuda/workspace.h);
+// nothing in it outlives a call.
 Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv, void* workspace,
                         int B, int T, int C, int NH, DType type, cudaStream_t stream);
 // dqkv (B,T,3C) += gradient of out w.r.t. qkv, given the att of the forward.
@@ -35,8 +34,8 @@ Status AttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const v
 Status AttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int C, int NH,
                              DType type, cudaStream_t stream);
 // dqkv += gradient, recomputing the probabilities tile by tile from qkv and lse; out is the
-// forward's output. `workspace` holds TiledAttentionBackwardWorkspaceBytes(B,T,NH) bytes.
-int64_t TiledAttentionBackwardWorkspaceBytes(int B, int T, int NH);
+// forward's output. `workspace` holds TiledAttentionBackwardWorkspaceBytes(B,T,NH) bytes
+// (kernels/cuda/workspace.h).
 Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
                               const float* lse, void* workspace, int B, int T, int C, int NH,
                               DType type, cudaStream_t stream);

@@ -353,10 +353,6 @@ Status AttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int 
   return HOIST_CUDA_DISPATCH(type, launch);
 }
 
-int64_t TiledAttentionBackwardWorkspaceBytes(int B, int T, int NH) {
-  return static_cast<int64_t>(B) * NH * T * static_cast<int64_t>(sizeof(float));  // D
-}
-
 Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
                               const float* lse, void* workspace, int B, int T, int C, int NH,
                               DType type, cudaStream_t stream) {

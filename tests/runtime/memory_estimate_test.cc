@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/workspace.h"
 #include "tests/runtime/config_test_util.h"
 #include "tests/runtime/trainer_test_util.h"
 
@@ -165,6 +166,29 @@ TEST(MemoryEstimate, CheckpointingLowersThePredictedPeakAsItLowersTheMeasuredOne
     last_predicted = estimate->PeakTotal(Place::kDevice);
     last_measured = measured;
   }
+}
+
+// On a GPU the same engine and model allocate the same buffers; what differs is where the
+// trainer's micro-batch lives (the host), what the CUDA backend adds on its device (the direct
+// attention's workspace, its own scratch) and, with the optimizer offloaded, the host update's
+// pinned staging. The run on a GPU holds the estimate to the byte (CudaTrainer.TheEstimate...).
+TEST(MemoryEstimate, OnTheGpuTheBatchIsHostMemoryAndTheBackendAddsItsWorkspaces) {
+  const Config config = TinyJob(1, 5,
+                                {"zero_optimization.stage=2", "bf16.enabled=true",
+                                 "zero_optimization.offload_optimizer.device=\"cpu\""});
+  const StatusOr<MemoryEstimate> cpu = EstimateMemory(config, 1, DeviceKind::kCpu);
+  const StatusOr<MemoryEstimate> gpu = EstimateMemory(config, 1, DeviceKind::kCuda);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  const int B = static_cast<int>(config.train_micro_batch_size_per_gpu);
+  const int T = config.model.seq_len;
+  const int64_t attention = kernels::cuda::AttentionWorkspaceBytes(
+      B, T, config.model.n_embd, config.model.n_head, DType::kBFloat16);
+  EXPECT_EQ(gpu->PeakTotal(Place::kDevice), cpu->PeakTotal(Place::kDevice) - cpu->batch_bytes +
+                                                attention + kernels::cuda::BackendWorkspaceBytes());
+  EXPECT_EQ(gpu->Peak(Place::kHost, Category::kActivation), cpu->batch_bytes);
+  EXPECT_GT(gpu->PeakTotal(Place::kHostPinned), cpu->PeakTotal(Place::kHostPinned));
+  EXPECT_EQ(MemoryEstimateJson(*gpu)["device"], "cuda");
+  EXPECT_NE(FormatMemoryEstimate(*gpu, config).find("CUDA context"), std::string::npos);
 }
 
 TEST(ParseBytes, UnitsAndRefusals) {

@@ -11,12 +11,15 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/cuda/cuda_device.h"
 #include "runtime/checkpoint.h"
 #include "runtime/cuda/cuda_accelerator.h"
+#include "runtime/memory_estimate.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/config_test_util.h"
 #include "tests/runtime/trainer_test_util.h"
@@ -126,6 +129,62 @@ TEST(CudaTrainer, CheckpointsResumeOnEitherDevice) {
   tail = cpu[0];
   tail.losses.erase(tail.losses.begin(), tail.losses.begin() + 3);
   ExpectFollows(gpu_resumed[0], tail, 1e-4);
+  std::filesystem::remove_all(dir);
+}
+
+// `hoist estimate --device cuda` against the run: the tracker's device peak to the byte (the same
+// engine and model allocate the same buffers as the estimate replays), and the caching
+// allocator's peak reserved bytes, which add its rounding and cache, within 10% of it.
+TEST(CudaTrainer, TheEstimateHoldsForTheGpu) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = ::testing::TempDir() + "/cuda_estimate_" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::vector<std::string> medium = {
+      "model.n_layer=6",     "model.n_embd=512",
+      "model.n_head=8",      "model.vocab_size=50257",
+      "model.seq_len=256",   "train_micro_batch_size_per_gpu=8",
+      "train_batch_size=16", "monitor.jsonl.path=\"" + dir + "/run.jsonl\""};
+  const struct {
+    std::string name;
+    std::vector<std::string> set;
+  } jobs[] = {
+      {"stage 0, fp32", {"zero_optimization.stage=0"}},
+      {"stage 2, bf16, full checkpointing",
+       {"zero_optimization.stage=2", "bf16.enabled=true",
+        "activation_checkpointing.policy=\"full\""}},
+      {"stage 3, bf16, optimizer on the host",
+       {"zero_optimization.stage=3", "bf16.enabled=true",
+        "zero_optimization.offload_optimizer.device=\"cpu\""}},
+      {"stage 1, tiled attention", {"zero_optimization.stage=1", "model.attention=\"tiled\""}},
+  };
+  for (const auto& job : jobs) {
+    SCOPED_TRACE(job.name);
+    std::vector<std::string> set = medium;
+    set.insert(set.end(), job.set.begin(), job.set.end());
+    const Config config = TinyJob(1, 5, set);
+    const StatusOr<MemoryEstimate> estimate = EstimateMemory(config, 1, DeviceKind::kCuda);
+    ASSERT_TRUE(estimate.ok()) << estimate.status().ToString();
+    std::filesystem::remove(dir + "/run.jsonl");
+    const std::vector<RankRun> runs = Train(config, 1, true);
+    ASSERT_TRUE(runs[0].status.ok()) << runs[0].status.ToString();
+    for (Place place : {Place::kDevice, Place::kHostPinned}) {
+      EXPECT_EQ(runs[0].memory.peak_total[int(place)], estimate->PeakTotal(place))
+          << PlaceName(place);
+    }
+    std::ifstream in(dir + "/run.jsonl");
+    std::string line, last;
+    while (std::getline(in, line)) last = line;
+    const nlohmann::json end = nlohmann::json::parse(last);
+    ASSERT_TRUE(end.contains("device_allocator")) << last;
+    const int64_t reserved = end["device_allocator"]["max_reserved"].get<int64_t>();
+    const int64_t predicted = estimate->PeakTotal(Place::kDevice);
+    std::printf(
+        "  %s: estimate %.1f MiB, tracker %.1f MiB, allocator reserved %.1f MiB (%+.1f%%)\n",
+        job.name.c_str(), predicted / 1048576.0,
+        runs[0].memory.peak_total[int(Place::kDevice)] / 1048576.0, reserved / 1048576.0,
+        100.0 * double(reserved - predicted) / double(predicted));
+    EXPECT_LE(std::fabs(double(reserved - predicted)), 0.1 * double(predicted));
+  }
   std::filesystem::remove_all(dir);
 }
 
