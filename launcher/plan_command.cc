@@ -288,8 +288,8 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--set", args->overrides, "Override a config key: --set optimizer.params.lr=3e-4")
       ->take_all();
   cmd->add_option("--device", args->device,
-                  "What the ranks train on: cpu, or cuda (--memory is then the GPU's; the "
-                  "settings the GPU cannot run yet are left out)")
+                  "What the ranks train on: cpu, or cuda (--memory is then the GPU's; parameter "
+                  "offload, which the GPU cannot run yet, is left out)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("-o,--output", args->output, "Write the best config here (JSON)");
   cmd->add_flag("--json", args->json, "Print the plan as JSON");

@@ -202,7 +202,6 @@ std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, D
         if (stage < 3 && param != OffloadDevice::kNone) continue;
         if (device == DeviceKind::kCuda && param != OffloadDevice::kNone) continue;
         for (const Policy& policy : policies) {
-          if (device == DeviceKind::kCuda && policy.cpu) continue;
           for (int64_t micro = 1; micro <= per_rank; ++micro) {
             if (per_rank % micro != 0) continue;
             PlanChoice choice;

@@ -141,7 +141,7 @@ struct PlanOptions {
   std::string nvme_path;
   CostRates rates;
   // What the ranks train on. On a GPU (kCuda) the device budget is its memory, and the points
-  // the GPU cannot run yet (parameter offload, block inputs in pinned host memory) are left out.
+  // the GPU cannot run yet (parameter offload) are left out.
   DeviceKind device = DeviceKind::kCpu;
 
   bool HostLimited() const { return host_budget_bytes > 0; }

@@ -91,7 +91,7 @@ int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOption
 
 int HostUpdateStagingBuffers(const ZeroOptions& options) {
   if (options.offload_optimizer.place == StatePlace::kDevice) return 0;
-  return IsHalf(options.compute_type) ? 2 : 1;
+  return 2 * (IsHalf(options.compute_type) ? 2 : 1);  // two slots
 }
 
 int64_t ReductionSendBytes(const UnitPartition& part, const ZeroOptions& options) {

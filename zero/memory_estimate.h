@@ -88,7 +88,8 @@ int64_t AllReduceStagingElements(const PartitionPlan& plan, const ZeroOptions& o
 // ZeRO-Offload on an accelerator (the engine's host update, where the optimizer states are in
 // host memory the backend cannot reach): the bytes of each of its pinned staging buffers
 // (Category::kOptimizer, held from Create on), one unit's owned range in the compute type; there
-// are HostUpdateStagingBuffers of them (gradients, and the 16-bit copy), 0 without offload.
+// are HostUpdateStagingBuffers of them (two slots of gradients, and of the 16-bit copy), 0
+// without offload.
 int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOptions& options);
 int HostUpdateStagingBuffers(const ZeroOptions& options);
 

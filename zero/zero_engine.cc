@@ -149,10 +149,15 @@ Status ZeroEngine::Allocate() {
     host_ops_device_ = std::make_unique<CpuDevice>(Place::kHost, device_->tracker());
     host_backend_ = std::make_unique<kernels::CpuBackend>(host_ops_device_.get());
     const int64_t bytes = HostUpdateStagingBytes(state_plan_, options_);
-    HOIST_ASSIGN_OR_RETURN(stage_grads_, pool_->Allocate(bytes, Category::kOptimizer));
-    if (HostUpdateStagingBuffers(options_) == 2) {
-      HOIST_ASSIGN_OR_RETURN(stage_copy_, pool_->Allocate(bytes, Category::kOptimizer));
+    for (int slot = 0; slot < 2; ++slot) {
+      HOIST_ASSIGN_OR_RETURN(stage_grads_[slot], pool_->Allocate(bytes, Category::kOptimizer));
+      if (IsHalf(options_.compute_type)) {
+        HOIST_ASSIGN_OR_RETURN(stage_copy_[slot], pool_->Allocate(bytes, Category::kOptimizer));
+      }
+      HOIST_ASSIGN_OR_RETURN(downloaded_[slot], backend_->CreateEvent());
     }
+    HOIST_ASSIGN_OR_RETURN(grads_final_, backend_->CreateEvent());
+    HOIST_ASSIGN_OR_RETURN(uploaded_, backend_->CreateEvent());
   }
 
   work_grads_.resize(static_cast<size_t>(n));

@@ -252,6 +252,9 @@ class ZeroEngine final : public ParamStore {
   // AdamW over elements [lo, hi) of the unit's owned range, whose fp32 master, m and v are at
   // master, m, v (pointing at element lo); writes the compute-type copy.
   // `compute` is the unit's owned-range compute-type copy (from BeginOwnedWrite).
+  // Step's update with host_update_, the states in host memory and the parameters on the device:
+  // unit by unit, pipelined over the two staging slots.
+  Status HostUpdate(const kernels::AdamWStepScalars& h);
   Status UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
                      void* compute, const kernels::AdamWStepScalars& h);
   // The same over elements [begin, begin + count) of the flat owned shard.
@@ -287,11 +290,15 @@ class ZeroEngine final : public ParamStore {
   // Optimizer states in host memory (offloaded to the host or NVMe) that the backend cannot
   // reach (a GPU's): the step brings the owned gradients down into stage_grads_, runs the CPU's
   // AdamW on the states (host_backend_), and sends the updated compute-type copy (stage_copy_;
-  // fp32: the master itself) up to the model's weights. DeepSpeed's ZeRO-Offload.
+  // fp32: the master itself) up to the model's weights. DeepSpeed's ZeRO-Offload. Two slots, so
+  // that one unit's copies run on the copy stream while the CPU updates the unit before.
   bool host_update_ = false;
   std::unique_ptr<Device> host_ops_device_;
   std::unique_ptr<kernels::Backend> host_backend_;
-  offload::PinnedBuffer stage_grads_, stage_copy_;
+  offload::PinnedBuffer stage_grads_[2], stage_copy_[2];
+  // Marks for the pipelined update: the gradients final on the compute stream, each slot's
+  // gradients down, and the last upload.
+  std::unique_ptr<Event> grads_final_, downloaded_[2], uploaded_;
   std::unique_ptr<offload::PinnedHostPool> param_pool_;
   // Stage 3 with offload_param: this rank's compute-type shards, instead of params_.
   std::unique_ptr<ParamShards> param_shards_;

@@ -63,7 +63,9 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   Status updated = Status::Ok();
   const auto update_started = Clock::now();
   const double wait_before = swapper_ != nullptr ? swapper_->io_wait_seconds() : 0.0;
-  if (swapper_ == nullptr) {
+  if (host_update_ && swapper_ == nullptr && param_shards_ == nullptr) {
+    updated = HostUpdate(h);
+  } else if (swapper_ == nullptr) {
     for (int u = 0; u < plan_.num_units(); ++u) {
       const UnitPartition& owned = state_plan_.unit(u);
       if (owned.owned_real == 0) continue;
@@ -115,6 +117,66 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   return result;
 }
 
+Status ZeroEngine::HostUpdate(const kernels::AdamWStepScalars& h) {
+  const DType type = options_.compute_type;
+  const Stream& copy = backend_->copy_stream();
+  const Stream& host = host_backend_->compute_stream();
+  std::vector<int> units;
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    if (state_plan_.unit(u).owned_real > 0) units.push_back(u);
+  }
+  auto bytes = [&](int u) { return state_plan_.unit(u).owned_real * static_cast<int64_t>(csize_); };
+  // The i-th unit's gradients down into slot i % 2, after the compute stream's work so far (the
+  // gradients are final there) and, in the copy stream's order, after the upload that last read
+  // that slot.
+  HOIST_RETURN_IF_ERROR(grads_final_->Record(stream()));
+  HOIST_RETURN_IF_ERROR(copy.WaitEvent(*grads_final_));
+  auto down = [&](size_t i) -> Status {
+    const size_t slot = i % 2;
+    HOIST_RETURN_IF_ERROR(backend_->Copy(stage_grads_[slot].data(), owned_grads(units[i]),
+                                         bytes(units[i]), kernels::CopyDirection::kDeviceToHost,
+                                         copy));
+    return downloaded_[slot]->Record(copy);
+  };
+  for (size_t i = 0; i < std::min<size_t>(2, units.size()); ++i) HOIST_RETURN_IF_ERROR(down(i));
+  for (size_t i = 0; i < units.size(); ++i) {
+    const int u = units[i];
+    const size_t slot = i % 2;
+    const UnitPartition& owned = state_plan_.unit(u);
+    HOIST_RETURN_IF_ERROR(downloaded_[slot]->Synchronize());
+    // The update of owned elements [0, owned_real), the staging slot holding exactly those.
+    std::vector<kernels::AdamWTensorRef> pieces;
+    float* master_u = master(u);
+    for (const ParamSegment& segment : state_plan_.spec(u).segments) {
+      const int64_t begin = std::max(owned.owned_begin, segment.begin);
+      const int64_t end = std::min(owned.owned_begin + owned.owned_real, segment.end);
+      if (begin >= end) continue;
+      const int64_t at = begin - owned.owned_begin;
+      kernels::AdamWTensorRef& piece = pieces.emplace_back();
+      piece.param = master_u + at;
+      piece.m = state_m_ + owned.shard_offset + at;
+      piece.v = state_v_ + owned.shard_offset + at;
+      piece.grad = ElementPtr(stage_grads_[slot].data(), type, at);
+      piece.n = end - begin;
+      if (IsHalf(type)) piece.copy = ElementPtr(stage_copy_[slot].data(), type, at);
+      piece.weight_decay = segment.decay ? options_.adam.weight_decay : 0.0f;
+    }
+    HOIST_RETURN_IF_ERROR(host_backend_->AdamW(pieces, type, type, h, host));
+    HOIST_RETURN_IF_ERROR(host.Synchronize());
+    // The new weights up: the rounded copy, or in fp32 the master's bits.
+    const void* updated =
+        IsHalf(type) ? static_cast<const void*>(stage_copy_[slot].data()) : master_u;
+    HOIST_RETURN_IF_ERROR(backend_->Copy(owned_params(u), updated, bytes(u),
+                                         kernels::CopyDirection::kHostToDevice, copy));
+    if (i + 2 < units.size()) HOIST_RETURN_IF_ERROR(down(i + 2));
+  }
+  // What the compute stream does next reads the new weights; the staging is free once the copy
+  // stream is done.
+  HOIST_RETURN_IF_ERROR(uploaded_->Record(copy));
+  HOIST_RETURN_IF_ERROR(stream().WaitEvent(*uploaded_));
+  return copy.Synchronize();
+}
+
 const void* ZeroEngine::owned_grads(int unit) {
   const DType type = options_.compute_type;
   if (options_.stage >= 2) return ElementPtr(grads_.data(), type, plan_.unit(unit).shard_offset);
@@ -140,11 +202,11 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
   kernels::Backend* ops = backend_;
   const Stream* ops_stream = &stream();
   if (host_update_) {
-    HOIST_RETURN_IF_ERROR(backend_->Copy(stage_grads_.data(), ElementPtr(grads, type, lo), bytes,
+    HOIST_RETURN_IF_ERROR(backend_->Copy(stage_grads_[0].data(), ElementPtr(grads, type, lo), bytes,
                                          kernels::CopyDirection::kDeviceToHost, stream()));
     HOIST_RETURN_IF_ERROR(Sync());
-    grads = stage_grads_.data();
-    copies = stage_copy_.data();
+    grads = stage_grads_[0].data();
+    copies = stage_copy_[0].data();
     origin = lo;
     ops = host_backend_.get();
     ops_stream = &host_backend_->compute_stream();
@@ -170,7 +232,7 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
     // The updated weights up: the rounded copy, or in fp32 the master's bits. The staging is the
     // next piece's once the copy is done.
     HOIST_RETURN_IF_ERROR(ops_stream->Synchronize());
-    const void* updated = IsHalf(type) ? static_cast<const void*>(stage_copy_.data()) : master;
+    const void* updated = IsHalf(type) ? static_cast<const void*>(stage_copy_[0].data()) : master;
     HOIST_RETURN_IF_ERROR(backend_->Copy(ElementPtr(compute, type, lo), updated, bytes,
                                          kernels::CopyDirection::kHostToDevice, stream()));
     return Sync();

@@ -76,6 +76,11 @@ TEST(CudaTrainer, FollowsTheCpuLossCurve) {
       {1, {"activation_checkpointing.policy=\"selective\""}, 1e-4},
       {2, {"zero_optimization.stage=2"}, 1e-4},
       {2, {"zero_optimization.stage=3", "activation_checkpointing.policy=\"full\""}, 1e-4},
+      // The kept block inputs in pinned host memory, read and written by the GPU's kernels.
+      {1,
+       {"activation_checkpointing.policy=\"full\"",
+        "activation_checkpointing.cpu_checkpointing=true"},
+       1e-4},
       // ZeRO-Offload: the CPU's AdamW on the states in host memory.
       {2,
        {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=\"cpu\""},
