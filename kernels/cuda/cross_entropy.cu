@@ -50,11 +50,81 @@ __global__ void SoftmaxCrossEntropyKernel(float* losses, T* dlogits, const T* lo
   }
 }
 
+// The same in two passes of 16-byte loads: a running max and sum of e^(x - max) per thread (an
+// online softmax), combined across the block, then the gradient. Rows of Vp elements must start
+// on 16-byte boundaries (Vp a multiple of the vector's width, an aligned base). The row is read
+// twice and written once instead of read three times; the sum's terms are added in another order
+// than the three-pass kernel's, so the two agree to fp32 rounding. Aliasing as above: each thread
+// reads and writes only its own vectors.
+template <typename T>
+__global__ void SoftmaxCrossEntropyVectorKernel(float* losses, T* dlogits, const T* logits,
+                                                const int32_t* targets, float dloss, int V,
+                                                int Vp) {
+  constexpr int kWidth = 16 / static_cast<int>(sizeof(T));
+  union Vector {
+    uint4 bits;
+    T values[kWidth];
+  };
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * Vp;
+  const int target = targets[row];
+  const float target_logit = ToFloat(x[target]);
+  const uint4* in = reinterpret_cast<const uint4*>(x);
+  const int vectors = Vp / kWidth;
+
+  float m = -INFINITY, sum = 0.0f;
+  for (int v = threadIdx.x; v < vectors && v * kWidth < V; v += blockDim.x) {
+    Vector chunk;
+    chunk.bits = in[v];
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      if (v * kWidth + k >= V) break;
+      const float value = ToFloat(chunk.values[k]);
+      if (value > m) {
+        sum = sum * expf(m - value) + 1.0f;
+        m = value;
+      } else {
+        sum += expf(value - m);
+      }
+    }
+  }
+  const float row_max = BlockMax(m, scratch);
+  sum = BlockSum(m == -INFINITY ? 0.0f : sum * expf(m - row_max), scratch);
+
+  if (threadIdx.x == 0) losses[row] = logf(sum) - (target_logit - row_max);
+  if (dlogits == nullptr) return;
+  uint4* out = reinterpret_cast<uint4*>(dlogits + row * Vp);
+  const float scale = dloss / sum;
+  for (int v = threadIdx.x; v < vectors; v += blockDim.x) {
+    Vector chunk;
+    if (v * kWidth < V) chunk.bits = in[v];
+#pragma unroll
+    for (int k = 0; k < kWidth; ++k) {
+      const int c = v * kWidth + k;
+      float g = 0.0f;
+      if (c < V) {
+        g = expf(ToFloat(chunk.values[k]) - row_max) * scale;
+        if (c == target) g -= dloss;
+      }
+      chunk.values[k] = FromFloat<T>(g);
+    }
+    out[v] = chunk.bits;
+  }
+}
+
 template <typename T>
 Status LaunchSoftmaxCrossEntropy(float* losses, T* dlogits, const T* logits, const int32_t* targets,
                                  float dloss, int N, int V, int Vp, cudaStream_t stream) {
-  SoftmaxCrossEntropyKernel<T>
-      <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dloss, V, Vp);
+  constexpr int kWidth = 16 / static_cast<int>(sizeof(T));
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (Vp % kWidth == 0 && aligned(logits) && (dlogits == nullptr || aligned(dlogits))) {
+    SoftmaxCrossEntropyVectorKernel<T>
+        <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dloss, V, Vp);
+  } else {
+    SoftmaxCrossEntropyKernel<T>
+        <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dloss, V, Vp);
+  }
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::Ok();
 }
