@@ -9,6 +9,10 @@
 // blocking call, or the handle's Wait, returns. Both sides must be whole-group communicators of
 // the same ranks in the same order.
 //
+// Failures: where waiting for the compute stream fails, a host collective still runs (the peers
+// are in it; it may be their agreement on this very failure) and the failure is returned after
+// it; a device collective cannot, and both sides are aborted so that no peer waits for ever.
+//
 // Ownership: the two communicators and the backend must outlive it. Not thread-safe, as
 // Communicator.
 #pragma once
@@ -39,9 +43,15 @@ class SplitCommunicator final : public Communicator {
   void Abort(const Status& reason, int exit_code) override;
 
  private:
-  // The communicator for these buffers (null: none), after the compute stream's work so far;
-  // null with the failure in *failed when that wait failed or the buffers mix the two kinds.
-  Communicator* Route(const void* a, const void* b, Status* failed) const;
+  // Where a collective on these buffers (null: none) goes, after the compute stream's work so
+  // far. `to` null: it must not run (the buffers mix the two kinds, or the device failed under
+  // its work: both sides are aborted then); `failed`, with `to` set: the host collective runs
+  // and this is returned after it.
+  struct Route {
+    Communicator* to;
+    Status failed;
+  };
+  Route RouteFor(const void* a, const void* b);
 
   Communicator* device_;
   Communicator* host_;

@@ -19,10 +19,12 @@
 namespace hoist::runtime {
 StatusOr<OffloadFootprint> OffloadFootprintPerRank(const std::vector<zero::UnitSpec>& units,
                                                    const zero::ZeroOptions& options, int world_size,
-                                                   int rank) {
+                                                   int rank, bool accelerator) {
   // What the engine will hold from its creation on, in the places offload puts it.
   HOIST_ASSIGN_OR_RETURN(const zero::EngineMemoryEstimate engine,
-                         zero::EstimateEngineMemory(units, options, world_size, rank));
+                         zero::EstimateEngineMemory(units, options, world_size, rank,
+                                                    zero::LayerwisePasses(int(units.size())),
+                                                    /*micro_batches=*/1, accelerator));
   OffloadFootprint footprint;
   footprint.pinned_bytes = engine.ResidentTotal(Place::kHostPinned);
   footprint.host_bytes = engine.ResidentTotal(Place::kHost);

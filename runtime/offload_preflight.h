@@ -38,9 +38,11 @@ struct OffloadFootprint {
 // For the engine that ZeroEngine::Create(units, options, ...) builds on `rank` of `world_size`:
 // its resident host and file bytes (zero/memory_estimate.h, the engine's own sizing). Errors:
 // what the engine would refuse for these options.
+// `accelerator`: the engine's backend cannot operate on host memory (a GPU's), which adds the
+// offloaded update's pinned staging.
 StatusOr<OffloadFootprint> OffloadFootprintPerRank(const std::vector<zero::UnitSpec>& units,
                                                    const zero::ZeroOptions& options, int world_size,
-                                                   int rank);
+                                                   int rank, bool accelerator = false);
 
 // ResourceExhausted when local_ranks x the footprint's host and pinned bytes exceed what `host`
 // offers or `max_host_bytes` (> 0) allows; the message gives the bytes needed (per rank and for

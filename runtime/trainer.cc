@@ -94,7 +94,8 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
   const int rank = comm_->rank(), world_size = comm_->world_size();
   OffloadFootprint footprint;
   if (offload) {
-    HOIST_ASSIGN_OR_RETURN(footprint, OffloadFootprintPerRank(units, *options, world_size, rank));
+    HOIST_ASSIGN_OR_RETURN(footprint, OffloadFootprintPerRank(units, *options, world_size, rank,
+                                                              !backend_->OperatesOnHostMemory()));
   }
   footprint.pinned_bytes += activation_pinned;
   HOIST_ASSIGN_OR_RETURN(const comm::NodeCounts nodes, comm::CountRanksPerNode(*comm_));

@@ -74,9 +74,10 @@ ZeroEngine::ZeroEngine(const ZeroOptions& options, comm::Communicator* comm,
       csize_(DTypeSize(options.compute_type)) {}
 
 ZeroEngine::~ZeroEngine() {
-  // Work still queued on the stream, and collectives in flight, use buffers of ours: let them
+  // Work still queued on the streams, and collectives in flight, use buffers of ours: let them
   // finish before the buffers go.
   (void)Sync();
+  if (host_update_) (void)backend_->copy_stream().Synchronize();
   for (auto& pending : reductions_) {
     if (pending->handle) (void)pending->handle->Wait();
   }

@@ -255,6 +255,9 @@ class ZeroEngine final : public ParamStore {
   // Step's update with host_update_, the states in host memory and the parameters on the device:
   // unit by unit, pipelined over the two staging slots.
   Status HostUpdate(const kernels::AdamWStepScalars& h);
+  // Its loop over the units; HostUpdate orders and drains the copy stream after it, whatever it
+  // returned.
+  Status HostUpdateUnits(const kernels::AdamWStepScalars& h);
   Status UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
                      void* compute, const kernels::AdamWStepScalars& h);
   // The same over elements [begin, begin + count) of the flat owned shard.

@@ -105,11 +105,9 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     offload_stats_.to_host_bytes += owned * static_cast<int64_t>(csize_);
     offload_stats_.from_host_bytes += owned * static_cast<int64_t>(csize_);
   }
-  if (swapper_ != nullptr || param_shards_ != nullptr) {
-    // An I/O fault on one rank must stop every rank here, not leave the others waiting in the
-    // next collective.
-    HOIST_RETURN_IF_ERROR(AgreeOnFailure(updated));
-  }
+  // An update that failed on one rank (an I/O fault, a host or device op) must stop every rank
+  // here, not leave the others waiting in the next collective or training on diverged weights.
+  HOIST_RETURN_IF_ERROR(AgreeOnFailure(updated));
   HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
   // Persistent units read back for the gather.
   HOIST_RETURN_IF_ERROR(AgreeOnDeferredErrors());
@@ -118,6 +116,19 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
 }
 
 Status ZeroEngine::HostUpdate(const kernels::AdamWStepScalars& h) {
+  const Stream& copy = backend_->copy_stream();
+  const Status updated = HostUpdateUnits(h);
+  // However it ended: what the compute stream does next comes after the copies queued so far
+  // (the uploads it reads, the downloads of gradients it would overwrite), and the staging is
+  // free once the copy stream is done.
+  Status ordered = uploaded_->Record(copy);
+  if (ordered.ok()) ordered = stream().WaitEvent(*uploaded_);
+  const Status drained = copy.Synchronize();
+  if (!updated.ok()) return updated;
+  return ordered.ok() ? drained : ordered;
+}
+
+Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
   const DType type = options_.compute_type;
   const Stream& copy = backend_->copy_stream();
   const Stream& host = host_backend_->compute_stream();
@@ -170,11 +181,7 @@ Status ZeroEngine::HostUpdate(const kernels::AdamWStepScalars& h) {
                                          kernels::CopyDirection::kHostToDevice, copy));
     if (i + 2 < units.size()) HOIST_RETURN_IF_ERROR(down(i + 2));
   }
-  // What the compute stream does next reads the new weights; the staging is free once the copy
-  // stream is done.
-  HOIST_RETURN_IF_ERROR(uploaded_->Record(copy));
-  HOIST_RETURN_IF_ERROR(stream().WaitEvent(*uploaded_));
-  return copy.Synchronize();
+  return Status::Ok();
 }
 
 const void* ZeroEngine::owned_grads(int unit) {

@@ -78,5 +78,39 @@ TEST(SplitCommunicator, DeviceBuffersGoToTheDeviceSideAndHostBuffersToTheHostSid
   }));
 }
 
+// A rank whose device failed under its queued work still takes part in host collectives (its
+// peers are in them: the engine's agreement on that very failure) and reports the failure after;
+// a device collective cannot run there, and aborting both sides spares the peers the wait.
+TEST(SplitCommunicator, AFailedComputeStreamStillAgreesOnTheHostAndAbortsTheDevice) {
+  live_memory::ScopedEnable checked;
+  const int n = 2;
+  auto devices = ThreadGroup::Create(n, 10.0);
+  auto hosts = ThreadGroup::Create(n, 10.0);
+  ASSERT_TRUE(devices.ok() && hosts.ok());
+  std::vector<Status> host_results(n), device_results(n);
+  const std::vector<Status> ranks = RunRanks(**hosts, [&](int rank, Communicator& host) -> Status {
+    MemoryTracker tracker;
+    CpuDevice device(Place::kDevice, &tracker);
+    kernels::CpuBackend backend(&device, HostStream::Mode::kThreaded);
+    SplitCommunicator comm(&(*devices)->comm(rank), &host, &backend);
+    if (rank == 0) {
+      const auto& stream = static_cast<const HostStream&>(backend.compute_stream());
+      (void)stream.Enqueue([] { return InternalError("the device faulted"); });
+    }
+    float failures = rank == 0 ? 1.0f : 0.0f;
+    host_results[size_t(rank)] = comm.AllReduce(&failures, 1, DType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(failures, 1.0f) << "rank " << rank << " heard the failure";
+    HOIST_ASSIGN_OR_RETURN(Buffer grads, device.Allocate(64, Category::kGrad));
+    device_results[size_t(rank)] =
+        comm.AllReduce(grads.data(), 16, DType::kFloat32, ReduceOp::kSum);
+    return Status::Ok();
+  });
+  ExpectAllOk(ranks);
+  EXPECT_EQ(host_results[0].code(), StatusCode::kInternal);
+  EXPECT_TRUE(host_results[1].ok()) << host_results[1].ToString();
+  EXPECT_FALSE(device_results[0].ok());
+  EXPECT_FALSE(device_results[1].ok()) << "the peer's device collective ends, aborted";
+}
+
 }  // namespace
 }  // namespace hoist::comm

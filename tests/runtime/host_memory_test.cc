@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "comm/thread_communicator.h"
+#include "runtime/engine_options.h"
+#include "runtime/offload_preflight.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/config_test_util.h"
 
@@ -180,6 +183,33 @@ TEST(CheckJobHostMemory, TheTrainerRefusesBeforeAllocatingOnEveryRank) {
     EXPECT_THAT(statuses[r].message(), HasSubstr("the job needs")) << statuses[r].ToString();
     EXPECT_EQ(peaks[r], 0) << "rank " << r << " allocated before the check";
   }
+}
+
+}  // namespace
+}  // namespace hoist::runtime
+
+namespace hoist::runtime {
+namespace {
+
+// On a GPU, ZeRO-Offload's update stages each unit's gradients and new weights in pinned host
+// memory: the host-memory check counts those buffers too, as the engine allocates them.
+TEST(OffloadFootprint, AnAcceleratorAddsTheHostUpdatesStaging) {
+  const Config config =
+      testing_util::TinyJob(1, 5,
+                            {"zero_optimization.stage=2", "bf16.enabled=true",
+                             "zero_optimization.offload_optimizer.device=\"cpu\""});
+  const std::vector<zero::UnitSpec> units = ParamLayout::For(config.model).Units();
+  const zero::ZeroOptions options = ZeroOptionsFrom(config);
+  const StatusOr<OffloadFootprint> cpu = OffloadFootprintPerRank(units, options, 1, 0);
+  const StatusOr<OffloadFootprint> gpu =
+      OffloadFootprintPerRank(units, options, 1, 0, /*accelerator=*/true);
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  int64_t largest = 0;
+  for (const zero::UnitSpec& unit : units) largest = std::max(largest, unit.size);
+  // Two slots of gradients and of the bf16 copy, each the largest unit, whole pages.
+  const int64_t page = offload::PinnedHostPool::kPageBytes;
+  EXPECT_EQ(gpu->pinned_bytes - cpu->pinned_bytes, 4 * ((largest * 2 + page - 1) / page * page));
+  EXPECT_EQ(gpu->host_bytes, cpu->host_bytes);
 }
 
 }  // namespace
