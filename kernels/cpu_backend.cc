@@ -53,9 +53,7 @@ std::string CpuBackend::name() const {
   return mode() == HostStream::Mode::kInline ? "cpu" : "cpu (threaded streams)";
 }
 
-bool CpuBackend::IsDeviceMemory(const void* p) const {
-  return live_memory::OnDevice(p);
-}
+bool CpuBackend::IsDeviceMemory(const void* p) const { return live_memory::OnDevice(p); }
 
 StatusOr<std::unique_ptr<Event>> CpuBackend::CreateEvent() {
   return std::unique_ptr<Event>(std::make_unique<HostEvent>());

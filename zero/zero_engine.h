@@ -258,6 +258,12 @@ class ZeroEngine final : public ParamStore {
   // Its loop over the units; HostUpdate orders and drains the copy stream after it, whatever it
   // returned.
   Status HostUpdateUnits(const kernels::AdamWStepScalars& h);
+  // AdamW's tensors for owned elements [lo, hi) of `unit`, one per weight-decay segment: master,
+  // m and v start at owned element lo; grads and copies (the 16-bit copy) at owned element
+  // `origin`.
+  std::vector<kernels::AdamWTensorRef> AdamWPieces(int unit, int64_t lo, int64_t hi, float* master,
+                                                   float* m, float* v, const void* grads,
+                                                   void* copies, int64_t origin) const;
   Status UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
                      void* compute, const kernels::AdamWStepScalars& h);
   // The same over elements [begin, begin + count) of the flat owned shard.

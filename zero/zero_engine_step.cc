@@ -155,23 +155,11 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
     const size_t slot = i % 2;
     const UnitPartition& owned = state_plan_.unit(u);
     HOIST_RETURN_IF_ERROR(downloaded_[slot]->Synchronize());
-    // The update of owned elements [0, owned_real), the staging slot holding exactly those.
-    std::vector<kernels::AdamWTensorRef> pieces;
+    // The whole owned range, the staging slot holding exactly its gradients.
     float* master_u = master(u);
-    for (const ParamSegment& segment : state_plan_.spec(u).segments) {
-      const int64_t begin = std::max(owned.owned_begin, segment.begin);
-      const int64_t end = std::min(owned.owned_begin + owned.owned_real, segment.end);
-      if (begin >= end) continue;
-      const int64_t at = begin - owned.owned_begin;
-      kernels::AdamWTensorRef& piece = pieces.emplace_back();
-      piece.param = master_u + at;
-      piece.m = state_m_ + owned.shard_offset + at;
-      piece.v = state_v_ + owned.shard_offset + at;
-      piece.grad = ElementPtr(stage_grads_[slot].data(), type, at);
-      piece.n = end - begin;
-      if (IsHalf(type)) piece.copy = ElementPtr(stage_copy_[slot].data(), type, at);
-      piece.weight_decay = segment.decay ? options_.adam.weight_decay : 0.0f;
-    }
+    const std::vector<kernels::AdamWTensorRef> pieces = AdamWPieces(
+        u, 0, owned.owned_real, master_u, state_m_ + owned.shard_offset,
+        state_v_ + owned.shard_offset, stage_grads_[slot].data(), stage_copy_[slot].data(), 0);
     HOIST_RETURN_IF_ERROR(host_backend_->AdamW(pieces, type, type, h, host));
     HOIST_RETURN_IF_ERROR(host.Synchronize());
     // The new weights up: the rounded copy, or in fp32 the master's bits.
@@ -182,6 +170,30 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
     if (i + 2 < units.size()) HOIST_RETURN_IF_ERROR(down(i + 2));
   }
   return Status::Ok();
+}
+
+std::vector<kernels::AdamWTensorRef> ZeroEngine::AdamWPieces(int unit, int64_t lo, int64_t hi,
+                                                             float* master, float* m, float* v,
+                                                             const void* grads, void* copies,
+                                                             int64_t origin) const {
+  const DType type = options_.compute_type;
+  const int64_t base = state_plan_.unit(unit).owned_begin;  // unit coordinates of owned element 0
+  std::vector<kernels::AdamWTensorRef> pieces;
+  for (const ParamSegment& segment : state_plan_.spec(unit).segments) {
+    const int64_t begin = std::max(base + lo, segment.begin);
+    const int64_t end = std::min(base + hi, segment.end);
+    if (begin >= end) continue;
+    const int64_t at = begin - base;  // owned-range coordinates
+    kernels::AdamWTensorRef& piece = pieces.emplace_back();
+    piece.param = master + (at - lo);
+    piece.m = m + (at - lo);
+    piece.v = v + (at - lo);
+    piece.grad = ElementPtr(grads, type, at - origin);
+    piece.n = end - begin;
+    if (IsHalf(type)) piece.copy = ElementPtr(copies, type, at - origin);
+    piece.weight_decay = segment.decay ? options_.adam.weight_decay : 0.0f;
+  }
+  return pieces;
 }
 
 const void* ZeroEngine::owned_grads(int unit) {
@@ -199,7 +211,6 @@ void* ZeroEngine::owned_params(int unit) {
 Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
                                void* compute, const kernels::AdamWStepScalars& h) {
   const DType type = options_.compute_type;
-  const UnitPartition& owned = state_plan_.unit(unit);
   const int64_t bytes = (hi - lo) * static_cast<int64_t>(csize_);
   // Owned element i's gradient and compute-type copy: in place, or in the host update's staging
   // (which starts at owned element lo).
@@ -218,23 +229,8 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
     ops = host_backend_.get();
     ops_stream = &host_backend_->compute_stream();
   }
-  const int64_t base = owned.owned_begin;  // unit coordinates of owned element 0
-  std::vector<kernels::AdamWTensorRef> pieces;
-  for (const ParamSegment& segment : state_plan_.spec(unit).segments) {
-    const int64_t begin = std::max(base + lo, segment.begin);
-    const int64_t end = std::min(base + hi, segment.end);
-    if (begin >= end) continue;
-    const int64_t at = begin - base;  // owned-range coordinates
-    kernels::AdamWTensorRef& piece = pieces.emplace_back();
-    piece.param = master + (at - lo);
-    piece.m = m + (at - lo);
-    piece.v = v + (at - lo);
-    piece.grad = ElementPtr(grads, type, at - origin);
-    piece.n = end - begin;
-    if (IsHalf(type)) piece.copy = ElementPtr(copies, type, at - origin);
-    piece.weight_decay = segment.decay ? options_.adam.weight_decay : 0.0f;
-  }
-  HOIST_RETURN_IF_ERROR(ops->AdamW(pieces, type, type, h, *ops_stream));
+  HOIST_RETURN_IF_ERROR(ops->AdamW(AdamWPieces(unit, lo, hi, master, m, v, grads, copies, origin),
+                                   type, type, h, *ops_stream));
   if (host_update_) {
     // The updated weights up: the rounded copy, or in fp32 the master's bits. The staging is the
     // next piece's once the copy is done.

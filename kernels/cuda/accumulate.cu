@@ -85,7 +85,6 @@ Status Accumulate(void* acc, DType acc_type, const void* add, DType add_type, fl
   return HOIST_CUDA_DISPATCH(acc_type, with_acc);
 }
 
-
 Status ScaledSumOfSquares(const void* x, DType type, float scale, int64_t n, double* sum,
                           double* workspace, cudaStream_t stream) {
   constexpr const char* kOp = "ScaledSumOfSquares";

@@ -4,9 +4,9 @@
 
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <string>
 #include <utility>
-#include <set>
 #include <vector>
 
 #include "core/host_stream.h"
