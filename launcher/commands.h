@@ -37,6 +37,8 @@ StatusOr<runtime::Config> PlanForTraining(const runtime::Config& config, int64_t
 // `hoist estimate`, the per-rank memory of a config without running it
 // (launcher/estimate_command.cc).
 void AddEstimateCommand(CLI::App& app, int* exit_code);
+// `hoist export`, a checkpoint's weights for other tools (launcher/export_command.cc).
+void AddExportCommand(CLI::App& app, int* exit_code);
 
 // Prints `status` as the one-line error of the program and returns the exit code for it.
 int ReportError(const Status& status);

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   hoist::launcher::AddCtlCommand(app, &exit_code);
   hoist::launcher::AddPlanCommand(app, &exit_code);
   hoist::launcher::AddEstimateCommand(app, &exit_code);
+  hoist::launcher::AddExportCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

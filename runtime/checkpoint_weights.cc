@@ -1,13 +1,32 @@
 #include "runtime/checkpoint_weights.h"
 
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_metadata.h"
+#include "runtime/run_identity.h"
 #include "zero/partition.h"
 
 namespace hoist::runtime {
+
+StatusOr<CheckpointModel> OpenCheckpointModel(const std::string& checkpoint) {
+  CheckpointModel opened;
+  opened.step_dir = checkpoint;
+  if (!std::filesystem::exists(std::filesystem::path(checkpoint) / "manifest.json")) {
+    HOIST_ASSIGN_OR_RETURN(opened.step_dir, FindLatestCheckpoint(checkpoint));
+  }
+  HOIST_ASSIGN_OR_RETURN(CheckpointReader reader,
+                         CheckpointReader::Open(opened.step_dir, /*rank=*/0));
+  opened.metadata = reader.metadata();
+  if (!opened.metadata.contains("run")) {
+    return DataLossError("checkpoint " + opened.step_dir + " has no run identity in its manifest");
+  }
+  HOIST_ASSIGN_OR_RETURN(opened.model,
+                         ModelFromRunIdentity(opened.metadata["run"], opened.step_dir));
+  return opened;
+}
 
 Status ReadCheckpointWeights(const std::string& step_dir, const ParamLayout& layout, float* out) {
   HOIST_ASSIGN_OR_RETURN(CheckpointReader first, CheckpointReader::Open(step_dir, 0));

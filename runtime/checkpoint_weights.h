@@ -2,6 +2,7 @@
 // for sampling and export, which run on one process.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "core/status.h"
@@ -13,5 +14,16 @@ namespace hoist::runtime {
 // committed step directory `step_dir`, assembled from every rank's shard. Each shard's checksum
 // is verified; a missing or damaged shard is an error naming it.
 Status ReadCheckpointWeights(const std::string& step_dir, const ParamLayout& layout, float* out);
+
+// A checkpoint opened for its weights: the step directory, its manifest metadata and the model
+// its run identity describes.
+struct CheckpointModel {
+  std::string step_dir;
+  nlohmann::json metadata;
+  ModelConfig model;
+};
+// `checkpoint` is a checkpoint directory (its `latest` step, or the newest complete one) or one
+// step directory (it holds manifest.json).
+StatusOr<CheckpointModel> OpenCheckpointModel(const std::string& checkpoint);
 
 }  // namespace hoist::runtime

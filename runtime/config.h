@@ -41,12 +41,20 @@ struct ModelConfig {
   int n_head = 12;
   int n_embd = 768;        // divisible by n_head
   int vocab_size = 50257;  // <= 65536: shards store tokens as uint16
-  int seq_len = 1024;
+  int seq_len = 1024;      // the training context: T of every micro-batch
+  // Rows of the position embedding (transformers' n_positions): the longest context the model
+  // knows. 0: seq_len. Set by a checkpoint imported with model.init_from.
+  int n_positions = 0;
+  // `model.init_from`: a Hugging Face checkpoint directory or an llm.c checkpoint file whose
+  // weights a fresh run starts from (runtime/gpt2_weights.h); the model's dimensions come from it.
+  std::string init_from;
   // `model.attention`: "direct" or "tiled" (matched case-insensitively).
   AttentionKind attention = AttentionKind::kDirect;
 
   // vocab_size rounded up to a multiple of 128 (the embedding's padded row count).
   int padded_vocab_size() const;
+  // Rows of the position embedding.
+  int positions() const { return n_positions > 0 ? n_positions : seq_len; }
 };
 
 // `optimizer` {type, params {lr, betas [b1, b2], eps, weight_decay}}.

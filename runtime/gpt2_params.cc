@@ -21,7 +21,7 @@ constexpr int kFinalTensors[] = {kLnfW, kLnfB};
 }  // namespace
 
 ParamLayout ParamLayout::For(const ModelConfig& m) {
-  const int64_t L = m.n_layer, C = m.n_embd, Vp = m.padded_vocab_size(), maxT = m.seq_len;
+  const int64_t L = m.n_layer, C = m.n_embd, Vp = m.padded_vocab_size(), maxT = m.positions();
   ParamLayout layout;
   layout.n_layer = m.n_layer;
   layout.unit_sizes = {Vp * C, maxT * C, C,         C,     3 * C * C, 3 * C, C * C, C,

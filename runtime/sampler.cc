@@ -2,15 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <numeric>
 
 #include "core/random.h"
-#include "runtime/checkpoint.h"
 #include "runtime/checkpoint_weights.h"
 #include "runtime/config.h"
 #include "runtime/gpt2.h"
-#include "runtime/run_identity.h"
 #include "runtime/tokenizer.h"
 
 namespace hoist::runtime {
@@ -41,17 +38,9 @@ int32_t PickToken(const float* logits, int V, float temperature, int top_k, doub
 }
 
 StatusOr<std::vector<int32_t>> Sample(const SampleOptions& options) {
-  std::string step_dir = options.checkpoint;
-  // A checkpoint directory rather than one of its steps: `latest`, or the newest complete step.
-  if (!std::filesystem::exists(std::filesystem::path(step_dir) / "manifest.json")) {
-    HOIST_ASSIGN_OR_RETURN(step_dir, FindLatestCheckpoint(options.checkpoint));
-  }
-  HOIST_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, /*rank=*/0));
-  const nlohmann::json& metadata = reader.metadata();
-  if (!metadata.contains("run")) {
-    return DataLossError("checkpoint " + step_dir + " has no run identity in its manifest");
-  }
-  HOIST_ASSIGN_OR_RETURN(const ModelConfig m, ModelFromRunIdentity(metadata["run"], step_dir));
+  HOIST_ASSIGN_OR_RETURN(const CheckpointModel opened, OpenCheckpointModel(options.checkpoint));
+  const std::string& step_dir = opened.step_dir;
+  const ModelConfig& m = opened.model;
   if (m.vocab_size > 256) {
     return UnimplementedError("the model in " + step_dir + " has a vocabulary of " +
                               std::to_string(m.vocab_size) +

@@ -319,6 +319,8 @@ Status Trainer::Initialize() {
   int64_t log_bytes = -1;
   if (!resume_dir.empty()) {
     HOIST_ASSIGN_OR_RETURN(log_bytes, LoadCheckpoint(resume_dir));
+  } else if (!config_.model.init_from.empty()) {
+    HOIST_RETURN_IF_ERROR(InitializeFrom(config_.model.init_from));
   } else {
     const uint64_t seed = config_.train.seed;
     HOIST_RETURN_IF_ERROR(engine_->Initialize(

@@ -146,6 +146,9 @@ class Trainer {
   int64_t optimizer_steps() const { return engine_->step_count(); }
   // Restores the state saved in `step_dir`; returns the JSONL log's size at that checkpoint.
   StatusOr<int64_t> LoadCheckpoint(const std::string& step_dir);
+  // Sets the weights of a fresh run from model.init_from (a Hugging Face directory or an llm.c
+  // file), each rank reading a unit at a time; a rank that fails to read stops every rank.
+  Status InitializeFrom(const std::string& path);
   void PrintProgress(const StepRecord& record);
   Status RunSteps();
   // The memory profile (monitor.memory_profile): marks the start of a phase of the step being
@@ -209,6 +212,9 @@ class Trainer {
   // Declared after the controller: destroyed first, while the controller it serves still exists.
   std::unique_ptr<ControlServer> control_server_;
   std::optional<double> lr_override_;
+  // The config.json of the Hugging Face checkpoint the run started from (model.init_from), kept
+  // in every checkpoint so that `hoist export` writes it back; null otherwise.
+  nlohmann::json hf_config_;
   float clip_ = 0;
   bool stopped_ = false;
   int stop_signal_ = 0;

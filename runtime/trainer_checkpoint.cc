@@ -84,6 +84,7 @@ Status Trainer::SaveCheckpoint() {
                                {"config", config_.raw}};
     // Hyperparameters set through the control service hold after a resume.
     metadata["control"] = {{"lr_override", nullptr}, {"gradient_clipping", clip_}};
+    if (hf_config_.is_object()) metadata["hf_config"] = hf_config_;
     if (lr_override_) metadata["control"]["lr_override"] = *lr_override_;
     if (scaler_ != nullptr) {
       const LossScalerState state = scaler_->state();
@@ -230,6 +231,9 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
                                                       std::numeric_limits<float>::max()));
     lr_override_ = lr;
     clip_ = static_cast<float>(clip);
+  }
+  if (metadata.contains("hf_config") && metadata["hf_config"].is_object()) {
+    hf_config_ = metadata["hf_config"];
   }
   step_ = reader.step();
   HOIST_ASSIGN_OR_RETURN(tokens_seen_, fields.Integer("tokens", 0));

@@ -1,0 +1,35 @@
+// The trainer's starting weights taken from another tool's checkpoint (model.init_from).
+#include "comm/agree.h"
+#include "core/logging.h"
+#include "runtime/gpt2_weights.h"
+#include "runtime/trainer.h"
+
+namespace hoist::runtime {
+
+Status Trainer::InitializeFrom(const std::string& path) {
+  StatusOr<std::unique_ptr<WeightSource>> opened = OpenWeightSource(path);
+  Status read = opened.status();
+  if (read.ok()) {
+    // The config was read from the same files (ReadModel): they must still describe this model.
+    const ModelConfig& from = (*opened)->model();
+    const ModelConfig& m = config_.model;
+    if (from.n_layer != m.n_layer || from.n_head != m.n_head || from.n_embd != m.n_embd ||
+        from.vocab_size != m.vocab_size || from.positions() != m.positions()) {
+      read = FailedPreconditionError("model.init_from " + path +
+                                     " no longer describes the model the job was configured "
+                                     "with; it changed while the job started");
+    }
+  }
+  // Every rank fills every unit the same way; a unit that cannot be read leaves zeros and the
+  // error, and the ranks agree on it before anything trains.
+  HOIST_RETURN_IF_ERROR(engine_->Initialize([&](int unit, float* out) {
+    if (!read.ok()) return;
+    read = (*opened)->FillUnit(unit, out);
+  }));
+  HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, read));
+  hf_config_ = (*opened)->hf_config();
+  if (comm_->rank() == 0) HOIST_LOG(INFO) << "initialized the weights from " << path;
+  return Status::Ok();
+}
+
+}  // namespace hoist::runtime

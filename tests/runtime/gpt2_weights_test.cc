@@ -1,0 +1,349 @@
+// GPT-2 weights from Hugging Face and llm.c files: the model built from them computes what
+// transformers computes (logits, loss, gradients, saved by scripts/reference/gpt2_hf.py in
+// tests/data/gpt2_hf/), every form of the same weights reads the same, writing them back gives
+// the files' bytes, and every damaged or mismatched checkpoint is refused naming the file and the
+// tensor.
+#include "runtime/gpt2_weights.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "runtime/gpt2.h"
+
+namespace hoist::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kData = std::string(HOIST_SOURCE_DIR) + "/tests/data/gpt2_hf";
+constexpr int kB = 2, kT = 8;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string TempDir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "hoist_gpt2_weights_test" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// Every unit of `source`, in the flat unit order.
+std::vector<float> ReadAll(const WeightSource& source) {
+  const ParamLayout layout = ParamLayout::For(source.model());
+  std::vector<float> weights(static_cast<size_t>(layout.total));
+  for (int u = 0; u < layout.num_units(); ++u) {
+    const Status filled = source.FillUnit(u, weights.data() + layout.unit_offsets[u]);
+    EXPECT_TRUE(filled.ok()) << filled.ToString();
+  }
+  return weights;
+}
+
+std::vector<float> Open(const std::string& path, ModelConfig* model = nullptr) {
+  auto source = OpenWeightSource(path);
+  EXPECT_TRUE(source.ok()) << source.status().ToString();
+  if (!source.ok()) return {};
+  if (model != nullptr) *model = (*source)->model();
+  return ReadAll(**source);
+}
+
+// A tensor of the reference file, as floats (F32) or ints (I32).
+class Reference {
+ public:
+  Reference() {
+    auto file = SafetensorsFile::Open(kData + "/reference.safetensors");
+    HOIST_CHECK(file.ok()) << file.status().ToString();
+    file_.emplace(std::move(*file));
+  }
+  std::vector<float> Floats(const std::string& name) const {
+    const SafetensorsTensor* t = file_->Find(name);
+    HOIST_CHECK(t != nullptr) << name;
+    std::vector<float> out(static_cast<size_t>(t->elements()));
+    HOIST_CHECK(file_->ReadFloat(*t, 0, t->elements(), out.data()).ok());
+    return out;
+  }
+  std::vector<int32_t> Ints(const std::string& name) const {
+    const SafetensorsTensor* t = file_->Find(name);
+    HOIST_CHECK(t != nullptr && t->dtype == "I32") << name;
+    std::vector<int32_t> out(static_cast<size_t>(t->elements()));
+    HOIST_CHECK(file_->ReadBytes(*t, 0, t->end - t->begin, out.data()).ok());
+    return out;
+  }
+
+ private:
+  std::optional<SafetensorsFile> file_;
+};
+
+// |got - want| <= rtol * max(|want|, rms(want)): relative, with values far below the tensor's
+// scale (which cancel to near zero) held to the scale instead of to themselves.
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double rtol,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  double sum = 0;
+  for (float w : want) sum += double{w} * w;
+  const double rms = std::sqrt(sum / static_cast<double>(want.size()));
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err =
+        std::abs(double{got[i]} - want[i]) / std::max<double>(std::abs(want[i]), rms);
+    worst = std::max(worst, err);
+    ASSERT_LE(err, rtol) << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", worst);
+  ::testing::Test::RecordProperty(what, text);
+}
+
+TEST(Gpt2Weights, ReadsTheConfigAndTheShapes) {
+  ModelConfig m;
+  const std::vector<float> weights = Open(kData + "/fp32", &m);
+  EXPECT_EQ(m.n_layer, 2);
+  EXPECT_EQ(m.n_head, 4);
+  EXPECT_EQ(m.n_embd, 16);
+  EXPECT_EQ(m.vocab_size, 96);
+  EXPECT_EQ(m.positions(), 16);
+  EXPECT_EQ(static_cast<int64_t>(weights.size()), ParamLayout::For(m).total);
+}
+
+// The model on imported weights against transformers' GPT2LMHeadModel on the same weights.
+TEST(Gpt2Weights, TheImportedModelComputesWhatTransformersComputes) {
+  ModelConfig m;
+  const std::vector<float> weights = Open(kData + "/fp32", &m);
+  const Reference ref;
+  const std::vector<int32_t> inputs = ref.Ints("input_ids"), targets = ref.Ints("target_ids");
+  CpuDevice device(Place::kDevice);
+  auto model = Gpt2Model::Create(m, kB, kT, &device);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  std::memcpy((*model)->params(), weights.data(), weights.size() * sizeof(float));
+
+  (*model)->Forward(inputs.data(), nullptr, kB, kT);
+  const int V = m.vocab_size, Vp = m.padded_vocab_size();
+  std::vector<float> logits(static_cast<size_t>(kB * kT * V));
+  for (int i = 0; i < kB * kT; ++i) {
+    std::memcpy(&logits[static_cast<size_t>(i * V)], (*model)->logits() + int64_t{i} * Vp,
+                V * sizeof(float));
+  }
+  ExpectClose(logits, ref.Floats("logits"), 1e-5, "logits");
+
+  (*model)->ZeroGradients();
+  const float loss = (*model)->Forward(inputs.data(), targets.data(), kB, kT, 1.0f);
+  EXPECT_NEAR(loss, ref.Floats("loss")[0], 1e-5 * ref.Floats("loss")[0]);
+  (*model)->Backward();
+  ASSERT_TRUE((*model)->status().ok());
+  // Each gradient, in transformers' layout (Conv1D weights (in, out); wte without padding).
+  const ParamLayout& layout = (*model)->layout();
+  for (const HfGpt2Tensor& spec : HfGpt2Tensors(m)) {
+    const float* grad = (*model)->grads() + layout.Offset(spec.tensor, spec.layer);
+    int64_t n = 1;
+    for (int64_t d : spec.shape) n *= d;
+    std::vector<float> got(static_cast<size_t>(n));
+    if (spec.transposed) {
+      const int64_t in = spec.shape[0], out = spec.shape[1];
+      for (int64_t o = 0; o < out; ++o) {
+        for (int64_t i = 0; i < in; ++i) got[static_cast<size_t>(i * out + o)] = grad[o * in + i];
+      }
+    } else {
+      std::memcpy(got.data(), grad, static_cast<size_t>(n) * sizeof(float));
+    }
+    ExpectClose(got, ref.Floats("grad." + spec.name), 1e-5, spec.name);
+  }
+}
+
+TEST(Gpt2Weights, EveryFormOfTheSameWeightsReadsTheSame) {
+  const std::vector<float> fp32 = Open(kData + "/fp32");
+  EXPECT_EQ(Open(kData + "/sharded"), fp32);
+  EXPECT_EQ(Open(kData + "/gpt2_tiny.bin"), fp32);
+  // bf16: the fp32 values rounded to bf16, the same from both formats.
+  const std::vector<float> bf16 = Open(kData + "/bf16");
+  EXPECT_EQ(Open(kData + "/gpt2_tiny_bf16.bin"), bf16);
+  ASSERT_EQ(bf16.size(), fp32.size());
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    ASSERT_NEAR(bf16[i], fp32[i], std::abs(fp32[i]) / 128) << i;
+  }
+}
+
+TEST(Gpt2Weights, WritingImportedWeightsBackGivesTheSameBytes) {
+  for (const std::string form : {"fp32", "bf16"}) {
+    ModelConfig m;
+    const std::vector<float> weights = Open(kData + "/" + form, &m);
+    auto source = OpenWeightSource(kData + "/" + form);
+    ASSERT_TRUE(source.ok());
+    HfExportOptions options;
+    options.dtype = form == "fp32" ? DType::kFloat32 : DType::kBFloat16;
+    options.base_config = (*source)->hf_config();
+    const std::string out = TempDir("hf_" + form);
+    ASSERT_TRUE(WriteHfGpt2(out, m, weights.data(), options).ok());
+    EXPECT_EQ(ReadFile(out + "/model.safetensors"),
+              ReadFile(kData + "/" + form + "/model.safetensors"))
+        << form;
+    EXPECT_EQ(ReadFile(out + "/config.json"), ReadFile(kData + "/" + form + "/config.json"))
+        << form;
+  }
+  // Sharded as save_pretrained(max_shard_size="12KB") cut it.
+  ModelConfig m;
+  const std::vector<float> weights = Open(kData + "/sharded", &m);
+  HfExportOptions options;
+  options.max_shard_bytes = 12000;
+  options.base_config = (*OpenWeightSource(kData + "/sharded"))->hf_config();
+  const std::string out = TempDir("hf_sharded");
+  ASSERT_TRUE(WriteHfGpt2(out, m, weights.data(), options).ok());
+  for (const char* name :
+       {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+        "model-00003-of-00003.safetensors", "model.safetensors.index.json", "config.json"}) {
+    EXPECT_EQ(ReadFile(out + "/" + name), ReadFile(kData + "/sharded/" + name)) << name;
+  }
+  // llm.c, both versions.
+  for (const auto& [file, type] : {std::pair{"gpt2_tiny.bin", DType::kFloat32},
+                                   std::pair{"gpt2_tiny_bf16.bin", DType::kBFloat16}}) {
+    const std::vector<float> llmc = Open(kData + "/" + file, &m);
+    const std::string path = TempDir("llmc") + "/" + file;
+    ASSERT_TRUE(WriteLlmcCheckpoint(path, m, llmc.data(), type).ok());
+    EXPECT_EQ(ReadFile(path), ReadFile(kData + "/" + file)) << file;
+  }
+}
+
+TEST(Gpt2Weights, ExportWithoutASourceConfigIsLoadableGpt2) {
+  ModelConfig m;
+  const std::vector<float> weights = Open(kData + "/fp32", &m);
+  const std::string out = TempDir("fresh");
+  ASSERT_TRUE(WriteHfGpt2(out, m, weights.data(), {}).ok());
+  // What hoist reads back is the same model and weights.
+  EXPECT_EQ(Open(out), weights);
+  const nlohmann::json config = nlohmann::json::parse(ReadFile(out + "/config.json"));
+  EXPECT_EQ(config["model_type"], "gpt2");
+  EXPECT_EQ(config["architectures"][0], "GPT2LMHeadModel");
+  EXPECT_EQ(config["n_positions"], 16);
+}
+
+// Copies the fp32 fixture to a temporary directory, for tests that damage it.
+std::string CopyFixture(const std::string& name) {
+  const std::string dir = TempDir(name);
+  fs::copy(kData + "/fp32", dir,
+           fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+  return dir;
+}
+
+// Rewrites model.safetensors of `dir` with `edit` applied to its tensors (names, shapes,
+// dtypes), the data copied as the new header says (zeros where the dtype grew).
+void RewriteTensors(const std::string& dir,
+                    const std::function<void(std::vector<SafetensorsOutput>*)>& edit) {
+  auto file = SafetensorsFile::Open(dir + "/model.safetensors");
+  ASSERT_TRUE(file.ok());
+  std::vector<SafetensorsOutput> outputs;
+  for (const SafetensorsTensor& t : file->tensors())
+    outputs.push_back({t.name, t.dtype, t.shape, nullptr});
+  edit(&outputs);
+  for (SafetensorsOutput& o : outputs) {
+    int64_t bytes = SafetensorsDTypeSize(o.dtype);
+    for (int64_t d : o.shape) bytes *= d;
+    o.produce = [bytes](const SafetensorsOutput::Emit& emit) {
+      std::string zeros(static_cast<size_t>(bytes), '\0');
+      return emit(zeros.data(), bytes);
+    };
+  }
+  SortSafetensorsOutputs(&outputs);
+  ASSERT_TRUE(WriteSafetensors(dir + "/model.safetensors", std::move(outputs), {}).ok());
+}
+
+void ExpectRefused(const std::string& path, const std::vector<std::string>& words) {
+  auto source = OpenWeightSource(path);
+  ASSERT_FALSE(source.ok()) << path;
+  for (const std::string& word : words) {
+    EXPECT_NE(source.status().message().find(word), std::string::npos)
+        << "'" << word << "' not in: " << source.status().message();
+  }
+}
+
+TEST(Gpt2Weights, AMissingOrExtraTensorOrAWrongShapeOrDtypeIsNamed) {
+  const std::string name = "transformer.h.1.attn.c_proj.weight";
+  std::string dir = CopyFixture("missing");
+  RewriteTensors(dir, [&](auto* outputs) {
+    std::erase_if(*outputs, [&](const SafetensorsOutput& o) { return o.name == name; });
+  });
+  ExpectRefused(dir, {dir, name, "has no tensor"});
+
+  dir = CopyFixture("extra");
+  RewriteTensors(dir, [](auto* outputs) {
+    outputs->push_back({"transformer.h.2.ln_1.weight", "F32", {16}, nullptr});
+  });
+  ExpectRefused(dir, {dir + "/model.safetensors", "transformer.h.2.ln_1.weight", "no place"});
+
+  dir = CopyFixture("shape");
+  RewriteTensors(dir, [&](auto* outputs) {
+    for (SafetensorsOutput& o : *outputs) {
+      if (o.name == name) o.shape = {16, 17};
+    }
+  });
+  ExpectRefused(dir, {dir + "/model.safetensors", name, "[16, 17]", "[16, 16]"});
+
+  dir = CopyFixture("dtype");
+  RewriteTensors(dir, [&](auto* outputs) {
+    for (SafetensorsOutput& o : *outputs) {
+      if (o.name == name) o.dtype = "I64";
+    }
+  });
+  ExpectRefused(dir, {dir + "/model.safetensors", name, "I64"});
+
+  // An old file's attention masks and a tied head are not parameters: accepted.
+  dir = CopyFixture("buffers");
+  RewriteTensors(dir, [](auto* outputs) {
+    outputs->push_back({"transformer.h.0.attn.bias", "F32", {1, 1, 16, 16}, nullptr});
+    outputs->push_back({"lm_head.weight", "F32", {96, 16}, nullptr});
+  });
+  EXPECT_TRUE(OpenWeightSource(dir).ok());
+}
+
+TEST(Gpt2Weights, ADamagedFileOrConfigIsNamed) {
+  std::string dir = CopyFixture("truncated");
+  fs::resize_file(dir + "/model.safetensors", fs::file_size(dir + "/model.safetensors") - 100);
+  ExpectRefused(dir, {dir + "/model.safetensors", "truncated"});
+
+  dir = CopyFixture("no_config");
+  fs::remove(dir + "/config.json");
+  ExpectRefused(dir, {dir + "/config.json"});
+
+  dir = CopyFixture("llama_config");
+  std::string config = ReadFile(dir + "/config.json");
+  config.replace(config.find("\"gpt2\""), 6, "\"llama\"");
+  std::ofstream(dir + "/config.json") << config;
+  ExpectRefused(dir, {dir + "/config.json", "model_type", "llama"});
+
+  dir = CopyFixture("lying_config");  // config says 3 layers, the file has 2
+  config = ReadFile(dir + "/config.json");
+  config.replace(config.find("\"n_layer\": 2"), 12, "\"n_layer\": 3");
+  std::ofstream(dir + "/config.json") << config;
+  ExpectRefused(dir, {dir, "transformer.h.2.ln_1.weight", "has no tensor"});
+
+  dir = CopyFixture("broken_index");
+  std::ofstream(dir + "/model.safetensors.index.json") << "{\"weight_map\": [";
+  ExpectRefused(dir, {dir + "/model.safetensors.index.json"});
+
+  // llm.c: a truncated file, a wrong magic, an unknown version.
+  const std::string bin = ReadFile(kData + "/gpt2_tiny.bin");
+  const std::string path = TempDir("llmc_bad") + "/model.bin";
+  std::ofstream(path, std::ios::binary) << bin.substr(0, bin.size() - 4);
+  ExpectRefused(path, {path, "truncated"});
+  std::string edited = bin;
+  edited[0] ^= 1;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << edited;
+  ExpectRefused(path, {path, "magic"});
+  edited = bin;
+  edited[4] = 4;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << edited;
+  ExpectRefused(path, {path, "version 4"});
+}
+
+}  // namespace
+}  // namespace hoist::runtime
