@@ -255,5 +255,27 @@ TEST(TrainerReshard, AnotherGlobalBatchIsRefusedNamingIt) {
       << runs[0].status.ToString();
 }
 
+// Checkpoints written before train_batch_size was recorded imply it by their split and world.
+TEST(TrainerReshard, AnOlderCheckpointWithoutTrainBatchSizeImpliesItFromItsSplit) {
+  const fs::path dir = TempDir("older");
+  ExpectOk(TrainOnRanks(Job(2, 4, dir, Stage(2)), 2));
+  const fs::path manifest_path = fs::path(StepDir(dir, 4)) / "manifest.json";
+  nlohmann::json manifest;
+  std::ifstream(manifest_path) >> manifest;
+  ASSERT_EQ(manifest["metadata"]["run"]["train_batch_size"], 8);
+  manifest["metadata"]["run"].erase("train_batch_size");
+  manifest["manifest_xxh64"] = CheckpointManifestChecksum(manifest).value();
+  std::ofstream(manifest_path, std::ios::trunc) << manifest.dump(2);
+  // 2 ranks x 2 sequences x 2 accumulation steps: 8, as 1 rank x 2 x 4.
+  ExpectOk(TrainOnRanks(Job(1, 5, dir, Stage(1)), 1, ResumeFrom(StepDir(dir, 4))));
+  const std::vector<RankRun> other = TrainOnRanks(Job(1, 5, dir, Stage(1, {"train_batch_size=4"})),
+                                                  1, ResumeFrom(StepDir(dir, 4)));
+  ASSERT_FALSE(other[0].status.ok());
+  EXPECT_NE(other[0].status.message().find("train_batch_size = 8 (train_micro_batch_size_per_gpu "
+                                           "2 x gradient_accumulation_steps 2 x 2 ranks)"),
+            std::string::npos)
+      << other[0].status.ToString();
+}
+
 }  // namespace
 }  // namespace hoist::runtime
