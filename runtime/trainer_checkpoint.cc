@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "comm/agree.h"
+#include "core/check.h"
 #include "core/logging.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_metadata.h"
@@ -170,6 +171,7 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, prepared));
   // The same partition: states whole in rank 0's shard (one partition of all), else each rank's.
   const CheckpointReader* states = plan.world_size() == 1 ? &first : mine;
+  HOIST_CHECK(reshard || states != nullptr) << "the same partition, so the same world size";
 
   if (engine_->states_on_nvme()) {
     // Straight into the NVMe states, a sub-group at a time (no stage 0 here: its states cannot be
@@ -273,7 +275,7 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   }
   if (rank == 0) {
     HOIST_LOG(INFO) << "resumed from " << step_dir << " at step " << step_;
-    if (saved_world != world_size || saved_stage != config_.zero.stage) {
+    if (!same_partition) {
       HOIST_LOG(INFO) << "  written by " << saved_world << " rank(s) at ZeRO stage " << saved_stage
                       << "; its states were repartitioned for " << world_size
                       << " rank(s) at stage " << config_.zero.stage;
