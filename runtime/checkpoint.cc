@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <vector>
 
 #include "core/check.h"
 #include "core/logging.h"
@@ -589,6 +590,23 @@ Status CheckpointReader::Read(const std::string& name, void* data, int64_t bytes
 StatusOr<BlobReader> CheckpointReader::OpenBlob(const std::string& name, int64_t bytes) const {
   HOIST_ASSIGN_OR_RETURN(const ShardBlobEntry* blob, Find(name, bytes));
   return BlobReader(&shard_, *blob);
+}
+
+Status CheckpointReader::ReadRange(const std::string& name, int64_t bytes, int64_t offset,
+                                   void* data, int64_t count) const {
+  HOIST_ASSIGN_OR_RETURN(const ShardBlobEntry* blob, Find(name, bytes));
+  return shard_.ReadRange(*blob, offset, data, count);
+}
+
+Status CheckpointReader::Verify(const std::string& name, int64_t bytes) const {
+  HOIST_ASSIGN_OR_RETURN(BlobReader blob, OpenBlob(name, bytes));
+  // A few MiB at a time: the blob may be larger than this rank's memory should hold.
+  constexpr int64_t kPieceBytes = int64_t{4} << 20;
+  std::vector<char> piece(static_cast<size_t>(std::min(bytes, kPieceBytes)));
+  for (int64_t done = 0; done < bytes; done += kPieceBytes) {
+    HOIST_RETURN_IF_ERROR(blob.Read(piece.data(), std::min(kPieceBytes, bytes - done)));
+  }
+  return blob.Finish();
 }
 
 StatusOr<const ShardBlobEntry*> CheckpointReader::Find(const std::string& name,

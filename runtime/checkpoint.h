@@ -105,6 +105,14 @@ class CheckpointReader {
   // the name and the size up front and the checksum checked by BlobReader::Finish. This reader
   // must outlive the BlobReader and stay where it is.
   StatusOr<BlobReader> OpenBlob(const std::string& name, int64_t bytes) const;
+  // Bytes [offset, offset + count) of blob `name`, which must be `bytes` long (Read's checks of the
+  // name and size), for a reader that needs only part of it. The checksum is not checked here:
+  // check it with Verify before trusting what was read.
+  Status ReadRange(const std::string& name, int64_t bytes, int64_t offset, void* data,
+                   int64_t count) const;
+  // Reads blob `name` (`bytes` long) through in pieces of a few MiB and checks its checksum: Ok,
+  // or Read's errors.
+  Status Verify(const std::string& name, int64_t bytes) const;
 
  private:
   // The entry of blob `name`, which must be `bytes` long (the errors Read describes).

@@ -44,17 +44,20 @@ StatusOr<std::vector<std::string>> ExpandPattern(const std::string& pattern) {
 
 }  // namespace
 
-DataLoader::DataLoader(int B, int T, int rank, int world_size, MemoryTracker* tracker)
+DataLoader::DataLoader(int B, int T, int rank, int world_size, int accumulation_steps,
+                       MemoryTracker* tracker)
     : B_(B),
       T_(T),
       rank_(rank),
       world_size_(world_size),
       stride_(int64_t{world_size} * B * T),
+      accumulation_steps_(accumulation_steps),
       host_(Place::kHost, tracker) {}
 
 StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source, Split split,
                                                        int B, int T, int rank, int world_size,
-                                                       int vocab_size, MemoryTracker* tracker) {
+                                                       int vocab_size, MemoryTracker* tracker,
+                                                       int accumulation_steps) {
   const std::string where = "data source '" + source + "': ";
   if (source.empty()) return InvalidArgumentError("the data source is empty; give a shard path");
   if (B <= 0) {
@@ -72,12 +75,17 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source
     return InvalidArgumentError(where + "rank " + std::to_string(rank) + " is outside 0.." +
                                 std::to_string(world_size - 1));
   }
+  if (accumulation_steps <= 0) {
+    return InvalidArgumentError(where + "gradient_accumulation_steps must be positive, got " +
+                                std::to_string(accumulation_steps));
+  }
   if (vocab_size <= 0) {
     return InvalidArgumentError(where + "vocab_size must be positive, got " +
                                 std::to_string(vocab_size));
   }
 
-  std::unique_ptr<DataLoader> loader(new DataLoader(B, T, rank, world_size, tracker));
+  std::unique_ptr<DataLoader> loader(
+      new DataLoader(B, T, rank, world_size, accumulation_steps, tracker));
   loader->vocab_size_ = vocab_size;
   if (source.starts_with("builtin:")) {
     if (source != kBuiltinDemo) {
@@ -89,15 +97,16 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source
     HOIST_RETURN_IF_ERROR(loader->LoadFiles(source, vocab_size));
   }
 
-  const int64_t window = loader->stride_ + 1;
+  const int64_t window = loader->stride_ * accumulation_steps + 1;
   for (const ShardView& shard : loader->shards_) {
     const int64_t n = shard.size;
     if (n < window) {
       return InvalidArgumentError(
           "token shard '" + shard.name + "' has " + std::to_string(n) + " tokens, fewer than the " +
-          std::to_string(window) + " one micro-step reads (world_size " +
-          std::to_string(world_size) + " x B " + std::to_string(B) + " x T " + std::to_string(T) +
-          " + 1); use a smaller micro-batch, sequence length or world size, or a bigger shard");
+          std::to_string(window) + " one optimizer step reads (gradient_accumulation_steps " +
+          std::to_string(accumulation_steps) + " x world_size " + std::to_string(world_size) +
+          " x B " + std::to_string(B) + " x T " + std::to_string(T) +
+          " + 1); use a smaller batch or sequence length, or a bigger shard");
     }
   }
   return loader;
@@ -214,13 +223,17 @@ Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
     targets[i] = window[i + 1];
   }
   state_.position += stride_;
-  SkipExhaustedShard();
+  // Between optimizer steps only: a step never spans two shards, whatever its split.
+  if (++micro_step_ == accumulation_steps_) {
+    micro_step_ = 0;
+    SkipExhaustedShard();
+  }
   return Status::Ok();
 }
 
 void DataLoader::SkipExhaustedShard() {
   const int64_t size = shards_[state_.shard_index].size;
-  if (state_.position + stride_ + 1 <= size) return;
+  if (state_.position + stride_ * accumulation_steps_ + 1 <= size) return;
   state_.shard_index = (state_.shard_index + 1) % num_shards();
   state_.position = 0;
 }
@@ -240,6 +253,7 @@ Status DataLoader::Restore(const LoaderState& state) {
                                 shard.name + "'; the checkpoint was written for other data");
   }
   state_ = state;
+  micro_step_ = 0;
   SkipExhaustedShard();
   return Status::Ok();
 }

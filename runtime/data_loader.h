@@ -4,13 +4,14 @@
 // Every micro-step all ranks look at the same window of world_size*B*T + 1 consecutive tokens at
 // the shared position; rank r takes the B*T + 1 tokens starting at r*B*T, inputs are the first
 // B*T of them and targets the same shifted by one. The position then advances by world_size*B*T.
-// So the ranks' micro-batches stacked in rank order are exactly what one rank with micro-batch
-// world*B reads; and `world` ranks taking one micro-step each read the sequences that one rank
-// with the same B reads in `world` consecutive micro-steps, rank r's being the r-th. The latter
-// holds across a shard's end only when its token count is one more than a multiple of world*B*T,
-// since a single rank can still use a tail that the world's wider window skips. When the current
-// shard cannot supply a whole window the loader moves to the start of the next shard in sorted
-// order, and after the last shard back to the first (one epoch).
+// An optimizer step of `accumulation_steps` micro-steps so reads the accumulation*world*B
+// consecutive sequences of T tokens at the position, whatever the split of that global batch
+// into ranks, micro-batches and accumulation steps: a job resumed with another split (another
+// number of ranks) continues the same sequence of global batches. That holds across a shard's
+// end too, because the loader moves on to the next shard only between optimizer steps: when the
+// current shard cannot supply a whole step's window (accumulation*world*B*T + 1 tokens) it moves
+// to the start of the next shard in sorted order, and after the last shard back to the first
+// (one epoch).
 //
 // Sources: a shard path; a glob pattern (every match, sorted by name bytewise); or
 // "builtin:demo", the corpus embedded in the binary, byte-tokenized, of which Split::kTrain is the
@@ -39,7 +40,8 @@ namespace hoist::runtime {
 
 enum class Split { kTrain, kVal };
 
-// Where the next micro-step's window starts; the same on every rank. What a checkpoint saves.
+// Where the next micro-step's window starts; the same on every rank. What a checkpoint saves,
+// between optimizer steps: the same state serves any split of the same global batch.
 struct LoaderState {
   int64_t shard_index = 0;  // into the sorted shard list
   int64_t position = 0;     // token offset of the window within that shard
@@ -51,13 +53,15 @@ class DataLoader {
   // The source name of the embedded corpus.
   static constexpr const char* kBuiltinDemo = "builtin:demo";
 
-  // B sequences of T tokens per micro-step for `rank` of `world_size`. Errors name the bad
-  // argument, the pattern that matched nothing (NotFound), or the shard that is invalid or too
-  // small for one window (with B, T and world_size). The built-in data's tokens are counted in
+  // B sequences of T tokens per micro-step for `rank` of `world_size`, `accumulation_steps`
+  // micro-steps per optimizer step. Errors name the bad argument, the pattern that matched
+  // nothing (NotFound), or the shard that is invalid or too small for one step's window (with
+  // the accumulation steps, B, T and world_size). The built-in data's tokens are counted in
   // `tracker` (the trainer's).
   static StatusOr<std::unique_ptr<DataLoader>> Open(
       const std::string& source, Split split, int B, int T, int rank, int world_size,
-      int vocab_size, MemoryTracker* tracker = &MemoryTracker::Global());
+      int vocab_size, MemoryTracker* tracker = &MemoryTracker::Global(),
+      int accumulation_steps = 1);
 
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -69,12 +73,17 @@ class DataLoader {
   Status Next(int32_t* inputs, int32_t* targets);
 
   LoaderState state() const { return state_; }
-  // Continues from a state that state() returned. A shard_index or position outside the data is
-  // InvalidArgument naming the value and the shard. A position whose window no longer fits
-  // (B, T or world_size changed since it was saved) moves on to the next shard, as Next would.
+  // Continues, at the start of an optimizer step, from a state that state() returned between
+  // steps (by this loader or one with another split of the batch). A shard_index or position
+  // outside the data is InvalidArgument naming the value and the shard. A position whose step
+  // window no longer fits (the global batch or T changed since it was saved) moves on to the
+  // next shard, as Next would.
   Status Restore(const LoaderState& state);
   // Back to the first window of the first shard (evaluation sees the same batches every time).
-  void Reset() { state_ = LoaderState{}; }
+  void Reset() {
+    state_ = LoaderState{};
+    micro_step_ = 0;
+  }
 
   int B() const { return B_; }
   int T() const { return T_; }
@@ -98,10 +107,12 @@ class DataLoader {
     int64_t file = -1;                 // else: index into files_
   };
 
-  DataLoader(int B, int T, int rank, int world_size, MemoryTracker* tracker);
+  DataLoader(int B, int T, int rank, int world_size, int accumulation_steps,
+             MemoryTracker* tracker);
   Status LoadBuiltinDemo(Split split, int vocab_size);
   Status LoadFiles(const std::string& source, int vocab_size);
-  // Moves to the next shard (wrapping) when the current one cannot supply a window at state_.
+  // Moves to the next shard (wrapping) when the current one cannot supply a step's window at
+  // state_.
   void SkipExhaustedShard();
 
   const int B_;
@@ -109,6 +120,8 @@ class DataLoader {
   const int rank_;
   const int world_size_;
   const int64_t stride_;  // world_size * B * T
+  const int accumulation_steps_;
+  int micro_step_ = 0;  // micro-steps of the current optimizer step already read
   CpuDevice host_;
   Buffer builtin_tokens_;  // (corpus bytes,) uint16; only for builtin:demo
   std::vector<TokenShard> files_;

@@ -14,6 +14,7 @@ nlohmann::json RunIdentity(const Config& config) {
       {"model.vocab_size", m.vocab_size},
       {"model.seq_len", m.seq_len},
       {"data.train", config.data.train},
+      {"train_batch_size", config.train_batch_size},
       {"train_micro_batch_size_per_gpu", config.train_micro_batch_size_per_gpu},
       {"gradient_accumulation_steps", config.gradient_accumulation_steps}};
   // Only where it differs from seq_len, so that checkpoints written before the key existed match.
@@ -21,12 +22,30 @@ nlohmann::json RunIdentity(const Config& config) {
   return identity;
 }
 
-Status CheckSameRun(const nlohmann::json& saved, const Config& config, const std::string& dir) {
+namespace {
+
+// How the global batch is split: recorded for the reader, free to change across a resume.
+bool IsBatchSplit(const std::string& key) {
+  return key == "train_micro_batch_size_per_gpu" || key == "gradient_accumulation_steps";
+}
+
+// "8 (train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 2 x 2 ranks)"
+std::string DescribeBatch(int64_t batch, int64_t micro, int64_t accumulation, int64_t world) {
+  return std::to_string(batch) + " (train_micro_batch_size_per_gpu " + std::to_string(micro) +
+         " x gradient_accumulation_steps " + std::to_string(accumulation) + " x " +
+         std::to_string(world) + " ranks)";
+}
+
+}  // namespace
+
+Status CheckSameRun(const nlohmann::json& saved, const Config& config, const std::string& dir,
+                    int saved_world_size) {
   if (!saved.is_object()) {
     return DataLossError("checkpoint " + dir + " has no run identity in its manifest metadata");
   }
   const nlohmann::json expected = RunIdentity(config);
   for (const auto& [key, value] : expected.items()) {
+    if (IsBatchSplit(key) || key == "train_batch_size") continue;
     if (!saved.contains(key) || saved[key] != value) {
       return FailedPreconditionError(
           "checkpoint " + dir + " was written with " + key + " = " +
@@ -34,6 +53,33 @@ Status CheckSameRun(const nlohmann::json& saved, const Config& config, const std
           " but the job has " + value.dump() +
           "; resume with the settings the checkpoint was written with");
     }
+  }
+  // The global batch must stay; how it is split over ranks, micro-batches and accumulation may
+  // change (the data loader hands out the same sequences per step whatever the split).
+  // Checkpoints written before train_batch_size was recorded imply it by the split.
+  const auto integer = [&](const char* key) -> int64_t {
+    const auto it = saved.find(key);
+    return it != saved.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+  };
+  const int64_t micro = integer("train_micro_batch_size_per_gpu");
+  const int64_t accumulation = integer("gradient_accumulation_steps");
+  int64_t batch = integer("train_batch_size");
+  if (batch < 0 && micro > 0 && accumulation > 0) batch = micro * accumulation * saved_world_size;
+  if (batch <= 0) {
+    return DataLossError("checkpoint " + dir +
+                         ": manifest metadata.run has no valid train_batch_size (nor "
+                         "train_micro_batch_size_per_gpu and gradient_accumulation_steps)");
+  }
+  if (batch != config.train_batch_size) {
+    const int64_t world = config.train_batch_size / (config.train_micro_batch_size_per_gpu *
+                                                     config.gradient_accumulation_steps);
+    return FailedPreconditionError(
+        "checkpoint " + dir + " was written with train_batch_size = " +
+        DescribeBatch(batch, micro, accumulation, saved_world_size) + " but the job has " +
+        DescribeBatch(config.train_batch_size, config.train_micro_batch_size_per_gpu,
+                      config.gradient_accumulation_steps, world) +
+        "; the global batch must stay the same to continue the run: set train_batch_size " +
+        std::to_string(batch) + " (the micro-batch, accumulation and ranks may change)");
   }
   return Status::Ok();
 }

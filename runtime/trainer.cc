@@ -292,7 +292,8 @@ Status Trainer::Initialize() {
   schedule_ = std::make_unique<LrSchedule>(std::move(schedule));
   HOIST_ASSIGN_OR_RETURN(train_loader_,
                          DataLoader::Open(config_.data.train, Split::kTrain, B, T, rank, world_size,
-                                          config_.model.vocab_size, device_.tracker()));
+                                          config_.model.vocab_size, device_.tracker(),
+                                          static_cast<int>(config_.gradient_accumulation_steps)));
   if (config_.train.eval_interval > 0 && !config_.data.val.empty()) {
     HOIST_ASSIGN_OR_RETURN(val_loader_,
                            DataLoader::Open(config_.data.val, Split::kVal, B, T, rank, world_size,

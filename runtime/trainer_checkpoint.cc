@@ -1,14 +1,17 @@
 // The trainer's checkpoints: each rank's shard of the model states, the data position and the
-// run's counters saved at a step boundary, and a job restored from them on the same trajectory.
-// With the optimizer states on NVMe the shard is written and read a sub-group at a time.
+// run's counters saved at a step boundary, and a job restored from them on the same trajectory,
+// on any number of ranks, ZeRO stage and optimizer placement. With the optimizer states on NVMe
+// the shard is written and read a sub-group at a time.
 #include <algorithm>
 #include <limits>
 #include <optional>
 
 #include "comm/agree.h"
+#include "core/check.h"
 #include "core/logging.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_metadata.h"
+#include "runtime/checkpoint_reshard.h"
 #include "runtime/run_identity.h"
 #include "runtime/trainer.h"
 
@@ -112,57 +115,83 @@ Status Trainer::SaveCheckpoint() {
 
 StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   const int rank = comm_->rank(), world_size = comm_->world_size();
-  HOIST_ASSIGN_OR_RETURN(CheckpointReader reader,
-                         CheckpointReader::Open(step_dir, rank, checkpoint_fs()));
-  if (reader.world_size() != world_size) {
-    return FailedPreconditionError(
-        "checkpoint " + step_dir + " was written by " + std::to_string(reader.world_size()) +
-        " ranks; resume it with the same number of ranks (this job has " +
-        std::to_string(world_size) + ")");
-  }
-  const nlohmann::json& metadata = reader.metadata();
+  // Rank 0's shard: every checkpoint has one, with the manifest and what the ranks share.
+  HOIST_ASSIGN_OR_RETURN(CheckpointReader first,
+                         CheckpointReader::Open(step_dir, 0, checkpoint_fs()));
+  const int saved_world = first.world_size();
+  const nlohmann::json& metadata = first.metadata();
   if (!metadata.contains("run")) {
     return DataLossError("checkpoint " + step_dir + " has no run identity in its manifest");
   }
-  HOIST_RETURN_IF_ERROR(CheckSameRun(metadata["run"], config_, step_dir));
+  HOIST_RETURN_IF_ERROR(CheckSameRun(metadata["run"], config_, step_dir, saved_world));
   // Every value read from the manifest is range-checked before it steers training.
   const CheckpointMetadata fields(metadata, step_dir);
   HOIST_ASSIGN_OR_RETURN(int64_t saved_stage, fields.Integer("zero_stage", 0, 3));
-  if (saved_stage != config_.zero.stage) {
-    return FailedPreconditionError(
-        "checkpoint " + step_dir + " was written with ZeRO stage " + std::to_string(saved_stage) +
-        " but the job has stage " + std::to_string(config_.zero.stage) +
-        "; resume with zero_optimization.stage " + std::to_string(saved_stage));
-  }
-  const int64_t elements = engine_->state_elements();
-  const int64_t bytes = elements * int64_t{sizeof(float)};
   // Skipped steps do not count: at most one optimizer step per step.
   HOIST_ASSIGN_OR_RETURN(int64_t optimizer_steps,
-                         fields.Integer("optimizer_step_count", 0, reader.step()));
-  std::vector<float> master, m, v;
-  const bool on_nvme = engine_->states_on_nvme();
-  if (on_nvme) {
-    // Straight from the shard file to the NVMe states, a sub-group at a time (no stage 0 here:
-    // its states cannot be offloaded).
-    // The restore is collective: a rank whose shard fails to open or read says so inside it,
+                         fields.Integer("optimizer_step_count", 0, first.step()));
+  const int64_t elements = engine_->state_elements();
+  const int64_t bytes = elements * int64_t{sizeof(float)};
+  // The states' partition is a function of the model (pinned by the run identity) and of how
+  // many ranks they were split over. The same split reads each shard whole; another one (another
+  // world size, or stage 0 against 1-3) reads the ranges of the saved shards that overlap this
+  // rank's, after the saved shards' checksums were checked (StateReshard).
+  const zero::PartitionPlan& plan = engine_->state_plan();
+  const bool same_partition =
+      StatePartitionWorld(saved_world, static_cast<int>(saved_stage)) == plan.world_size();
+
+  // What this rank reads before the collective restore; every rank stops if one fails.
+  int64_t loader_words[2];
+  Status prepared = first.Read("train_loader", loader_words, sizeof(loader_words));
+  if (prepared.ok()) {
+    // The data position is global: the same sequence of global batches continues on any split.
+    prepared = train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]});
+  }
+  // This rank's own shard, if the saved job had this rank.
+  std::optional<CheckpointReader> own;
+  if (prepared.ok() && rank != 0 && rank < saved_world) {
+    StatusOr<CheckpointReader> opened = CheckpointReader::Open(step_dir, rank, checkpoint_fs());
+    if (opened.ok()) {
+      own.emplace(std::move(opened).value());
+    } else {
+      prepared = opened.status();
+    }
+  }
+  const CheckpointReader* mine = rank == 0 ? &first : (own ? &*own : nullptr);
+  std::optional<StateReshard> reshard;
+  if (prepared.ok() && !same_partition) {
+    StatusOr<StateReshard> created = StateReshard::Create(
+        step_dir, saved_world, static_cast<int>(saved_stage), plan, checkpoint_fs());
+    if (created.ok()) {
+      reshard.emplace(std::move(created).value());
+      prepared = reshard->VerifyShare(rank, world_size);
+    } else {
+      prepared = created.status();
+    }
+  }
+  HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, prepared));
+  // The same partition: states whole in rank 0's shard (one partition of all), else each rank's.
+  const CheckpointReader* states = plan.world_size() == 1 ? &first : mine;
+  HOIST_CHECK(reshard || states != nullptr) << "the same partition, so the same world size";
+
+  if (engine_->states_on_nvme()) {
+    // Straight into the NVMe states, a sub-group at a time (no stage 0 here: its states cannot be
+    // offloaded). The restore is collective: a rank whose shard fails to read says so inside it,
     // so that every rank stops together.
     std::vector<BlobReader> blobs;
     Status opened = Status::Ok();
     for (const char* name : {"master", "adam_m", "adam_v"}) {
-      StatusOr<BlobReader> blob = reader.OpenBlob(name, bytes);
+      if (reshard || !opened.ok()) break;
+      StatusOr<BlobReader> blob = states->OpenBlob(name, bytes);
       if (!blob.ok()) {
         opened = blob.status();
-        break;
+      } else {
+        blobs.push_back(std::move(blob).value());
       }
-      blobs.push_back(std::move(blob).value());
-    }
-    int64_t loader_words[2];
-    if (opened.ok()) opened = reader.Read("train_loader", loader_words, sizeof(loader_words));
-    if (opened.ok()) {
-      opened = train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]});
     }
     HOIST_RETURN_IF_ERROR(engine_->RestoreStateInPieces(
-        [&](int64_t, int64_t count, float* master_piece, float* m_piece, float* v_piece) {
+        [&](int64_t begin, int64_t count, float* master_piece, float* m_piece, float* v_piece) {
+          if (reshard) return reshard->Fill(begin, count, master_piece, m_piece, v_piece);
           HOIST_RETURN_IF_ERROR(opened);
           const int64_t piece = count * int64_t{sizeof(float)};
           HOIST_RETURN_IF_ERROR(blobs[0].Read(master_piece, piece));
@@ -177,25 +206,16 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     }
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, intact));
   } else {
-    master.resize(static_cast<size_t>(elements));
-    m.resize(master.size());
-    v.resize(master.size());
-    // Stage 0's states are whole and were written by rank 0 alone.
-    std::optional<CheckpointReader> rank0;
-    if (config_.zero.stage == 0 && rank != 0) {
-      HOIST_ASSIGN_OR_RETURN(CheckpointReader opened,
-                             CheckpointReader::Open(step_dir, 0, checkpoint_fs()));
-      rank0.emplace(std::move(opened));
+    std::vector<float> master(static_cast<size_t>(elements)), m(master.size()), v(master.size());
+    Status read = Status::Ok();
+    if (reshard) {
+      read = reshard->Fill(0, elements, master.data(), m.data(), v.data());
+    } else {
+      read = states->Read("master", master.data(), bytes);
+      if (read.ok()) read = states->Read("adam_m", m.data(), bytes);
+      if (read.ok()) read = states->Read("adam_v", v.data(), bytes);
     }
-    const CheckpointReader& states = rank0 ? *rank0 : reader;
-    HOIST_RETURN_IF_ERROR(states.Read("master", master.data(), bytes));
-    HOIST_RETURN_IF_ERROR(states.Read("adam_m", m.data(), bytes));
-    HOIST_RETURN_IF_ERROR(states.Read("adam_v", v.data(), bytes));
-  }
-  if (!on_nvme) {
-    int64_t loader_words[2];
-    HOIST_RETURN_IF_ERROR(reader.Read("train_loader", loader_words, sizeof(loader_words)));
-    HOIST_RETURN_IF_ERROR(train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]}));
+    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, read));
     HOIST_RETURN_IF_ERROR(
         engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
   }
@@ -213,7 +233,7 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
                                                               std::numeric_limits<int>::max()));
     HOIST_ASSIGN_OR_RETURN(state.clean_steps, fields.Integer("loss_scaler.clean_steps", 0));
     HOIST_ASSIGN_OR_RETURN(state.skipped_steps,
-                           fields.Integer("loss_scaler.skipped_steps", 0, reader.step()));
+                           fields.Integer("loss_scaler.skipped_steps", 0, first.step()));
     state.scale = static_cast<float>(scale);
     state.hysteresis_left = static_cast<int>(hysteresis);
     HOIST_RETURN_IF_ERROR(scaler_->Restore(state));
@@ -235,27 +255,36 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   if (metadata.contains("hf_config") && metadata["hf_config"].is_object()) {
     hf_config_ = metadata["hf_config"];
   }
-  step_ = reader.step();
+  step_ = first.step();
   HOIST_ASSIGN_OR_RETURN(tokens_seen_, fields.Integer("tokens", 0));
   HOIST_ASSIGN_OR_RETURN(int64_t log_bytes, fields.Integer("jsonl_bytes", 0));
-  if (std::any_of(reader.blobs().begin(), reader.blobs().end(),
+  if (mine != nullptr &&
+      std::any_of(mine->blobs().begin(), mine->blobs().end(),
                   [](const ShardBlobEntry& blob) { return blob.name == kJsonlBytesBlob; })) {
-    HOIST_RETURN_IF_ERROR(reader.Read(kJsonlBytesBlob, &log_bytes, sizeof(log_bytes)));
+    HOIST_RETURN_IF_ERROR(mine->Read(kJsonlBytesBlob, &log_bytes, sizeof(log_bytes)));
     if (log_bytes < 0) {
       return DataLossError("checkpoint " + step_dir + ": rank " + std::to_string(rank) +
                            "'s shard holds a negative JSONL log length (" +
                            std::to_string(log_bytes) + "); resume from another step directory");
     }
   } else if (rank != 0) {
-    // Written before each rank kept its own length: rank 0's would cut this rank's log anywhere.
+    // Written before each rank kept its own length (rank 0's would cut this rank's log anywhere),
+    // or by a job without this rank: the log, if any, is cut after its record of the step.
     HOIST_ASSIGN_OR_RETURN(log_bytes,
-                           JsonlBytesThroughStep(config_.monitor.jsonl_path, rank, reader.step()));
+                           JsonlBytesThroughStep(config_.monitor.jsonl_path, rank, first.step()));
   }
   if (metadata.contains("train_s")) {
     HOIST_ASSIGN_OR_RETURN(train_seconds_,
                            fields.Number("train_s", 0.0, std::numeric_limits<double>::max()));
   }
-  if (rank == 0) HOIST_LOG(INFO) << "resumed from " << step_dir << " at step " << step_;
+  if (rank == 0) {
+    HOIST_LOG(INFO) << "resumed from " << step_dir << " at step " << step_;
+    if (!same_partition) {
+      HOIST_LOG(INFO) << "  written by " << saved_world << " rank(s) at ZeRO stage " << saved_stage
+                      << "; its states were repartitioned for " << world_size
+                      << " rank(s) at stage " << config_.zero.stage;
+    }
+  }
   return log_bytes;
 }
 

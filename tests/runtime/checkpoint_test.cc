@@ -731,6 +731,30 @@ TEST_F(CheckpointTest, ABlobReadInPiecesChecksItsChecksumAtTheEnd) {
   EXPECT_EQ(partial->Finish().code(), StatusCode::kFailedPrecondition);
 }
 
+// What a reader of another partition does: parts of a blob, then the whole checked once.
+TEST_F(CheckpointTest, ARangeOfABlobReadsThoseBytesAndVerifyChecksTheWhole) {
+  Save(1);
+  StatusOr<CheckpointReader> reader = CheckpointReader::Open(StepDir(1), 0);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  const int64_t bytes = int64_t(adam_m_.size() * 4);
+  std::vector<float> part(7);
+  ASSERT_TRUE(reader->ReadRange("adam_m", bytes, 40 * 4, part.data(), 7 * 4).ok());
+  EXPECT_EQ(part, std::vector<float>(adam_m_.begin() + 40, adam_m_.begin() + 47));
+  EXPECT_TRUE(reader->Verify("adam_m", bytes).ok());
+  EXPECT_EQ(reader->Verify("adam_m", 4).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(reader->ReadRange("nope", 4, 0, part.data(), 4).code(), StatusCode::kNotFound);
+  ShardBlobEntry entry;
+  for (const ShardBlobEntry& b : reader->blobs()) {
+    if (b.name == "adam_m") entry = b;
+  }
+  std::string file = ReadAll(ShardPath(1));
+  file[static_cast<size_t>(entry.offset + entry.bytes - 1)] ^= 0x10;
+  WriteAll(ShardPath(1), file);
+  const Status verified = reader->Verify("adam_m", bytes);
+  EXPECT_EQ(verified.code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(Contains(verified, "adam_m")) << verified.message();
+}
+
 TEST_F(CheckpointTest, DiskFullWhileWritingPiecesLeavesThePreviousCheckpoint) {
   Save(1);
   FaultInjectingFileSystem faulty;

@@ -102,6 +102,57 @@ TEST_F(DataLoaderTest, RankReadsItsSliceOfTheSharedWindow) {
   }
 }
 
+// A global batch of 4 sequences of T = 4 tokens split (world, B, accumulation) any way reads the
+// same sequences step after step: within a shard and across its end (the shards' sizes are no
+// multiple of any split's window), and from a state saved by one split and restored by another.
+// The global batch of one step, in the order (micro-step, rank, sequence), per step.
+TEST_F(DataLoaderTest, EverySplitOfTheGlobalBatchReadsTheSameStepsAcrossShardEnds) {
+  WriteCounting("a.bin", 0, 61);
+  WriteCounting("b.bin", 1000, 45);
+  constexpr int T = 4, kSteps = 9;
+  struct Split {
+    int world, B, accumulation;
+  };
+  const auto steps = [&](const Split& split, int first, int count, LoaderState* state) {
+    std::vector<std::unique_ptr<DataLoader>> ranks;
+    for (int r = 0; r < split.world; ++r) {
+      auto loader =
+          DataLoader::Open(Glob(), ::hoist::runtime::Split::kTrain, split.B, T, r, split.world,
+                           kVocab, &MemoryTracker::Global(), split.accumulation);
+      EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+      if (!loader.ok()) return std::vector<std::vector<int32_t>>{};
+      EXPECT_TRUE((*loader)->Restore(*state).ok());
+      ranks.push_back(std::move(loader).value());
+    }
+    std::vector<std::vector<int32_t>> out;
+    for (int step = first; step < first + count; ++step) {
+      std::vector<int32_t> global;
+      for (int micro = 0; micro < split.accumulation; ++micro) {
+        for (auto& rank : ranks) {
+          const Batch batch = Take(*rank);
+          global.insert(global.end(), batch.inputs.begin(), batch.inputs.end());
+        }
+      }
+      out.push_back(std::move(global));
+    }
+    *state = ranks[0]->state();
+    return out;
+  };
+  const Split splits[] = {{1, 4, 1}, {1, 2, 2}, {1, 1, 4}, {2, 1, 2}, {2, 2, 1}, {4, 1, 1}};
+  LoaderState start;
+  const std::vector<std::vector<int32_t>> want = steps(splits[0], 0, kSteps, &start);
+  for (const Split& a : splits) {
+    for (const Split& b : splits) {
+      LoaderState state;
+      std::vector<std::vector<int32_t>> got = steps(a, 0, 4, &state);
+      const std::vector<std::vector<int32_t>> rest = steps(b, 4, kSteps - 4, &state);
+      got.insert(got.end(), rest.begin(), rest.end());
+      EXPECT_EQ(got, want) << "(" << a.world << ", " << a.B << ", " << a.accumulation << ") then ("
+                           << b.world << ", " << b.B << ", " << b.accumulation << ")";
+    }
+  }
+}
+
 // The trainer relies on this: `world` ranks taking one micro-step each read the sequences one
 // rank reads in `world` consecutive micro-steps, rank r's being the r-th. The shards are sized
 // world*B*T*k + 1 so both runs leave each shard at the same point.
