@@ -4,6 +4,8 @@
 // before the weight). Inline and threaded streams; bad arguments name the op and the array.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -159,6 +161,86 @@ TEST_P(CpuBackendLlama, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
     cpu::SwiGluBackward(dgu_ref.data(), Widen(gu, h).data(), Widen(sdout, h).data(), N, I);
     EXPECT_TRUE(SameBits(sw, Narrow(sw_ref, h)));
     EXPECT_TRUE(SameBits(dgu, Narrow(dgu_ref, h))) << "added in fp32, then rounded once";
+  }
+}
+
+// 16-bit accuracy against float64 references of the formulas on the (exact) widened inputs. u is
+// the type's unit roundoff (2^-8 bf16, 2^-11 fp16). Each output is rounded once (u |ref|),
+// RMSNorm's twice (the normalised value, then the output: 2u |ref|); the fp32 arithmetic before the
+// rounding adds a few 2^-24 relative, covered by 1e-6 |ref| (1e-6 of the largest value where a
+// difference can cancel, as in the rotation) and an atol for fp16's subnormals.
+TEST_P(CpuBackendLlama, SixteenBitOpsAreWithinTheirRoundingsOfFloat64) {
+  for (const DType h : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(h));
+    const double u = h == DType::kBFloat16 ? 1.0 / 256 : 1.0 / 2048;
+    const auto expect_within = [](const std::vector<float>& got, const std::vector<double>& ref,
+                                  double rel, double scale_rel, const char* what) {
+      double scale = 0.0;
+      for (double r : ref) scale = std::max(scale, std::fabs(r));
+      int reported = 0;
+      for (size_t i = 0; i < ref.size(); ++i) {
+        const double bound = rel * std::fabs(ref[i]) + scale_rel * scale + 1e-7;
+        if (!(std::fabs(got[i] - ref[i]) <= bound) && reported++ < 5) {
+          ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << ref[i];
+        }
+      }
+    };
+    // RMSNorm.
+    const std::vector<float> x = Widen(Narrow(RandomFloats(size_t{N} * C, 40, -2.0f, 2.0f), h), h),
+                             w = Widen(Narrow(RandomFloats(C, 41, 0.5f, 1.5f), h), h);
+    const std::vector<uint16_t> xb = Narrow(x, h), wb = Narrow(w, h);
+    std::vector<uint16_t> y(x.size());
+    std::vector<float> rstd(N);
+    EXPECT_OK(
+        backend_.RmsNormForward(y.data(), rstd.data(), xb.data(), wb.data(), N, C, kEps, h, s()));
+    // SwiGLU, forward and backward (from a zero gradient: dinp rounds once).
+    const std::vector<float> gu = Widen(Narrow(RandomFloats(size_t{N} * 2 * I, 42, -4.0f, 4.0f), h),
+                                        h),
+                             dy = Widen(Narrow(RandomFloats(size_t{N} * I, 43), h), h);
+    const std::vector<uint16_t> gub = Narrow(gu, h), dyb = Narrow(dy, h);
+    std::vector<uint16_t> act(size_t{N} * I), dgu(gu.size(), 0);
+    EXPECT_OK(backend_.SwiGluForward(act.data(), gub.data(), N, I, h, s()));
+    EXPECT_OK(backend_.SwiGluBackward(dgu.data(), gub.data(), dyb.data(), N, I, h, s()));
+    // The rotation.
+    const std::vector<float> qkv = Widen(Narrow(RandomFloats(size_t{N} * W, 44), h), h);
+    std::vector<uint16_t> roped = Narrow(qkv, h);
+    EXPECT_OK(backend_.RopeForward(roped.data(), table_.cos.data(), table_.sin.data(), B, T, NH,
+                                   NKV, hd, h, s()));
+    Sync();
+
+    std::vector<double> y_ref(x.size()), act_ref(act.size()), dgu_ref(dgu.size()),
+        rope_ref(qkv.begin(), qkv.end());
+    for (int i = 0; i < N; ++i) {
+      double ss = 0.0;
+      for (int c = 0; c < C; ++c) ss += double{x[i * C + c]} * x[i * C + c];
+      const double r = 1.0 / std::sqrt(ss / C + kEps);
+      for (int c = 0; c < C; ++c) y_ref[i * C + c] = x[i * C + c] * r * w[c];
+    }
+    for (int i = 0; i < N; ++i) {
+      for (int j = 0; j < I; ++j) {
+        const double g = gu[i * 2 * I + j], up = gu[i * 2 * I + I + j], d = dy[i * I + j];
+        const double sig = 1.0 / (1.0 + std::exp(-g));
+        act_ref[i * I + j] = g * sig * up;
+        dgu_ref[i * 2 * I + j] = d * up * sig * (1.0 + g * (1.0 - sig));
+        dgu_ref[i * 2 * I + I + j] = d * g * sig;
+      }
+    }
+    const int half = hd / 2;
+    for (int bt = 0; bt < N; ++bt) {
+      const int t = bt % T;
+      for (int head = 0; head < NH + NKV; ++head) {
+        const size_t at = size_t{1} * bt * W + head * hd;
+        for (int i = 0; i < half; ++i) {
+          const double c = table_.cos[t * half + i], sn = table_.sin[t * half + i];
+          rope_ref[at + i] = qkv[at + i] * c - qkv[at + i + half] * sn;
+          rope_ref[at + i + half] = qkv[at + i + half] * c + qkv[at + i] * sn;
+        }
+      }
+    }
+    expect_within(Widen(y, h), y_ref, 2 * u * (1 + u) + 1e-6, 0.0, "rmsnorm out");
+    expect_within(Widen(act, h), act_ref, u + 1e-6, 0.0, "swiglu out");
+    expect_within(Widen(dgu, h), dgu_ref, u + 1e-6, 0.0, "swiglu dinp");
+    expect_within(Widen(roped, h), rope_ref, u, 1e-6, "rope");
   }
 }
 
