@@ -1,7 +1,10 @@
 // The direct attention: batched cuBLAS GEMMs per (b, h) around a causal softmax kernel.
 //
 // q, k and v are first copied out of qkv into head-major arrays (B,NH,T,hs) of the same type
-// (exact). Every GEMM runs under CUBLAS_COMPUTE_32F in the default math mode and writes fp32:
+// (exact). Grouped-query heads (NKV < NH key/value heads) are copied once per query head of their
+// group, so everything below is multi-head attention with C = NH*hs; the backward adds each
+// shared head's gradient, summed over its group in head order, into dqkv. Every GEMM runs under
+// CUBLAS_COMPUTE_32F in the default math mode and writes fp32:
 //   - fp32: true fp32 throughout (never TF32); att, already fp32, is multiplied as it is stored.
 //   - bf16/fp16: 16-bit inputs on the tensor cores with fp32 accumulation. The probabilities
 //     enter P v and P^T dout as a 16-bit copy P of att (rounded once, as the CPU model rounds
