@@ -167,6 +167,62 @@ class Backend {
   virtual Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv,
                                         const void* out, const float* lse, void* workspace, int B,
                                         int T, int C, int NH, DType type, const Stream& stream) = 0;
+  // The Llama family's ops (kernels/cpu/ops.h gives each one's arithmetic), with the conventions
+  // above. Their attention layout: qkv (B,T,(NH+2*NKV)*hd) holds in each row NH query heads, then
+  // NKV key heads, then NKV value heads, each hd wide (Llama's q_proj, k_proj, v_proj outputs side
+  // by side); query head h uses key/value head h / (NH/NKV) (HF's repeat_kv), NH % NKV == 0,
+  // scores scaled by 1/sqrt(hd); out (B,T,NH*hd).
+  //
+  // Grouped-query attention, direct (att (B,NH,T,T) kept) and tiled (lse (B,NH,T) kept), with the
+  // same contracts as AttentionForward/AttentionForwardTiled; with NKV == NH and hd == C/NH they
+  // give the multi-head ops' results bit for bit. The workspace sizes are for these shapes.
+  virtual int64_t GqaAttentionWorkspaceBytes(int B, int T, int NH, int NKV, int hd,
+                                             DType type) const = 0;
+  virtual Status GqaAttentionForward(void* out, float* att, const void* qkv, void* workspace, int B,
+                                     int T, int NH, int NKV, int hd, DType type,
+                                     const Stream& stream) = 0;
+  virtual Status GqaAttentionBackward(void* dqkv, const void* dout, const void* qkv,
+                                      const float* att, void* workspace, int B, int T, int NH,
+                                      int NKV, int hd, DType type, const Stream& stream) = 0;
+  virtual int64_t GqaTiledAttentionWorkspaceBytes(int B, int T, int NH) const = 0;
+  virtual Status GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T,
+                                          int NH, int NKV, int hd, DType type,
+                                          const Stream& stream) = 0;
+  virtual Status GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv,
+                                           const void* out, const float* lse, void* workspace,
+                                           int B, int T, int NH, int NKV, int hd, DType type,
+                                           const Stream& stream) = 0;
+  // RMSNorm: rstd (N, fp32) = 1/sqrt(mean(inp^2) + eps), out (N,C) = round(inp * rstd) * weight
+  // where round is to `type` (HF's order: the normalised row is cast to the activation dtype
+  // before the weight multiplies it; nothing is rounded in fp32), then out is rounded to `type`.
+  // The CPU sums the squares in double, a GPU in fp32: rstd agrees to rounding. Backward: dinp +=
+  // the fp32 gradient (of the unrounded formula); dweight (C, fp32) += the sum over rows of
+  // dout * inp * rstd.
+  virtual Status RmsNormForward(void* out, float* rstd, const void* inp, const void* weight, int N,
+                                int C, float eps, DType type, const Stream& stream) = 0;
+  virtual Status RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,
+                                 const void* weight, const float* rstd, int N, int C, DType type,
+                                 const Stream& stream) = 0;
+  // Rotary position embeddings IN PLACE on the query and key heads of qkv (the layout above; the
+  // value heads are untouched): pairs (i, i + hd/2) of each head of row (b, t) rotated by the
+  // angle whose cos and sin are cos[t, i] and sin[t, i] (fp32 rows of hd/2, at least T of them,
+  // device memory, as kernels/rope.h's MakeRopeTable computes them; a table made once for
+  // max_position_embeddings serves every T), in fp32 and rounded once to `type`. The
+  // backward, IN PLACE on dqkv, rotates by the negative angle: the gradient of the rotated heads
+  // becomes that of the unrotated ones (replaced, not added to). hd even.
+  virtual Status RopeForward(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                             int NKV, int hd, DType type, const Stream& stream) = 0;
+  virtual Status RopeBackward(void* dqkv, const float* cos, const float* sin, int B, int T, int NH,
+                              int NKV, int hd, DType type, const Stream& stream) = 0;
+  // SwiGLU over the fused gate|up layout: inp (N, 2I) holds gate_proj's I outputs then up_proj's
+  // I outputs in each row; out (N, I) = silu(gate) * up, computed in fp32 and rounded once (HF
+  // rounds silu(gate) to a 16-bit dtype before the product: about a rounding apart). Backward:
+  // dinp (N, 2I) += [dout * up * silu'(gate) | dout * silu(gate)].
+  virtual Status SwiGluForward(void* out, const void* inp, int N, int I, DType type,
+                               const Stream& stream) = 0;
+  virtual Status SwiGluBackward(void* dinp, const void* inp, const void* dout, int N, int I,
+                                DType type, const Stream& stream) = 0;
+
   // out = GELU(inp) (may alias inp); dinp += GELU'(inp) * dout.
   virtual Status GeluForward(void* out, const void* inp, int64_t n, DType type,
                              const Stream& stream) = 0;

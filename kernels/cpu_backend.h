@@ -86,6 +86,32 @@ class CpuBackend final : public Backend {
   Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
                                 const float* lse, void* workspace, int B, int T, int C, int NH,
                                 DType type, const Stream& stream) override;
+  int64_t GqaAttentionWorkspaceBytes(int B, int T, int NH, int NKV, int hd,
+                                     DType type) const override;
+  Status GqaAttentionForward(void* out, float* att, const void* qkv, void* workspace, int B, int T,
+                             int NH, int NKV, int hd, DType type, const Stream& stream) override;
+  Status GqaAttentionBackward(void* dqkv, const void* dout, const void* qkv, const float* att,
+                              void* workspace, int B, int T, int NH, int NKV, int hd, DType type,
+                              const Stream& stream) override;
+  int64_t GqaTiledAttentionWorkspaceBytes(int B, int T, int NH) const override;
+  Status GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                  int NKV, int hd, DType type, const Stream& stream) override;
+  Status GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                   const float* lse, void* workspace, int B, int T, int NH, int NKV,
+                                   int hd, DType type, const Stream& stream) override;
+  Status RmsNormForward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                        float eps, DType type, const Stream& stream) override;
+  Status RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,
+                         const void* weight, const float* rstd, int N, int C, DType type,
+                         const Stream& stream) override;
+  Status RopeForward(void* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                     int hd, DType type, const Stream& stream) override;
+  Status RopeBackward(void* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                      int hd, DType type, const Stream& stream) override;
+  Status SwiGluForward(void* out, const void* inp, int N, int I, DType type,
+                       const Stream& stream) override;
+  Status SwiGluBackward(void* dinp, const void* inp, const void* dout, int N, int I, DType type,
+                        const Stream& stream) override;
   Status GeluForward(void* out, const void* inp, int64_t n, DType type,
                      const Stream& stream) override;
   Status GeluBackward(void* dinp, const void* inp, const void* dout, int64_t n, DType type,

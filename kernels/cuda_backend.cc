@@ -14,6 +14,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/encoder.h"
 #include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/llama.h"
 #include "kernels/cuda/matmul.h"
 
 namespace hoist::kernels {
@@ -259,6 +260,68 @@ Status CudaBackend::SoftmaxCrossEntropy(float* losses, void* dlogits, const void
                                         DType type, const Stream& stream) {
   return cuda::SoftmaxCrossEntropy(losses, dlogits, logits, targets, dloss, N, V, Vp, type,
                                    RawStream(stream));
+}
+
+// The Llama family's ops. The direct attention's products use the one BLAS handle: compute stream
+// only, as the multi-head ones.
+int64_t CudaBackend::GqaAttentionWorkspaceBytes(int B, int T, int NH, int NKV, int hd,
+                                                DType type) const {
+  return cuda::GqaAttentionWorkspaceBytes(B, T, NH, NKV, hd, type);
+}
+Status CudaBackend::GqaAttentionForward(void* out, float* att, const void* qkv, void* workspace,
+                                        int B, int T, int NH, int NKV, int hd, DType type,
+                                        const Stream& stream) {
+  HOIST_RETURN_IF_ERROR(OnComputeStream("GqaAttentionForward", stream));
+  return cuda::GqaAttentionForward(*blas_, out, att, qkv, workspace, B, T, NH, NKV, hd, type,
+                                   RawStream(stream));
+}
+Status CudaBackend::GqaAttentionBackward(void* dqkv, const void* dout, const void* qkv,
+                                         const float* att, void* workspace, int B, int T, int NH,
+                                         int NKV, int hd, DType type, const Stream& stream) {
+  HOIST_RETURN_IF_ERROR(OnComputeStream("GqaAttentionBackward", stream));
+  return cuda::GqaAttentionBackward(*blas_, dqkv, dout, qkv, att, workspace, B, T, NH, NKV, hd,
+                                    type, RawStream(stream));
+}
+int64_t CudaBackend::GqaTiledAttentionWorkspaceBytes(int B, int T, int NH) const {
+  return cuda::TiledAttentionBackwardWorkspaceBytes(B, T, NH);
+}
+Status CudaBackend::GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T,
+                                             int NH, int NKV, int hd, DType type,
+                                             const Stream& stream) {
+  return cuda::GqaAttentionForwardTiled(out, lse, qkv, B, T, NH, NKV, hd, type, RawStream(stream));
+}
+Status CudaBackend::GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv,
+                                              const void* out, const float* lse, void* workspace,
+                                              int B, int T, int NH, int NKV, int hd, DType type,
+                                              const Stream& stream) {
+  return cuda::GqaAttentionBackwardTiled(dqkv, dout, qkv, out, lse, workspace, B, T, NH, NKV, hd,
+                                         type, RawStream(stream));
+}
+Status CudaBackend::RmsNormForward(void* out, float* rstd, const void* inp, const void* weight,
+                                   int N, int C, float eps, DType type, const Stream& stream) {
+  return cuda::RmsNormForward(out, rstd, inp, weight, N, C, eps, type, RawStream(stream));
+}
+Status CudaBackend::RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,
+                                    const void* weight, const float* rstd, int N, int C, DType type,
+                                    const Stream& stream) {
+  return cuda::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C, type,
+                               RawStream(stream));
+}
+Status CudaBackend::RopeForward(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                                int NKV, int hd, DType type, const Stream& stream) {
+  return cuda::RopeForward(qkv, cos, sin, B, T, NH, NKV, hd, type, RawStream(stream));
+}
+Status CudaBackend::RopeBackward(void* dqkv, const float* cos, const float* sin, int B, int T,
+                                 int NH, int NKV, int hd, DType type, const Stream& stream) {
+  return cuda::RopeBackward(dqkv, cos, sin, B, T, NH, NKV, hd, type, RawStream(stream));
+}
+Status CudaBackend::SwiGluForward(void* out, const void* inp, int N, int I, DType type,
+                                  const Stream& stream) {
+  return cuda::SwiGluForward(out, inp, N, I, type, RawStream(stream));
+}
+Status CudaBackend::SwiGluBackward(void* dinp, const void* inp, const void* dout, int N, int I,
+                                   DType type, const Stream& stream) {
+  return cuda::SwiGluBackward(dinp, inp, dout, N, I, type, RawStream(stream));
 }
 
 }  // namespace hoist::kernels

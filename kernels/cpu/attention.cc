@@ -34,9 +34,11 @@ int RowBlock(int T) { return T <= kLongRowBlockFrom ? kShortRowBlock : kLongRowB
 
 }  // namespace
 
-void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-  const int hs = C / NH;
-  const int C3 = 3 * C;
+void AttentionForwardGqa(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+                         int hs) {
+  const int C = NH * hs;               // out's row width
+  const int C3 = (NH + 2 * NKV) * hs;  // qkv's row width
+  const int group = NH / NKV;          // query heads per key/value head
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int row_block = RowBlock(T);
   const int num_blocks = (T + row_block - 1) / row_block;
@@ -51,10 +53,10 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T, in
         const int t0 = blk * row_block;
         const int t1 = std::min(T, t0 + row_block);
         const int rows = t1 - t0;
-        const float* q = qkv + (static_cast<size_t>(b) * T + t0) * C3 + h * hs;  // (rows, hs)
-        const float* k = qkv + static_cast<size_t>(b) * T * C3 + C + h * hs;     // (t1, hs)
-        const float* v = k + C;                                                  // (t1, hs)
-        float* a = att + ((static_cast<size_t>(b) * NH + h) * T + t0) * T;       // (rows, T)
+        const float* q = qkv + (static_cast<size_t>(b) * T + t0) * C3 + h * hs;       // (rows, hs)
+        const float* k = qkv + static_cast<size_t>(b) * T * C3 + C + h / group * hs;  // (t1, hs)
+        const float* v = k + NKV * hs;                                                // (t1, hs)
+        float* a = att + ((static_cast<size_t>(b) * NH + h) * T + t0) * T;            // (rows, T)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, scale, q, C3, k, C3,
                     0.0f, a, T);
         softmax_rows(a, T, t0, rows);
@@ -66,16 +68,19 @@ void AttentionForward(float* out, float* att, const float* qkv, int B, int T, in
   }
 }
 
-void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                       int T, int C, int NH) {
-  const int hs = C / NH;
-  const int C3 = 3 * C;
+void AttentionBackwardGqa(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                          int T, int NH, int NKV, int hs) {
+  const int C = NH * hs;
+  const int C3 = (NH + 2 * NKV) * hs;
+  const int group = NH / NKV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int row_block = RowBlock(T);
   const auto softmax_backward_rows =
       VectorKernelsFor(ActiveSimdLevel()).causal_softmax_backward_rows;
-  // dk and dv of one key receive contributions from every later query, so a task is a whole
-  // (b, h): it owns its slices of dqkv and walks the query blocks in order.
+  // dk and dv of one key receive contributions from every later query of every query head of its
+  // group, so a task is a whole (b, key/value head): it owns its slices of dqkv and walks the
+  // group's query heads, and in each the query blocks, in order. With NKV == NH the group is one
+  // head and the order is that of plain multi-head attention.
 #pragma omp parallel
   {
     // dL/dscores of one block of rows, (row_block, T). Grows to the largest T seen and is kept,
@@ -86,38 +91,50 @@ void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const f
     float* datt = datt_scratch.data();
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < NH; ++h) {
-        const size_t head = static_cast<size_t>(b) * T * C3 + h * hs;
-        const float* q = qkv + head;
-        const float* k = q + C;
-        const float* v = q + 2 * C;
-        float* dq = dqkv + head;
-        float* dk = dq + C;
-        float* dv = dq + 2 * C;
-        const float* d_head = dout + static_cast<size_t>(b) * T * C + h * hs;
-        const float* att_head = att + (static_cast<size_t>(b) * NH + h) * T * T;
-        for (int t0 = 0; t0 < T; t0 += row_block) {
-          const int t1 = std::min(T, t0 + row_block);
-          const int rows = t1 - t0;
-          const float* d = d_head + static_cast<size_t>(t0) * C;    // (rows, hs)
-          const float* p = att_head + static_cast<size_t>(t0) * T;  // (rows, T)
-          const float* q_blk = q + static_cast<size_t>(t0) * C3;    // (rows, hs)
-          float* dq_blk = dq + static_cast<size_t>(t0) * C3;        // (rows, hs)
-          // out = P V: dP = dout V^T and dV += P^T dout.
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, 1.0f, d, C, v, C3,
-                      0.0f, datt, t1);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, p, T, d, C, 1.0f,
-                      dv, C3);
-          softmax_backward_rows(datt, t1, p, T, t0, rows, scale);
-          // scores = scale Q K^T (scale already in datt): dQ += dS K and dK += dS^T Q.
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, t1, 1.0f, datt, t1, k,
-                      C3, 1.0f, dq_blk, C3);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, datt, t1, q_blk,
-                      C3, 1.0f, dk, C3);
+      for (int kvh = 0; kvh < NKV; ++kvh) {
+        const size_t kv_head = static_cast<size_t>(b) * T * C3 + C + kvh * hs;
+        const float* k = qkv + kv_head;
+        const float* v = k + NKV * hs;
+        float* dk = dqkv + kv_head;
+        float* dv = dk + NKV * hs;
+        for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+          const size_t head = static_cast<size_t>(b) * T * C3 + h * hs;
+          const float* q = qkv + head;
+          float* dq = dqkv + head;
+          const float* d_head = dout + static_cast<size_t>(b) * T * C + h * hs;
+          const float* att_head = att + (static_cast<size_t>(b) * NH + h) * T * T;
+          for (int t0 = 0; t0 < T; t0 += row_block) {
+            const int t1 = std::min(T, t0 + row_block);
+            const int rows = t1 - t0;
+            const float* d = d_head + static_cast<size_t>(t0) * C;    // (rows, hs)
+            const float* p = att_head + static_cast<size_t>(t0) * T;  // (rows, T)
+            const float* q_blk = q + static_cast<size_t>(t0) * C3;    // (rows, hs)
+            float* dq_blk = dq + static_cast<size_t>(t0) * C3;        // (rows, hs)
+            // out = P V: dP = dout V^T and dV += P^T dout.
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, t1, hs, 1.0f, d, C, v, C3,
+                        0.0f, datt, t1);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, p, T, d, C,
+                        1.0f, dv, C3);
+            softmax_backward_rows(datt, t1, p, T, t0, rows, scale);
+            // scores = scale Q K^T (scale already in datt): dQ += dS K and dK += dS^T Q.
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, t1, 1.0f, datt, t1, k,
+                        C3, 1.0f, dq_blk, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hs, rows, 1.0f, datt, t1,
+                        q_blk, C3, 1.0f, dk, C3);
+          }
         }
       }
     }
   }
+}
+
+void AttentionForward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+  AttentionForwardGqa(out, att, qkv, B, T, NH, NH, C / NH);
+}
+
+void AttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                       int T, int C, int NH) {
+  AttentionBackwardGqa(dqkv, dout, qkv, att, B, T, NH, NH, C / NH);
 }
 
 }  // namespace hoist::kernels::cpu

@@ -83,11 +83,12 @@ size_t TiledAttentionWorkspaceFloats(const TiledAttentionOptions& options, int T
   return std::max(ForwardWorkspaceFloats(rows, cols, hs), BackwardWorkspaceFloats(rows, cols, T));
 }
 
-void AttentionForwardTiledWith(const TiledAttentionOptions& options, float* out, float* lse,
-                               const float* qkv, int B, int T, int C, int NH) {
+void AttentionForwardTiledGqaWith(const TiledAttentionOptions& options, float* out, float* lse,
+                                  const float* qkv, int B, int T, int NH, int NKV, int hs) {
   CheckOptions(options);
-  const int hs = C / NH;
-  const int C3 = 3 * C;
+  const int C = NH * hs;               // out's row width
+  const int C3 = (NH + 2 * NKV) * hs;  // qkv's row width
+  const int group = NH / NKV;          // query heads per key/value head
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int q_rows = QueryRows(options, T);
   const int k_cols = KeyCols(options, T);
@@ -110,8 +111,8 @@ void AttentionForwardTiledWith(const TiledAttentionOptions& options, float* out,
           const int t1 = std::min(T, t0 + q_rows);
           const int rows = t1 - t0;
           const float* q = qkv + (static_cast<size_t>(b) * T + t0) * C3 + h * hs;  // (rows, hs)
-          const float* k = qkv + static_cast<size_t>(b) * T * C3 + C + h * hs;     // (T, hs)
-          const float* v = k + C;                                                  // (T, hs)
+          const float* k = qkv + static_cast<size_t>(b) * T * C3 + C + h / group * hs;  // (T, hs)
+          const float* v = k + NKV * hs;                                                // (T, hs)
           std::fill(o, o + static_cast<size_t>(rows) * hs, 0.0f);
           std::fill(row_max, row_max + rows, -std::numeric_limits<float>::infinity());
           std::fill(row_sum, row_sum + rows, 0.0f);
@@ -141,12 +142,13 @@ void AttentionForwardTiledWith(const TiledAttentionOptions& options, float* out,
   }
 }
 
-void AttentionBackwardTiledWith(const TiledAttentionOptions& options, float* dqkv,
-                                const float* dout, const float* qkv, const float* out,
-                                const float* lse, int B, int T, int C, int NH) {
+void AttentionBackwardTiledGqaWith(const TiledAttentionOptions& options, float* dqkv,
+                                   const float* dout, const float* qkv, const float* out,
+                                   const float* lse, int B, int T, int NH, int NKV, int hs) {
   CheckOptions(options);
-  const int hs = C / NH;
-  const int C3 = 3 * C;
+  const int C = NH * hs;
+  const int C3 = (NH + 2 * NKV) * hs;
+  const int group = NH / NKV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int q_rows = QueryRows(options, T);
   const int k_cols = KeyCols(options, T);
@@ -158,58 +160,85 @@ void AttentionBackwardTiledWith(const TiledAttentionOptions& options, float* dqk
     float* ds = p + static_cast<size_t>(q_rows) * k_cols;      // (q_rows, k_cols) dP, then dscores
     float* delta = ds + static_cast<size_t>(q_rows) * k_cols;  // (T) rowsum(dout * out)
     // dq of a query receives contributions from every earlier key tile and dk, dv of a key from
-    // every later query tile, so a task is a whole (b, h): it owns its slices of dqkv and adds
-    // into them in a fixed order.
+    // every later query tile of every query head of its group, so a task is a whole (b, key/value
+    // head): it owns its slices of dqkv and adds into them in a fixed order (the group's query
+    // heads in turn; with NKV == NH, one head, the order of plain multi-head attention).
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < NH; ++h) {
-        const size_t head = static_cast<size_t>(b) * T * C3 + h * hs;
-        const float* q = qkv + head;  // (T, hs), row stride C3, as k, v, dq, dk, dv
-        const float* k = q + C;
-        const float* v = q + 2 * C;
-        float* dq = dqkv + head;
-        float* dk = dq + C;
-        float* dv = dq + 2 * C;
-        const size_t head_out = static_cast<size_t>(b) * T * C + h * hs;
-        const float* d_head = dout + head_out;  // (T, hs), row stride C, as o_head
-        const float* o_head = out + head_out;
-        const float* lse_head = lse + (static_cast<size_t>(b) * NH + h) * T;  // (T)
-        for (int t = 0; t < T; ++t) {
-          const float* d_row = d_head + static_cast<size_t>(t) * C;
-          const float* o_row = o_head + static_cast<size_t>(t) * C;
-          float dot = 0.0f;
-          for (int i = 0; i < hs; ++i) dot += d_row[i] * o_row[i];
-          delta[t] = dot;
-        }
-        for (int s0 = 0; s0 < T; s0 += k_cols) {
-          const int cols = std::min(T, s0 + k_cols) - s0;
-          const float* k_tile = k + static_cast<size_t>(s0) * C3;  // (cols, hs)
-          const float* v_tile = v + static_cast<size_t>(s0) * C3;
-          float* dk_tile = dk + static_cast<size_t>(s0) * C3;
-          float* dv_tile = dv + static_cast<size_t>(s0) * C3;
-          // Queries before s0 see none of these keys: start at the query tile holding s0.
-          for (int t0 = s0 / q_rows * q_rows; t0 < T; t0 += q_rows) {
-            const int rows = std::min(T, t0 + q_rows) - t0;
-            const float* q_tile = q + static_cast<size_t>(t0) * C3;  // (rows, hs)
-            const float* d_tile = d_head + static_cast<size_t>(t0) * C;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, q_tile, C3,
-                        k_tile, C3, 0.0f, p, k_cols);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, d_tile, C,
-                        v_tile, C3, 0.0f, ds, k_cols);
-            tile_backward(p, ds, k_cols, rows, cols, t0 - s0 + 1, lse_head + t0, delta + t0, scale);
-            // out = P V: dV += P^T dout. scores = scale Q K^T (scale already in ds):
-            // dQ += dS K and dK += dS^T Q.
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, p, k_cols,
-                        d_tile, C, 1.0f, dv_tile, C3);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, ds, k_cols,
-                        k_tile, C3, 1.0f, dq + static_cast<size_t>(t0) * C3, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, ds, k_cols,
-                        q_tile, C3, 1.0f, dk_tile, C3);
+      for (int kvh = 0; kvh < NKV; ++kvh) {
+        const size_t kv_head = static_cast<size_t>(b) * T * C3 + C + kvh * hs;
+        const float* k = qkv + kv_head;  // (T, hs), row stride C3, as q, v, dq, dk, dv
+        const float* v = k + NKV * hs;
+        float* dk = dqkv + kv_head;
+        float* dv = dk + NKV * hs;
+        for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+          const size_t head = static_cast<size_t>(b) * T * C3 + h * hs;
+          const float* q = qkv + head;
+          float* dq = dqkv + head;
+          const size_t head_out = static_cast<size_t>(b) * T * C + h * hs;
+          const float* d_head = dout + head_out;  // (T, hs), row stride C, as o_head
+          const float* o_head = out + head_out;
+          const float* lse_head = lse + (static_cast<size_t>(b) * NH + h) * T;  // (T)
+          for (int t = 0; t < T; ++t) {
+            const float* d_row = d_head + static_cast<size_t>(t) * C;
+            const float* o_row = o_head + static_cast<size_t>(t) * C;
+            float dot = 0.0f;
+            for (int i = 0; i < hs; ++i) dot += d_row[i] * o_row[i];
+            delta[t] = dot;
+          }
+          for (int s0 = 0; s0 < T; s0 += k_cols) {
+            const int cols = std::min(T, s0 + k_cols) - s0;
+            const float* k_tile = k + static_cast<size_t>(s0) * C3;  // (cols, hs)
+            const float* v_tile = v + static_cast<size_t>(s0) * C3;
+            float* dk_tile = dk + static_cast<size_t>(s0) * C3;
+            float* dv_tile = dv + static_cast<size_t>(s0) * C3;
+            // Queries before s0 see none of these keys: start at the query tile holding s0.
+            for (int t0 = s0 / q_rows * q_rows; t0 < T; t0 += q_rows) {
+              const int rows = std::min(T, t0 + q_rows) - t0;
+              const float* q_tile = q + static_cast<size_t>(t0) * C3;  // (rows, hs)
+              const float* d_tile = d_head + static_cast<size_t>(t0) * C;
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, q_tile,
+                          C3, k_tile, C3, 0.0f, p, k_cols);
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, d_tile, C,
+                          v_tile, C3, 0.0f, ds, k_cols);
+              tile_backward(p, ds, k_cols, rows, cols, t0 - s0 + 1, lse_head + t0, delta + t0,
+                            scale);
+              // out = P V: dV += P^T dout. scores = scale Q K^T (scale already in ds):
+              // dQ += dS K and dK += dS^T Q.
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, p, k_cols,
+                          d_tile, C, 1.0f, dv_tile, C3);
+              cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, ds,
+                          k_cols, k_tile, C3, 1.0f, dq + static_cast<size_t>(t0) * C3, C3);
+              cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, ds, k_cols,
+                          q_tile, C3, 1.0f, dk_tile, C3);
+            }
           }
         }
       }
     }
   }
+}
+
+void AttentionForwardTiledWith(const TiledAttentionOptions& options, float* out, float* lse,
+                               const float* qkv, int B, int T, int C, int NH) {
+  AttentionForwardTiledGqaWith(options, out, lse, qkv, B, T, NH, NH, C / NH);
+}
+
+void AttentionBackwardTiledWith(const TiledAttentionOptions& options, float* dqkv,
+                                const float* dout, const float* qkv, const float* out,
+                                const float* lse, int B, int T, int C, int NH) {
+  AttentionBackwardTiledGqaWith(options, dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH);
+}
+
+void AttentionForwardTiledGqa(float* out, float* lse, const float* qkv, int B, int T, int NH,
+                              int NKV, int hd) {
+  AttentionForwardTiledGqaWith(DefaultTiledAttentionOptions(T), out, lse, qkv, B, T, NH, NKV, hd);
+}
+
+void AttentionBackwardTiledGqa(float* dqkv, const float* dout, const float* qkv, const float* out,
+                               const float* lse, int B, int T, int NH, int NKV, int hd) {
+  AttentionBackwardTiledGqaWith(DefaultTiledAttentionOptions(T), dqkv, dout, qkv, out, lse, B, T,
+                                NH, NKV, hd);
 }
 
 void AttentionForwardTiled(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {

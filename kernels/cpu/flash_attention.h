@@ -38,5 +38,12 @@ void AttentionForwardTiledWith(const TiledAttentionOptions& options, float* out,
 void AttentionBackwardTiledWith(const TiledAttentionOptions& options, float* dqkv,
                                 const float* dout, const float* qkv, const float* out,
                                 const float* lse, int B, int T, int C, int NH);
+// The same with grouped-query heads (ops.h's AttentionForwardGqa layout): NH query heads, NKV
+// key/value heads, head size hs.
+void AttentionForwardTiledGqaWith(const TiledAttentionOptions& options, float* out, float* lse,
+                                  const float* qkv, int B, int T, int NH, int NKV, int hs);
+void AttentionBackwardTiledGqaWith(const TiledAttentionOptions& options, float* dqkv,
+                                   const float* dout, const float* qkv, const float* out,
+                                   const float* lse, int B, int T, int NH, int NKV, int hs);
 
 }  // namespace hoist::kernels::cpu

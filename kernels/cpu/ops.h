@@ -13,6 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace hoist::kernels::cpu {
 
 // out (B,T,C) = wte[tokens[b,t]] (Vp,C) + wpe[t] (maxT,C)
@@ -52,6 +54,53 @@ void AttentionForwardTiled(float* out, float* lse, const float* qkv, int B, int 
 // qkv and lse; out is the forward's output.
 void AttentionBackwardTiled(float* dqkv, const float* dout, const float* qkv, const float* out,
                             const float* lse, int B, int T, int C, int NH);
+
+// Grouped-query causal attention (Llama's num_key_value_heads). qkv (B,T,(NH+2*NKV)*hd) holds,
+// in each row, NH query heads, then NKV key heads, then NKV value heads, each hd wide (Llama's
+// q_proj, k_proj and v_proj outputs side by side). Query head h attends with key/value head
+// h / (NH/NKV) (HF's repeat_kv); NH % NKV == 0. Scores are scaled by 1/sqrt(hd). out (B,T,NH*hd),
+// att (B,NH,T,T) and lse (B,NH,T) as above; backward adds into dqkv (B,T,(NH+2*NKV)*hd). With
+// NKV == NH and hd = C/NH these are the multi-head ops above, bit for bit (those call these).
+void AttentionForwardGqa(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
+                         int hd);
+void AttentionBackwardGqa(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
+                          int T, int NH, int NKV, int hd);
+void AttentionForwardTiledGqa(float* out, float* lse, const float* qkv, int B, int T, int NH,
+                              int NKV, int hd);
+void AttentionBackwardTiledGqa(float* dqkv, const float* dout, const float* qkv, const float* out,
+                               const float* lse, int B, int T, int NH, int NKV, int hd);
+
+// RMSNorm (Llama's LlamaRMSNorm): rstd (N) = 1/sqrt(mean(inp^2) + eps), the mean of squares summed
+// in double; out (N,C) = round_to(inp * rstd, normalized_type) * weight. normalized_type is the
+// model's activation type: HF casts the normalized row to the input dtype BEFORE multiplying by
+// the weight, so a 16-bit model rounds there (and the caller rounds out); kFloat32 rounds nothing.
+void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                    float eps, DType normalized_type = DType::kFloat32);
+// dinp (N,C) += rstd * (w*dout - n * mean(w*dout*n)) with n = inp * rstd (unrounded);
+// dweight (C) += sum over rows of dout * n, in row order (threads own column blocks).
+void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
+                     const float* weight, const float* rstd, int N, int C);
+
+// Rotary position embeddings (HF's rotate_half convention), IN PLACE on the NH query heads and the
+// NKV key heads of qkv (B,T,(NH+2*NKV)*hd) (the layout of AttentionForwardGqa; the value heads are
+// left alone). cos and sin (T, hd/2) are RopeTable's (kernels/rope.h): row t serves position t.
+// For i < hd/2, with c = cos[t,i], s = sin[t,i]:
+//   x[i] <- x[i] c - x[i + hd/2] s,   x[i + hd/2] <- x[i + hd/2] c + x[i] s.
+// hd is even.
+void RopeForward(float* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                 int hd);
+// The backward, IN PLACE on dqkv: the rotation by the negative angle (the transpose), which turns
+// the gradient of the rotated q and k into that of the unrotated ones (not an accumulation: the
+// gradient of the rotated heads is replaced). The value heads are left alone.
+void RopeBackward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
+                  int hd);
+
+// SwiGLU (Llama's MLP activation) over a fused gate|up layout: inp (N, 2I) holds, in each row, the
+// gate projection's I values then the up projection's I values (gate_proj and up_proj stacked
+// into one (2I, C) weight). out (N,I) = silu(gate) * up, silu(g) = g / (1 + e^-g).
+void SwiGluForward(float* out, const float* inp, int N, int I);
+// dinp (N,2I) += [dout * up * silu'(gate) | dout * silu(gate)].
+void SwiGluBackward(float* dinp, const float* inp, const float* dout, int N, int I);
 
 // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void GeluForward(float* out, const float* inp, size_t n);

@@ -1,7 +1,10 @@
 // The direct attention: batched cuBLAS GEMMs per (b, h) around a causal softmax kernel.
 //
 // q, k and v are first copied out of qkv into head-major arrays (B,NH,T,hs) of the same type
-// (exact). Every GEMM runs under CUBLAS_COMPUTE_32F in the default math mode and writes fp32:
+// (exact). Grouped-query heads (NKV < NH key/value heads) are copied once per query head of their
+// group, so everything below is multi-head attention with C = NH*hs; the backward adds each
+// shared head's gradient, summed over its group in head order, into dqkv. Every GEMM runs under
+// CUBLAS_COMPUTE_32F in the default math mode and writes fp32:
 //   - fp32: true fp32 throughout (never TF32); att, already fp32, is multiplied as it is stored.
 //   - bf16/fp16: 16-bit inputs on the tensor cores with fp32 accumulation. The probabilities
 //     enter P v and P^T dout as a 16-bit copy P of att (rounded once, as the CPU model rounds
@@ -83,6 +86,64 @@ __global__ void HeadsToRowsKernel(T* dst, const float* src, int B, int T_, int C
     const float value =
         src[part * part_size + ((static_cast<int64_t>(b) * NH + h) * T_ + t) * hs + d];
     dst[i] = FromFloat<T>(kAccumulate ? ToFloat(dst[i]) + value : value);
+  }
+}
+
+// Grouped-query layout (NKV < NH): qkv (B,T,(NH+2*NKV)*hs) -> q, k, v heads (B,NH,T,hs) each at
+// dst + part*B*T*NH*hs, key/value head h/group copied for every query head h of its group (HF's
+// repeat_kv), so the products below run as multi-head attention. One thread per destination
+// element.
+template <typename T>
+__global__ void GatherGqaHeadsKernel(T* dst, const T* src, int B, int T_, int NH, int NKV, int hs) {
+  const int64_t part_size = static_cast<int64_t>(B) * NH * T_ * hs;
+  const int64_t total = 3 * part_size;
+  const int64_t width = static_cast<int64_t>(NH + 2 * NKV) * hs;
+  const int group = NH / NKV;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int part = static_cast<int>(i / part_size);
+    int64_t rest = i - part * part_size;
+    const int d = static_cast<int>(rest % hs);
+    rest /= hs;
+    const int t = static_cast<int>(rest % T_);
+    rest /= T_;
+    const int h = static_cast<int>(rest % NH);
+    const int b = static_cast<int>(rest / NH);
+    const int64_t column = part == 0   ? static_cast<int64_t>(h) * hs
+                           : part == 1 ? static_cast<int64_t>(NH + h / group) * hs
+                                       : static_cast<int64_t>(NH + NKV + h / group) * hs;
+    dst[i] = src[(static_cast<int64_t>(b) * T_ + t) * width + column + d];
+  }
+}
+
+// The inverse for the gradients: dq, dk, dv heads (parts of (B,NH,T,hs) fp32) added into dqkv
+// (B,T,(NH+2*NKV)*hs) of `T`; a shared key/value head receives the sum over its group's query
+// heads, in head order, rounded once. One thread per dqkv element.
+template <typename T>
+__global__ void ScatterGqaHeadsKernel(T* dst, const float* src, int B, int T_, int NH, int NKV,
+                                      int hs) {
+  const int64_t width = static_cast<int64_t>(NH + 2 * NKV) * hs;
+  const int64_t total = static_cast<int64_t>(B) * T_ * width;
+  const int64_t part_size = static_cast<int64_t>(B) * NH * T_ * hs;
+  const int group = NH / NKV;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t bt = i / width;
+    const int c = static_cast<int>(i - bt * width);
+    const int b = static_cast<int>(bt / T_), t = static_cast<int>(bt % T_);
+    const int head = c / hs, d = c % hs;
+    float value = 0.0f;
+    if (head < NH) {
+      value = src[((static_cast<int64_t>(b) * NH + head) * T_ + t) * hs + d];
+    } else {
+      const bool is_k = head < NH + NKV;
+      const int kvh = is_k ? head - NH : head - NH - NKV;
+      const float* part = src + (is_k ? 1 : 2) * part_size;
+      for (int g = 0; g < group; ++g) {
+        value += part[((static_cast<int64_t>(b) * NH + kvh * group + g) * T_ + t) * hs + d];
+      }
+    }
+    dst[i] = FromFloat<T>(ToFloat(dst[i]) + value);
   }
 }
 
@@ -192,6 +253,32 @@ Status LaunchHeadsToRows(void* dst, const float* src, int B, int T, int C, int N
   return Status::Ok();
 }
 
+Status LaunchGatherGqaHeads(void* dst, const void* src, int B, int T, int NH, int NKV, int hs,
+                            DType type, cudaStream_t stream) {
+  const int blocks = ElementwiseBlocks(3 * static_cast<int64_t>(B) * NH * T * hs);
+  const auto launch = [&](auto tag) {
+    using E = decltype(tag);
+    GatherGqaHeadsKernel<E><<<blocks, kThreads, 0, stream>>>(
+        static_cast<E*>(dst), static_cast<const E*>(src), B, T, NH, NKV, hs);
+  };
+  HOIST_CUDA_DISPATCH(type, launch);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
+Status LaunchScatterGqaHeads(void* dst, const float* src, int B, int T, int NH, int NKV, int hs,
+                             DType type, cudaStream_t stream) {
+  const int blocks = ElementwiseBlocks(static_cast<int64_t>(B) * T * (NH + 2 * NKV) * hs);
+  const auto launch = [&](auto tag) {
+    using E = decltype(tag);
+    ScatterGqaHeadsKernel<E>
+        <<<blocks, kThreads, 0, stream>>>(static_cast<E*>(dst), src, B, T, NH, NKV, hs);
+  };
+  HOIST_CUDA_DISPATCH(type, launch);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
 // probs: P in `type` (unused for fp32).
 Status LaunchCausalSoftmax(float* att, void* probs, int rows, int T, DType type,
                            cudaStream_t stream) {
@@ -255,6 +342,19 @@ Status CheckShape(const char* op, int B, int T, int C, int NH) {
   return Status::Ok();
 }
 
+Status CheckGqaShape(const char* op, int B, int T, int NH, int NKV, int hs) {
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "B", B));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "T", T));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "NH", NH));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "NKV", NKV));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "hd", hs));
+  if (NH % NKV != 0) {
+    return InvalidArgumentError(std::string(op) + ": NH (" + std::to_string(NH) +
+                                ") is not a multiple of NKV (" + std::to_string(NKV) + ")");
+  }
+  return Status::Ok();
+}
+
 // The regions of the workspace (see the top of the file).
 struct Workspace {
   char* heads;  // q, k, v, dout heads in `type`, each B*T*C: q = heads, then k, v, fourth
@@ -279,18 +379,12 @@ Workspace CarveWorkspace(void* workspace, int B, int T, int C, DType type) {
   return w;
 }
 
-}  // namespace
-
-Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv, void* workspace,
-                        int B, int T, int C, int NH, DType type, cudaStream_t stream) {
-  constexpr const char* kOp = "AttentionForward";
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "att", att));
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
-  HOIST_RETURN_IF_ERROR(CheckShape(kOp, B, T, C, NH));
-  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  const int hs = C / NH, batch = B * NH;
+// The forward and backward of both entries, shapes checked: NH query heads, NKV key/value heads,
+// head size hs, C = NH*hs. NKV == NH moves q, k, v with the multi-head permutes; NKV < NH gathers
+// the shared heads repeated, then runs the same products.
+Status ForwardImpl(BlasHandle& blas, void* out, float* att, const void* qkv, void* workspace, int B,
+                   int T, int NH, int NKV, int hs, DType type, cudaStream_t stream) {
+  const int C = NH * hs, batch = B * NH;
   const int64_t head = static_cast<int64_t>(T) * hs, tt = static_cast<int64_t>(T) * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const cudaDataType_t ab_type = CudaDataType(type);
@@ -302,7 +396,11 @@ Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv
   void* probs = type == DType::kFloat32 ? static_cast<void*>(att) : static_cast<void*>(w.scores);
 
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas.blas(), stream));
-  HOIST_RETURN_IF_ERROR(LaunchPermute(w.heads, qkv, B, T, C, NH, 3, type, stream));
+  if (NKV == NH) {
+    HOIST_RETURN_IF_ERROR(LaunchPermute(w.heads, qkv, B, T, C, NH, 3, type, stream));
+  } else {
+    HOIST_RETURN_IF_ERROR(LaunchGatherGqaHeads(w.heads, qkv, B, T, NH, NKV, hs, type, stream));
+  }
   // Row-major att (T,T) = scale q k^T is the column-major att^T = scale k q^T.
   HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, ab_type, k, hs,
                                     head, q, hs, head, 0.0f, att, T, tt, batch));
@@ -313,18 +411,10 @@ Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv
   return LaunchHeadsToRows<false>(out, out_heads, B, T, C, NH, 1, type, stream);
 }
 
-Status AttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const void* qkv,
-                         const float* att, void* workspace, int B, int T, int C, int NH, DType type,
-                         cudaStream_t stream) {
-  constexpr const char* kOp = "AttentionBackward";
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dqkv", dqkv));
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "att", att));
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
-  HOIST_RETURN_IF_ERROR(CheckShape(kOp, B, T, C, NH));
-  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  const int hs = C / NH, batch = B * NH;
+Status BackwardImpl(BlasHandle& blas, void* dqkv, const void* dout, const void* qkv,
+                    const float* att, void* workspace, int B, int T, int NH, int NKV, int hs,
+                    DType type, cudaStream_t stream) {
+  const int C = NH * hs, batch = B * NH;
   const int64_t btc = static_cast<int64_t>(B) * T * C, head = static_cast<int64_t>(T) * hs,
                 tt = static_cast<int64_t>(T) * T;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
@@ -345,7 +435,11 @@ Status AttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const v
   const int64_t ds_stride = fp32 ? tt : 2 * tt;
 
   HOIST_CUBLAS_RETURN_IF_ERROR(cublasSetStream(blas.blas(), stream));
-  HOIST_RETURN_IF_ERROR(LaunchPermute(w.heads, qkv, B, T, C, NH, 3, type, stream));
+  if (NKV == NH) {
+    HOIST_RETURN_IF_ERROR(LaunchPermute(w.heads, qkv, B, T, C, NH, 3, type, stream));
+  } else {
+    HOIST_RETURN_IF_ERROR(LaunchGatherGqaHeads(w.heads, qkv, B, T, NH, NKV, hs, type, stream));
+  }
   HOIST_RETURN_IF_ERROR(LaunchPermute(dout_heads, dout, B, T, C, NH, 1, type, stream));
   if (!fp32) HOIST_RETURN_IF_ERROR(LaunchRound(datt, att, batch * tt, type, stream));
   // dv (T,hs) = P^T dout: column-major dv^T = dout^T P. Before datt, which overwrites the
@@ -362,7 +456,63 @@ Status AttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const v
                                     head, datt, ds_ld, ds_stride, 0.0f, dq, hs, head, batch));
   HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, ab_type, q, hs,
                                     head, datt, ds_ld, ds_stride, 0.0f, dk, hs, head, batch));
-  return LaunchHeadsToRows<true>(dqkv, dq, B, T, C, NH, 3, type, stream);
+  if (NKV == NH) return LaunchHeadsToRows<true>(dqkv, dq, B, T, C, NH, 3, type, stream);
+  return LaunchScatterGqaHeads(dqkv, dq, B, T, NH, NKV, hs, type, stream);
+}
+
+}  // namespace
+
+Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv, void* workspace,
+                        int B, int T, int C, int NH, DType type, cudaStream_t stream) {
+  constexpr const char* kOp = "AttentionForward";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "att", att));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
+  HOIST_RETURN_IF_ERROR(CheckShape(kOp, B, T, C, NH));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  return ForwardImpl(blas, out, att, qkv, workspace, B, T, NH, NH, C / NH, type, stream);
+}
+
+Status AttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const void* qkv,
+                         const float* att, void* workspace, int B, int T, int C, int NH, DType type,
+                         cudaStream_t stream) {
+  constexpr const char* kOp = "AttentionBackward";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dqkv", dqkv));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "att", att));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
+  HOIST_RETURN_IF_ERROR(CheckShape(kOp, B, T, C, NH));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  return BackwardImpl(blas, dqkv, dout, qkv, att, workspace, B, T, NH, NH, C / NH, type, stream);
+}
+
+Status GqaAttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv,
+                           void* workspace, int B, int T, int NH, int NKV, int hd, DType type,
+                           cudaStream_t stream) {
+  constexpr const char* kOp = "GqaAttentionForward";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "att", att));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
+  HOIST_RETURN_IF_ERROR(CheckGqaShape(kOp, B, T, NH, NKV, hd));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  return ForwardImpl(blas, out, att, qkv, workspace, B, T, NH, NKV, hd, type, stream);
+}
+
+Status GqaAttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const void* qkv,
+                            const float* att, void* workspace, int B, int T, int NH, int NKV,
+                            int hd, DType type, cudaStream_t stream) {
+  constexpr const char* kOp = "GqaAttentionBackward";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dqkv", dqkv));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "att", att));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
+  HOIST_RETURN_IF_ERROR(CheckGqaShape(kOp, B, T, NH, NKV, hd));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  return BackwardImpl(blas, dqkv, dout, qkv, att, workspace, B, T, NH, NKV, hd, type, stream);
 }
 
 }  // namespace hoist::kernels::cuda

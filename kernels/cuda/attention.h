@@ -40,4 +40,24 @@ Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, con
                               const float* lse, void* workspace, int B, int T, int C, int NH,
                               DType type, cudaStream_t stream);
 
+// Grouped-query attention (CPU twins: cpu::AttentionForwardGqa and the other *Gqa ops): qkv
+// (B,T,(NH+2*NKV)*hd) holds NH query heads, then NKV key heads, then NKV value heads; query head
+// h uses key/value head h / (NH/NKV); out (B,T,NH*hd); scores scaled by 1/sqrt(hd). Otherwise the
+// contracts above. The direct form copies each shared key/value head once per query head of its
+// group into the workspace (GqaAttentionWorkspaceBytes, kernels/cuda/workspace.h) and runs the
+// multi-head products; its backward adds a shared head's gradient summed over the group, in head
+// order. With NKV == NH and hd = C/NH every form is the multi-head op above, kernel for kernel.
+Status GqaAttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv,
+                           void* workspace, int B, int T, int NH, int NKV, int hd, DType type,
+                           cudaStream_t stream);
+Status GqaAttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const void* qkv,
+                            const float* att, void* workspace, int B, int T, int NH, int NKV,
+                            int hd, DType type, cudaStream_t stream);
+// Tiled: hd <= 128; the backward's workspace holds TiledAttentionBackwardWorkspaceBytes(B,T,NH).
+Status GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                int NKV, int hd, DType type, cudaStream_t stream);
+Status GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                 const float* lse, void* workspace, int B, int T, int NH, int NKV,
+                                 int hd, DType type, cudaStream_t stream);
+
 }  // namespace hoist::kernels::cuda

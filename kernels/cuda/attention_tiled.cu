@@ -9,6 +9,12 @@
 // lane, lane+32, ...; kChunks = ceil(hs/32) <= 4 registers per row). Shared rows are padded to
 // hs+1 floats so the lanes' column reads hit distinct banks.
 //
+// Grouped-query heads (NKV key/value heads shared by groups of NH/NKV query heads): the forward
+// and dQ kernels read their query head's key/value head; the dK/dV kernel's block owns a key tile
+// of one key/value head and walks its group's query heads one after the other, so the sum over
+// the group stays in registers in a fixed order. With NKV == NH every loop and index is that of
+// multi-head attention.
+//
 // Backward: D_i = rowsum(dout_i * out_i) first (workspace (B,NH,T) fp32), then dK/dV per key tile
 // looping over the query tiles at and below the diagonal, then dQ per query tile looping over the
 // key tiles up to the diagonal. Every gradient element is summed by one thread in a fixed order and
@@ -54,20 +60,24 @@ __device__ __forceinline__ float Dot(const float* a, const float* b, int hs) {
   return acc;
 }
 
-// grid (ceil(T/kTile), B*NH). out (B,T,C), lse (B,NH,T).
+// grid (ceil(T/kTile), B*NH). out (B,T,C), lse (B,NH,T). qkv rows hold NH query heads, then NKV
+// key heads, then NKV value heads (C = NH*hs); query head h reads key/value head h / (NH/NKV).
 template <typename E, int kChunks>
 __global__ void __launch_bounds__(kWarps * 32)
-    TiledForwardKernel(E* out, float* lse, const E* qkv, int T_, int C, int NH, float scale) {
+    TiledForwardKernel(E* out, float* lse, const E* qkv, int T_, int NH, int NKV, int hs,
+                       float scale) {
   extern __shared__ float smem[];
-  const int hs = C / NH, ld = hs + 1;
+  const int C = NH * hs, ld = hs + 1;
   float* q_s = smem;
   float* k_s = q_s + kTile * ld;
   float* v_s = k_s + kTile * ld;
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int q0 = blockIdx.x * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t width = 3 * static_cast<int64_t>(C);
+  const int64_t width = static_cast<int64_t>(NH + 2 * NKV) * hs;
   const E* head = qkv + static_cast<int64_t>(b) * T_ * width + h * hs;
+  const E* k_head = qkv + static_cast<int64_t>(b) * T_ * width + C + h / (NH / NKV) * hs;
+  const E* v_head = k_head + NKV * hs;
   LoadTile(q_s, head, width, q0, T_, hs, ld);
 
   float o[kRowsPerWarp][kChunks] = {};
@@ -78,8 +88,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int q_last = min(T_, q0 + kTile) - 1;
   for (int k0 = 0; k0 <= q_last; k0 += kTile) {
     __syncthreads();  // the previous tile's readers are done
-    LoadTile(k_s, head + C, width, k0, T_, hs, ld);
-    LoadTile(v_s, head + 2 * C, width, k0, T_, hs, ld);
+    LoadTile(k_s, k_head, width, k0, T_, hs, ld);
+    LoadTile(v_s, v_head, width, k0, T_, hs, ld);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -123,10 +133,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // One warp per (b, h, t): D (B,NH,T) = rowsum(dout * out) over the head's hs channels.
 template <typename E>
-__global__ void RowDotKernel(float* D, const E* dout, const E* out, int B, int T_, int C, int NH) {
+__global__ void RowDotKernel(float* D, const E* dout, const E* out, int B, int T_, int NH, int hs) {
   const int64_t row = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   if (row >= static_cast<int64_t>(B) * NH * T_) return;
-  const int lane = threadIdx.x % 32, hs = C / NH;
+  const int lane = threadIdx.x % 32, C = NH * hs;
   const int64_t bh = row / T_;
   const int t = static_cast<int>(row % T_);
   const int b = static_cast<int>(bh / NH), h = static_cast<int>(bh % NH);
@@ -137,62 +147,68 @@ __global__ void RowDotKernel(float* D, const E* dout, const E* out, int B, int T
   if (lane == 0) D[row] = acc;
 }
 
-// grid (ceil(T/kTile), B*NH): the block's kTile keys; query tiles from the diagonal to T.
+// grid (ceil(T/kTile), B*NKV): the block's kTile keys of key/value head kvh; for each query head
+// of its group in turn, query tiles from the diagonal to T (one head: multi-head attention's
+// order).
 template <typename E, int kChunks>
 __global__ void __launch_bounds__(kWarps * 32)
     TiledKeyGradKernel(E* dqkv, const E* dout, const E* qkv, const float* lse, const float* D,
-                       int T_, int C, int NH, float scale) {
+                       int T_, int NH, int NKV, int hs, float scale) {
   extern __shared__ float smem[];
-  const int hs = C / NH, ld = hs + 1;
+  const int C = NH * hs, ld = hs + 1, group = NH / NKV;
   float* k_s = smem;
   float* v_s = k_s + kTile * ld;
   float* q_s = v_s + kTile * ld;
   float* do_s = q_s + kTile * ld;
   float* lse_s = do_s + kTile * ld;
   float* d_s = lse_s + kTile;
-  const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+  const int b = blockIdx.y / NKV, kvh = blockIdx.y % NKV;
   const int k0 = blockIdx.x * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t width = 3 * static_cast<int64_t>(C);
-  const E* head = qkv + static_cast<int64_t>(b) * T_ * width + h * hs;
-  const E* dout_head = dout + static_cast<int64_t>(b) * T_ * C + h * hs;
-  LoadTile(k_s, head + C, width, k0, T_, hs, ld);
-  LoadTile(v_s, head + 2 * C, width, k0, T_, hs, ld);
+  const int64_t width = static_cast<int64_t>(NH + 2 * NKV) * hs;
+  const int64_t kv_offset = static_cast<int64_t>(b) * T_ * width + C + kvh * hs;
+  LoadTile(k_s, qkv + kv_offset, width, k0, T_, hs, ld);
+  LoadTile(v_s, qkv + kv_offset + NKV * hs, width, k0, T_, hs, ld);
 
   float dk[kRowsPerWarp][kChunks] = {};
   float dv[kRowsPerWarp][kChunks] = {};
-  for (int q0 = k0; q0 < T_; q0 += kTile) {
-    __syncthreads();
-    LoadTile(q_s, head, width, q0, T_, hs, ld);
-    LoadTile(do_s, dout_head, C, q0, T_, hs, ld);
-    if (threadIdx.x < kTile) {
-      const int t = q0 + threadIdx.x;
-      lse_s[threadIdx.x] = t < T_ ? lse[static_cast<int64_t>(bh) * T_ + t] : 0.0f;
-      d_s[threadIdx.x] = t < T_ ? D[static_cast<int64_t>(bh) * T_ + t] : 0.0f;
-    }
-    __syncthreads();
-    const int queries = min(kTile, T_ - q0);
-#pragma unroll
-    for (int i = 0; i < kRowsPerWarp; ++i) {
-      const int r = warp * kRowsPerWarp + i, tk = k0 + r;
-      if (tk >= T_) continue;  // uniform across the warp
-      const int tq = q0 + lane;
-      const bool visible = tq < T_ && tq >= tk;
-      float p = 0.0f, ds = 0.0f;
-      if (visible) {
-        const float s = scale * Dot(q_s + lane * ld, k_s + r * ld, hs);
-        p = expf(s - lse_s[lane]);
-        ds = p * (Dot(do_s + lane * ld, v_s + r * ld, hs) - d_s[lane]);
+  for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+    const int64_t bh = static_cast<int64_t>(b) * NH + h;
+    const E* head = qkv + static_cast<int64_t>(b) * T_ * width + h * hs;
+    const E* dout_head = dout + static_cast<int64_t>(b) * T_ * C + h * hs;
+    for (int q0 = k0; q0 < T_; q0 += kTile) {
+      __syncthreads();
+      LoadTile(q_s, head, width, q0, T_, hs, ld);
+      LoadTile(do_s, dout_head, C, q0, T_, hs, ld);
+      if (threadIdx.x < kTile) {
+        const int t = q0 + threadIdx.x;
+        lse_s[threadIdx.x] = t < T_ ? lse[static_cast<int64_t>(bh) * T_ + t] : 0.0f;
+        d_s[threadIdx.x] = t < T_ ? D[static_cast<int64_t>(bh) * T_ + t] : 0.0f;
       }
-      for (int j = 0; j < queries; ++j) {
-        const float pj = __shfl_sync(kFullMask, p, j);
-        const float dsj = __shfl_sync(kFullMask, ds, j);
+      __syncthreads();
+      const int queries = min(kTile, T_ - q0);
 #pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          const int d = lane + 32 * c;
-          if (d < hs) {
-            dv[i][c] = fmaf(pj, do_s[j * ld + d], dv[i][c]);
-            dk[i][c] = fmaf(dsj, q_s[j * ld + d], dk[i][c]);
+      for (int i = 0; i < kRowsPerWarp; ++i) {
+        const int r = warp * kRowsPerWarp + i, tk = k0 + r;
+        if (tk >= T_) continue;  // uniform across the warp
+        const int tq = q0 + lane;
+        const bool visible = tq < T_ && tq >= tk;
+        float p = 0.0f, ds = 0.0f;
+        if (visible) {
+          const float s = scale * Dot(q_s + lane * ld, k_s + r * ld, hs);
+          p = expf(s - lse_s[lane]);
+          ds = p * (Dot(do_s + lane * ld, v_s + r * ld, hs) - d_s[lane]);
+        }
+        for (int j = 0; j < queries; ++j) {
+          const float pj = __shfl_sync(kFullMask, p, j);
+          const float dsj = __shfl_sync(kFullMask, ds, j);
+#pragma unroll
+          for (int c = 0; c < kChunks; ++c) {
+            const int d = lane + 32 * c;
+            if (d < hs) {
+              dv[i][c] = fmaf(pj, do_s[j * ld + d], dv[i][c]);
+              dk[i][c] = fmaf(dsj, q_s[j * ld + d], dk[i][c]);
+            }
           }
         }
       }
@@ -202,8 +218,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int tk = k0 + warp * kRowsPerWarp + i;
     if (tk >= T_) continue;
-    E* dk_row = dqkv + (static_cast<int64_t>(b) * T_ + tk) * width + C + h * hs;
-    E* dv_row = dk_row + C;
+    E* dk_row = dqkv + (static_cast<int64_t>(b) * T_ + tk) * width + C + kvh * hs;
+    E* dv_row = dk_row + NKV * hs;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int d = lane + 32 * c;
@@ -219,9 +235,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename E, int kChunks>
 __global__ void __launch_bounds__(kWarps * 32)
     TiledQueryGradKernel(E* dqkv, const E* dout, const E* qkv, const float* lse, const float* D,
-                         int T_, int C, int NH, float scale) {
+                         int T_, int NH, int NKV, int hs, float scale) {
   extern __shared__ float smem[];
-  const int hs = C / NH, ld = hs + 1;
+  const int C = NH * hs, ld = hs + 1;
   float* q_s = smem;
   float* do_s = q_s + kTile * ld;
   float* k_s = do_s + kTile * ld;
@@ -229,8 +245,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
   const int q0 = blockIdx.x * kTile;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t width = 3 * static_cast<int64_t>(C);
+  const int64_t width = static_cast<int64_t>(NH + 2 * NKV) * hs;
   const E* head = qkv + static_cast<int64_t>(b) * T_ * width + h * hs;
+  const E* k_head = qkv + static_cast<int64_t>(b) * T_ * width + C + h / (NH / NKV) * hs;
+  const E* v_head = k_head + NKV * hs;
   LoadTile(q_s, head, width, q0, T_, hs, ld);
   LoadTile(do_s, dout + static_cast<int64_t>(b) * T_ * C + h * hs, C, q0, T_, hs, ld);
   float row_lse[kRowsPerWarp], row_d[kRowsPerWarp];
@@ -245,8 +263,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int q_last = min(T_, q0 + kTile) - 1;
   for (int k0 = 0; k0 <= q_last; k0 += kTile) {
     __syncthreads();
-    LoadTile(k_s, head + C, width, k0, T_, hs, ld);
-    LoadTile(v_s, head + 2 * C, width, k0, T_, hs, ld);
+    LoadTile(k_s, k_head, width, k0, T_, hs, ld);
+    LoadTile(v_s, v_head, width, k0, T_, hs, ld);
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
@@ -302,6 +320,17 @@ Status AllowSharedBytes(Kernel kernel, size_t bytes) {
   return Status::Ok();
 }
 
+Status CheckGrid(const char* op, int B, int NH) {
+  // One grid row per (b, h): grid.y is limited to 65535.
+  if (static_cast<int64_t>(B) * NH > 65535) {
+    return InvalidArgumentError(std::string(op) +
+                                ": B*NH = " + std::to_string(static_cast<int64_t>(B) * NH) +
+                                " exceeds 65535 (one grid row per batch row and head); use a "
+                                "smaller micro-batch");
+  }
+  return Status::Ok();
+}
+
 Status CheckTiledShape(const char* op, int B, int T, int C, int NH) {
   HOIST_RETURN_IF_ERROR(CheckPositive(op, "B", B));
   HOIST_RETURN_IF_ERROR(CheckPositive(op, "T", T));
@@ -315,14 +344,78 @@ Status CheckTiledShape(const char* op, int B, int T, int C, int NH) {
     return InvalidArgumentError(std::string(op) + ": head size C/NH = " + std::to_string(C / NH) +
                                 " exceeds " + std::to_string(kMaxHeadSize));
   }
-  // One grid row per (b, h): grid.y is limited to 65535.
-  if (static_cast<int64_t>(B) * NH > 65535) {
-    return InvalidArgumentError(std::string(op) +
-                                ": B*NH = " + std::to_string(static_cast<int64_t>(B) * NH) +
-                                " exceeds 65535 (one grid row per batch row and head); use a "
-                                "smaller micro-batch");
+  return CheckGrid(op, B, NH);
+}
+
+Status CheckTiledGqaShape(const char* op, int B, int T, int NH, int NKV, int hd) {
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "B", B));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "T", T));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "NH", NH));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "NKV", NKV));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "hd", hd));
+  if (NH % NKV != 0) {
+    return InvalidArgumentError(std::string(op) + ": NH (" + std::to_string(NH) +
+                                ") is not a multiple of NKV (" + std::to_string(NKV) + ")");
   }
-  return Status::Ok();
+  if (hd > kMaxHeadSize) {
+    return InvalidArgumentError(std::string(op) + ": head size hd = " + std::to_string(hd) +
+                                " exceeds " + std::to_string(kMaxHeadSize));
+  }
+  return CheckGrid(op, B, NH);
+}
+
+Status ForwardTiledImpl(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
+                        int hs, DType type, cudaStream_t stream) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const dim3 grid(CeilDiv(T, kTile), B * NH);
+  const size_t shared_bytes = 3 * kTile * (hs + 1) * sizeof(float);
+  const auto launch = [&](auto tag) -> Status {
+    using E = decltype(tag);
+    return DispatchChunks(hs, [&](auto chunks) -> Status {
+      const auto kernel = TiledForwardKernel<E, decltype(chunks)::value>;
+      HOIST_RETURN_IF_ERROR(AllowSharedBytes(kernel, shared_bytes));
+      kernel<<<grid, kWarps * 32, shared_bytes, stream>>>(
+          static_cast<E*>(out), lse, static_cast<const E*>(qkv), T, NH, NKV, hs, scale);
+      HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+      return Status::Ok();
+    });
+  };
+  return HOIST_CUDA_DISPATCH(type, launch);
+}
+
+Status BackwardTiledImpl(void* dqkv, const void* dout, const void* qkv, const void* out,
+                         const float* lse, void* workspace, int B, int T, int NH, int NKV, int hs,
+                         DType type, cudaStream_t stream) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  float* D = static_cast<float*>(workspace);
+  const int64_t rows = static_cast<int64_t>(B) * NH * T;
+  constexpr int kRowThreads = 256;
+  const int row_blocks = CeilDiv(rows, kRowThreads / 32);
+  const dim3 key_grid(CeilDiv(T, kTile), B * NKV), query_grid(CeilDiv(T, kTile), B * NH);
+  const size_t shared_bytes = (4 * kTile * (hs + 1) + 2 * kTile) * sizeof(float);
+  const auto launch = [&](auto tag) -> Status {
+    using E = decltype(tag);
+    RowDotKernel<E><<<row_blocks, kRowThreads, 0, stream>>>(
+        D, static_cast<const E*>(dout), static_cast<const E*>(out), B, T, NH, hs);
+    HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return DispatchChunks(hs, [&](auto chunks) -> Status {
+      constexpr int kChunks = decltype(chunks)::value;
+      const auto key_kernel = TiledKeyGradKernel<E, kChunks>;
+      const auto query_kernel = TiledQueryGradKernel<E, kChunks>;
+      HOIST_RETURN_IF_ERROR(AllowSharedBytes(key_kernel, shared_bytes));
+      HOIST_RETURN_IF_ERROR(AllowSharedBytes(query_kernel, shared_bytes));
+      key_kernel<<<key_grid, kWarps * 32, shared_bytes, stream>>>(
+          static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse, D, T,
+          NH, NKV, hs, scale);
+      HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+      query_kernel<<<query_grid, kWarps * 32, shared_bytes, stream>>>(
+          static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse, D, T,
+          NH, NKV, hs, scale);
+      HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+      return Status::Ok();
+    });
+  };
+  return HOIST_CUDA_DISPATCH(type, launch);
 }
 
 }  // namespace
@@ -335,22 +428,7 @@ Status AttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int 
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
   HOIST_RETURN_IF_ERROR(CheckTiledShape(kOp, B, T, C, NH));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const dim3 grid(CeilDiv(T, kTile), B * NH);
-  const size_t shared_bytes = 3 * kTile * (hs + 1) * sizeof(float);
-  const auto launch = [&](auto tag) -> Status {
-    using E = decltype(tag);
-    return DispatchChunks(hs, [&](auto chunks) -> Status {
-      const auto kernel = TiledForwardKernel<E, decltype(chunks)::value>;
-      HOIST_RETURN_IF_ERROR(AllowSharedBytes(kernel, shared_bytes));
-      kernel<<<grid, kWarps * 32, shared_bytes, stream>>>(
-          static_cast<E*>(out), lse, static_cast<const E*>(qkv), T, C, NH, scale);
-      HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
-      return Status::Ok();
-    });
-  };
-  return HOIST_CUDA_DISPATCH(type, launch);
+  return ForwardTiledImpl(out, lse, qkv, B, T, NH, NH, C / NH, type, stream);
 }
 
 Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
@@ -365,37 +443,34 @@ Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, con
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
   HOIST_RETURN_IF_ERROR(CheckTiledShape(kOp, B, T, C, NH));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  const int hs = C / NH;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  float* D = static_cast<float*>(workspace);
-  const int64_t rows = static_cast<int64_t>(B) * NH * T;
-  constexpr int kRowThreads = 256;
-  const int row_blocks = CeilDiv(rows, kRowThreads / 32);
-  const dim3 grid(CeilDiv(T, kTile), B * NH);
-  const size_t shared_bytes = (4 * kTile * (hs + 1) + 2 * kTile) * sizeof(float);
-  const auto launch = [&](auto tag) -> Status {
-    using E = decltype(tag);
-    RowDotKernel<E><<<row_blocks, kRowThreads, 0, stream>>>(
-        D, static_cast<const E*>(dout), static_cast<const E*>(out), B, T, C, NH);
-    HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
-    return DispatchChunks(hs, [&](auto chunks) -> Status {
-      constexpr int kChunks = decltype(chunks)::value;
-      const auto key_kernel = TiledKeyGradKernel<E, kChunks>;
-      const auto query_kernel = TiledQueryGradKernel<E, kChunks>;
-      HOIST_RETURN_IF_ERROR(AllowSharedBytes(key_kernel, shared_bytes));
-      HOIST_RETURN_IF_ERROR(AllowSharedBytes(query_kernel, shared_bytes));
-      key_kernel<<<grid, kWarps * 32, shared_bytes, stream>>>(
-          static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse, D, T,
-          C, NH, scale);
-      HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
-      query_kernel<<<grid, kWarps * 32, shared_bytes, stream>>>(
-          static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse, D, T,
-          C, NH, scale);
-      HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
-      return Status::Ok();
-    });
-  };
-  return HOIST_CUDA_DISPATCH(type, launch);
+  return BackwardTiledImpl(dqkv, dout, qkv, out, lse, workspace, B, T, NH, NH, C / NH, type,
+                           stream);
+}
+
+Status GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int NH,
+                                int NKV, int hd, DType type, cudaStream_t stream) {
+  constexpr const char* kOp = "GqaAttentionForwardTiled";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "lse", lse));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
+  HOIST_RETURN_IF_ERROR(CheckTiledGqaShape(kOp, B, T, NH, NKV, hd));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  return ForwardTiledImpl(out, lse, qkv, B, T, NH, NKV, hd, type, stream);
+}
+
+Status GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                 const float* lse, void* workspace, int B, int T, int NH, int NKV,
+                                 int hd, DType type, cudaStream_t stream) {
+  constexpr const char* kOp = "GqaAttentionBackwardTiled";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dqkv", dqkv));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "lse", lse));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
+  HOIST_RETURN_IF_ERROR(CheckTiledGqaShape(kOp, B, T, NH, NKV, hd));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  return BackwardTiledImpl(dqkv, dout, qkv, out, lse, workspace, B, T, NH, NKV, hd, type, stream);
 }
 
 }  // namespace hoist::kernels::cuda

@@ -19,6 +19,13 @@ inline int64_t AttentionWorkspaceBytes(int B, int T, int C, int NH, DType type) 
   return 4 * btc * static_cast<int64_t>(DTypeSize(type)) + 3 * btc * f + bhtt * f;
 }
 
+// The grouped-query direct attention's (NH query heads, NKV key/value heads of hd): the key and
+// value heads are repeated to NH heads in the workspace, so it is the multi-head size for
+// C = NH*hd, whatever NKV.
+inline int64_t GqaAttentionWorkspaceBytes(int B, int T, int NH, int /*NKV*/, int hd, DType type) {
+  return AttentionWorkspaceBytes(B, T, NH * hd, NH, type);
+}
+
 // The tiled attention's backward: one fp32 row term D per (batch, head, query).
 inline int64_t TiledAttentionBackwardWorkspaceBytes(int B, int T, int NH) {
   return static_cast<int64_t>(B) * NH * T * static_cast<int64_t>(sizeof(float));

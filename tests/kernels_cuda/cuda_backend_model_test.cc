@@ -17,6 +17,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
+#include "kernels/rope.h"
 #include "tests/kernels_cuda/cuda_kernel_test_util.h"
 
 namespace hoist::kernels {
@@ -280,6 +281,92 @@ TEST_P(CudaBackendModel, SoftmaxCrossEntropy) {
   Finish();
   ExpectAgree(*losses, "losses", t);
   ExpectAgree(*dlogits, "dlogits", t);
+}
+
+// The Llama family's ops: grouped-query heads (3 query heads per key/value head), RMSNorm, the
+// rotary embedding with Llama 3 scaling, SwiGLU.
+constexpr int kNH = 6, kNKV = 2, kHd = 16, kW = (kNH + 2 * kNKV) * kHd, kI = 80;
+
+TEST_P(CudaBackendModel, GqaDirectAttention) {
+  const DType t = GetParam();
+  auto qkv = In(t, size_t{N} * kW), out = Out(t, size_t{N} * kNH * kHd);
+  auto att = Out(DType::kFloat32, size_t{B} * kNH * T * T);
+  const int64_t workspace_bytes = gpu_->GqaAttentionWorkspaceBytes(B, T, kNH, kNKV, kHd, t);
+  DeviceArray workspace(DType::kFloat32, static_cast<size_t>(workspace_bytes / 4 + 1));
+  BOTH(GqaAttentionForward(out->cpu(), att->cpu_f(), qkv->cpu(), nullptr, B, T, kNH, kNKV, kHd, t,
+                           cs()),
+       GqaAttentionForward(out->gpu(), att->gpu_f(), qkv->gpu(), workspace.data(), B, T, kNH, kNKV,
+                           kHd, t, gs()));
+  auto dout = In(t, size_t{N} * kNH * kHd), dqkv = In(t, size_t{N} * kW);
+  BOTH(GqaAttentionBackward(dqkv->cpu(), dout->cpu(), qkv->cpu(), att->cpu_f(), nullptr, B, T, kNH,
+                            kNKV, kHd, t, cs()),
+       GqaAttentionBackward(dqkv->gpu(), dout->gpu(), qkv->gpu(), att->gpu_f(), workspace.data(), B,
+                            T, kNH, kNKV, kHd, t, gs()));
+  Finish();
+  ExpectAgree(*out, "gqa attention out", t);
+  ExpectAgree(*att, "gqa attention probabilities", t);
+  ExpectAgree(*dqkv, "gqa attention dqkv", t);
+}
+
+TEST_P(CudaBackendModel, GqaTiledAttention) {
+  const DType t = GetParam();
+  auto qkv = In(t, size_t{N} * kW), out = Out(t, size_t{N} * kNH * kHd);
+  auto lse = Out(DType::kFloat32, size_t{B} * kNH * T);
+  BOTH(
+      GqaAttentionForwardTiled(out->cpu(), lse->cpu_f(), qkv->cpu(), B, T, kNH, kNKV, kHd, t, cs()),
+      GqaAttentionForwardTiled(out->gpu(), lse->gpu_f(), qkv->gpu(), B, T, kNH, kNKV, kHd, t,
+                               gs()));
+  const int64_t workspace_bytes = gpu_->GqaTiledAttentionWorkspaceBytes(B, T, kNH);
+  DeviceArray workspace(DType::kFloat32, static_cast<size_t>(workspace_bytes / 4 + 1));
+  auto dout = In(t, size_t{N} * kNH * kHd), dqkv = In(t, size_t{N} * kW);
+  BOTH(GqaAttentionBackwardTiled(dqkv->cpu(), dout->cpu(), qkv->cpu(), out->cpu(), lse->cpu_f(),
+                                 nullptr, B, T, kNH, kNKV, kHd, t, cs()),
+       GqaAttentionBackwardTiled(dqkv->gpu(), dout->gpu(), qkv->gpu(), out->gpu(), lse->gpu_f(),
+                                 workspace.data(), B, T, kNH, kNKV, kHd, t, gs()));
+  Finish();
+  ExpectAgree(*out, "gqa tiled attention out", t);
+  ExpectAgree(*lse, "gqa tiled attention lse", t);
+  ExpectAgree(*dqkv, "gqa tiled attention dqkv", t);
+}
+
+TEST_P(CudaBackendModel, RmsNormRopeAndSwiGlu) {
+  const DType t = GetParam();
+  auto inp = In(t, size_t{N} * C, -2.0f, 2.0f), weight = In(t, C, 0.5f, 1.5f);
+  auto out = Out(t, size_t{N} * C), rstd = Out(DType::kFloat32, N);
+  BOTH(RmsNormForward(out->cpu(), rstd->cpu_f(), inp->cpu(), weight->cpu(), N, C, 1e-5f, t, cs()),
+       RmsNormForward(out->gpu(), rstd->gpu_f(), inp->gpu(), weight->gpu(), N, C, 1e-5f, t, gs()));
+  auto dout = In(t, size_t{N} * C), dinp = In(t, size_t{N} * C), dweight = In(DType::kFloat32, C);
+  BOTH(RmsNormBackward(dinp->cpu(), dweight->cpu_f(), dout->cpu(), inp->cpu(), weight->cpu(),
+                       rstd->cpu_f(), N, C, t, cs()),
+       RmsNormBackward(dinp->gpu(), dweight->gpu_f(), dout->gpu(), inp->gpu(), weight->gpu(),
+                       rstd->gpu_f(), N, C, t, gs()));
+
+  RopeScaling llama3;
+  llama3.llama3 = true;
+  llama3.original_max_position_embeddings = 32.0;
+  const RopeTable table = MakeRopeTable(RopeInvFreq(kHd, 500000.0, llama3).value(), T);
+  Twin cos(DType::kFloat32, table.cos), sin(DType::kFloat32, table.sin);
+  auto qkv = In(t, size_t{N} * kW), dqkv = In(t, size_t{N} * kW);
+  BOTH(RopeForward(qkv->cpu(), cos.cpu_f(), sin.cpu_f(), B, T, kNH, kNKV, kHd, t, cs()),
+       RopeForward(qkv->gpu(), cos.gpu_f(), sin.gpu_f(), B, T, kNH, kNKV, kHd, t, gs()));
+  BOTH(RopeBackward(dqkv->cpu(), cos.cpu_f(), sin.cpu_f(), B, T, kNH, kNKV, kHd, t, cs()),
+       RopeBackward(dqkv->gpu(), cos.gpu_f(), sin.gpu_f(), B, T, kNH, kNKV, kHd, t, gs()));
+
+  auto gu = In(t, size_t{N} * 2 * kI, -4.0f, 4.0f), act = Out(t, size_t{N} * kI);
+  BOTH(SwiGluForward(act->cpu(), gu->cpu(), N, kI, t, cs()),
+       SwiGluForward(act->gpu(), gu->gpu(), N, kI, t, gs()));
+  auto dact = In(t, size_t{N} * kI), dgu = In(t, size_t{N} * 2 * kI);
+  BOTH(SwiGluBackward(dgu->cpu(), gu->cpu(), dact->cpu(), N, kI, t, cs()),
+       SwiGluBackward(dgu->gpu(), gu->gpu(), dact->gpu(), N, kI, t, gs()));
+  Finish();
+  ExpectAgree(*out, "rmsnorm out", t);
+  ExpectAgree(*rstd, "rmsnorm rstd", t);
+  ExpectAgree(*dinp, "rmsnorm dinp", t);
+  ExpectAgree(*dweight, "rmsnorm dweight", t);
+  ExpectAgree(*qkv, "rope qkv", t);
+  ExpectAgree(*dqkv, "rope dqkv", t);
+  ExpectAgree(*act, "swiglu out", t);
+  ExpectAgree(*dgu, "swiglu dinp", t);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaBackendModel,

@@ -1,0 +1,242 @@
+// CpuBackend's ops of the Llama family: kernels/cpu/ops.h on the stream, 16-bit arrays through
+// fp32 copies as in cpu_backend_model.cc.
+#include <cstdint>
+#include <string>
+
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/cpu_backend_args.h"
+
+namespace hoist::kernels {
+
+using cpu_backend_detail::CheckArgs;
+using cpu_backend_detail::HostStreamOf;
+using cpu_backend_detail::Positive;
+using cpu_backend_detail::Use;
+using cpu_backend_detail::Wide;
+
+namespace {
+
+Status CheckHeads(const char* op, int B, int T, int NH, int NKV, int hd) {
+  HOIST_RETURN_IF_ERROR(Positive(op, "B", B));
+  HOIST_RETURN_IF_ERROR(Positive(op, "T", T));
+  HOIST_RETURN_IF_ERROR(Positive(op, "NH", NH));
+  HOIST_RETURN_IF_ERROR(Positive(op, "NKV", NKV));
+  HOIST_RETURN_IF_ERROR(Positive(op, "hd", hd));
+  if (NH % NKV != 0) {
+    return InvalidArgumentError(std::string(op) + ": NH (" + std::to_string(NH) +
+                                ") is not a multiple of NKV (" + std::to_string(NKV) + ")");
+  }
+  return Status::Ok();
+}
+
+// Elements of qkv (B,T,(NH+2*NKV)*hd) and of out (B,T,NH*hd).
+int64_t QkvElements(int B, int T, int NH, int NKV, int hd) {
+  return int64_t{B} * T * (NH + 2 * int64_t{NKV}) * hd;
+}
+int64_t OutElements(int B, int T, int NH, int hd) { return int64_t{B} * T * NH * hd; }
+
+}  // namespace
+
+int64_t CpuBackend::GqaAttentionWorkspaceBytes(int, int, int, int, int, DType) const { return 0; }
+int64_t CpuBackend::GqaTiledAttentionWorkspaceBytes(int, int, int) const { return 0; }
+
+Status CpuBackend::GqaAttentionForward(void* out, float* att, const void* qkv, void*, int B, int T,
+                                       int NH, int NKV, int hd, DType type, const Stream& stream) {
+  constexpr const char* kOp = "GqaAttentionForward";
+  HOIST_RETURN_IF_ERROR(CheckHeads(kOp, B, T, NH, NKV, hd));
+  const int64_t e = static_cast<int64_t>(DTypeSize(type));
+  const int64_t n_qkv = QkvElements(B, T, NH, NKV, hd), n_out = OutElements(B, T, NH, hd);
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, n_out * e},
+                                        {"att", att, int64_t{B} * NH * T * T * 4},
+                                        {"qkv", qkv, n_qkv * e}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide o(out, type, n_out, Use::kOut), q(qkv, type, n_qkv, Use::kIn);
+    cpu::AttentionForwardGqa(o.get(), att, q.get(), B, T, NH, NKV, hd);
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::GqaAttentionBackward(void* dqkv, const void* dout, const void* qkv,
+                                        const float* att, void*, int B, int T, int NH, int NKV,
+                                        int hd, DType type, const Stream& stream) {
+  constexpr const char* kOp = "GqaAttentionBackward";
+  HOIST_RETURN_IF_ERROR(CheckHeads(kOp, B, T, NH, NKV, hd));
+  const int64_t e = static_cast<int64_t>(DTypeSize(type));
+  const int64_t n_qkv = QkvElements(B, T, NH, NKV, hd), n_out = OutElements(B, T, NH, hd);
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dqkv", dqkv, n_qkv * e},
+                                        {"dout", dout, n_out * e},
+                                        {"qkv", qkv, n_qkv * e},
+                                        {"att", att, int64_t{B} * NH * T * T * 4}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide dq(dqkv, type, n_qkv, Use::kInOut), d(dout, type, n_out, Use::kIn),
+        q(qkv, type, n_qkv, Use::kIn);
+    cpu::AttentionBackwardGqa(dq.get(), d.get(), q.get(), att, B, T, NH, NKV, hd);
+    dq.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T,
+                                            int NH, int NKV, int hd, DType type,
+                                            const Stream& stream) {
+  constexpr const char* kOp = "GqaAttentionForwardTiled";
+  HOIST_RETURN_IF_ERROR(CheckHeads(kOp, B, T, NH, NKV, hd));
+  const int64_t e = static_cast<int64_t>(DTypeSize(type));
+  const int64_t n_qkv = QkvElements(B, T, NH, NKV, hd), n_out = OutElements(B, T, NH, hd);
+  HOIST_RETURN_IF_ERROR(CheckArgs(
+      kOp,
+      {{"out", out, n_out * e}, {"lse", lse, int64_t{B} * NH * T * 4}, {"qkv", qkv, n_qkv * e}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide o(out, type, n_out, Use::kOut), q(qkv, type, n_qkv, Use::kIn);
+    cpu::AttentionForwardTiledGqa(o.get(), lse, q.get(), B, T, NH, NKV, hd);
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv,
+                                             const void* out, const float* lse, void*, int B, int T,
+                                             int NH, int NKV, int hd, DType type,
+                                             const Stream& stream) {
+  constexpr const char* kOp = "GqaAttentionBackwardTiled";
+  HOIST_RETURN_IF_ERROR(CheckHeads(kOp, B, T, NH, NKV, hd));
+  const int64_t e = static_cast<int64_t>(DTypeSize(type));
+  const int64_t n_qkv = QkvElements(B, T, NH, NKV, hd), n_out = OutElements(B, T, NH, hd);
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dqkv", dqkv, n_qkv * e},
+                                        {"dout", dout, n_out * e},
+                                        {"qkv", qkv, n_qkv * e},
+                                        {"out", out, n_out * e},
+                                        {"lse", lse, int64_t{B} * NH * T * 4}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide dq(dqkv, type, n_qkv, Use::kInOut), d(dout, type, n_out, Use::kIn),
+        q(qkv, type, n_qkv, Use::kIn), o(out, type, n_out, Use::kIn);
+    cpu::AttentionBackwardTiledGqa(dq.get(), d.get(), q.get(), o.get(), lse, B, T, NH, NKV, hd);
+    dq.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::RmsNormForward(void* out, float* rstd, const void* inp, const void* weight,
+                                  int N, int C, float eps, DType type, const Stream& stream) {
+  constexpr const char* kOp = "RmsNormForward";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
+  if (!(eps >= 0.0f)) {
+    return InvalidArgumentError(std::string(kOp) + ": eps must be >= 0, got " +
+                                std::to_string(eps));
+  }
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), NC = int64_t{N} * C;
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, NC * e},
+                                        {"rstd", rstd, int64_t{N} * 4},
+                                        {"inp", inp, NC * e},
+                                        {"weight", weight, C * e}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide o(out, type, NC, Use::kOut), x(inp, type, NC, Use::kIn), w(weight, type, C, Use::kIn);
+    cpu::RmsNormForward(o.get(), rstd, x.get(), w.get(), N, C, eps, type);
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,
+                                   const void* weight, const float* rstd, int N, int C, DType type,
+                                   const Stream& stream) {
+  constexpr const char* kOp = "RmsNormBackward";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), NC = int64_t{N} * C;
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dinp", dinp, NC * e},
+                                        {"dweight", dweight, C * 4},
+                                        {"dout", dout, NC * e},
+                                        {"inp", inp, NC * e},
+                                        {"weight", weight, C * e},
+                                        {"rstd", rstd, int64_t{N} * 4}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide di(dinp, type, NC, Use::kInOut), d(dout, type, NC, Use::kIn), x(inp, type, NC, Use::kIn),
+        w(weight, type, C, Use::kIn);
+    cpu::RmsNormBackward(di.get(), dweight, d.get(), x.get(), w.get(), rstd, N, C);
+    di.Finish();
+    return Status::Ok();
+  });
+}
+
+namespace {
+
+Status CheckRope(const char* op, int B, int T, int NH, int NKV, int hd) {
+  HOIST_RETURN_IF_ERROR(CheckHeads(op, B, T, NH, NKV, hd));
+  if (hd % 2 != 0) {
+    return InvalidArgumentError(std::string(op) + ": hd (" + std::to_string(hd) +
+                                ") must be even (rotary pairs (i, i + hd/2))");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status CpuBackend::RopeForward(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
+                               int NKV, int hd, DType type, const Stream& stream) {
+  constexpr const char* kOp = "RopeForward";
+  HOIST_RETURN_IF_ERROR(CheckRope(kOp, B, T, NH, NKV, hd));
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), n = QkvElements(B, T, NH, NKV, hd);
+  const int64_t table = int64_t{T} * (hd / 2) * 4;
+  HOIST_RETURN_IF_ERROR(
+      CheckArgs(kOp, {{"qkv", qkv, n * e}, {"cos", cos, table}, {"sin", sin, table}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide x(qkv, type, n, Use::kInOut);
+    cpu::RopeForward(x.get(), cos, sin, B, T, NH, NKV, hd);
+    x.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::RopeBackward(void* dqkv, const float* cos, const float* sin, int B, int T,
+                                int NH, int NKV, int hd, DType type, const Stream& stream) {
+  constexpr const char* kOp = "RopeBackward";
+  HOIST_RETURN_IF_ERROR(CheckRope(kOp, B, T, NH, NKV, hd));
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), n = QkvElements(B, T, NH, NKV, hd);
+  const int64_t table = int64_t{T} * (hd / 2) * 4;
+  HOIST_RETURN_IF_ERROR(
+      CheckArgs(kOp, {{"dqkv", dqkv, n * e}, {"cos", cos, table}, {"sin", sin, table}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide x(dqkv, type, n, Use::kInOut);
+    cpu::RopeBackward(x.get(), cos, sin, B, T, NH, NKV, hd);
+    x.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::SwiGluForward(void* out, const void* inp, int N, int I, DType type,
+                                 const Stream& stream) {
+  constexpr const char* kOp = "SwiGluForward";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "I", I));
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), NI = int64_t{N} * I;
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, NI * e}, {"inp", inp, 2 * NI * e}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide o(out, type, NI, Use::kOut), x(inp, type, 2 * NI, Use::kIn);
+    cpu::SwiGluForward(o.get(), x.get(), N, I);
+    o.Finish();
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::SwiGluBackward(void* dinp, const void* inp, const void* dout, int N, int I,
+                                  DType type, const Stream& stream) {
+  constexpr const char* kOp = "SwiGluBackward";
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
+  HOIST_RETURN_IF_ERROR(Positive(kOp, "I", I));
+  const int64_t e = static_cast<int64_t>(DTypeSize(type)), NI = int64_t{N} * I;
+  HOIST_RETURN_IF_ERROR(CheckArgs(
+      kOp, {{"dinp", dinp, 2 * NI * e}, {"inp", inp, 2 * NI * e}, {"dout", dout, NI * e}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    Wide di(dinp, type, 2 * NI, Use::kInOut), x(inp, type, 2 * NI, Use::kIn),
+        d(dout, type, NI, Use::kIn);
+    cpu::SwiGluBackward(di.get(), x.get(), d.get(), N, I);
+    di.Finish();
+    return Status::Ok();
+  });
+}
+
+}  // namespace hoist::kernels
