@@ -472,6 +472,14 @@ Status ReadTopLevel(const Section& top, Config* config, std::vector<std::string>
 
 }  // namespace
 
+const char* ModelFamilyName(ModelFamily family) {
+  switch (family) {
+    case ModelFamily::kGpt2: return "gpt2";
+    case ModelFamily::kLlama: return "llama";
+  }
+  return "unknown";
+}
+
 int ModelConfig::padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
 
 const char* OffloadDeviceName(OffloadDevice device) {

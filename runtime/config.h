@@ -36,7 +36,27 @@ namespace hoist::runtime {
 // tile in backward, so its activation memory grows linearly in T (kernels/cpu/flash_attention.h).
 enum class AttentionKind { kDirect, kTiled };
 
+// `model.model_type`: the architecture (Hugging Face's model_type).
+enum class ModelFamily {
+  kGpt2,   // "gpt2": pre-LN blocks, learned positions, tanh GELU, biases, LM head tied to wte
+  kLlama,  // "llama": RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases
+};
+const char* ModelFamilyName(ModelFamily family);
+
+// Llama 3's rope_scaling (rope_type "llama3"); off for Llama 1/2.
+struct RopeScalingConfig {
+  bool llama3 = false;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int original_max_position_embeddings = 8192;
+};
+
+// The model's dimensions, in hoist's names; a Hugging Face config.json's names map onto them
+// (hidden_size: n_embd, num_hidden_layers: n_layer, num_attention_heads: n_head,
+// num_key_value_heads: n_kv_head, max_position_embeddings / n_positions: n_positions).
 struct ModelConfig {
+  ModelFamily family = ModelFamily::kGpt2;
   int n_layer = 12;
   int n_head = 12;
   int n_embd = 768;        // divisible by n_head
@@ -51,10 +71,21 @@ struct ModelConfig {
   // `model.attention`: "direct" or "tiled" (matched case-insensitively).
   AttentionKind attention = AttentionKind::kDirect;
 
+  // Llama only (GPT-2's are fixed: n_kv_head = n_head, a 4 n_embd GELU MLP, layernorm eps 1e-5,
+  // learned positions, a tied head).
+  int n_kv_head = 0;          // key/value heads (grouped-query attention); 0: n_head
+  int intermediate_size = 0;  // the SwiGLU MLP's hidden width
+  double rope_theta = 10000.0;
+  RopeScalingConfig rope_scaling;
+  float rms_norm_eps = 1e-6f;
+  bool tie_word_embeddings = false;  // Llama: an untied lm_head unless the checkpoint ties it
+
   // vocab_size rounded up to a multiple of 128 (the embedding's padded row count).
   int padded_vocab_size() const;
   // Rows of the position embedding.
   int positions() const { return n_positions > 0 ? n_positions : seq_len; }
+  int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int head_dim() const { return n_embd / n_head; }
 };
 
 // `optimizer` {type, params {lr, betas [b1, b2], eps, weight_decay}}.
