@@ -267,8 +267,7 @@ void BpeTokenizer::FirstSplit(std::string_view text, std::vector<TextPiece>* out
   SplitByPattern(splits_.front(), text, out);
 }
 
-void BpeTokenizer::EncodePiece(std::string_view piece, WordCache* cache,
-                               std::vector<int32_t>* out) const {
+std::vector<TextPiece> BpeTokenizer::LaterSplits(std::string_view piece) const {
   // Later splits apply within each piece of the earlier ones.
   std::vector<TextPiece> current{TextPiece{0, piece.size()}};
   std::vector<TextPiece> next;
@@ -284,8 +283,27 @@ void BpeTokenizer::EncodePiece(std::string_view piece, WordCache* cache,
     }
     current.swap(next);
   }
+  return current;
+}
+
+std::vector<std::string> BpeTokenizer::PreTokenize(std::string_view text) const {
+  std::vector<TextPiece> first;
+  FirstSplit(text, &first);
+  std::vector<std::string> pieces;
+  for (const TextPiece& p : first) {
+    const std::string_view piece = text.substr(p.begin, p.end - p.begin);
+    for (const TextPiece& q : LaterSplits(piece)) {
+      pieces.emplace_back();
+      AppendByteAlphabet(piece.substr(q.begin, q.end - q.begin), &pieces.back());
+    }
+  }
+  return pieces;
+}
+
+void BpeTokenizer::EncodePiece(std::string_view piece, WordCache* cache,
+                               std::vector<int32_t>* out) const {
   constexpr size_t kCacheEntries = 1 << 16;
-  for (const TextPiece& p : current) {
+  for (const TextPiece& p : LaterSplits(piece)) {
     const std::string_view word = piece.substr(p.begin, p.end - p.begin);
     if (cache == nullptr || word.size() > 64) {
       model_->EncodeWord(word, out);

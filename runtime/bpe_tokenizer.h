@@ -45,6 +45,10 @@ class BpeTokenizer {
 
   std::vector<int32_t> Encode(std::string_view text) const;
 
+  // The pre-tokenizer's pieces of `text` in the byte alphabet, as the library's
+  // pre_tokenizer.pre_tokenize_str gives them (added tokens are not taken out first).
+  std::vector<std::string> PreTokenize(std::string_view text) const;
+
   // The bytes the ids stand for (the ByteLevel decoder): a token of byte characters gives those
   // bytes, any other token (an added token such as <|endoftext|>) its own text. Ids that no token
   // has are skipped, as the library skips them. Unlike the library, bytes that do not form valid
@@ -76,6 +80,8 @@ class BpeTokenizer {
   void SplitAddedTokens(std::string_view text, std::vector<Segment>* out) const;
   // The first pre-tokenizer split of plain text (where streaming may cut), appended to `out`.
   void FirstSplit(std::string_view text, std::vector<TextPiece>* out) const;
+  // The pieces of the later splits within one piece of the first.
+  std::vector<TextPiece> LaterSplits(std::string_view piece) const;
   // The ids of one first-split piece: the later splits, then BPE.
   void EncodePiece(std::string_view piece, WordCache* cache, std::vector<int32_t>* out) const;
   void EncodeText(std::string_view text, WordCache* cache, std::vector<int32_t>* out) const;

@@ -16,7 +16,9 @@ multilingual text embedded below.
   text.txt      the test text: CJK, Cyrillic, accents, emoji with ZWJ sequences, code with tabs,
                 whitespace runs, long numbers, upper-case contractions, special tokens inline
   expected.json for each tokenizer: the ids of text.txt (encode without a post-processor's
-                additions) and the decoded string of those ids (special tokens kept); for
+                additions), the decoded string of those ids (special tokens kept), and the
+                pre-tokenizer's pieces of the whole text (byte alphabet, added tokens not taken
+                out); for
                 llama3_wide.json also wide_ids, the ids of wide_text, which holds <|wide|>
   versions.json the library versions that made them
 """
@@ -58,7 +60,7 @@ TEST_TEXT = (
     "Emoji: 👍🏽👨‍👩‍👧‍👦 🏳️‍🌈 ❤️❤️   🙂\n"
     "def f(x):\n\tif x:\n\t\treturn 1234567890123\n    else:\n        return  -42\n\n\n"
     "spaces   between\t\ttabs \u00a0nbsp\u3000ideo\u2003em  \r\n\r\n  end  \n"
-    "digits 1 12 123 1234 12345 3.14159 ١٢٣٤ ²³ Ⅻ ſ 'ſ 'S 'Re 'LL\n"
+    "digits 1 12 123 1234 12345 3.14159 ١٢٣٤ ²³ Ⅻ ſ 'ſ a'ſx 'S 'Re 'LL\n"
     "mixed<|endoftext|><|endoftext|>x<|end_of_text|>  <|begin_of_text|>\n"
     "trailing whitespace   "
 )
@@ -84,7 +86,8 @@ def train(pre_tokenizer, vocab_size, specials, ignore_merges):
 
 def record(tok, text):
     ids = tok.encode(text, add_special_tokens=False).ids
-    return {"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False)}
+    return {"ids": ids, "decoded": tok.decode(ids, skip_special_tokens=False),
+            "pieces": [piece for piece, _ in tok.pre_tokenizer.pre_tokenize_str(text)]}
 
 
 def main():

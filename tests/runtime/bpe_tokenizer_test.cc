@@ -58,6 +58,13 @@ TEST_P(FixtureTest, IdsEqualTheTokenizersLibrary) {
   EXPECT_EQ(tokenizer->Encode(ReadFixture("text.txt")), expected);
 }
 
+TEST_P(FixtureTest, PiecesEqualTheLibrarysPreTokenizer) {
+  std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture(GetParam());
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<std::string> expected = Expected()[GetParam()]["pieces"];
+  EXPECT_EQ(tokenizer->PreTokenize(ReadFixture("text.txt")), expected);
+}
+
 TEST_P(FixtureTest, DecodeEqualsTheLibraryAndTheText) {
   std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture(GetParam());
   ASSERT_NE(tokenizer, nullptr);
@@ -70,9 +77,12 @@ TEST_P(FixtureTest, DecodeEqualsTheLibraryAndTheText) {
 TEST_P(FixtureTest, StreamingInChunksGivesTheWholeTextsIds) {
   std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture(GetParam());
   ASSERT_NE(tokenizer, nullptr);
-  // The text three times over, so that chunk boundaries fall everywhere in it.
-  const std::string text =
-      ReadFixture("text.txt") + ReadFixture("text.txt") + "\n \n" + ReadFixture("text.txt");
+  // The text three times over, so that chunk boundaries fall everywhere in it, and the cases
+  // where a piece depends on what follows it: lower-case contractions (GPT-2's are
+  // case-sensitive), whitespace runs before line breaks and words, digit runs.
+  const std::string text = ReadFixture("text.txt") + "we're they'll you've I'd it's 'll 're\n" +
+                           ReadFixture("text.txt") + "\n \n  \r\n\t x  \n\n y 1234567 '" +
+                           ReadFixture("text.txt");
   const std::vector<int32_t> whole = tokenizer->Encode(text);
   for (size_t chunk : {1, 2, 3, 5, 7, 13, 64, 4096}) {
     EXPECT_EQ(StreamEncode(*tokenizer, text, chunk), whole) << "chunk " << chunk;
