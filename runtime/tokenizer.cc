@@ -104,7 +104,7 @@ Status TokenizeFile(const std::string& input_path, const std::string& output_pat
     }
     HOIST_RETURN_IF_ERROR(write());
     done += n;
-    PrintProgress(options.progress, done, size, writer.count(), /*last=*/false);
+    if (done < size) PrintProgress(options.progress, done, size, writer.count(), /*last=*/false);
   }
   if (encoder) encoder->Finish(&ids);
   HOIST_RETURN_IF_ERROR(write());
