@@ -25,6 +25,28 @@ bool IsNullOrAbsent(const json& object, const char* key) {
   return !object.contains(key) || object[key].is_null();
 }
 
+// object[key] as a bool, `fallback` when absent or null; anything else is an error naming
+// field.key.
+StatusOr<bool> Flag(const std::string& name, const json& object, const char* key, bool fallback,
+                    const std::string& field) {
+  if (IsNullOrAbsent(object, key)) return fallback;
+  if (!object[key].is_boolean()) {
+    return Malformed(name, field + "." + key,
+                     "expected true or false, found " + object[key].dump());
+  }
+  return object[key].get<bool>();
+}
+
+// object[key] as a string, "" when absent or null; anything else is an error naming field.key.
+StatusOr<std::string> Text(const std::string& name, const json& object, const char* key,
+                           const std::string& field) {
+  if (IsNullOrAbsent(object, key)) return std::string();
+  if (!object[key].is_string()) {
+    return Malformed(name, field + "." + key, "expected a string, found " + object[key].dump());
+  }
+  return object[key].get<std::string>();
+}
+
 // The pre-tokenizer `config` at `field`, as the list of splits it applies. ByteLevel must come
 // last, since it turns bytes into the byte alphabet.
 Status ReadPreTokenizer(const std::string& name, const json& config, const std::string& field,
@@ -48,10 +70,11 @@ Status ReadPreTokenizer(const std::string& name, const json& config, const std::
   }
   if (type == "ByteLevel") {
     if (!last) return Unsupported(name, field, "ByteLevel before another pre-tokenizer");
-    if (config.value("add_prefix_space", false)) {
-      return Unsupported(name, field + ".add_prefix_space", "true");
-    }
-    if (config.value("use_regex", true)) splits->push_back(SplitPattern::kGpt2);
+    HOIST_ASSIGN_OR_RETURN(const bool prefix_space,
+                           Flag(name, config, "add_prefix_space", false, field));
+    if (prefix_space) return Unsupported(name, field + ".add_prefix_space", "true");
+    HOIST_ASSIGN_OR_RETURN(const bool use_regex, Flag(name, config, "use_regex", true, field));
+    if (use_regex) splits->push_back(SplitPattern::kGpt2);
     return Status::Ok();
   }
   if (type == "Split") {
@@ -67,10 +90,12 @@ Status ReadPreTokenizer(const std::string& name, const json& config, const std::
           name, field + ".pattern.Regex",
           "unknown split pattern '" + regex + "'; the known ones are GPT-2's and Llama 3's");
     }
-    if (config.value("behavior", std::string()) != "Isolated") {
+    HOIST_ASSIGN_OR_RETURN(const std::string behavior, Text(name, config, "behavior", field));
+    if (behavior != "Isolated") {
       return Unsupported(name, field + ".behavior", "only \"Isolated\" is read");
     }
-    if (config.value("invert", false)) return Unsupported(name, field + ".invert", "true");
+    HOIST_ASSIGN_OR_RETURN(const bool invert, Flag(name, config, "invert", false, field));
+    if (invert) return Unsupported(name, field + ".invert", "true");
     splits->push_back(*known);
     return Status::Ok();
   }
@@ -113,6 +138,9 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(std::string_view tex
     return InvalidArgumentError("tokenizer '" + name + "' is not valid JSON (at byte " +
                                 std::to_string(e.byte) + " of " + std::to_string(text.size()) +
                                 "); is it truncated? Give a Hugging Face tokenizer.json");
+  } catch (const json::exception& e) {
+    // A number out of range, for one.
+    return InvalidArgumentError("tokenizer '" + name + "' is not valid JSON: " + e.what());
   }
   if (!root.is_object()) return Malformed(name, "(top level)", "expected a JSON object");
   std::unique_ptr<BpeTokenizer> tokenizer(new BpeTokenizer());
@@ -133,7 +161,7 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(std::string_view tex
                        "and no Split before it)");
   }
   if (IsNullOrAbsent(root, "decoder") || !root["decoder"].is_object() ||
-      root["decoder"].value("type", std::string()) != "ByteLevel") {
+      !root["decoder"].contains("type") || root["decoder"]["type"] != "ByteLevel") {
     return Unsupported(name, "decoder", "expected a ByteLevel decoder");
   }
 
@@ -174,7 +202,8 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(std::string_view tex
     HOIST_ASSIGN_OR_RETURN(auto merge, ReadMerge(name, model["merges"][i], i));
     merges.push_back(std::move(merge));
   }
-  const bool ignore_merges = model.value("ignore_merges", false);
+  HOIST_ASSIGN_OR_RETURN(const bool ignore_merges,
+                         Flag(name, model, "ignore_merges", false, "model"));
   HOIST_ASSIGN_OR_RETURN(BpeModel bpe, BpeModel::Create(std::move(vocab), merges, ignore_merges,
                                                         "tokenizer '" + name + "'"));
   tokenizer->model_.emplace(std::move(bpe));
@@ -193,11 +222,13 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(std::string_view tex
         return Malformed(name, field, "expected an object with a string \"content\"");
       }
       for (const char* flag : {"single_word", "lstrip", "rstrip"}) {
-        if (entry.value(flag, false)) return Unsupported(name, field + "." + flag, "true");
+        HOIST_ASSIGN_OR_RETURN(const bool set, Flag(name, entry, flag, false, field));
+        if (set) return Unsupported(name, field + "." + flag, "true");
       }
       AddedToken token;
       token.content = entry["content"];
-      token.normalized = entry.value("normalized", !entry.value("special", false));
+      HOIST_ASSIGN_OR_RETURN(const bool special, Flag(name, entry, "special", false, field));
+      HOIST_ASSIGN_OR_RETURN(token.normalized, Flag(name, entry, "normalized", !special, field));
       if (token.content.empty()) continue;
       // The id, as the library assigns it: an added token seen before, else the model's, else
       // the next free one.

@@ -122,6 +122,20 @@ TEST(BpeTokenizer, AddedTokenSplitAcrossChunksIsFound) {
   }
 }
 
+// The fuzz target's seed: a tiny vocabulary, so that most of the text stays single bytes.
+TEST(BpeTokenizer, StreamingWithATinyVocabularyGivesTheWholeTextsIds) {
+  StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = BpeTokenizer::Load(
+      std::string(HOIST_SOURCE_DIR) + "/fuzz/corpus/fuzz_tokenizer_json/gpt2_small.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const std::string text =
+      "It's THEY'LL 12345 \t\n\n  x\xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD "
+      "<|endoftext|>\xff\xfe\r\n end  ";
+  const std::vector<int32_t> whole = (*tokenizer)->Encode(text);
+  for (size_t chunk : {1, 2, 3, 5}) {
+    EXPECT_EQ(StreamEncode(**tokenizer, text, chunk), whole) << "chunk " << chunk;
+  }
+}
+
 // A valid tokenizer.json with one edit, for the error tests.
 std::string Edited(const std::function<void(nlohmann::json&)>& edit) {
   nlohmann::json config = nlohmann::json::parse(ReadFixture("llama3.json"));
@@ -173,6 +187,22 @@ TEST(BpeTokenizerErrors, TruncatedJsonNamesTheFile) {
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("tok.json"));
   EXPECT_THAT(status.message(), HasSubstr("not valid JSON"));
+}
+
+TEST(BpeTokenizerErrors, NumberOutOfRangeIsAnErrorNotAnException) {
+  Status status = ParseError("{\"model\": 1e999}");
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("tok.json"));
+}
+
+TEST(BpeTokenizerErrors, FlagOfTheWrongTypeNamesTheField) {
+  Status status =
+      ParseError(Edited([](nlohmann::json& c) { c["model"]["ignore_merges"] = "yes"; }));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("model.ignore_merges"));
+  status = ParseError(Edited([](nlohmann::json& c) { c["added_tokens"][0]["lstrip"] = 1; }));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("added_tokens[0].lstrip"));
 }
 
 TEST(BpeTokenizerErrors, NormalizerIsUnsupported) {
