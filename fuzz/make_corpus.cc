@@ -31,7 +31,14 @@ int main(int argc, char** argv) {
   const std::vector<uint16_t> tokens = {50256, 15496, 11, 995, 0, 13};
   hoist::Status s =
       hoist::runtime::WriteTokenShard(out + "/fuzz_token_shard/six_tokens.bin", tokens);
-  if (s.ok()) s = hoist::runtime::WriteTokenShard(out + "/fuzz_token_shard/empty.bin", {});
+  if (s.ok()) {
+    s = hoist::runtime::WriteTokenShard(out + "/fuzz_token_shard/empty.bin",
+                                        std::span<const uint16_t>());
+  }
+  const std::vector<uint32_t> wide = {1, 70000, 2};
+  if (s.ok()) {
+    s = hoist::runtime::WriteTokenShard(out + "/fuzz_token_shard/three_wide_tokens.bin", wide);
+  }
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 1;

@@ -290,15 +290,22 @@ void AddDataCommand(CLI::App& app, int* exit_code) {
   CLI::App* data = app.add_subcommand("data", "Prepare training data");
   data->require_subcommand(1);
   struct Args {
-    std::string input, output;
+    std::string input, output, tokenizer;
   };
   auto args = std::make_shared<Args>();
   CLI::App* tokenize = data->add_subcommand(
-      "tokenize", "Write a byte-level token shard (llm.c format) from any text file");
+      "tokenize",
+      "Write a token shard (llm.c format) from any text file, byte-level or with a tokenizer");
   tokenize->add_option("file", args->input, "Text file to tokenize")->required();
   tokenize->add_option("-o,--output", args->output, "Output shard (.bin)")->required();
+  tokenize->add_option("--tokenizer", args->tokenizer,
+                       "Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3); without "
+                       "it, one token per byte");
   tokenize->callback([args, exit_code] {
-    Status status = runtime::TokenizeFile(args->input, args->output);
+    runtime::TokenizeOptions options;
+    options.tokenizer_path = args->tokenizer;
+    options.progress = &std::cerr;
+    Status status = runtime::TokenizeFile(args->input, args->output, options);
     if (status.ok()) std::cout << "hoist: wrote " << args->output << "\n";
     *exit_code = status.ok() ? 0 : ReportError(status);
   });
@@ -311,6 +318,9 @@ void AddSampleCommand(CLI::App& app, int* exit_code) {
                   "Checkpoint directory (its latest step) or one step directory")
       ->required();
   cmd->add_option("--prompt", options->prompt, "Text to continue");
+  cmd->add_option("--tokenizer", options->tokenizer,
+                  "Hugging Face tokenizer.json to encode the prompt and decode with (default: "
+                  "byte-level)");
   cmd->add_option("-n,--tokens", options->max_new_tokens, "Tokens to generate")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--temperature", options->temperature, "Sampling temperature (0: greedy)")
@@ -319,12 +329,12 @@ void AddSampleCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", options->seed, "Random seed");
   cmd->callback([options, exit_code] {
-    StatusOr<std::vector<int32_t>> tokens = runtime::Sample(*options);
-    if (!tokens.ok()) {
-      *exit_code = ReportError(tokens.status());
+    StatusOr<std::string> text = runtime::SampleText(*options);
+    if (!text.ok()) {
+      *exit_code = ReportError(text.status());
       return;
     }
-    std::cout << options->prompt << runtime::DecodeTokens(*tokens) << "\n";
+    std::cout << *text << "\n";
     *exit_code = 0;
   });
 }

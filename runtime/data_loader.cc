@@ -12,8 +12,8 @@ extern const size_t kDemoCorpus_size;
 namespace hoist::runtime {
 namespace {
 
-// Tokens read from a shard file at once (256 KiB): a micro-step's window is a few KiB, and a
-// read per window costs a system call each.
+// Tokens read from a shard file at once (512 KiB, widened to uint32): a micro-step's window is a
+// few KiB, and a read per window costs a system call each.
 constexpr int64_t kReadAheadTokens = int64_t{1} << 17;
 
 bool IsPattern(const std::string& source) {
@@ -178,9 +178,12 @@ Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
   HOIST_CHECK_LE(state_.position + stride_ + 1, shard.size);
   const int64_t n = int64_t{B_} * T_;
   const int64_t first = state_.position + rank_ * n;
-  const uint16_t* window = nullptr;
   if (shard.file < 0) {
-    window = shard.tokens.data() + first;
+    const uint16_t* window = shard.tokens.data() + first;
+    for (int64_t i = 0; i < n; ++i) {
+      inputs[i] = window[i];
+      targets[i] = window[i + 1];
+    }
   } else {
     // Read ahead in chunks: one pread serves many micro-steps' windows.
     const bool buffered = shard.file == buffered_file_ && first >= buffered_first_ &&
@@ -197,14 +200,14 @@ Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
         buffered_count_ = count;
       }
     }
-    window = buffer_.data() + (first - buffered_first_);
+    const uint32_t* window = buffer_.data() + (first - buffered_first_);
+    const uint32_t vocab = static_cast<uint32_t>(vocab_size_);
     // Checked again here: the file was validated at Open, but it may have been changed since.
-    uint16_t window_max = 0;
+    uint32_t window_max = 0;
     for (int64_t i = 0; read.ok() && i <= n; ++i) window_max = std::max(window_max, window[i]);
-    if (read.ok() && window_max >= vocab_size_) {
+    if (read.ok() && window_max >= vocab) {
       const int64_t at =
-          std::find_if(window, window + n + 1, [&](uint16_t t) { return t >= vocab_size_; }) -
-          window;
+          std::find_if(window, window + n + 1, [&](uint32_t t) { return t >= vocab; }) - window;
       read = DataLossError("token shard '" + shard.name + "': token at index " +
                            std::to_string(first + at) + " is now " + std::to_string(window[at]) +
                            ", not below vocab_size " + std::to_string(vocab_size_) +
@@ -217,10 +220,10 @@ Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
       std::fill(targets, targets + n, 0);
       return read;
     }
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    inputs[i] = window[i];
-    targets[i] = window[i + 1];
+    for (int64_t i = 0; i < n; ++i) {
+      inputs[i] = static_cast<int32_t>(window[i]);
+      targets[i] = static_cast<int32_t>(window[i + 1]);
+    }
   }
   state_.position += stride_;
   // Between optimizer steps only: a step never spans two shards, whatever its split.

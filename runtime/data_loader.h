@@ -13,10 +13,11 @@
 // to the start of the next shard in sorted order, and after the last shard back to the first
 // (one epoch).
 //
-// Sources: a shard path; a glob pattern (every match, sorted by name bytewise); or
-// "builtin:demo", the corpus embedded in the binary, byte-tokenized, of which Split::kTrain is the
-// first 90% of tokens and Split::kVal the last 10%. For file sources the split is ignored: train
-// and validation data are configured as separate sources.
+// Sources: a shard path (uint16 or uint32 tokens, see runtime/token_shard.h); a glob pattern (every
+// match, sorted by name bytewise); or "builtin:demo", the corpus embedded in the binary,
+// byte-tokenized, of which Split::kTrain is the first 90% of tokens and Split::kVal the last 10%.
+// For file sources the split is ignored: train and validation data are configured as separate
+// sources.
 //
 // Open validates every shard up front (header, size, every token below vocab_size, room for one
 // window); this reads each shard once. Shard files stay open for the loader's life and Next reads
@@ -88,7 +89,7 @@ class DataLoader {
   int B() const { return B_; }
   int T() const { return T_; }
   // The tracked host bytes a loader of `source` holds (the built-in data's tokens, as
-  // Place::kHost workspace; token shard files are read ahead into a buffer of 256 KiB or one
+  // Place::kHost workspace; token shard files are read ahead into a buffer of 512 KiB or one
   // window, untracked): what the memory estimate counts for it.
   static int64_t TrackedHostBytes(const std::string& source, Split split);
 
@@ -129,7 +130,7 @@ class DataLoader {
   int vocab_size_ = 0;
   // Tokens read ahead from a shard file: [buffered_first_, + buffered_count_) of files_ entry
   // buffered_file_ (-1: none). At least B*T + 1 tokens, so that a window always fits.
-  std::vector<uint16_t> buffer_;
+  std::vector<uint32_t> buffer_;  // widened from uint16 shards
   int64_t buffered_file_ = -1;
   int64_t buffered_first_ = 0;
   int64_t buffered_count_ = 0;

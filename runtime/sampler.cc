@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "core/random.h"
+#include "runtime/bpe_tokenizer.h"
 #include "runtime/checkpoint_weights.h"
 #include "runtime/config.h"
 #include "runtime/gpt2.h"
@@ -37,32 +38,42 @@ int32_t PickToken(const float* logits, int V, float temperature, int top_k, doub
   return order[keep - 1];
 }
 
-StatusOr<std::vector<int32_t>> Sample(const SampleOptions& options) {
+namespace {
+
+StatusOr<std::vector<int32_t>> SampleWith(const SampleOptions& options,
+                                          const BpeTokenizer* tokenizer) {
   HOIST_ASSIGN_OR_RETURN(const CheckpointModel opened, OpenCheckpointModel(options.checkpoint));
   const std::string& step_dir = opened.step_dir;
   const ModelConfig& m = opened.model;
-  if (m.vocab_size > 256) {
-    return UnimplementedError("the model in " + step_dir + " has a vocabulary of " +
-                              std::to_string(m.vocab_size) +
-                              " tokens, but hoist sample only decodes byte-level models "
-                              "(vocab_size <= 256) so far");
+  if (tokenizer == nullptr && m.vocab_size > 256) {
+    return InvalidArgumentError("the model in " + step_dir + " has a vocabulary of " +
+                                std::to_string(m.vocab_size) +
+                                " tokens, more than bytes; give its tokenizer with --tokenizer "
+                                "tokenizer.json");
   }
   CpuDevice device(Place::kDevice);
   HOIST_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2Model> model,
                          Gpt2Model::Create(m, /*max_B=*/1, m.seq_len, &device));
   HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(step_dir, model->layout(), model->params()));
 
-  const std::vector<uint16_t> prompt = EncodeBytes(options.prompt);
-  std::vector<int32_t> context(prompt.begin(), prompt.end());
+  std::vector<int32_t> context;
+  // An empty prompt starts from a newline, a natural start of text.
+  const std::string prompt = options.prompt.empty() ? std::string("\n") : options.prompt;
+  if (tokenizer != nullptr) {
+    context = tokenizer->Encode(prompt);
+  } else {
+    const std::vector<uint16_t> bytes = EncodeBytes(prompt);
+    context.assign(bytes.begin(), bytes.end());
+  }
   for (int32_t token : context) {
     if (token >= m.vocab_size) {
-      return InvalidArgumentError("the prompt has token " + std::to_string(token) +
-                                  " but the model's vocabulary has " +
-                                  std::to_string(m.vocab_size));
+      return InvalidArgumentError(
+          "the prompt has token " + std::to_string(token) + " but the model's vocabulary has " +
+          std::to_string(m.vocab_size) +
+          (tokenizer != nullptr ? "; is --tokenizer the model's tokenizer?" : ""));
     }
   }
-  // An empty prompt starts from a newline, a natural start of text for a byte-level model.
-  if (context.empty()) context.push_back('\n' < m.vocab_size ? '\n' : 0);
+  if (context.empty()) context.push_back(0);
 
   Rng rng(options.seed);
   std::vector<int32_t> generated;
@@ -77,6 +88,24 @@ StatusOr<std::vector<int32_t>> Sample(const SampleOptions& options) {
     generated.push_back(token);
   }
   return generated;
+}
+
+StatusOr<std::unique_ptr<BpeTokenizer>> LoadTokenizer(const SampleOptions& options) {
+  if (options.tokenizer.empty()) return std::unique_ptr<BpeTokenizer>();
+  return BpeTokenizer::Load(options.tokenizer);
+}
+
+}  // namespace
+
+StatusOr<std::vector<int32_t>> Sample(const SampleOptions& options) {
+  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> tokenizer, LoadTokenizer(options));
+  return SampleWith(options, tokenizer.get());
+}
+
+StatusOr<std::string> SampleText(const SampleOptions& options) {
+  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<BpeTokenizer> tokenizer, LoadTokenizer(options));
+  HOIST_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, SampleWith(options, tokenizer.get()));
+  return options.prompt + (tokenizer != nullptr ? tokenizer->Decode(tokens) : DecodeTokens(tokens));
 }
 
 }  // namespace hoist::runtime

@@ -14,15 +14,20 @@ namespace hoist::runtime {
 
 struct SampleOptions {
   std::string checkpoint;  // a step directory, or a checkpoint dir (its `latest` is used)
-  std::string prompt;      // byte-level text; empty starts from token 0... see Sample
+  std::string prompt;      // text; empty starts from a newline
+  std::string tokenizer;   // a tokenizer.json to encode and decode with; empty: byte-level
   int max_new_tokens = 256;
   float temperature = 1.0f;  // 0 means greedy
   int top_k = 0;             // 0 means the whole vocabulary
   uint64_t seed = 1337;
 };
 
-// The generated tokens (without the prompt's).
+// The generated tokens (without the prompt's). The prompt is encoded with options.tokenizer
+// (runtime/bpe_tokenizer.h) or byte-level without one; a model whose vocabulary is larger than
+// 256 needs a tokenizer. Tokenizer errors name its file.
 StatusOr<std::vector<int32_t>> Sample(const SampleOptions& options);
+// The prompt followed by the generated tokens, decoded with the same tokenizer.
+StatusOr<std::string> SampleText(const SampleOptions& options);
 
 // Picks a token from `logits` (V values) with temperature and top-k, using a uniform draw u in
 // [0, 1). Exposed for tests.

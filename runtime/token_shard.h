@@ -1,7 +1,11 @@
-// Token shards in llm.c's format: a 1024-byte header of 256 little-endian int32 ([0] magic
-// 20240520, [1] version 1, [2] token count, the rest zero) followed by exactly `count` uint16
-// tokens. This is the file that `hoist data tokenize` writes and the data loader reads, and it is
-// byte-compatible with llm.c's and nanoGPT's GPT-2 shards.
+// Token shards in llm.c's format: a 1024-byte header of 256 little-endian int32 ([0] magic,
+// [1] version, [2] token count, the rest zero) followed by exactly `count` tokens. The magic and
+// version record the token width, as llm.c's two kinds of shard do:
+//   magic 20240520, version 1: uint16 tokens (llm.c's and nanoGPT's GPT-2 shards);
+//   magic 20240801, version 7: uint32 tokens (llm.c's Llama 3 shards), for vocabularies that do
+//                              not fit 16 bits.
+// This is the file that `hoist data tokenize` writes (uint16 whenever every id fits) and the data
+// loader reads, byte-compatible with llm.c's.
 //
 // A TokenShard keeps its file open and reads tokens with pread when asked, rather than mapping
 // it: a file truncated while training then gives an error that names it and its sizes, where a
@@ -22,8 +26,10 @@
 
 namespace hoist::runtime {
 
-inline constexpr int32_t kTokenShardMagic = 20240520;
+inline constexpr int32_t kTokenShardMagic = 20240520;  // uint16 tokens
 inline constexpr int32_t kTokenShardVersion = 1;
+inline constexpr int32_t kTokenShardMagic32 = 20240801;  // uint32 tokens
+inline constexpr int32_t kTokenShardVersion32 = 7;
 inline constexpr int64_t kTokenShardHeaderInts = 256;
 inline constexpr int64_t kTokenShardHeaderBytes = kTokenShardHeaderInts * 4;
 
@@ -41,13 +47,16 @@ class TokenShard {
   const std::string& path() const { return path_; }
   // Tokens, as the header counts them.
   int64_t size() const { return count_; }
+  // Bytes per token on disk: 2 or 4, as the header's magic says.
+  int token_bytes() const { return token_bytes_; }
 
-  // Copies tokens [first, first + count) into `out`; the range must lie within size(). A file
-  // that has become shorter since it was opened (truncated in place) is DataLoss naming it, its
-  // size now and the size it should have; an I/O error is IoError naming it.
-  Status Read(int64_t first, int64_t count, uint16_t* out) const;
+  // Copies tokens [first, first + count) into `out`, widened to 32 bits; the range must lie
+  // within size(). A file that has become shorter since it was opened (truncated in place) is
+  // DataLoss naming it, its size now and the size it should have; an I/O error is IoError naming
+  // it.
+  Status Read(int64_t first, int64_t count, uint32_t* out) const;
   // Every token (Read's errors).
-  StatusOr<std::vector<uint16_t>> ReadAll() const;
+  StatusOr<std::vector<uint32_t>> ReadAll() const;
 
   // OK when every token is below `vocab_size`; otherwise an InvalidArgument error naming the file,
   // the first offending token's index and value, and `vocab_size`. Reads the whole shard.
@@ -59,12 +68,13 @@ class TokenShard {
   std::string path_;
   std::unique_ptr<RandomAccessFile> file_;
   int64_t count_ = 0;
+  int token_bytes_ = 2;
 };
 
 // Opens the shard at `path` after validating its header. A wrong magic or version is DataLoss
-// naming the file and the value found; a file whose size is not exactly 1024 + 2 * count bytes
-// (truncated or over-long) is DataLoss naming the file, the expected and the actual size; a
-// missing file is NotFound.
+// naming the file and the value found; a file whose size is not exactly 1024 + token_bytes *
+// count bytes (truncated or over-long) is DataLoss naming the file, the expected and the actual
+// size; a missing file is NotFound.
 StatusOr<TokenShard> ReadTokenShard(const std::string& path, FileSystem& fs = FileSystem::Posix());
 
 // Writes `tokens` as a shard at `path`, atomically: the bytes go to a temporary file in the same
@@ -73,5 +83,41 @@ StatusOr<TokenShard> ReadTokenShard(const std::string& path, FileSystem& fs = Fi
 // it was. More than INT32_MAX tokens do not fit the header's count and are InvalidArgument.
 Status WriteTokenShard(const std::string& path, std::span<const uint16_t> tokens,
                        FileSystem& fs = FileSystem::Posix());
+// The same as a uint32 shard (magic 20240801, version 7).
+Status WriteTokenShard(const std::string& path, std::span<const uint32_t> tokens,
+                       FileSystem& fs = FileSystem::Posix());
+
+// Writes a shard whose tokens arrive in pieces, so that they need not all be in memory: Append
+// adds tokens, Finish writes the count into the header and renames the file into place with the
+// same atomicity as WriteTokenShard. Until Finish the tokens are in a temporary file next to
+// `path`, removed when the writer is destroyed unfinished or a call fails. Movable, not copyable;
+// one thread at a time; every call blocks on the file system.
+class TokenShardWriter {
+ public:
+  // `token_bytes` is 2 (uint16 shard) or 4 (uint32 shard).
+  static StatusOr<TokenShardWriter> Create(const std::string& path, int token_bytes,
+                                           FileSystem& fs = FileSystem::Posix());
+  TokenShardWriter(TokenShardWriter&&) noexcept = default;
+  TokenShardWriter& operator=(TokenShardWriter&&) noexcept = default;
+  ~TokenShardWriter();
+
+  // Tokens must fit token_bytes (checked: a larger one is a bug of the caller). More than
+  // INT32_MAX tokens in all is InvalidArgument.
+  Status Append(std::span<const uint32_t> tokens);
+  Status Finish();
+  int64_t count() const { return count_; }
+
+ private:
+  TokenShardWriter() = default;
+  Status Fail(Status status);
+
+  FileSystem* fs_ = nullptr;
+  std::string path_;
+  std::string temp_path_;
+  std::unique_ptr<WritableFile> file_;
+  int token_bytes_ = 2;
+  int64_t count_ = 0;
+  std::vector<char> staging_;
+};
 
 }  // namespace hoist::runtime

@@ -479,5 +479,30 @@ TEST_F(DataLoaderTest, AShardRewrittenInPlaceWithATokenPastTheVocabularyIsAnErro
       << status.ToString();
 }
 
+TEST_F(DataLoaderTest, ReadsUint32ShardsWithTokensPast16Bits) {
+  // llm.c's Llama 3 shards: ids up to 128255 need 32 bits.
+  std::vector<uint32_t> tokens(50);
+  for (int i = 0; i < 50; ++i) tokens[i] = 100000 + i;
+  const std::string path = (fs::path(dir_) / "wide.bin").string();
+  ASSERT_TRUE(WriteTokenShard(path, tokens).ok());
+  StatusOr<std::unique_ptr<DataLoader>> loader =
+      DataLoader::Open(path, Split::kTrain, 2, 4, 0, 1, /*vocab_size=*/128256);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  Batch first = Take(**loader);
+  EXPECT_EQ(first.inputs, Iota(100000, 8));
+  EXPECT_EQ(first.targets, Iota(100001, 8));
+  Batch second = Take(**loader);
+  EXPECT_EQ(second.inputs, Iota(100008, 8));
+}
+
+TEST_F(DataLoaderTest, Uint32ShardWithATokenPastTheVocabularyIsRefusedAtOpen) {
+  const std::string path = (fs::path(dir_) / "wide.bin").string();
+  ASSERT_TRUE(WriteTokenShard(path, std::vector<uint32_t>(50, 70000)).ok());
+  StatusOr<std::unique_ptr<DataLoader>> loader =
+      DataLoader::Open(path, Split::kTrain, 2, 4, 0, 1, /*vocab_size=*/65536);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_THAT(loader.status().message(), HasSubstr("index 0 is 70000"));
+}
+
 }  // namespace
 }  // namespace hoist::runtime

@@ -68,7 +68,8 @@ TEST_F(TokenShardTest, RoundTripPreservesEveryToken) {
   ASSERT_TRUE(shard.ok()) << shard.status().ToString();
   EXPECT_EQ(shard->path(), path);
   ASSERT_EQ(shard->size(), static_cast<int64_t>(tokens.size()));
-  EXPECT_EQ(shard->ReadAll().value(), tokens);
+  EXPECT_EQ(shard->token_bytes(), 2);
+  EXPECT_EQ(shard->ReadAll().value(), std::vector<uint32_t>(tokens.begin(), tokens.end()));
 }
 
 TEST_F(TokenShardTest, WrittenFileHasLlmcHeaderAndExactSize) {
@@ -88,7 +89,7 @@ TEST_F(TokenShardTest, WrittenFileHasLlmcHeaderAndExactSize) {
 
 TEST_F(TokenShardTest, EmptyShardRoundTrips) {
   const std::string path = PathOf("empty.bin");
-  ASSERT_TRUE(WriteTokenShard(path, {}).ok());
+  ASSERT_TRUE(WriteTokenShard(path, std::span<const uint16_t>()).ok());
   StatusOr<TokenShard> shard = ReadTokenShard(path);
   ASSERT_TRUE(shard.ok()) << shard.status().ToString();
   EXPECT_EQ(shard->size(), 0);
@@ -119,13 +120,82 @@ TEST_F(TokenShardTest, WrongMagicIsDataLossNamingFileAndMagic) {
   EXPECT_THAT(shard.status().message(), HasSubstr("20240520"));
 }
 
-TEST_F(TokenShardTest, Llama3MagicIsDataLossSayingUint32) {
+TEST_F(TokenShardTest, ReadsLlama3ShardOfUint32Tokens) {
+  // llm.c's Llama 3 shard: two uint32 tokens, here written as four uint16 halves.
   const std::string path = WriteRaw("llama.bin", 20240801, 7, 2, {1, 2, 3, 4});
+  StatusOr<TokenShard> shard = ReadTokenShard(path);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  EXPECT_EQ(shard->token_bytes(), 4);
+  EXPECT_THAT(shard->ReadAll().value(), ::testing::ElementsAre(1u + (2u << 16), 3u + (4u << 16)));
+}
+
+TEST_F(TokenShardTest, Llama3MagicWithWrongVersionIsDataLossNamingIt) {
+  const std::string path = WriteRaw("llama.bin", 20240801, 1, 2, {1, 2, 3, 4});
   StatusOr<TokenShard> shard = ReadTokenShard(path);
   ASSERT_FALSE(shard.ok());
   EXPECT_EQ(shard.status().code(), StatusCode::kDataLoss);
   EXPECT_THAT(shard.status().message(), HasSubstr(path));
-  EXPECT_THAT(shard.status().message(), HasSubstr("uint32"));
+  EXPECT_THAT(shard.status().message(), HasSubstr("version 1, expected 7"));
+}
+
+TEST_F(TokenShardTest, Uint32ShardIsFourBytesPerTokenAndRoundTrips) {
+  const std::vector<uint32_t> tokens = {0, 65535, 65536, 70000, 128255, 4000000000u};
+  const std::string path = PathOf("wide.bin");
+  ASSERT_TRUE(WriteTokenShard(path, tokens).ok());
+  EXPECT_EQ(fs::file_size(path), 1024u + 4 * tokens.size());
+  std::ifstream in(path, std::ios::binary);
+  int32_t header[3];
+  in.read(reinterpret_cast<char*>(header), sizeof(header));
+  EXPECT_EQ(header[0], 20240801);
+  EXPECT_EQ(header[1], 7);
+  EXPECT_EQ(header[2], 6);
+  StatusOr<TokenShard> shard = ReadTokenShard(path);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  EXPECT_EQ(shard->token_bytes(), 4);
+  EXPECT_EQ(shard->ReadAll().value(), tokens);
+  const Status below = shard->CheckTokensBelow(128256);
+  EXPECT_EQ(below.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(below.message(), HasSubstr("index 5 is 4000000000"));
+}
+
+TEST_F(TokenShardTest, TruncatedUint32ShardCountsFourBytesPerToken) {
+  const std::string path = PathOf("wide.bin");
+  ASSERT_TRUE(WriteTokenShard(path, std::vector<uint32_t>{1, 2, 3}).ok());
+  fs::resize_file(path, 1024 + 10);
+  StatusOr<TokenShard> shard = ReadTokenShard(path);
+  ASSERT_FALSE(shard.ok());
+  EXPECT_EQ(shard.status().code(), StatusCode::kDataLoss);
+  EXPECT_THAT(shard.status().message(), HasSubstr("should be 1036 bytes"));
+  EXPECT_THAT(shard.status().message(), HasSubstr("3 tokens x 4 bytes"));
+}
+
+TEST_F(TokenShardTest, WriterInPiecesEqualsWriteTokenShard) {
+  for (int token_bytes : {2, 4}) {
+    const std::string name = "pieces" + std::to_string(token_bytes) + ".bin";
+    const std::string path = PathOf(name);
+    StatusOr<TokenShardWriter> writer = TokenShardWriter::Create(path, token_bytes);
+    ASSERT_TRUE(writer.ok()) << writer.status().ToString();
+    ASSERT_TRUE(writer->Append(std::vector<uint32_t>{5, 6}).ok());
+    ASSERT_TRUE(writer->Append(std::vector<uint32_t>{}).ok());
+    ASSERT_TRUE(writer->Append(std::vector<uint32_t>{7}).ok());
+    EXPECT_FALSE(fs::exists(path)) << "the shard appears only when finished";
+    ASSERT_TRUE(writer->Finish().ok());
+    StatusOr<TokenShard> shard = ReadTokenShard(path);
+    ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+    EXPECT_EQ(shard->token_bytes(), token_bytes);
+    EXPECT_THAT(shard->ReadAll().value(), ::testing::ElementsAre(5, 6, 7));
+    EXPECT_TRUE(fs::remove(path));
+    EXPECT_TRUE(Listing().empty()) << "no temporary file is left";
+  }
+}
+
+TEST_F(TokenShardTest, UnfinishedWriterLeavesNothing) {
+  {
+    StatusOr<TokenShardWriter> writer = TokenShardWriter::Create(PathOf("gone.bin"), 4);
+    ASSERT_TRUE(writer.ok());
+    ASSERT_TRUE(writer->Append(std::vector<uint32_t>{1, 2}).ok());
+  }
+  EXPECT_TRUE(Listing().empty());
 }
 
 TEST_F(TokenShardTest, WrongVersionIsDataLossNamingFileAndVersion) {
@@ -309,9 +379,9 @@ TEST_F(TokenShardTest, TruncatedAfterOpenIsDataLossNamingTheFileAndBothSizes) {
   StatusOr<TokenShard> shard = ReadTokenShard(path);
   ASSERT_TRUE(shard.ok()) << shard.status().ToString();
   fs::resize_file(path, 1024 + 2 * 500);
-  std::vector<uint16_t> out(10, 1);
+  std::vector<uint32_t> out(10, 1);
   EXPECT_TRUE(shard->Read(490, 10, out.data()).ok());
-  EXPECT_EQ(out, std::vector<uint16_t>(10, 5));
+  EXPECT_EQ(out, std::vector<uint32_t>(10, 5));
   const Status status = shard->Read(495, 10, out.data());
   ASSERT_FALSE(status.ok());
   EXPECT_EQ(status.code(), StatusCode::kDataLoss);

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "runtime/bpe_tokenizer.h"
 #include "runtime/token_shard.h"
 
 namespace hoist::runtime {
@@ -62,7 +64,7 @@ TEST_F(TokenizeFileTest, WritesOneTokenPerByte) {
   StatusOr<TokenShard> shard = ReadTokenShard(output);
   ASSERT_TRUE(shard.ok()) << shard.status().ToString();
   const std::vector<uint16_t> expected = EncodeBytes(text);
-  EXPECT_EQ(shard->ReadAll().value(), expected);
+  EXPECT_EQ(shard->ReadAll().value(), std::vector<uint32_t>(expected.begin(), expected.end()));
 }
 
 TEST_F(TokenizeFileTest, LargerThanOneReadChunkRoundTrips) {
@@ -76,7 +78,7 @@ TEST_F(TokenizeFileTest, LargerThanOneReadChunkRoundTrips) {
   StatusOr<TokenShard> shard = ReadTokenShard(output);
   ASSERT_TRUE(shard.ok());
   ASSERT_EQ(shard->size(), static_cast<int64_t>(text.size()));
-  const std::vector<uint16_t> tokens = shard->ReadAll().value();
+  const std::vector<uint32_t> tokens = shard->ReadAll().value();
   std::vector<int32_t> ids(tokens.begin(), tokens.end());
   EXPECT_EQ(DecodeTokens(ids), text);
 }
@@ -115,6 +117,63 @@ TEST_F(TokenizeFileTest, UnwritableOutputNamesTheOutputPath) {
   Status status = TokenizeFile(input, output);
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr(output));
+}
+
+std::string TokenizerFixture(const std::string& name) {
+  return std::string(HOIST_SOURCE_DIR) + "/tests/data/tokenizer/" + name;
+}
+
+TEST_F(TokenizeFileTest, WithATokenizerWritesItsIdsAsUint16) {
+  std::ifstream fixture(TokenizerFixture("text.txt"), std::ios::binary);
+  std::stringstream text;
+  text << fixture.rdbuf();
+  // Larger than one read chunk, so that the text crosses chunk boundaries.
+  std::string input_text;
+  while (input_text.size() < (size_t{3} << 20)) input_text += text.str();
+  const std::string input = PathOf("in.txt");
+  std::ofstream(input, std::ios::binary) << input_text;
+  const std::string output = PathOf("out.bin");
+  std::ostringstream progress;
+  TokenizeOptions options;
+  options.tokenizer_path = TokenizerFixture("llama3.json");
+  options.progress = &progress;
+  Status status = TokenizeFile(input, output, options);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+
+  std::unique_ptr<BpeTokenizer> tokenizer = BpeTokenizer::Load(options.tokenizer_path).value();
+  StatusOr<TokenShard> shard = ReadTokenShard(output);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  EXPECT_EQ(shard->token_bytes(), 2);
+  const std::vector<int32_t> expected = tokenizer->Encode(input_text);
+  EXPECT_EQ(shard->ReadAll().value(), std::vector<uint32_t>(expected.begin(), expected.end()));
+  EXPECT_THAT(progress.str(),
+              HasSubstr(" MiB (100%), " + std::to_string(expected.size()) + " tokens\n"));
+}
+
+TEST_F(TokenizeFileTest, WithATokenizerPast16BitsWritesUint32) {
+  const std::string input = PathOf("in.txt");
+  std::ofstream(input, std::ios::binary) << "a<|wide|>b <|wide|> Привет<|begin_of_text|>";
+  const std::string output = PathOf("out.bin");
+  TokenizeOptions options;
+  options.tokenizer_path = TokenizerFixture("llama3_wide.json");
+  ASSERT_TRUE(TokenizeFile(input, output, options).ok());
+  StatusOr<TokenShard> shard = ReadTokenShard(output);
+  ASSERT_TRUE(shard.ok()) << shard.status().ToString();
+  EXPECT_EQ(shard->token_bytes(), 4);
+  EXPECT_THAT(shard->ReadAll().value(), ::testing::Contains(70000u));
+}
+
+TEST_F(TokenizeFileTest, BadTokenizerNamesItsFileAndWritesNothing) {
+  const std::string input = PathOf("in.txt");
+  std::ofstream(input, std::ios::binary) << "text";
+  const std::string tokenizer = PathOf("tokenizer.json");
+  std::ofstream(tokenizer, std::ios::binary) << "{\"model\": {";
+  TokenizeOptions options;
+  options.tokenizer_path = tokenizer;
+  Status status = TokenizeFile(input, PathOf("out.bin"), options);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr(tokenizer));
+  EXPECT_FALSE(fs::exists(PathOf("out.bin")));
 }
 
 }  // namespace

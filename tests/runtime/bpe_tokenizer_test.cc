@@ -1,0 +1,231 @@
+#include "runtime/bpe_tokenizer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace hoist::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The fixtures of scripts/reference/tokenizer.py: tokenizers trained by the Hugging Face
+// tokenizers library and the ids it gives for text.txt.
+std::string FixturePath(const std::string& name) {
+  return std::string(HOIST_SOURCE_DIR) + "/tests/data/tokenizer/" + name;
+}
+
+std::string ReadFixture(const std::string& name) {
+  std::ifstream in(FixturePath(name), std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const nlohmann::json& Expected() {
+  static const nlohmann::json expected = nlohmann::json::parse(ReadFixture("expected.json"));
+  return expected;
+}
+
+std::unique_ptr<BpeTokenizer> LoadFixture(const std::string& name) {
+  StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = BpeTokenizer::Load(FixturePath(name));
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  return tokenizer.ok() ? std::move(tokenizer).value() : nullptr;
+}
+
+std::vector<int32_t> StreamEncode(const BpeTokenizer& tokenizer, const std::string& text,
+                                  size_t chunk) {
+  BpeStreamEncoder encoder(tokenizer);
+  std::vector<int32_t> ids;
+  for (size_t at = 0; at < text.size(); at += chunk) {
+    encoder.Add(std::string_view(text).substr(at, chunk), &ids);
+  }
+  encoder.Finish(&ids);
+  return ids;
+}
+
+class FixtureTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FixtureTest, IdsEqualTheTokenizersLibrary) {
+  std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture(GetParam());
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<int32_t> expected = Expected()[GetParam()]["ids"];
+  EXPECT_EQ(tokenizer->Encode(ReadFixture("text.txt")), expected);
+}
+
+TEST_P(FixtureTest, PiecesEqualTheLibrarysPreTokenizer) {
+  std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture(GetParam());
+  ASSERT_NE(tokenizer, nullptr);
+  const std::vector<std::string> expected = Expected()[GetParam()]["pieces"];
+  EXPECT_EQ(tokenizer->PreTokenize(ReadFixture("text.txt")), expected);
+}
+
+TEST_P(FixtureTest, DecodeEqualsTheLibraryAndTheText) {
+  std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture(GetParam());
+  ASSERT_NE(tokenizer, nullptr);
+  const std::string text = ReadFixture("text.txt");
+  const std::vector<int32_t> ids = Expected()[GetParam()]["ids"];
+  EXPECT_EQ(tokenizer->Decode(ids), Expected()[GetParam()]["decoded"].get<std::string>());
+  EXPECT_EQ(tokenizer->Decode(tokenizer->Encode(text)), text);
+}
+
+TEST_P(FixtureTest, StreamingInChunksGivesTheWholeTextsIds) {
+  std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture(GetParam());
+  ASSERT_NE(tokenizer, nullptr);
+  // The text three times over, so that chunk boundaries fall everywhere in it, and the cases
+  // where a piece depends on what follows it: lower-case contractions (GPT-2's are
+  // case-sensitive), whitespace runs before line breaks and words, digit runs.
+  const std::string text = ReadFixture("text.txt") + "we're they'll you've I'd it's 'll 're\n" +
+                           ReadFixture("text.txt") + "\n \n  \r\n\t x  \n\n y 1234567 '" +
+                           ReadFixture("text.txt");
+  const std::vector<int32_t> whole = tokenizer->Encode(text);
+  for (size_t chunk : {1, 2, 3, 5, 7, 13, 64, 4096}) {
+    EXPECT_EQ(StreamEncode(*tokenizer, text, chunk), whole) << "chunk " << chunk;
+  }
+}
+
+TEST_P(FixtureTest, RoundTripsBytesThatAreNotUtf8) {
+  std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture(GetParam());
+  ASSERT_NE(tokenizer, nullptr);
+  std::string bytes;
+  for (int b = 255; b >= 0; --b) bytes.push_back(static_cast<char>(b));
+  bytes += "\xE4\xB8 cut\xF0\x9F";
+  EXPECT_EQ(tokenizer->Decode(tokenizer->Encode(bytes)), bytes);
+  EXPECT_EQ(StreamEncode(*tokenizer, bytes, 1), tokenizer->Encode(bytes));
+}
+
+INSTANTIATE_TEST_SUITE_P(BpeTokenizer, FixtureTest,
+                         ::testing::Values("gpt2.json", "llama3.json", "llama3_wide.json"));
+
+TEST(BpeTokenizer, WideIdsEqualTheLibrary) {
+  std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture("llama3_wide.json");
+  ASSERT_NE(tokenizer, nullptr);
+  const nlohmann::json& wide = Expected()["llama3_wide.json"];
+  const std::vector<int32_t> expected = wide["wide_ids"];
+  EXPECT_EQ(tokenizer->Encode(wide["wide_text"].get<std::string>()), expected);
+  EXPECT_EQ(tokenizer->id_limit(), 70001);
+}
+
+TEST(BpeTokenizer, AddedTokenSplitAcrossChunksIsFound) {
+  std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture("llama3.json");
+  ASSERT_NE(tokenizer, nullptr);
+  const std::string text = "ab<|begin_of_text|>cd";
+  const std::vector<int32_t> whole = tokenizer->Encode(text);
+  EXPECT_THAT(whole, ::testing::Contains(0));
+  for (size_t chunk = 1; chunk < text.size(); ++chunk) {
+    EXPECT_EQ(StreamEncode(*tokenizer, text, chunk), whole) << "chunk " << chunk;
+  }
+}
+
+// The fuzz target's seed: a tiny vocabulary, so that most of the text stays single bytes.
+TEST(BpeTokenizer, StreamingWithATinyVocabularyGivesTheWholeTextsIds) {
+  StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = BpeTokenizer::Load(
+      std::string(HOIST_SOURCE_DIR) + "/fuzz/corpus/fuzz_tokenizer_json/gpt2_small.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  const std::string text =
+      "It's THEY'LL 12345 \t\n\n  x\xE4\xB8\xAD\xE6\x96\x87 \xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD "
+      "<|endoftext|>\xff\xfe\r\n end  ";
+  const std::vector<int32_t> whole = (*tokenizer)->Encode(text);
+  for (size_t chunk : {1, 2, 3, 5}) {
+    EXPECT_EQ(StreamEncode(**tokenizer, text, chunk), whole) << "chunk " << chunk;
+  }
+}
+
+// A valid tokenizer.json with one edit, for the error tests.
+std::string Edited(const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json config = nlohmann::json::parse(ReadFixture("llama3.json"));
+  edit(config);
+  return config.dump();
+}
+
+Status ParseError(const std::string& text) {
+  StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = BpeTokenizer::Parse(text, "tok.json");
+  return tokenizer.ok() ? Status::Ok() : tokenizer.status();
+}
+
+TEST(BpeTokenizerErrors, MissingModelNamesTheFileAndField) {
+  Status status = ParseError(Edited([](nlohmann::json& c) { c.erase("model"); }));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("tok.json"));
+  EXPECT_THAT(status.message(), HasSubstr("model"));
+}
+
+TEST(BpeTokenizerErrors, UnknownSplitPatternIsNamed) {
+  Status status = ParseError(Edited([](nlohmann::json& c) {
+    c["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\w+|\\s+";
+  }));
+  EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(), HasSubstr("tok.json"));
+  EXPECT_THAT(status.message(), HasSubstr("pre_tokenizer.pretokenizers[0].pattern.Regex"));
+  EXPECT_THAT(status.message(), HasSubstr("\\w+|\\s+"));
+}
+
+TEST(BpeTokenizerErrors, MergeOfUnknownTokenIsNamed) {
+  Status status = ParseError(Edited([](nlohmann::json& c) {
+    c["model"]["merges"][5] = nlohmann::json::array({"Ġ", "nosuchtoken"});
+  }));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("tok.json"));
+  EXPECT_THAT(status.message(), HasSubstr("model.merges[5]"));
+  EXPECT_THAT(status.message(), HasSubstr("nosuchtoken"));
+}
+
+TEST(BpeTokenizerErrors, MalformedMergeStringIsNamed) {
+  Status status = ParseError(Edited([](nlohmann::json& c) { c["model"]["merges"][2] = "abc"; }));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("model.merges[2]"));
+}
+
+TEST(BpeTokenizerErrors, TruncatedJsonNamesTheFile) {
+  const std::string text = ReadFixture("gpt2.json");
+  Status status = ParseError(text.substr(0, text.size() / 2));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("tok.json"));
+  EXPECT_THAT(status.message(), HasSubstr("not valid JSON"));
+}
+
+TEST(BpeTokenizerErrors, NumberOutOfRangeIsAnErrorNotAnException) {
+  Status status = ParseError("{\"model\": 1e999}");
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("tok.json"));
+}
+
+TEST(BpeTokenizerErrors, FlagOfTheWrongTypeNamesTheField) {
+  Status status =
+      ParseError(Edited([](nlohmann::json& c) { c["model"]["ignore_merges"] = "yes"; }));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("model.ignore_merges"));
+  status = ParseError(Edited([](nlohmann::json& c) { c["added_tokens"][0]["lstrip"] = 1; }));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("added_tokens[0].lstrip"));
+}
+
+TEST(BpeTokenizerErrors, NormalizerIsUnsupported) {
+  Status status = ParseError(Edited([](nlohmann::json& c) {
+    c["normalizer"] = {{"type", "NFC"}};
+  }));
+  EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(), HasSubstr("normalizer"));
+}
+
+TEST(BpeTokenizerErrors, VocabularyWithoutEveryByteIsNamed) {
+  Status status = ParseError(Edited([](nlohmann::json& c) { c["model"]["vocab"].erase("Ġ"); }));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("model.vocab"));
+}
+
+TEST(BpeTokenizerErrors, MissingFileIsNotFoundNamingIt) {
+  StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer =
+      BpeTokenizer::Load(FixturePath("no_such_tokenizer.json"));
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_EQ(tokenizer.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(tokenizer.status().message(), HasSubstr("no_such_tokenizer.json"));
+}
+
+}  // namespace
+}  // namespace hoist::runtime
