@@ -28,7 +28,10 @@ StatusOr<CheckpointModel> OpenCheckpointModel(const std::string& checkpoint) {
   return opened;
 }
 
-Status ReadCheckpointWeights(const std::string& step_dir, const ParamLayout& layout, float* out) {
+Status ReadCheckpointWeights(const std::string& step_dir, const ModelConfig& model, float* out) {
+  const std::vector<zero::UnitSpec> units = ModelUnits(model);
+  std::vector<int64_t> unit_offsets = {0};
+  for (const zero::UnitSpec& unit : units) unit_offsets.push_back(unit_offsets.back() + unit.size);
   HOIST_ASSIGN_OR_RETURN(CheckpointReader first, CheckpointReader::Open(step_dir, 0));
   const nlohmann::json& metadata = first.metadata();
   HOIST_ASSIGN_OR_RETURN(const int64_t stage,
@@ -36,18 +39,18 @@ Status ReadCheckpointWeights(const std::string& step_dir, const ParamLayout& lay
   const int world_size = first.world_size();
   if (stage == 0 || world_size == 1) {
     // The whole state, in unit order, in rank 0's shard.
-    return first.Read("master", out, layout.total * int64_t{sizeof(float)});
+    return first.Read("master", out, unit_offsets.back() * int64_t{sizeof(float)});
   }
   for (int rank = 0; rank < world_size; ++rank) {
     HOIST_ASSIGN_OR_RETURN(zero::PartitionPlan plan,
-                           zero::PartitionPlan::Build(layout.Units(), world_size, rank));
+                           zero::PartitionPlan::Build(units, world_size, rank));
     HOIST_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(step_dir, rank));
     std::vector<float> shard(static_cast<size_t>(plan.total_shard()));
     HOIST_RETURN_IF_ERROR(
         reader.Read("master", shard.data(), plan.total_shard() * int64_t{sizeof(float)}));
     for (int u = 0; u < plan.num_units(); ++u) {
       const zero::UnitPartition& part = plan.unit(u);
-      std::memcpy(out + layout.unit_offsets[static_cast<size_t>(u)] + part.owned_begin,
+      std::memcpy(out + unit_offsets[static_cast<size_t>(u)] + part.owned_begin,
                   shard.data() + part.shard_offset,
                   static_cast<size_t>(part.owned_real) * sizeof(float));
     }

@@ -6,14 +6,15 @@
 #include <string>
 
 #include "core/status.h"
-#include "runtime/gpt2.h"
+#include "runtime/config.h"
+#include "runtime/model.h"
 
 namespace hoist::runtime {
 
-// Fills `out` (layout.total floats, the model's flat unit order) with the fp32 weights of the
-// committed step directory `step_dir`, assembled from every rank's shard. Each shard's checksum
-// is verified; a missing or damaged shard is an error naming it.
-Status ReadCheckpointWeights(const std::string& step_dir, const ParamLayout& layout, float* out);
+// Fills `out` (ModelParameterCount(model) floats, the flat unit order of ModelUnits(model)) with
+// the fp32 weights of the committed step directory `step_dir`, assembled from every rank's shard.
+// Each shard's checksum is verified; a missing or damaged shard is an error naming it.
+Status ReadCheckpointWeights(const std::string& step_dir, const ModelConfig& model, float* out);
 
 // A checkpoint opened for its weights: the step directory, its manifest metadata and the model
 // its run identity describes.

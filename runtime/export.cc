@@ -12,9 +12,8 @@ StatusOr<std::string> ExportCheckpoint(const ExportOptions& options) {
   const std::string& step_dir = opened.step_dir;
   const nlohmann::json& metadata = opened.metadata;
   const ModelConfig& model = opened.model;
-  const ParamLayout layout = ParamLayout::For(model);
-  std::vector<float> weights(static_cast<size_t>(layout.total));
-  HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(step_dir, layout, weights.data()));
+  std::vector<float> weights(static_cast<size_t>(ModelParameterCount(model)));
+  HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(step_dir, model, weights.data()));
   if (options.format == ExportFormat::kLlmc) {
     HOIST_RETURN_IF_ERROR(
         WriteLlmcCheckpoint(options.output, model, weights.data(), options.dtype));

@@ -126,18 +126,6 @@ Gpt2Model::ActivationBytes Gpt2Model::ActivationFootprint(
   return bytes;
 }
 
-const char* Gpt2Model::PhaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kForwardEmbedding: return "forward embedding";
-    case Phase::kForwardBlock: return "forward block";
-    case Phase::kForwardHead: return "forward head";
-    case Phase::kBackwardHead: return "backward head";
-    case Phase::kBackwardBlock: return "backward block";
-    case Phase::kBackwardEmbedding: return "backward embedding";
-  }
-  return "unknown";
-}
-
 Status Gpt2Model::Allocate(Device* device) {
   if (store_ == nullptr) {
     const int64_t bytes = layout_.total * int64_t{sizeof(float)};

@@ -39,6 +39,7 @@
 #include "kernels/backend.h"
 #include "offload/pinned_pool.h"
 #include "runtime/config.h"
+#include "runtime/model.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
 
@@ -102,7 +103,7 @@ struct ParamLayout {
 // Gpt2Model (the GPU model draws the same values).
 void InitializeGpt2Unit(const ModelConfig& config, int unit, uint64_t seed, float* out);
 
-class Gpt2Model {
+class Gpt2Model final : public Model {
  public:
   // Allocates activations for micro-batches up to (max_B, max_T) on `device`, and the
   // parameters and gradients too unless `store` is given (it must then outlive the model and
@@ -123,47 +124,26 @@ class Gpt2Model {
       const ActivationCheckpointingConfig& checkpointing = {});
   ~Gpt2Model();
 
-  // The activation bytes Create allocates for (max_B, max_T), by place: `device` (the compute
-  // device) and `host_pinned` (cpu_checkpointing's block inputs). They are allocated once and
-  // held for the model's life, so they are also the activations' peak. Computed by the same
-  // code that sizes the allocation, without allocating.
-  struct ActivationBytes {
-    int64_t device = 0;
-    int64_t host_pinned = 0;
-  };
-  // `device`: the backend's kind, whose attention may ask for a workspace (the CUDA backend's
-  // direct attention does; the CPU's needs none).
+  // The activation bytes Create allocates for (max_B, max_T) (Model::ActivationBytes), computed
+  // by the same code that sizes the allocation, without allocating. `device`: the backend's kind,
+  // whose attention may ask for a workspace (the CUDA backend's direct attention does; the CPU's
+  // needs none).
   static ActivationBytes ActivationFootprint(
       const ModelConfig& config, int max_B, int max_T, DType activation_type = DType::kFloat32,
       const ActivationCheckpointingConfig& checkpointing = {},
       DeviceKind device = DeviceKind::kCpu);
 
-  // The phases of a training forward and backward, reported to the phase hook as each begins
-  // (`block` is the transformer block, or -1), for the memory profiler.
-  enum class Phase {
-    kForwardEmbedding,
-    kForwardBlock,
-    kForwardHead,  // final layernorm, logits, loss
-    kBackwardHead,
-    kBackwardBlock,  // includes the block's recomputation when it is checkpointed
-    kBackwardEmbedding,
-  };
-  static const char* PhaseName(Phase phase);
-  using PhaseHook = std::function<void(Phase phase, int block)>;
-  // Called on the driving thread at the start of every phase; empty to stop.
-  void set_phase_hook(PhaseHook hook) { phase_hook_ = std::move(hook); }
-
   // Seconds spent recomputing checkpointed activations in backward, and the blocks that
   // recomputed something, since creation.
-  double recompute_seconds() const { return recompute_s_; }
-  int64_t recomputed_blocks() const { return recomputed_blocks_; }
+  double recompute_seconds() const override { return recompute_s_; }
+  int64_t recomputed_blocks() const override { return recomputed_blocks_; }
   const ActivationCheckpointingConfig& checkpointing() const { return checkpointing_; }
 
   // GPT-2's initialisation: weights N(0, 0.02), the residual projections (attention and MLP
   // output) N(0, 0.02/sqrt(2L)), biases 0, layernorm weights 1; the padded rows of wte stay 0.
   // Writes the fp32 values of `unit` into `out` (unit_size elements); each tensor slice draws
   // from its own stream, so a unit's values depend on (seed, unit) alone.
-  void InitializeUnit(int unit, uint64_t seed, float* out) const;
+  void InitializeUnit(int unit, uint64_t seed, float* out) const override;
   // InitializeUnit for every unit of the model's own flat store (a failed copy shows in
   // status()).
   void InitializeWeights(uint64_t seed);
@@ -172,36 +152,37 @@ class Gpt2Model {
   // positions; when `dloss` > 0 it also leaves dloss * dLoss/dlogits ready for Backward (dloss is
   // the weight of this micro-batch's mean in the optimised loss: 1/accumulation_steps, times the
   // loss scale in fp16). Without targets (nullptr) it returns 0 and only the logits are computed.
-  float Forward(const int32_t* inputs, const int32_t* targets, int B, int T, float dloss = 0.0f);
+  float Forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                float dloss = 0.0f) override;
 
   // Adds to the store's gradients the backward pass of the last Forward (which must have had
   // targets and dloss > 0).
-  void Backward();
+  void Backward() override;
 
   // Zeroes the model's own flat gradients (a model with an external store leaves that to it).
-  void ZeroGradients();
+  void ZeroGradients() override;
 
   // logits (B,T,Vp) of the last Forward, in the backend's device memory; only valid when it was
   // called without dloss (Forward with dloss overwrites them with their gradient). fp32 models
   // only (checked).
-  const float* logits() const {
+  const float* logits() const override {
     HOIST_CHECK(activation_type_ == DType::kFloat32) << "logits() of a 16-bit model";
     return static_cast<const float*>(logits_);
   }
 
   // The first error an op of the backend returned; a pass stops at it (Forward returns NaN), as
   // it does when the store fails. Ok otherwise.
-  const Status& status() const { return status_; }
+  const Status& status() const override { return status_; }
   kernels::Backend& backend() { return *backend_; }
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
   const ParamLayout& layout() const { return layout_; }
-  int64_t num_parameters() const { return layout_.total; }
+  int64_t num_parameters() const override { return layout_.total; }
   zero::ParamStore* store() { return store_; }
   // The flat store's buffers (unit-major); only for a model that owns its store.
-  float* params();
+  float* params() override;
   const float* params() const;
-  float* grads();
+  float* grads() override;
   const float* grads() const;
   float* param(int tensor, int layer = 0) { return params() + layout_.Offset(tensor, layer); }
   float* grad(int tensor, int layer = 0) { return grads() + layout_.Offset(tensor, layer); }
@@ -246,9 +227,6 @@ class Gpt2Model {
   // Backward: recomputes what layer l did not keep from what it kept, its input `residual` and
   // its unit's `weights`, exactly as forward computed it.
   void RecomputeBlock(int l, const void* residual, const void* weights);
-  void EnterPhase(Phase phase, int block) {
-    if (phase_hook_) phase_hook_(phase, block);
-  }
   // Keeps the first error of an op; false when the pass must stop (this one failed or an earlier
   // one did).
   bool Ok(const Status& op);
@@ -310,7 +288,6 @@ class Gpt2Model {
   int32_t* targets_ = nullptr;  // (B,T) in tokens_, after the inputs
   int last_B_ = 0, last_T_ = 0;
   bool backward_ready_ = false;
-  PhaseHook phase_hook_;
   double recompute_s_ = 0;
   int64_t recomputed_blocks_ = 0;
 };

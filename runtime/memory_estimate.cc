@@ -25,20 +25,22 @@ using Op = StoreCall::Op;
 // which the model asks for them.
 class RecordingStore final : public zero::ParamStore {
  public:
-  RecordingStore(const ParamLayout& layout, Device* device) : layout_(layout) {
-    const int64_t bytes = layout.total * int64_t{sizeof(float)};
+  RecordingStore(const std::vector<zero::UnitSpec>& units, Device* device) {
+    offsets_.push_back(0);
+    for (const zero::UnitSpec& unit : units) offsets_.push_back(offsets_.back() + unit.size);
+    const int64_t bytes = offsets_.back() * int64_t{sizeof(float)};
     params_ = std::move(device->Allocate(bytes, Category::kParam)).value();
     grads_ = std::move(device->Allocate(bytes, Category::kGrad)).value();
   }
   const void* AcquireParams(int unit) override {
     calls_->push_back({Op::kAcquireParams, unit});
-    return params_.as<float>() + layout_.unit_offsets[unit];
+    return params_.as<float>() + offsets_[static_cast<size_t>(unit)];
   }
   void ReleaseParams(int unit) override { calls_->push_back({Op::kReleaseParams, unit}); }
   void Prefetch(int unit) override { calls_->push_back({Op::kPrefetch, unit}); }
   float* AcquireGrads(int unit) override {
     calls_->push_back({Op::kAcquireGrads, unit});
-    return grads_.as<float>() + layout_.unit_offsets[unit];
+    return grads_.as<float>() + offsets_[static_cast<size_t>(unit)];
   }
   void ReleaseGrads(int unit) override { calls_->push_back({Op::kReleaseGrads, unit}); }
   Status status() const override { return Status::Ok(); }
@@ -46,7 +48,7 @@ class RecordingStore final : public zero::ParamStore {
   void RecordInto(std::vector<StoreCall>* calls) { calls_ = calls; }
 
  private:
-  const ParamLayout& layout_;
+  std::vector<int64_t> offsets_;  // unit u is [u, u + 1) of the buffers
   Buffer params_, grads_;
   std::vector<StoreCall>* calls_ = nullptr;
 };
@@ -59,18 +61,22 @@ void AddTable(MemorySnapshot::Table* into, const MemorySnapshot::Table& from) {
 
 }  // namespace
 
-zero::ModelPasses Gpt2StorePasses(int n_layer) {
+zero::ModelPasses ModelStorePasses(const ModelConfig& config) {
+  // The same family and depth, as small as it goes: the calls depend on nothing else.
   ModelConfig tiny;
-  tiny.n_layer = n_layer;
+  tiny.family = config.family;
+  tiny.n_layer = config.n_layer;
   tiny.n_head = 1;
+  tiny.n_kv_head = 1;
   tiny.n_embd = 4;
+  tiny.intermediate_size = 4;
   tiny.vocab_size = 2;
   tiny.seq_len = 1;
+  tiny.tie_word_embeddings = config.tie_word_embeddings;
   MemoryTracker tracker;  // the caller's tracker never sees this
   CpuDevice device(Place::kDevice, &tracker);
-  const ParamLayout layout = ParamLayout::For(tiny);
-  RecordingStore store(layout, &device);
-  auto model = std::move(Gpt2Model::Create(tiny, 1, 1, &device, &store)).value();
+  RecordingStore store(ModelUnits(tiny), &device);
+  auto model = std::move(CreateModel(tiny, 1, 1, &device, &store)).value();
   zero::ModelPasses passes;
   const int32_t token = 1;
   store.RecordInto(&passes.forward);
@@ -82,14 +88,14 @@ zero::ModelPasses Gpt2StorePasses(int n_layer) {
 }
 
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size, DeviceKind device) {
-  return EstimateMemory(config, world_size, Gpt2StorePasses(config.model.n_layer), device);
+  return EstimateMemory(config, world_size, ModelStorePasses(config.model), device);
 }
 
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
                                         const zero::ModelPasses& passes, DeviceKind device) {
   const bool accelerator = device != DeviceKind::kCpu;
   if (world_size < 1) return InvalidArgumentError("the number of ranks must be >= 1");
-  const ParamLayout layout = ParamLayout::For(config.model);
+  const std::vector<zero::UnitSpec> units = ModelUnits(config.model);
   const zero::ZeroOptions options = ZeroOptionsFrom(config);
   const int B = static_cast<int>(config.train_micro_batch_size_per_gpu);
   const int T = config.model.seq_len;
@@ -97,7 +103,7 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
 
   // The model's and the trainer's own memory, held throughout.
   MemorySnapshot::Table held{};
-  const Gpt2Model::ActivationBytes activations = Gpt2Model::ActivationFootprint(
+  const Model::ActivationBytes activations = ModelActivationFootprint(
       config.model, B, T, config.precision(), config.activation_checkpointing, device);
   const int64_t batch_bytes = int64_t{2} * B * T * int64_t{sizeof(int32_t)};
   int64_t data_bytes = DataLoader::TrackedHostBytes(config.data.train, Split::kTrain);
@@ -115,12 +121,12 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
 
   HOIST_ASSIGN_OR_RETURN(
       zero::EngineMemoryEstimate engine,
-      zero::EstimateEngineMemory(layout.Units(), options, world_size,
+      zero::EstimateEngineMemory(units, options, world_size,
                                  /*rank=*/0, passes, micro_batches, accelerator));
   MemoryEstimate e;
   e.world_size = world_size;
   e.device = device;
-  e.parameters = layout.total;
+  e.parameters = ModelParameterCount(config.model);
   e.activations = activations;
   e.batch_bytes = batch_bytes;
   e.data_bytes = data_bytes;
@@ -140,7 +146,7 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
                            : "throughout";
   }
   e.zero_paper_model_states = zero::ZeroPaperModelStateBytes(
-      layout.total, config.zero.stage, world_size, config.precision() != DType::kFloat32);
+      e.parameters, config.zero.stage, world_size, config.precision() != DType::kFloat32);
   e.engine = std::move(engine);
   return e;
 }

@@ -5,7 +5,7 @@
 //   the ZeRO engine (zero/memory_estimate.h): parameters, gradients and optimizer states wherever
 //     they live, gathered units, gradient reductions in flight, offload buffers and files; it
 //     replays the model's ParamStore calls, recorded from a model of the same depth;
-//   the model's activations (Gpt2Model::ActivationFootprint): every saved tensor the
+//   the model's activations (ModelActivationFootprint): every saved tensor the
 //     checkpointing policy keeps, the working layers, backward scratch, logits;
 //   the trainer's micro-batch buffer and the built-in data's tokens.
 // Activations are allocated once and held, so the peak of a place is its resident bytes plus
@@ -24,7 +24,7 @@
 #include "core/memory_tracker.h"
 #include "core/status.h"
 #include "runtime/config.h"
-#include "runtime/gpt2.h"
+#include "runtime/model.h"
 #include "zero/memory_estimate.h"
 
 namespace hoist::runtime {
@@ -34,11 +34,11 @@ namespace hoist::runtime {
 struct MemoryEstimate {
   int world_size = 1;
   DeviceKind device = DeviceKind::kCpu;  // what the model and the engine compute on
-  int64_t parameters = 0;  // Ψ, GPT-2's parameter count (the padded vocabulary included)
+  int64_t parameters = 0;  // Ψ, the model's parameter count (the padded vocabulary included)
   zero::EngineMemoryEstimate engine;
-  Gpt2Model::ActivationBytes activations;  // the model's, held from creation on
-  int64_t batch_bytes = 0;                 // the micro-batch's tokens and targets (device)
-  int64_t data_bytes = 0;                  // the built-in data's tokens (host, workspace)
+  Model::ActivationBytes activations;  // the model's, held from creation on
+  int64_t batch_bytes = 0;             // the micro-batch's tokens and targets (device)
+  int64_t data_bytes = 0;              // the built-in data's tokens (host, workspace)
 
   // What the tracker's peak and peak_total will hold: the JSONL log's `peak` and `peak_total`.
   MemorySnapshot::Table peak{};
@@ -64,10 +64,10 @@ struct MemoryEstimate {
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
                                         DeviceKind device = DeviceKind::kCpu);
 
-// The ParamStore calls of one training micro-batch of a GPT-2 of `n_layer` blocks, recorded
-// from a model of that depth and the smallest widths (the order depends on the depth alone).
-zero::ModelPasses Gpt2StorePasses(int n_layer);
-// EstimateMemory with the model's calls given (Gpt2StorePasses(config.model.n_layer)), for
+// The ParamStore calls of one training micro-batch of `config`'s model, recorded from a model of
+// its family and depth at the smallest widths (the order depends on nothing else).
+zero::ModelPasses ModelStorePasses(const ModelConfig& config);
+// EstimateMemory with the model's calls given (ModelStorePasses(config.model)), for
 // callers that estimate many variants of one model.
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
                                         const zero::ModelPasses& passes,

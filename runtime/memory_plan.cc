@@ -383,7 +383,7 @@ StepCost EstimateStepCost(const Config& config, int world_size, int ranks_per_no
               rates.host_link_bytes_per_s > 0 && rates.nvme_bytes_per_s > 0);
   HOIST_CHECK_GE(world_size, 1);
   const ModelConfig& m = config.model;
-  const double psi = static_cast<double>(ParamLayout::For(m).total);
+  const double psi = static_cast<double>(ModelParameterCount(m));
   const double n = world_size;
   const double shard = std::ceil(psi / n);
   const double a = (n - 1) / n;
@@ -475,7 +475,7 @@ StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOp
 
   const std::string text = base.raw.dump();
   // Every point has the base's depth, so one recording of the model's calls serves them all.
-  const zero::ModelPasses passes = Gpt2StorePasses(base.model.n_layer);
+  const zero::ModelPasses passes = ModelStorePasses(base.model);
   std::vector<PlanCandidate> all;
   Status first_refusal = Status::Ok();
   for (const PlanChoice& choice : Choices(base, world_size, nvme, used.device)) {

@@ -8,7 +8,7 @@
 #include "runtime/bpe_tokenizer.h"
 #include "runtime/checkpoint_weights.h"
 #include "runtime/config.h"
-#include "runtime/gpt2.h"
+#include "runtime/model.h"
 #include "runtime/tokenizer.h"
 
 namespace hoist::runtime {
@@ -52,9 +52,9 @@ StatusOr<std::vector<int32_t>> SampleWith(const SampleOptions& options,
                                 "tokenizer.json");
   }
   CpuDevice device(Place::kDevice);
-  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<Gpt2Model> model,
-                         Gpt2Model::Create(m, /*max_B=*/1, m.seq_len, &device));
-  HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(step_dir, model->layout(), model->params()));
+  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                         CreateModel(m, /*max_B=*/1, m.seq_len, &device));
+  HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(step_dir, m, model->params()));
 
   std::vector<int32_t> context;
   // An empty prompt starts from a newline, a natural start of text.
@@ -81,7 +81,7 @@ StatusOr<std::vector<int32_t>> SampleWith(const SampleOptions& options,
     const int T = static_cast<int>(std::min<size_t>(context.size(), m.seq_len));
     const int32_t* window = context.data() + context.size() - T;
     model->Forward(window, nullptr, 1, T);
-    const float* last = model->logits() + int64_t{T - 1} * model->Vp();
+    const float* last = model->logits() + int64_t{T - 1} * m.padded_vocab_size();
     int32_t token =
         PickToken(last, m.vocab_size, options.temperature, options.top_k, rng.Uniform());
     context.push_back(token);

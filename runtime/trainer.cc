@@ -84,7 +84,7 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
   const OffloadParamConfig& param = config_.zero.offload_param;
   // cpu_checkpointing's block inputs take pinned host memory too: part of the same check.
   const int64_t activation_pinned =
-      Gpt2Model::ActivationFootprint(
+      ModelActivationFootprint(
           config_.model, static_cast<int>(config_.train_micro_batch_size_per_gpu),
           config_.model.seq_len, config_.precision(), config_.activation_checkpointing)
           .host_pinned;
@@ -188,9 +188,9 @@ Status Trainer::CreateModel() {
   const int T = config_.model.seq_len;
   engine_comm_ = comm_;
   if (options_.accelerator) HOIST_RETURN_IF_ERROR(OpenAccelerator());
-  const ParamLayout layout = ParamLayout::For(config_.model);
+  const std::vector<zero::UnitSpec> units = ModelUnits(config_.model);
   zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
-  HOIST_RETURN_IF_ERROR(PrepareOffload(layout.Units(), &zero_options));
+  HOIST_RETURN_IF_ERROR(PrepareOffload(units, &zero_options));
   // The whole job against the node's memory, before any of it is allocated: refused with the
   // numbers rather than killed by the OOM killer. (An accelerator's model states are in its own
   // memory, which its allocator guards.)
@@ -201,25 +201,25 @@ Status Trainer::CreateModel() {
   {
     // Opening the scratch files and allocating the buffers can fail on one rank alone (a disk
     // filled since the check, a device out of memory): every rank stops with that rank's reason.
-    auto engine = zero::ZeroEngine::Create(layout.Units(), zero_options, engine_comm_, backend_);
+    auto engine = zero::ZeroEngine::Create(units, zero_options, engine_comm_, backend_);
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, engine.status()));
     engine_ = std::move(engine).value();
   }
   {
-    auto model = Gpt2Model::Create(config_.model, B, T, backend_, engine_.get(),
-                                   config_.precision(), config_.activation_checkpointing);
+    auto model = runtime::CreateModel(config_.model, B, T, backend_, engine_.get(),
+                                      config_.precision(), config_.activation_checkpointing);
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, model.status()));
     model_ = std::move(model).value();
   }
-  model_->set_phase_hook([this](Gpt2Model::Phase phase, int block) {
+  model_->set_phase_hook([this](Model::Phase phase, int block) {
     switch (phase) {
-      case Gpt2Model::Phase::kForwardEmbedding:
-      case Gpt2Model::Phase::kForwardBlock: EnterPhase(PhaseKind::kForward, block); break;
+      case Model::Phase::kForwardEmbedding:
+      case Model::Phase::kForwardBlock: EnterPhase(PhaseKind::kForward, block); break;
       // The head's forward and backward: the final layernorm, the logits and the loss.
-      case Gpt2Model::Phase::kForwardHead:
-      case Gpt2Model::Phase::kBackwardHead: EnterPhase(PhaseKind::kLoss); break;
-      case Gpt2Model::Phase::kBackwardBlock:
-      case Gpt2Model::Phase::kBackwardEmbedding: EnterPhase(PhaseKind::kBackward, block); break;
+      case Model::Phase::kForwardHead:
+      case Model::Phase::kBackwardHead: EnterPhase(PhaseKind::kLoss); break;
+      case Model::Phase::kBackwardBlock:
+      case Model::Phase::kBackwardEmbedding: EnterPhase(PhaseKind::kBackward, block); break;
     }
   });
   return Status::Ok();

@@ -33,12 +33,12 @@
 #include "runtime/control.h"
 #include "runtime/control_server.h"
 #include "runtime/data_loader.h"
-#include "runtime/gpt2.h"
 #include "runtime/jsonl_log.h"
 #include "runtime/loss_scaler.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/memory_profile.h"
 #include "runtime/metrics.h"
+#include "runtime/model.h"
 #include "runtime/offload_preflight.h"
 #include "zero/zero_engine.h"
 
@@ -113,7 +113,7 @@ class Trainer {
 
   int64_t step() const { return step_; }
   const std::vector<float>& losses() const { return losses_; }
-  Gpt2Model& model() { return *model_; }
+  Model& model() { return *model_; }
   zero::ZeroEngine& engine() { return *engine_; }
   int rank() const { return comm_->rank(); }
   // The Prometheus endpoint; nullptr unless metrics.enabled.
@@ -190,7 +190,7 @@ class Trainer {
   // What the engine's collectives go through: comm_, the accelerator's or staged_.
   comm::Communicator* engine_comm_ = nullptr;
   std::unique_ptr<zero::ZeroEngine> engine_;
-  std::unique_ptr<Gpt2Model> model_;
+  std::unique_ptr<Model> model_;
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;
   std::unique_ptr<JsonlLog> log_;

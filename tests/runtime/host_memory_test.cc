@@ -198,7 +198,7 @@ TEST(OffloadFootprint, AnAcceleratorAddsTheHostUpdatesStaging) {
       testing_util::TinyJob(1, 5,
                             {"zero_optimization.stage=2", "bf16.enabled=true",
                              "zero_optimization.offload_optimizer.device=\"cpu\""});
-  const std::vector<zero::UnitSpec> units = ParamLayout::For(config.model).Units();
+  const std::vector<zero::UnitSpec> units = ModelUnits(config.model);
   const zero::ZeroOptions options = ZeroOptionsFrom(config);
   const StatusOr<OffloadFootprint> cpu = OffloadFootprintPerRank(units, options, 1, 0);
   const StatusOr<OffloadFootprint> gpu =

@@ -138,9 +138,9 @@ TEST(TrainerReshard, StoppedOnTwoRanksResumedOnOneThenFourWithNvmeContinuesTheTr
   EXPECT_LT(want.back(), want.front() - 0.3f);
 
   // Export reads the 4-rank NVMe checkpoint whole as it reads any other.
-  const ParamLayout layout = ParamLayout::For(Job(1, kSteps, dir, {}).model);
-  std::vector<float> weights(static_cast<size_t>(layout.total));
-  ASSERT_TRUE(ReadCheckpointWeights(StepDir(dir, 12), layout, weights.data()).ok());
+  const ModelConfig model = Job(1, kSteps, dir, {}).model;
+  std::vector<float> weights(static_cast<size_t>(ModelParameterCount(model)));
+  ASSERT_TRUE(ReadCheckpointWeights(StepDir(dir, 12), model, weights.data()).ok());
   EXPECT_EQ(weights, third[0].params);
 }
 
@@ -150,9 +150,9 @@ TEST(TrainerReshard, StoppedOnTwoRanksResumedOnOneThenFourWithNvmeContinuesTheTr
 TEST(TrainerReshard, TheRepartitionedWeightsAreTheSavedOnesExactly) {
   const fs::path dir = TempDir("exact");
   ExpectOk(TrainOnRanks(Job(4, 4, dir, OnNvme(dir, Stage(3))), 4));
-  const ParamLayout layout = ParamLayout::For(Job(1, kSteps, dir, {}).model);
-  std::vector<float> saved(static_cast<size_t>(layout.total));
-  ASSERT_TRUE(ReadCheckpointWeights(StepDir(dir, 4), layout, saved.data()).ok());
+  const ModelConfig model = Job(1, kSteps, dir, {}).model;
+  std::vector<float> saved(static_cast<size_t>(ModelParameterCount(model)));
+  ASSERT_TRUE(ReadCheckpointWeights(StepDir(dir, 4), model, saved.data()).ok());
   const struct {
     int world, stage;
     bool nvme;

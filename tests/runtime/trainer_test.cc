@@ -175,7 +175,7 @@ TEST(Trainer, JsonlLogHasEveryContractField) {
   TrainerOptions options;
   options.tracker = &tracker;
   Config config = SmallJob({"monitor.jsonl.path=\"" + log.string() + "\""});
-  const int64_t param_bytes = ParamLayout::For(config.model).total * 4;
+  const int64_t param_bytes = ModelParameterCount(config.model) * 4;
   Train(config, options);
   std::ifstream in(dir / "log_0.jsonl");
   ASSERT_TRUE(in.good());

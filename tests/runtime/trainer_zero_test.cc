@@ -167,10 +167,9 @@ TEST(TrainerZeroCheckpoint, ShardedCheckpointResumesTheExactTrajectory) {
     }
     // The whole weights read back from the shards equal the trained ones.
     const Config config = Job(2, extra);
-    const ParamLayout layout = ParamLayout::For(config.model);
-    std::vector<float> weights(static_cast<size_t>(layout.total));
+    std::vector<float> weights(static_cast<size_t>(ModelParameterCount(config.model)));
     ASSERT_TRUE(
-        ReadCheckpointWeights((dir / "step_00000010").string(), layout, weights.data()).ok());
+        ReadCheckpointWeights((dir / "step_00000010").string(), config.model, weights.data()).ok());
     EXPECT_EQ(weights, full[0].params);
   }
 }

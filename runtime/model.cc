@@ -1,0 +1,85 @@
+#include "runtime/model.h"
+
+#include "core/check.h"
+#include "kernels/cpu_backend.h"
+#include "runtime/gpt2.h"
+
+namespace hoist::runtime {
+
+const char* Model::PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kForwardEmbedding: return "forward embedding";
+    case Phase::kForwardBlock: return "forward block";
+    case Phase::kForwardHead: return "forward head";
+    case Phase::kBackwardHead: return "backward head";
+    case Phase::kBackwardBlock: return "backward block";
+    case Phase::kBackwardEmbedding: return "backward embedding";
+  }
+  return "unknown";
+}
+
+std::vector<zero::UnitSpec> ModelUnits(const ModelConfig& config) {
+  switch (config.family) {
+    case ModelFamily::kGpt2: return ParamLayout::For(config).Units();
+    case ModelFamily::kLlama: break;
+  }
+  HOIST_CHECK(false) << "no layout for model family " << ModelFamilyName(config.family);
+  return {};
+}
+
+int64_t ModelParameterCount(const ModelConfig& config) {
+  int64_t total = 0;
+  for (const zero::UnitSpec& unit : ModelUnits(config)) total += unit.size;
+  return total;
+}
+
+StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, int max_B, int max_T,
+                                             kernels::Backend* backend, zero::ParamStore* store,
+                                             DType activation_type,
+                                             const ActivationCheckpointingConfig& checkpointing) {
+  switch (config.family) {
+    case ModelFamily::kGpt2: {
+      HOIST_ASSIGN_OR_RETURN(
+          std::unique_ptr<Gpt2Model> model,
+          Gpt2Model::Create(config, max_B, max_T, backend, store, activation_type, checkpointing));
+      return std::unique_ptr<Model>(std::move(model));
+    }
+    case ModelFamily::kLlama: break;
+  }
+  return UnimplementedError(std::string("model family ") + ModelFamilyName(config.family) +
+                            " is not built into this hoist");
+}
+
+StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, int max_B, int max_T,
+                                             Device* device, zero::ParamStore* store,
+                                             DType activation_type,
+                                             const ActivationCheckpointingConfig& checkpointing) {
+  switch (config.family) {
+    case ModelFamily::kGpt2: {
+      HOIST_ASSIGN_OR_RETURN(
+          std::unique_ptr<Gpt2Model> model,
+          Gpt2Model::Create(config, max_B, max_T, device, store, activation_type, checkpointing));
+      return std::unique_ptr<Model>(std::move(model));
+    }
+    case ModelFamily::kLlama: break;
+  }
+  return UnimplementedError(std::string("model family ") + ModelFamilyName(config.family) +
+                            " is not built into this hoist");
+}
+
+Model::ActivationBytes ModelActivationFootprint(const ModelConfig& config, int max_B, int max_T,
+                                                DType activation_type,
+                                                const ActivationCheckpointingConfig& checkpointing,
+                                                DeviceKind device) {
+  switch (config.family) {
+    case ModelFamily::kGpt2:
+      return Gpt2Model::ActivationFootprint(config, max_B, max_T, activation_type, checkpointing,
+                                            device);
+    case ModelFamily::kLlama: break;
+  }
+  HOIST_CHECK(false) << "no activation footprint for model family "
+                     << ModelFamilyName(config.family);
+  return {};
+}
+
+}  // namespace hoist::runtime
