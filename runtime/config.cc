@@ -14,9 +14,9 @@
 #include "core/posix_error.h"
 #include "runtime/config_deepspeed.h"
 #include "runtime/config_deepspeed_keys.h"
+#include "runtime/config_model.h"
 #include "runtime/config_optimizer.h"
 #include "runtime/config_reader.h"
-#include "runtime/gpt2_weights.h"
 
 extern const unsigned char kDemoConfig[];
 extern const size_t kDemoConfig_size;
@@ -62,87 +62,6 @@ std::string Canonical(std::string_view text, const std::vector<std::string_view>
     if (Lower(name) == Lower(text)) return std::string(name);
   }
   return "";
-}
-
-Status ReadModel(const Section& top, ModelConfig* model) {
-  HOIST_ASSIGN_OR_RETURN(Section s, top.Child("model"));
-  HOIST_RETURN_IF_ERROR(s.AllowOnly({"n_layer", "n_head", "n_embd", "vocab_size", "seq_len",
-                                     "n_positions", "attention", "init_from"}));
-  std::string attention = "direct";
-  HOIST_RETURN_IF_ERROR(s.String("attention", &attention));
-  if (Lower(attention) == "direct") {
-    model->attention = AttentionKind::kDirect;
-  } else if (Lower(attention) == "tiled") {
-    model->attention = AttentionKind::kTiled;
-  } else {
-    return s.Invalid("attention", "must be \"direct\" or \"tiled\", found \"" + attention + "\"");
-  }
-  struct Dim {
-    std::string_view key;
-    int* value;
-  };
-  const Dim dims[] = {
-      Dim{"n_layer", &model->n_layer},         Dim{"n_head", &model->n_head},
-      Dim{"n_embd", &model->n_embd},           Dim{"vocab_size", &model->vocab_size},
-      Dim{"n_positions", &model->n_positions}, Dim{"seq_len", &model->seq_len}};
-  HOIST_RETURN_IF_ERROR(s.String("init_from", &model->init_from));
-  if (!model->init_from.empty()) {
-    // The dimensions are the checkpoint's; a key the job also sets must agree with it.
-    StatusOr<std::unique_ptr<WeightSource>> source = OpenWeightSource(model->init_from);
-    if (!source.ok()) {
-      return Status(source.status().code(), "model.init_from: " + source.status().message());
-    }
-    const ModelConfig& from = (*source)->model();
-    const int positions = from.positions();
-    model->n_layer = from.n_layer;
-    model->n_head = from.n_head;
-    model->n_embd = from.n_embd;
-    model->vocab_size = from.vocab_size;
-    model->n_positions = positions;
-    model->seq_len = positions;
-    for (const Dim& dim : dims) {
-      if (!s.Has(dim.key)) continue;
-      int given = 0;
-      HOIST_RETURN_IF_ERROR(s.Int(dim.key, &given));
-      if (dim.key == "seq_len") {
-        if (given <= 0 || given > positions) {
-          return s.Invalid("seq_len", "must be in [1, " + std::to_string(positions) +
-                                          "], the positions of model.init_from " +
-                                          model->init_from + ", found " + std::to_string(given));
-        }
-        model->seq_len = given;
-      } else if (given != *dim.value) {
-        return s.Invalid(dim.key, "is " + std::to_string(given) + " but model.init_from " +
-                                      model->init_from + " has " + std::to_string(*dim.value) +
-                                      "; leave the key out (the checkpoint sets it)");
-      }
-    }
-    if (model->n_positions == model->seq_len) model->n_positions = 0;
-  } else {
-    for (const Dim& dim : dims) {
-      HOIST_RETURN_IF_ERROR(s.Int(dim.key, dim.value));
-      if (*dim.value <= 0 && !(dim.key == "n_positions" && !s.Has(dim.key))) {
-        return s.Invalid(dim.key, "must be > 0, found " + std::to_string(*dim.value));
-      }
-    }
-    if (model->n_positions != 0 && model->n_positions < model->seq_len) {
-      return s.Invalid("n_positions", "must be >= model.seq_len (" +
-                                          std::to_string(model->seq_len) + "), found " +
-                                          std::to_string(model->n_positions));
-    }
-    if (model->n_positions == model->seq_len) model->n_positions = 0;
-  }
-  if (model->n_embd % model->n_head != 0) {
-    return s.Invalid("n_embd", "must be divisible by model.n_head (" +
-                                   std::to_string(model->n_head) + "), found " +
-                                   std::to_string(model->n_embd));
-  }
-  // Token shards store tokens as uint16.
-  if (model->vocab_size > 65536) {
-    return s.Invalid("vocab_size", "must be <= 65536 (token shards hold uint16 tokens), found " +
-                                       std::to_string(model->vocab_size));
-  }
-  return Status::Ok();
 }
 
 Status ReadData(const Section& top, DataConfig* data) {
@@ -550,7 +469,7 @@ StatusOr<Config> Parse(std::string_view text, const std::vector<std::string>& ov
 
   HOIST_RETURN_IF_ERROR(ResolveBatch(top, world_size, &config));
   HOIST_RETURN_IF_ERROR(ReadTopLevel(top, &config, &config.notices));
-  HOIST_RETURN_IF_ERROR(ReadModel(top, &config.model));
+  HOIST_RETURN_IF_ERROR(config_internal::ReadModel(top, &config.model));
   HOIST_RETURN_IF_ERROR(config_internal::ReadOptimizer(top, &config.optimizer, &config.notices));
   HOIST_RETURN_IF_ERROR(
       config_internal::ReadScheduler(top, config.optimizer, &config.scheduler, &config.notices));

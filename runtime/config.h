@@ -60,7 +60,7 @@ struct ModelConfig {
   int n_layer = 12;
   int n_head = 12;
   int n_embd = 768;        // divisible by n_head
-  int vocab_size = 50257;  // <= 65536: shards store tokens as uint16
+  int vocab_size = 50257;  // above 65536 the token shards hold uint32 tokens
   int seq_len = 1024;      // the training context: T of every micro-batch
   // Rows of the position embedding (transformers' n_positions): the longest context the model
   // knows. 0: seq_len. Set by a checkpoint imported with model.init_from.
@@ -68,6 +68,9 @@ struct ModelConfig {
   // `model.init_from`: a Hugging Face checkpoint directory or an llm.c checkpoint file whose
   // weights a fresh run starts from (runtime/gpt2_weights.h); the model's dimensions come from it.
   std::string init_from;
+  // `model.config`: a Hugging Face config.json whose model the job trains (from fresh weights
+  // unless init_from is set too); the dimensions come from it.
+  std::string hf_config;
   // `model.attention`: "direct" or "tiled" (matched case-insensitively).
   AttentionKind attention = AttentionKind::kDirect;
 

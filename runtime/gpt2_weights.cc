@@ -6,6 +6,7 @@
 #include <set>
 
 #include "kernels/cpu/convert.h"
+#include "runtime/hf_config.h"
 
 namespace hoist::runtime {
 namespace {
@@ -97,7 +98,12 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
   if (source->config_.is_discarded() || !source->config_.is_object()) {
     return InvalidArgumentError(config_path + " is not a JSON object");
   }
-  HOIST_ASSIGN_OR_RETURN(source->model_, Gpt2ConfigFromHf(source->config_, config_path));
+  HOIST_ASSIGN_OR_RETURN(source->model_, ModelConfigFromHf(source->config_, config_path));
+  if (source->model_.family != ModelFamily::kGpt2) {
+    return UnimplementedError("Hugging Face checkpoint " + dir + ": reading " +
+                              ModelFamilyName(source->model_.family) +
+                              " weights is not built in yet");
+  }
   source->layout_ = ParamLayout::For(source->model_);
 
   // The files: the index's shards, or the one model.safetensors.
@@ -313,90 +319,6 @@ Status LlmcSource::FillUnit(int unit, float* out) const {
 
 }  // namespace
 
-StatusOr<ModelConfig> Gpt2ConfigFromHf(const nlohmann::json& config, const std::string& path) {
-  auto bad = [&](const std::string& key, const std::string& what) {
-    return InvalidArgumentError(path + ": " + key + " " + what);
-  };
-  if (!config.is_object()) return InvalidArgumentError(path + " is not a JSON object");
-  const std::string type = config.value("model_type", std::string());
-  if (type != "gpt2") {
-    return bad("model_type", "is \"" + type + "\"; hoist reads GPT-2 checkpoints (\"gpt2\") here");
-  }
-  ModelConfig m;
-  const std::pair<const char*, int*> dims[] = {{"n_layer", &m.n_layer},
-                                               {"n_head", &m.n_head},
-                                               {"n_embd", &m.n_embd},
-                                               {"vocab_size", &m.vocab_size},
-                                               {"n_positions", &m.n_positions}};
-  for (const auto& [key, value] : dims) {
-    if (!config.contains(key) || !config[key].is_number_integer() ||
-        config[key].get<int64_t>() <= 0 || config[key].get<int64_t>() > (int64_t{1} << 24)) {
-      return bad(key, "is missing or not a positive integer");
-    }
-    *value = config[key].get<int>();
-  }
-  m.seq_len = m.n_positions;
-  if (m.n_embd % m.n_head != 0) return bad("n_embd", "is not divisible by n_head");
-  const std::string activation = config.value("activation_function", std::string("gelu_new"));
-  if (activation != "gelu_new" && activation != "gelu_pytorch_tanh") {
-    return bad("activation_function",
-               "is \"" + activation + "\"; hoist's GPT-2 computes the tanh GELU (\"gelu_new\")");
-  }
-  if (config.contains("layer_norm_epsilon") &&
-      (!config["layer_norm_epsilon"].is_number() ||
-       std::abs(config["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12)) {
-    return bad("layer_norm_epsilon",
-               "is " + config["layer_norm_epsilon"].dump() + "; hoist's GPT-2 layernorm uses 1e-5");
-  }
-  if (config.contains("n_inner") && !config["n_inner"].is_null() &&
-      config["n_inner"] != nlohmann::json(4 * m.n_embd)) {
-    return bad("n_inner", "is " + config["n_inner"].dump() + "; hoist's GPT-2 MLP is 4 * n_embd");
-  }
-  if (config.value("tie_word_embeddings", true) != true) {
-    return bad("tie_word_embeddings", "is false; hoist's GPT-2 ties the LM head to wte");
-  }
-  if (config.value("scale_attn_by_inverse_layer_idx", false) ||
-      config.value("reorder_and_upcast_attn", false) || !config.value("scale_attn_weights", true)) {
-    return bad("scale_attn_*",
-               "select an attention variant hoist's GPT-2 does not compute (it scales by "
-               "1/sqrt(head size) only)");
-  }
-  return m;
-}
-
-std::string Gpt2HfConfigText(const ModelConfig& model, DType dtype, const nlohmann::json& base) {
-  nlohmann::json config = base.is_object() ? base : nlohmann::json::object();
-  if (!base.is_object() || base.empty()) {
-    // transformers' GPT-2 defaults for the keys its loader reads.
-    config = {{"activation_function", "gelu_new"},
-              {"architectures", {"GPT2LMHeadModel"}},
-              {"attn_pdrop", 0.1},
-              {"bos_token_id", 50256},
-              {"embd_pdrop", 0.1},
-              {"eos_token_id", 50256},
-              {"initializer_range", 0.02},
-              {"layer_norm_epsilon", 1e-05},
-              {"model_type", "gpt2"},
-              {"n_inner", nullptr},
-              {"resid_pdrop", 0.1},
-              {"scale_attn_by_inverse_layer_idx", false},
-              {"scale_attn_weights", true},
-              {"reorder_and_upcast_attn", false},
-              {"tie_word_embeddings", true},
-              {"use_cache", true}};
-  }
-  config["n_layer"] = model.n_layer;
-  config["n_head"] = model.n_head;
-  config["n_embd"] = model.n_embd;
-  config["vocab_size"] = model.vocab_size;
-  config["n_positions"] = model.positions();
-  config["dtype"] = dtype == DType::kFloat32    ? "float32"
-                    : dtype == DType::kBFloat16 ? "bfloat16"
-                                                : "float16";
-  if (config.contains("n_ctx")) config["n_ctx"] = model.positions();
-  return config.dump(2) + "\n";
-}
-
 std::vector<HfGpt2Tensor> HfGpt2Tensors(const ModelConfig& m) {
   std::vector<HfGpt2Tensor> tensors;
   const std::string prefix = kPrefix;
@@ -508,7 +430,7 @@ Status WriteHfGpt2(const std::string& out_dir, const ModelConfig& model, const f
     // A stale index would point readers at shards of another export.
     HOIST_RETURN_IF_ERROR(fs.Remove(index_path));
   }
-  const std::string config = Gpt2HfConfigText(model, options.dtype, options.base_config);
+  const std::string config = HfConfigText(model, options.dtype, options.base_config);
   const std::string_view pieces[] = {config};
   return WriteFileAtomically(fs, out_dir + "/config.json", pieces);
 }

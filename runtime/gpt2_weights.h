@@ -33,19 +33,6 @@
 
 namespace hoist::runtime {
 
-// The model a Hugging Face GPT-2 config.json describes (model_type "gpt2"): n_layer, n_head,
-// n_embd, vocab_size, n_positions; seq_len is n_positions. A config of another model_type, or
-// settings hoist's GPT-2 does not compute (an activation other than gelu_new, layer_norm_epsilon
-// other than 1e-5, untied embeddings, n_inner other than 4 n_embd, scaled attention variants) is
-// InvalidArgument naming the file and the key.
-StatusOr<ModelConfig> Gpt2ConfigFromHf(const nlohmann::json& config, const std::string& path);
-
-// config.json as transformers writes it for `model`: the given `base` (a config.json read from the
-// directory the weights came from, so that keys hoist does not model survive) with the
-// dimensions set from `model`, or transformers' defaults for GPT-2 when `base` is empty.
-// `dtype` is what the safetensors hold. Keys sorted, two-space indent, a final newline.
-std::string Gpt2HfConfigText(const ModelConfig& model, DType dtype, const nlohmann::json& base);
-
 // Where a weight tensor of hoist's layout lives in a Hugging Face GPT-2 checkpoint.
 struct HfGpt2Tensor {
   int tensor = 0;              // ParamTensor
@@ -84,7 +71,7 @@ struct HfExportOptions {
   // Above this many bytes of tensors, the weights are split into model-0000k-of-0000n.safetensors
   // files with model.safetensors.index.json, as transformers' save_pretrained does; 0: one file.
   int64_t max_shard_bytes = 0;
-  nlohmann::json base_config;  // see Gpt2HfConfigText
+  nlohmann::json base_config;  // see HfConfigText (runtime/hf_config.h)
 };
 
 // Writes `weights` (layout.total floats, the flat unit order of ParamLayout::For(model)) as a

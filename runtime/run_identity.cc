@@ -19,6 +19,24 @@ nlohmann::json RunIdentity(const Config& config) {
       {"gradient_accumulation_steps", config.gradient_accumulation_steps}};
   // Only where it differs from seq_len, so that checkpoints written before the key existed match.
   if (m.n_positions != 0) identity["model.n_positions"] = m.n_positions;
+  // Llama's own settings; a GPT-2 run's identity stays what it was before they existed.
+  if (m.family == ModelFamily::kLlama) {
+    identity["model.model_type"] = ModelFamilyName(m.family);
+    identity["model.n_kv_head"] = m.kv_heads();
+    identity["model.intermediate_size"] = m.intermediate_size;
+    identity["model.rope_theta"] = m.rope_theta;
+    identity["model.rms_norm_eps"] = m.rms_norm_eps;
+    identity["model.tie_word_embeddings"] = m.tie_word_embeddings;
+    nlohmann::json scaling = nullptr;
+    if (m.rope_scaling.llama3) {
+      const RopeScalingConfig& r = m.rope_scaling;
+      scaling = {{"factor", r.factor},
+                 {"low_freq_factor", r.low_freq_factor},
+                 {"high_freq_factor", r.high_freq_factor},
+                 {"original_max_position_embeddings", r.original_max_position_embeddings}};
+    }
+    identity["model.rope_scaling"] = scaling;
+  }
   return identity;
 }
 
@@ -108,6 +126,53 @@ StatusOr<ModelConfig> ModelFromRunIdentity(const nlohmann::json& saved, const st
                            "model.seq_len");
     }
     m.n_positions = positions.get<int>();
+  }
+  if (saved.is_object() && saved.contains("model.model_type")) {
+    auto bad = [&](const char* key) {
+      return DataLossError("checkpoint " + dir + ": manifest metadata.run." + key +
+                           " is missing or out of range");
+    };
+    if (saved["model.model_type"] != "llama") return bad("model.model_type");
+    m.family = ModelFamily::kLlama;
+    for (const auto& [key, value] : {std::pair{"model.n_kv_head", &m.n_kv_head},
+                                     std::pair{"model.intermediate_size", &m.intermediate_size}}) {
+      if (!saved.contains(key) || !saved[key].is_number_integer() ||
+          saved[key].get<int64_t>() <= 0 || saved[key].get<int64_t>() > (int64_t{1} << 30)) {
+        return bad(key);
+      }
+      *value = saved[key].get<int>();
+    }
+    for (const char* key : {"model.rope_theta", "model.rms_norm_eps"}) {
+      if (!saved.contains(key) || !saved[key].is_number() || !(saved[key].get<double>() > 0)) {
+        return bad(key);
+      }
+    }
+    m.rope_theta = saved["model.rope_theta"].get<double>();
+    m.rms_norm_eps = static_cast<float>(saved["model.rms_norm_eps"].get<double>());
+    if (!saved.contains("model.tie_word_embeddings") ||
+        !saved["model.tie_word_embeddings"].is_boolean()) {
+      return bad("model.tie_word_embeddings");
+    }
+    m.tie_word_embeddings = saved["model.tie_word_embeddings"].get<bool>();
+    const nlohmann::json scaling = saved.value("model.rope_scaling", nlohmann::json());
+    if (scaling.is_object()) {
+      RopeScalingConfig& r = m.rope_scaling;
+      r.llama3 = true;
+      for (const auto& [key, value] :
+           {std::pair{"factor", &r.factor}, std::pair{"low_freq_factor", &r.low_freq_factor},
+            std::pair{"high_freq_factor", &r.high_freq_factor}}) {
+        if (!scaling.contains(key) || !scaling[key].is_number()) return bad("model.rope_scaling");
+        *value = scaling[key].get<double>();
+      }
+      if (!scaling.contains("original_max_position_embeddings") ||
+          !scaling["original_max_position_embeddings"].is_number_integer()) {
+        return bad("model.rope_scaling");
+      }
+      r.original_max_position_embeddings = scaling["original_max_position_embeddings"].get<int>();
+    } else if (!scaling.is_null()) {
+      return bad("model.rope_scaling");
+    }
+    if (m.n_head % m.n_kv_head != 0) return bad("model.n_kv_head");
   }
   if (m.n_embd % m.n_head != 0) {
     return DataLossError("checkpoint " + dir + ": manifest metadata.run has model.n_embd " +

@@ -498,8 +498,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "model.n_embd: must be divisible by model.n_head"},
         BadValue{"ZeroLayers", "model.n_layer=0", "model.n_layer: must be > 0"},
         BadValue{"ZeroSeqLen", "model.seq_len=0", "model.seq_len: must be > 0"},
-        BadValue{"VocabBeyondUint16", "model.vocab_size=65537",
-                 "model.vocab_size: must be <= 65536"},
+        BadValue{"VocabBeyondInt32Ids", "model.vocab_size=1073741825",
+                 "model.vocab_size: must be <= 2^30"},
         BadValue{"UnknownWarmupType",
                  "scheduler={\"type\":\"WarmupLR\",\"params\":"
                  "{\"warmup_type\":\"cosine\"}}",

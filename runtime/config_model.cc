@@ -1,0 +1,259 @@
+// The `model` section: the family and its dimensions, in hoist's names or Hugging Face's, from
+// the job itself or from a config.json (`model.config`) or the checkpoint a run starts from
+// (`model.init_from`).
+#include "runtime/config_model.h"
+
+#include <memory>
+#include <string>
+
+#include "runtime/gpt2_weights.h"
+#include "runtime/hf_config.h"
+
+namespace hoist::runtime::config_internal {
+namespace {
+
+// An integer dimension under its hoist name and, where Hugging Face names it otherwise, that
+// name too (either may be used, not both).
+struct Dim {
+  const char* key;
+  const char* hf_key;  // null: the same name
+  int ModelConfig::*field;
+};
+constexpr Dim kDims[] = {
+    {"n_layer", "num_hidden_layers", &ModelConfig::n_layer},
+    {"n_head", "num_attention_heads", &ModelConfig::n_head},
+    {"n_embd", "hidden_size", &ModelConfig::n_embd},
+    {"n_kv_head", "num_key_value_heads", &ModelConfig::n_kv_head},
+    {"vocab_size", nullptr, &ModelConfig::vocab_size},
+    {"n_positions", "max_position_embeddings", &ModelConfig::n_positions},
+    {"intermediate_size", nullptr, &ModelConfig::intermediate_size},
+};
+
+bool SameScaling(const RopeScalingConfig& a, const RopeScalingConfig& b) {
+  return a.llama3 == b.llama3 &&
+         (!a.llama3 || (a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+                        a.high_freq_factor == b.high_freq_factor &&
+                        a.original_max_position_embeddings == b.original_max_position_embeddings));
+}
+
+Status ReadRopeScaling(const Section& s, RopeScalingConfig* out) {
+  if (!s.Has("rope_scaling")) return Status::Ok();
+  HOIST_ASSIGN_OR_RETURN(Section r, s.Child("rope_scaling"));
+  HOIST_RETURN_IF_ERROR(r.AllowOnly({"rope_type", "type", "factor", "low_freq_factor",
+                                     "high_freq_factor", "original_max_position_embeddings"}));
+  std::string type = "default";
+  HOIST_RETURN_IF_ERROR(r.String(r.Has("type") ? "type" : "rope_type", &type));
+  if (type == "default") {
+    *out = RopeScalingConfig{};
+    return Status::Ok();
+  }
+  if (type != "llama3") {
+    return r.Invalid("rope_type", "must be \"llama3\" or \"default\", found \"" + type + "\"");
+  }
+  out->llama3 = true;
+  HOIST_RETURN_IF_ERROR(r.Double("factor", &out->factor));
+  HOIST_RETURN_IF_ERROR(r.Double("low_freq_factor", &out->low_freq_factor));
+  HOIST_RETURN_IF_ERROR(r.Double("high_freq_factor", &out->high_freq_factor));
+  HOIST_RETURN_IF_ERROR(
+      r.Int("original_max_position_embeddings", &out->original_max_position_embeddings));
+  if (!(out->factor > 0) || !(out->low_freq_factor > 0) ||
+      !(out->high_freq_factor > out->low_freq_factor) ||
+      out->original_max_position_embeddings <= 0) {
+    return r.Invalid("factor",
+                     "needs factor > 0, high_freq_factor > low_freq_factor > 0 and "
+                     "original_max_position_embeddings > 0");
+  }
+  return Status::Ok();
+}
+
+// The model a config.json or a checkpoint describes, when the job names one.
+StatusOr<std::optional<ModelConfig>> BaseModel(const Section& s, const ModelConfig& job) {
+  std::optional<ModelConfig> base;
+  std::string where;
+  if (!job.hf_config.empty()) {
+    StatusOr<HfModelConfig> read = ReadHfConfig(job.hf_config);
+    if (!read.ok()) return s.Invalid("config", read.status().message());
+    base = read->model;
+    where = "model.config " + job.hf_config;
+  }
+  if (!job.init_from.empty()) {
+    StatusOr<std::unique_ptr<WeightSource>> source = OpenWeightSource(job.init_from);
+    if (!source.ok()) return s.Invalid("init_from", source.status().message());
+    const ModelConfig& from = (*source)->model();
+    if (base && (from.family != base->family || from.n_layer != base->n_layer ||
+                 from.n_embd != base->n_embd || from.n_head != base->n_head ||
+                 from.vocab_size != base->vocab_size)) {
+      return s.Invalid("init_from",
+                       "describes another model than " + where + "; give one of the two");
+    }
+    base = from;
+  }
+  return base;
+}
+
+}  // namespace
+
+Status ReadModel(const Section& top, ModelConfig* model) {
+  HOIST_ASSIGN_OR_RETURN(Section s, top.Child("model"));
+  // hoist's names first, then Llama's settings, then Hugging Face's names for the dimensions.
+  std::vector<std::string_view> allowed = {
+      "n_layer",    "n_head",       "n_embd",       "vocab_size",
+      "seq_len",    "n_positions",  "attention",    "init_from",
+      "config",     "model_type",   "n_kv_head",    "intermediate_size",
+      "rope_theta", "rope_scaling", "rms_norm_eps", "tie_word_embeddings"};
+  for (const Dim& dim : kDims) {
+    if (dim.hf_key != nullptr) allowed.push_back(dim.hf_key);
+  }
+  HOIST_RETURN_IF_ERROR(s.AllowOnly(allowed));
+  std::string attention = "direct";
+  HOIST_RETURN_IF_ERROR(s.String("attention", &attention));
+  if (Lower(attention) == "direct") {
+    model->attention = AttentionKind::kDirect;
+  } else if (Lower(attention) == "tiled") {
+    model->attention = AttentionKind::kTiled;
+  } else {
+    return s.Invalid("attention", "must be \"direct\" or \"tiled\", found \"" + attention + "\"");
+  }
+  HOIST_RETURN_IF_ERROR(s.String("init_from", &model->init_from));
+  HOIST_RETURN_IF_ERROR(s.String("config", &model->hf_config));
+  HOIST_ASSIGN_OR_RETURN(std::optional<ModelConfig> base, BaseModel(s, *model));
+
+  // What the job says, in whichever name it says it.
+  ModelConfig job = *model;
+  if (s.Has("model_type")) {
+    std::string type;
+    HOIST_RETURN_IF_ERROR(s.String("model_type", &type));
+    if (Lower(type) == "gpt2") {
+      job.family = ModelFamily::kGpt2;
+    } else if (Lower(type) == "llama") {
+      job.family = ModelFamily::kLlama;
+    } else {
+      return s.Invalid("model_type", "must be \"gpt2\" or \"llama\", found \"" + type + "\"");
+    }
+  } else if (base) {
+    job.family = base->family;
+  }
+  const bool llama = job.family == ModelFamily::kLlama;
+  std::vector<std::string> set;  // the keys the job sets, by hoist name
+  for (const Dim& dim : kDims) {
+    const bool hoist_name = s.Has(dim.key);
+    const bool hf_name = dim.hf_key != nullptr && s.Has(dim.hf_key);
+    if (hoist_name && hf_name) {
+      return s.Invalid(dim.hf_key, std::string("names the same setting as model.") + dim.key +
+                                       "; give one of the two");
+    }
+    if (!hoist_name && !hf_name) continue;
+    const char* key = hoist_name ? dim.key : dim.hf_key;
+    HOIST_RETURN_IF_ERROR(s.Int(key, &(job.*dim.field)));
+    if (job.*dim.field <= 0) {
+      return s.Invalid(key, "must be > 0, found " + std::to_string(job.*dim.field));
+    }
+    set.push_back(key);
+  }
+  HOIST_RETURN_IF_ERROR(s.Double("rope_theta", &job.rope_theta));
+  HOIST_RETURN_IF_ERROR(s.Float("rms_norm_eps", &job.rms_norm_eps));
+  HOIST_RETURN_IF_ERROR(s.Bool("tie_word_embeddings", &job.tie_word_embeddings));
+  HOIST_RETURN_IF_ERROR(ReadRopeScaling(s, &job.rope_scaling));
+  if (!llama) {
+    for (const char* key : {"rope_theta", "rms_norm_eps", "rope_scaling", "tie_word_embeddings",
+                            "intermediate_size"}) {
+      if (s.Has(key)) {
+        return s.Invalid(key,
+                         "applies to model_type \"llama\"; GPT-2's is fixed (a 4 n_embd "
+                         "GELU MLP, layernorm, learned positions, a tied head)");
+      }
+    }
+    job.tie_word_embeddings = true;
+  }
+
+  if (base) {
+    // The checkpoint's or config.json's dimensions; a key the job also sets must agree.
+    const std::string from = !model->init_from.empty() ? "model.init_from " + model->init_from
+                                                       : "model.config " + model->hf_config;
+    if (s.Has("model_type") && job.family != base->family) {
+      return s.Invalid("model_type", std::string("is \"") + ModelFamilyName(job.family) +
+                                         "\" but " + from + " is \"" +
+                                         ModelFamilyName(base->family) + "\"");
+    }
+    for (const Dim& dim : kDims) {
+      const char* key = s.Has(dim.key) ? dim.key : dim.hf_key;
+      if (key == nullptr || !s.Has(key)) continue;
+      int want = (*base).*dim.field;
+      if (dim.field == &ModelConfig::n_positions) want = base->positions();
+      if (dim.field == &ModelConfig::n_kv_head) want = base->kv_heads();
+      if (job.*dim.field != want) {
+        return s.Invalid(key, "is " + std::to_string(job.*dim.field) + " but " + from + " has " +
+                                  std::to_string(want) + "; leave the key out (it sets it)");
+      }
+    }
+    if ((s.Has("rope_theta") && job.rope_theta != base->rope_theta) ||
+        (s.Has("rms_norm_eps") && job.rms_norm_eps != base->rms_norm_eps) ||
+        (s.Has("tie_word_embeddings") && job.tie_word_embeddings != base->tie_word_embeddings) ||
+        (s.Has("rope_scaling") && !SameScaling(job.rope_scaling, base->rope_scaling))) {
+      return s.Invalid("rope_theta",
+                       "rope_theta, rms_norm_eps, rope_scaling or "
+                       "tie_word_embeddings differs from " +
+                           from + "; leave them out (it sets them)");
+    }
+    const std::string init_from = model->init_from, hf_config = model->hf_config;
+    const AttentionKind kind = model->attention;
+    *model = *base;
+    model->init_from = init_from;
+    model->hf_config = hf_config;
+    model->attention = kind;
+    model->n_positions = base->positions();
+    model->seq_len = base->positions();
+  } else {
+    *model = job;
+  }
+  if (s.Has("seq_len")) {
+    int seq_len = 0;
+    HOIST_RETURN_IF_ERROR(s.Int("seq_len", &seq_len));
+    if (seq_len <= 0) return s.Invalid("seq_len", "must be > 0, found " + std::to_string(seq_len));
+    if (model->n_positions > 0 && seq_len > model->n_positions) {
+      return s.Invalid("seq_len", "must be in [1, " + std::to_string(model->n_positions) +
+                                      "], the model's positions, found " + std::to_string(seq_len));
+    }
+    model->seq_len = seq_len;
+  } else if (!base && model->n_positions > 0) {
+    model->seq_len = model->n_positions;
+  }
+  if (model->n_positions == model->seq_len) model->n_positions = 0;
+
+  if (model->n_embd % model->n_head != 0) {
+    return s.Invalid("n_embd", "must be divisible by model.n_head (" +
+                                   std::to_string(model->n_head) + "), found " +
+                                   std::to_string(model->n_embd));
+  }
+  if (model->family == ModelFamily::kGpt2) {
+    if (model->n_kv_head != 0 && model->n_kv_head != model->n_head) {
+      return s.Invalid("n_kv_head",
+                       "applies to model_type \"llama\"; GPT-2's heads are all "
+                       "key/value heads");
+    }
+  } else {
+    if (model->intermediate_size <= 0) {
+      return s.Invalid("intermediate_size",
+                       "must be set for model_type \"llama\" (the SwiGLU "
+                       "MLP's hidden width)");
+    }
+    if (model->n_head % model->kv_heads() != 0) {
+      return s.Invalid("n_kv_head", "must divide model.n_head (" + std::to_string(model->n_head) +
+                                        "), found " + std::to_string(model->kv_heads()));
+    }
+    if (model->head_dim() % 2 != 0) {
+      return s.Invalid("n_embd", "/ model.n_head must be even for rotary positions, found " +
+                                     std::to_string(model->head_dim()));
+    }
+    if (!(model->rope_theta > 0) || !(model->rms_norm_eps > 0)) {
+      return s.Invalid("rope_theta", "and model.rms_norm_eps must be > 0");
+    }
+  }
+  // Token shards hold uint16 or uint32 tokens; ids are int32 throughout.
+  if (model->vocab_size > (1 << 30)) {
+    return s.Invalid("vocab_size", "must be <= 2^30, found " + std::to_string(model->vocab_size));
+  }
+  return Status::Ok();
+}
+
+}  // namespace hoist::runtime::config_internal
