@@ -1,0 +1,321 @@
+// LlamaModel against transformers' LlamaForCausalLM (scripts/reference/llama_hf.py, fixtures in
+// tests/data/llama_hf/): the weights of the Hugging Face checkpoint mapped into the model's units
+// by LlamaHfTensors give transformers' logits, loss and every gradient within 1e-5 relative,
+// untied and tied; tiled attention gives direct attention's within fp32 rounding; bf16 stays near
+// fp32; and 20 AdamW steps from the checkpoint reproduce PyTorch's losses.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/device.h"
+#include "runtime/llama.h"
+#include "runtime/safetensors.h"
+
+namespace hoist::runtime {
+namespace {
+
+const std::string kData = std::string(HOIST_SOURCE_DIR) + "/tests/data/llama_hf";
+constexpr int kB = 2, kT = 16;
+
+// The fixture's config.json in hoist's names.
+ModelConfig FixtureConfig(bool tied) {
+  ModelConfig m;
+  m.family = ModelFamily::kLlama;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_kv_head = 2;
+  m.n_embd = 32;
+  m.intermediate_size = 40;
+  m.vocab_size = 100;
+  m.seq_len = kT;
+  m.n_positions = 512;
+  m.rope_theta = 500000.0;
+  m.rope_scaling.llama3 = true;
+  m.rope_scaling.factor = 8.0;
+  m.rope_scaling.low_freq_factor = 1.0;
+  m.rope_scaling.high_freq_factor = 4.0;
+  m.rope_scaling.original_max_position_embeddings = 256;
+  m.rms_norm_eps = 1e-5f;
+  m.tie_word_embeddings = tied;
+  return m;
+}
+
+class Tensors {
+ public:
+  explicit Tensors(const std::string& path) {
+    auto file = SafetensorsFile::Open(path);
+    HOIST_CHECK(file.ok()) << file.status().ToString();
+    file_.emplace(std::move(*file));
+  }
+  const SafetensorsTensor* Find(const std::string& name) const { return file_->Find(name); }
+  std::vector<float> Floats(const std::string& name) const {
+    const SafetensorsTensor* t = file_->Find(name);
+    HOIST_CHECK(t != nullptr) << name;
+    std::vector<float> out(static_cast<size_t>(t->elements()));
+    HOIST_CHECK(file_->ReadFloat(*t, 0, t->elements(), out.data()).ok());
+    return out;
+  }
+  std::vector<int32_t> Ints(const std::string& name) const {
+    const SafetensorsTensor* t = file_->Find(name);
+    HOIST_CHECK(t != nullptr && t->dtype == "I32") << name;
+    std::vector<int32_t> out(static_cast<size_t>(t->elements()));
+    HOIST_CHECK(file_->ReadBytes(*t, 0, t->end - t->begin, out.data()).ok());
+    return out;
+  }
+  size_t size() const { return file_->tensors().size(); }
+
+ private:
+  std::optional<SafetensorsFile> file_;
+};
+
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// The checkpoint's tensors into the model's flat store, by name: every tensor of the file used
+// once, each with the shape LlamaHfTensors gives.
+void LoadCheckpoint(const std::string& dir, LlamaModel& model) {
+  const Tensors file(dir + "/model.safetensors");
+  const std::vector<LlamaHfTensor> specs = LlamaHfTensors(model.config());
+  ASSERT_EQ(file.size(), specs.size()) << dir;
+  std::memset(model.params(), 0, static_cast<size_t>(model.num_parameters()) * sizeof(float));
+  for (const LlamaHfTensor& spec : specs) {
+    const SafetensorsTensor* t = file.Find(spec.name);
+    ASSERT_NE(t, nullptr) << spec.name;
+    ASSERT_EQ(t->shape, spec.shape) << spec.name;
+    const std::vector<float> values = file.Floats(spec.name);
+    std::memcpy(model.params() + model.layout().unit_offsets[spec.unit] + spec.offset,
+                values.data(), values.size() * sizeof(float));
+  }
+}
+
+// |got - want| <= rtol * max(|want|, rms(want)); returns the worst such ratio.
+double ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double rtol,
+                   const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  if (got.size() != want.size()) return 1e30;
+  double sum = 0;
+  for (float w : want) sum += double{w} * w;
+  const double rms = std::sqrt(sum / static_cast<double>(want.size()));
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err =
+        std::abs(double{got[i]} - want[i]) / std::max<double>(std::abs(want[i]), rms);
+    worst = std::max(worst, err);
+    if (err > rtol) {
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+      return worst;
+    }
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", worst);
+  ::testing::Test::RecordProperty(what, text);
+  return worst;
+}
+
+// The logits of the model's last inference forward without the padded columns.
+std::vector<float> Logits(const LlamaModel& model, int B, int T) {
+  const int V = model.config().vocab_size, Vp = model.config().padded_vocab_size();
+  std::vector<float> logits(static_cast<size_t>(B * T * V));
+  for (int i = 0; i < B * T; ++i) {
+    std::memcpy(&logits[static_cast<size_t>(i * V)], model.logits() + int64_t{i} * Vp,
+                V * sizeof(float));
+  }
+  return logits;
+}
+
+// The gradient of one Hugging Face tensor, read out of the model's flat gradients.
+std::vector<float> Grad(LlamaModel& model, const LlamaHfTensor& spec) {
+  const float* g = model.grads() + model.layout().unit_offsets[spec.unit] + spec.offset;
+  return std::vector<float>(g, g + Elements(spec.shape));
+}
+
+class LlamaReference : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LlamaReference, LogitsLossAndGradientsMatchTransformers) {
+  const bool tied = GetParam();
+  const ModelConfig m = FixtureConfig(tied);
+  const Tensors inputs_file(kData + "/reference.safetensors");
+  const Tensors ref(kData + (tied ? "/tied_reference.safetensors" : "/reference.safetensors"));
+  const std::vector<int32_t> inputs = inputs_file.Ints("input_ids");
+  const std::vector<int32_t> targets = inputs_file.Ints("target_ids");
+  CpuDevice device(Place::kDevice);
+  auto created = LlamaModel::Create(m, kB, kT, &device);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  LlamaModel& model = **created;
+  LoadCheckpoint(kData + (tied ? "/tied" : "/fp32"), model);
+
+  model.Forward(inputs.data(), nullptr, kB, kT);
+  ASSERT_TRUE(model.status().ok()) << model.status().ToString();
+  double worst = ExpectClose(Logits(model, kB, kT), ref.Floats("logits"), 1e-5, "logits");
+  std::printf("worst logits error %.3g\n", worst);
+
+  model.ZeroGradients();
+  const float loss = model.Forward(inputs.data(), targets.data(), kB, kT, 1.0f);
+  const float want = ref.Floats("loss")[0];
+  EXPECT_NEAR(loss, want, 1e-5 * want);
+  std::printf("loss %.9g vs %.9g (relative %.3g)\n", loss, want, std::abs(loss - want) / want);
+  model.Backward();
+  ASSERT_TRUE(model.status().ok()) << model.status().ToString();
+  worst = 0;
+  std::string worst_name;
+  for (const LlamaHfTensor& spec : LlamaHfTensors(m)) {
+    const double err =
+        ExpectClose(Grad(model, spec), ref.Floats("grad." + spec.name), 1e-5, spec.name);
+    if (err > worst) worst = err, worst_name = spec.name;
+  }
+  std::printf("worst gradient error %.3g (%s)\n", worst, worst_name.c_str());
+  // The padded rows of the embedding (and of an untied head) get no gradient.
+  const int64_t C = m.n_embd, V = m.vocab_size, Vp = m.padded_vocab_size();
+  for (int64_t i = V * C; i < Vp * C; ++i) ASSERT_EQ(model.grads()[i], 0.0f) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(UntiedAndTied, LlamaReference, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Tied" : "Untied"; });
+
+struct Pass {
+  float loss = 0;
+  std::vector<float> logits;
+  std::vector<float> grads;
+};
+
+// A training pass of the fixture model with the given attention and activation type.
+Pass TrainingPass(AttentionKind attention, DType type) {
+  ModelConfig m = FixtureConfig(false);
+  m.attention = attention;
+  const Tensors ref(kData + "/reference.safetensors");
+  const std::vector<int32_t> inputs = ref.Ints("input_ids"), targets = ref.Ints("target_ids");
+  CpuDevice device(Place::kDevice);
+  auto model = std::move(LlamaModel::Create(m, kB, kT, &device, nullptr, type)).value();
+  LoadCheckpoint(kData + "/fp32", *model);
+  Pass pass;
+  if (type == DType::kFloat32) {
+    model->Forward(inputs.data(), nullptr, kB, kT);
+    pass.logits = Logits(*model, kB, kT);
+  }
+  model->ZeroGradients();
+  pass.loss = model->Forward(inputs.data(), targets.data(), kB, kT, 1.0f);
+  model->Backward();
+  EXPECT_TRUE(model->status().ok()) << model->status().ToString();
+  pass.grads.assign(model->grads(), model->grads() + model->num_parameters());
+  return pass;
+}
+
+TEST(LlamaAttention, TiledGivesDirectsResultsToFp32Rounding) {
+  const Pass direct = TrainingPass(AttentionKind::kDirect, DType::kFloat32);
+  const Pass tiled = TrainingPass(AttentionKind::kTiled, DType::kFloat32);
+  EXPECT_NEAR(tiled.loss, direct.loss, 1e-6 * direct.loss);
+  const double logits = ExpectClose(tiled.logits, direct.logits, 1e-5, "tiled logits");
+  const double grads = ExpectClose(tiled.grads, direct.grads, 1e-5, "tiled grads");
+  std::printf("tiled vs direct: logits %.3g, grads %.3g\n", logits, grads);
+}
+
+// ||got - want|| / ||want||.
+double NormRelative(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+    norm += double{want[i]} * want[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+// bf16 weights and activations: 8 significant bits, each stored value up to 2^-9 relative off,
+// and a block rounds about ten times on the way (norm, projections, rotation, attention, SwiGLU,
+// residuals) through two blocks and the head: the gradients as a whole a few percent at most. An
+// element of a gradient whose terms cancel can be off by more relative to its tensor's scale, so
+// elementwise the bound is looser. The loss, an average over 32 positions, moves far less.
+TEST(LlamaPrecision, Bf16StaysNearFp32) {
+  for (AttentionKind attention : {AttentionKind::kDirect, AttentionKind::kTiled}) {
+    const Pass fp32 = TrainingPass(attention, DType::kFloat32);
+    const Pass bf16 = TrainingPass(attention, DType::kBFloat16);
+    EXPECT_NEAR(bf16.loss, fp32.loss, 1e-3 * fp32.loss);
+    EXPECT_NE(bf16.loss, fp32.loss) << "bf16 rounding must change something";
+    const double norm = NormRelative(bf16.grads, fp32.grads);
+    EXPECT_LT(norm, 5e-2);
+    EXPECT_GT(norm, 1e-4);
+    const double worst = ExpectClose(bf16.grads, fp32.grads, 0.15, "bf16 grads");
+    std::printf("bf16 vs fp32: loss %.3g relative, grads %.3g (norm), %.3g (worst element)\n",
+                std::abs(bf16.loss - fp32.loss) / fp32.loss, norm, worst);
+  }
+}
+
+// llm.c's token shard: 256 int32 header (magic, version, count), then uint16 tokens.
+std::vector<int32_t> ReadShard(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<int32_t> header(256);
+  in.read(reinterpret_cast<char*>(header.data()), 256 * sizeof(int32_t));
+  HOIST_CHECK(header[0] == 20240520) << path;
+  std::vector<uint16_t> tokens(static_cast<size_t>(header[2]));
+  in.read(reinterpret_cast<char*>(tokens.data()),
+          static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
+  HOIST_CHECK(in.good()) << path;
+  return std::vector<int32_t>(tokens.begin(), tokens.end());
+}
+
+// 20 steps of AdamW (the backend's multi-tensor step, weight decay on the 2-D tensors) from the
+// checkpoint, one micro-batch of train.bin per step in llm.c's order: PyTorch's losses.
+TEST(LlamaTraining, TwentyAdamWStepsMatchPyTorch) {
+  const ModelConfig m = FixtureConfig(false);
+  const Tensors ref(kData + "/reference.safetensors");
+  const std::vector<float> want = ref.Floats("train_losses");
+  const std::vector<int32_t> tokens = ReadShard(kData + "/train.bin");
+  CpuDevice device(Place::kDevice);
+  auto model = std::move(LlamaModel::Create(m, kB, kT, &device)).value();
+  LoadCheckpoint(kData + "/fp32", *model);
+  const int64_t n = model->num_parameters();
+  std::vector<float> mom(static_cast<size_t>(n)), var(static_cast<size_t>(n));
+  std::vector<kernels::AdamWTensorRef> refs;
+  const std::vector<zero::UnitSpec> units = model->layout().Units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const int64_t base = model->layout().unit_offsets[u];
+    for (const zero::ParamSegment& seg : units[u].segments) {
+      kernels::AdamWTensorRef r;
+      r.param = model->params() + base + seg.begin;
+      r.m = mom.data() + base + seg.begin;
+      r.v = var.data() + base + seg.begin;
+      r.grad = model->grads() + base + seg.begin;
+      r.n = seg.end - seg.begin;
+      r.weight_decay = seg.decay ? 0.1f : 0.0f;
+      refs.push_back(r);
+    }
+  }
+  kernels::AdamWStepScalars scalars;
+  scalars.lr = 1e-2f;
+  scalars.beta1 = 0.9f;
+  scalars.beta2 = 0.95f;
+  scalars.eps = 1e-8f;
+  double worst = 0;
+  for (int step = 0; step < static_cast<int>(want.size()); ++step) {
+    const int32_t* window = tokens.data() + int64_t{step} * kB * kT;
+    model->ZeroGradients();
+    const float loss = model->Forward(window, window + 1, kB, kT, 1.0f);
+    model->Backward();
+    ASSERT_TRUE(model->status().ok()) << model->status().ToString();
+    scalars.step = step + 1;
+    ASSERT_TRUE(model->backend()
+                    .AdamW(refs, DType::kFloat32, DType::kFloat32, scalars,
+                           model->backend().compute_stream())
+                    .ok());
+    ASSERT_TRUE(model->backend().compute_stream().Synchronize().ok());
+    const double err =
+        std::abs(double{loss} - want[static_cast<size_t>(step)]) / want[static_cast<size_t>(step)];
+    worst = std::max(worst, err);
+    EXPECT_LE(err, 1e-4) << "step " << step << ": " << loss << " vs "
+                         << want[static_cast<size_t>(step)];
+  }
+  std::printf("worst training loss error %.3g\n", worst);
+}
+
+}  // namespace
+}  // namespace hoist::runtime
