@@ -18,86 +18,10 @@
 #include "core/device.h"
 #include "runtime/llama.h"
 #include "runtime/safetensors.h"
+#include "tests/runtime/llama_test_util.h"
 
 namespace hoist::runtime {
 namespace {
-
-const std::string kData = std::string(HOIST_SOURCE_DIR) + "/tests/data/llama_hf";
-constexpr int kB = 2, kT = 16;
-
-// The fixture's config.json in hoist's names.
-ModelConfig FixtureConfig(bool tied) {
-  ModelConfig m;
-  m.family = ModelFamily::kLlama;
-  m.n_layer = 2;
-  m.n_head = 4;
-  m.n_kv_head = 2;
-  m.n_embd = 32;
-  m.intermediate_size = 40;
-  m.vocab_size = 100;
-  m.seq_len = kT;
-  m.n_positions = 512;
-  m.rope_theta = 500000.0;
-  m.rope_scaling.llama3 = true;
-  m.rope_scaling.factor = 8.0;
-  m.rope_scaling.low_freq_factor = 1.0;
-  m.rope_scaling.high_freq_factor = 4.0;
-  m.rope_scaling.original_max_position_embeddings = 256;
-  m.rms_norm_eps = 1e-5f;
-  m.tie_word_embeddings = tied;
-  return m;
-}
-
-class Tensors {
- public:
-  explicit Tensors(const std::string& path) {
-    auto file = SafetensorsFile::Open(path);
-    HOIST_CHECK(file.ok()) << file.status().ToString();
-    file_.emplace(std::move(*file));
-  }
-  const SafetensorsTensor* Find(const std::string& name) const { return file_->Find(name); }
-  std::vector<float> Floats(const std::string& name) const {
-    const SafetensorsTensor* t = file_->Find(name);
-    HOIST_CHECK(t != nullptr) << name;
-    std::vector<float> out(static_cast<size_t>(t->elements()));
-    HOIST_CHECK(file_->ReadFloat(*t, 0, t->elements(), out.data()).ok());
-    return out;
-  }
-  std::vector<int32_t> Ints(const std::string& name) const {
-    const SafetensorsTensor* t = file_->Find(name);
-    HOIST_CHECK(t != nullptr && t->dtype == "I32") << name;
-    std::vector<int32_t> out(static_cast<size_t>(t->elements()));
-    HOIST_CHECK(file_->ReadBytes(*t, 0, t->end - t->begin, out.data()).ok());
-    return out;
-  }
-  size_t size() const { return file_->tensors().size(); }
-
- private:
-  std::optional<SafetensorsFile> file_;
-};
-
-int64_t Elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-// The checkpoint's tensors into the model's flat store, by name: every tensor of the file used
-// once, each with the shape LlamaHfTensors gives.
-void LoadCheckpoint(const std::string& dir, LlamaModel& model) {
-  const Tensors file(dir + "/model.safetensors");
-  const std::vector<LlamaHfTensor> specs = LlamaHfTensors(model.config());
-  ASSERT_EQ(file.size(), specs.size()) << dir;
-  std::memset(model.params(), 0, static_cast<size_t>(model.num_parameters()) * sizeof(float));
-  for (const LlamaHfTensor& spec : specs) {
-    const SafetensorsTensor* t = file.Find(spec.name);
-    ASSERT_NE(t, nullptr) << spec.name;
-    ASSERT_EQ(t->shape, spec.shape) << spec.name;
-    const std::vector<float> values = file.Floats(spec.name);
-    std::memcpy(model.params() + model.layout().unit_offsets[spec.unit] + spec.offset,
-                values.data(), values.size() * sizeof(float));
-  }
-}
 
 // |got - want| <= rtol * max(|want|, rms(want)); returns the worst such ratio.
 double ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double rtol,
@@ -153,7 +77,8 @@ TEST_P(LlamaReference, LogitsLossAndGradientsMatchTransformers) {
   auto created = LlamaModel::Create(m, kB, kT, &device);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
   LlamaModel& model = **created;
-  LoadCheckpoint(kData + (tied ? "/tied" : "/fp32"), model);
+  const std::vector<float> weights = ReadCheckpoint(kData + (tied ? "/tied" : "/fp32"), m);
+  std::memcpy(model.params(), weights.data(), weights.size() * sizeof(float));
 
   model.Forward(inputs.data(), nullptr, kB, kT);
   ASSERT_TRUE(model.status().ok()) << model.status().ToString();
@@ -197,7 +122,8 @@ Pass TrainingPass(AttentionKind attention, DType type) {
   const std::vector<int32_t> inputs = ref.Ints("input_ids"), targets = ref.Ints("target_ids");
   CpuDevice device(Place::kDevice);
   auto model = std::move(LlamaModel::Create(m, kB, kT, &device, nullptr, type)).value();
-  LoadCheckpoint(kData + "/fp32", *model);
+  const std::vector<float> weights = ReadCheckpoint(kData + "/fp32", m);
+  std::memcpy(model->params(), weights.data(), weights.size() * sizeof(float));
   Pass pass;
   if (type == DType::kFloat32) {
     model->Forward(inputs.data(), nullptr, kB, kT);
@@ -250,19 +176,6 @@ TEST(LlamaPrecision, Bf16StaysNearFp32) {
   }
 }
 
-// llm.c's token shard: 256 int32 header (magic, version, count), then uint16 tokens.
-std::vector<int32_t> ReadShard(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<int32_t> header(256);
-  in.read(reinterpret_cast<char*>(header.data()), 256 * sizeof(int32_t));
-  HOIST_CHECK(header[0] == 20240520) << path;
-  std::vector<uint16_t> tokens(static_cast<size_t>(header[2]));
-  in.read(reinterpret_cast<char*>(tokens.data()),
-          static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
-  HOIST_CHECK(in.good()) << path;
-  return std::vector<int32_t>(tokens.begin(), tokens.end());
-}
-
 // 20 steps of AdamW (the backend's multi-tensor step, weight decay on the 2-D tensors) from the
 // checkpoint, one micro-batch of train.bin per step in llm.c's order: PyTorch's losses.
 TEST(LlamaTraining, TwentyAdamWStepsMatchPyTorch) {
@@ -272,7 +185,8 @@ TEST(LlamaTraining, TwentyAdamWStepsMatchPyTorch) {
   const std::vector<int32_t> tokens = ReadShard(kData + "/train.bin");
   CpuDevice device(Place::kDevice);
   auto model = std::move(LlamaModel::Create(m, kB, kT, &device)).value();
-  LoadCheckpoint(kData + "/fp32", *model);
+  const std::vector<float> weights = ReadCheckpoint(kData + "/fp32", m);
+  std::memcpy(model->params(), weights.data(), weights.size() * sizeof(float));
   const int64_t n = model->num_parameters();
   std::vector<float> mom(static_cast<size_t>(n)), var(static_cast<size_t>(n));
   std::vector<kernels::AdamWTensorRef> refs;
