@@ -196,6 +196,32 @@ TEST(LlamaCheckpointing, EveryPolicyGivesTheGradientsOfKeepingEverything) {
   }
 }
 
+TEST(LlamaCheckpointing, PhasesAreReportedInOrderAndCheckpointedBlocksRecompute) {
+  const ModelConfig m = SmallConfig(AttentionKind::kTiled);
+  CpuDevice device;
+  for (CheckpointPolicy policy : {CheckpointPolicy::kNone, CheckpointPolicy::kFull}) {
+    auto model =
+        std::move(LlamaModel::Create(m, 1, 4, &device, nullptr, DType::kFloat32, Policy(policy)))
+            .value();
+    model->InitializeWeights(1);
+    using P = Model::Phase;
+    std::vector<std::pair<P, int>> phases;
+    model->set_phase_hook([&](P phase, int block) { phases.emplace_back(phase, block); });
+    const int32_t tokens[] = {1, 2, 3, 4};
+    model->Forward(tokens, tokens, 1, 4, 1.0f);
+    model->Backward();
+    ASSERT_TRUE(model->status().ok()) << model->status().ToString();
+    const std::vector<std::pair<P, int>> want = {
+        {P::kForwardEmbedding, -1}, {P::kForwardBlock, 0},  {P::kForwardBlock, 1},
+        {P::kForwardBlock, 2},      {P::kForwardBlock, 3},  {P::kForwardHead, -1},
+        {P::kBackwardHead, -1},     {P::kBackwardBlock, 3}, {P::kBackwardBlock, 2},
+        {P::kBackwardBlock, 1},     {P::kBackwardBlock, 0}, {P::kBackwardEmbedding, -1}};
+    EXPECT_EQ(phases, want);
+    EXPECT_EQ(model->recomputed_blocks(), policy == CheckpointPolicy::kNone ? 0 : m.n_layer);
+    EXPECT_GE(model->recompute_seconds(), 0.0);
+  }
+}
+
 // A store whose weights are a flat vector and which fails at the n-th acquire, as a ZeRO store
 // whose collective failed: null, and the error kept.
 class FailingStore final : public zero::ParamStore {
