@@ -176,6 +176,20 @@ TEST(LlamaPrecision, Bf16StaysNearFp32) {
   }
 }
 
+// fp16 keeps 11 significant bits, 8 times bf16's precision, in a range these values never leave:
+// the same comparison with bounds 8 times tighter.
+TEST(LlamaPrecision, Fp16StaysNearFp32) {
+  const Pass fp32 = TrainingPass(AttentionKind::kDirect, DType::kFloat32);
+  const Pass fp16 = TrainingPass(AttentionKind::kDirect, DType::kFloat16);
+  EXPECT_NEAR(fp16.loss, fp32.loss, 1.25e-4 * fp32.loss);
+  const double norm = NormRelative(fp16.grads, fp32.grads);
+  EXPECT_LT(norm, 5e-2 / 8);
+  EXPECT_GT(norm, 1e-6);
+  const double worst = ExpectClose(fp16.grads, fp32.grads, 0.15 / 8, "fp16 grads");
+  std::printf("fp16 vs fp32: loss %.3g relative, grads %.3g (norm), %.3g (worst element)\n",
+              std::abs(fp16.loss - fp32.loss) / fp32.loss, norm, worst);
+}
+
 // 20 steps of AdamW (the backend's multi-tensor step, weight decay on the 2-D tensors) from the
 // checkpoint, one micro-batch of train.bin per step in llm.c's order: PyTorch's losses.
 TEST(LlamaTraining, TwentyAdamWStepsMatchPyTorch) {

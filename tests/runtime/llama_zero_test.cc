@@ -25,6 +25,7 @@ struct Job {
   int stage = 0;
   bool tied = false;
   DType type = DType::kFloat32;
+  zero::StatePlace optimizer = zero::StatePlace::kDevice;
   ActivationCheckpointingConfig checkpointing;
 };
 
@@ -46,6 +47,7 @@ std::vector<float> Train(const Job& run, int steps) {
     options.compute_type = run.type;
     options.comm_type = run.type;
     options.stage3_param_persistence_threshold = 0;
+    options.offload_optimizer.place = run.optimizer;
     options.adam.beta1 = 0.9f;
     options.adam.beta2 = 0.95f;
     options.adam.eps = 1e-8f;
@@ -110,6 +112,17 @@ TEST(LlamaZero, EveryStageTrainsAsPyTorchDoes) {
       std::printf("%d ranks, stage %d: worst loss error %.3g\n", ranks, stage, worst);
     }
   }
+}
+
+// ZeRO-Offload: the optimizer states in host memory, stepped by the CPU's AdamW.
+TEST(LlamaZero, TheOptimizerOnTheHostTrainsAsPyTorchDoes) {
+  const Tensors ref(kData + "/reference.safetensors");
+  const std::vector<float> want = ref.Floats("train_losses");
+  Job run;
+  run.ranks = 2;
+  run.stage = 2;
+  run.optimizer = zero::StatePlace::kHost;
+  EXPECT_LE(WorstRelative(Train(run, static_cast<int>(want.size())), want), 1e-4);
 }
 
 // Stage 3 with the head tied to the embedding: the embedding unit is gathered for the head in
