@@ -1,0 +1,187 @@
+// Training-pass throughput of a small Llama on the CPU, next to the same model in PyTorch eager in
+// the same run.
+//
+// The model: hidden 256, 4 layers, 8 query heads and 4 key/value heads (head 32), SwiGLU width
+// 688, vocabulary 8000, Llama 3's rope scaling, an untied head; micro-batch B=4, T=128, fp32.
+// hoist: LlamaModel on the CPU backend with its own flat store, Forward with targets and Backward
+// (the gradients; no optimizer step, which adamw_bench measures). PyTorch: transformers'
+// LlamaForCausalLM with eager attention, the same shapes, loss.backward(), as many threads as
+// OpenMP gives hoist. Each figure is the median over the timed passes, after a warm-up pass.
+// Machines are shared and noisy: compare the two lines of one run, not runs with each other. On a
+// machine busier than its cores, OpenMP's spinning threads wait on descheduled ones: run with
+// OMP_WAIT_POLICY=passive there (2 shared cores, load 3.7: 4128 tokens/s against PyTorch's 3103,
+// where the default spinning gave 634).
+//
+//   llama_bench [--steps N] [--python PATH]   (PATH: a python3 with torch and transformers)
+#include <omp.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/cpu_features.h"
+#include "core/device.h"
+#include "core/random.h"
+#include "runtime/llama.h"
+
+extern char** environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kB = 4, kT = 128;
+
+hoist::runtime::ModelConfig BenchConfig() {
+  hoist::runtime::ModelConfig m;
+  m.family = hoist::runtime::ModelFamily::kLlama;
+  m.n_layer = 4;
+  m.n_embd = 256;
+  m.n_head = 8;
+  m.n_kv_head = 4;
+  m.intermediate_size = 688;
+  m.vocab_size = 8000;
+  m.seq_len = kT;
+  m.rope_theta = 500000.0;
+  m.rope_scaling.llama3 = true;
+  m.rope_scaling.original_max_position_embeddings = 64;
+  m.rms_norm_eps = 1e-5f;
+  return m;
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The python3 child: prints "tokens_s X" or "missing <module>".
+constexpr const char* kPythonScript = R"PY(
+import sys, time, statistics
+B, T, threads, steps = (int(a) for a in sys.argv[1:5])
+try:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+except Exception as e:
+    print("missing", e); sys.exit(0)
+torch.set_num_threads(threads)
+config = LlamaConfig(vocab_size=8000, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                     num_attention_heads=8, num_key_value_heads=4, max_position_embeddings=128,
+                     rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 64},
+                     rms_norm_eps=1e-5, tie_word_embeddings=False, attn_implementation="eager")
+model = LlamaForCausalLM(config).train()
+g = torch.Generator().manual_seed(1)
+x = torch.randint(0, 8000, (B, T), generator=g)
+y = torch.randint(0, 8000, (B, T), generator=g)
+def step():
+    model.zero_grad(set_to_none=False)
+    logits = model(x).logits
+    torch.nn.functional.cross_entropy(logits.reshape(-1, 8000), y.reshape(-1)).backward()
+step()
+times = []
+for _ in range(steps):
+    t = time.perf_counter(); step(); times.append(time.perf_counter() - t)
+print("tokens_s", B * T / statistics.median(times))
+)PY";
+
+std::string RunPython(const std::string& python, int threads, int steps) {
+  int fds[2];
+  if (pipe(fds) != 0) return "";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  const std::string b = std::to_string(kB), t = std::to_string(kT),
+                    threads_arg = std::to_string(threads), steps_arg = std::to_string(steps);
+  std::vector<char*> argv = {
+      const_cast<char*>(python.c_str()),    const_cast<char*>("-c"),
+      const_cast<char*>(kPythonScript),     const_cast<char*>(b.c_str()),
+      const_cast<char*>(t.c_str()),         const_cast<char*>(threads_arg.c_str()),
+      const_cast<char*>(steps_arg.c_str()), nullptr};
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, python.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  std::string out;
+  if (rc == 0) {
+    char buf[256];
+    ssize_t got;
+    while ((got = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(got));
+    int status = 0;
+    waitpid(pid, &status, 0);
+  }
+  close(fds[0]);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 10;
+  std::string python = "python3";
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) {
+      steps = std::max(1, std::atoi(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--python") && i + 1 < argc) {
+      python = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--steps N] [--python PATH]\n", argv[0]);
+      return 2;
+    }
+  }
+  const int threads = omp_get_max_threads();
+  const hoist::runtime::ModelConfig config = BenchConfig();
+  hoist::CpuDevice device(hoist::Place::kDevice);
+  auto created = hoist::runtime::LlamaModel::Create(config, kB, kT, &device);
+  if (!created.ok()) {
+    std::fprintf(stderr, "llama_bench: %s\n", created.status().ToString().c_str());
+    return 1;
+  }
+  hoist::runtime::LlamaModel& model = **created;
+  model.InitializeWeights(1);
+  std::printf("CPU: %s, %d threads; Llama %.1fM params, B=%d T=%d, fp32, %d timed passes\n",
+              hoist::GetCpuFeatures().model_name.c_str(), threads, model.num_parameters() * 1e-6,
+              kB, kT, steps);
+  hoist::Rng rng(3);
+  std::vector<int32_t> inputs(kB * kT), targets(kB * kT);
+  for (int i = 0; i < kB * kT; ++i) {
+    inputs[static_cast<size_t>(i)] = static_cast<int32_t>(rng.NextU64() % 8000);
+    targets[static_cast<size_t>(i)] = static_cast<int32_t>(rng.NextU64() % 8000);
+  }
+  std::vector<double> times;
+  for (int s = 0; s <= steps; ++s) {
+    const auto start = Clock::now();
+    model.ZeroGradients();
+    model.Forward(inputs.data(), targets.data(), kB, kT, 1.0f);
+    model.Backward();
+    if (!model.status().ok()) {
+      std::fprintf(stderr, "llama_bench: %s\n", model.status().ToString().c_str());
+      return 1;
+    }
+    if (s > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  const double hoist_tokens_s = kB * kT / Median(times);
+  std::printf("hoist    LlamaModel (CPU backend)         %9.0f tokens/s\n", hoist_tokens_s);
+
+  const std::string out = RunPython(python, threads, steps);
+  const size_t at = out.rfind("tokens_s ");
+  double torch_tokens_s = 0;
+  if (at != std::string::npos && std::sscanf(out.c_str() + at, "tokens_s %lf", &torch_tokens_s) &&
+      torch_tokens_s > 0) {
+    std::printf("pytorch  LlamaForCausalLM (eager)         %9.0f tokens/s\n", torch_tokens_s);
+    std::printf("ratio    hoist / pytorch                  %9.2f\n",
+                hoist_tokens_s / torch_tokens_s);
+  } else {
+    std::printf("pytorch: not measured (%s); pass --python with torch and transformers installed\n",
+                out.empty() ? "python did not start" : out.substr(0, out.find('\n')).c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,338 @@
+// LlamaModel's forward and backward passes (runtime/llama.h).
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "core/check.h"
+#include "runtime/llama.h"
+
+namespace hoist::runtime {
+
+namespace {
+
+// One block's tensors within its unit's buffer: the weights (T = const void, in the store's
+// type) or the gradients (T = float).
+template <typename T>
+struct BlockTensors {
+  T *ln1, *qkv, *o, *ln2, *gate_up, *down;
+
+  BlockTensors(T* unit, const LlamaLayout& layout, DType type) {
+    auto at = [&](int tensor) {
+      return static_cast<T*>(ElementPtr(unit, type, layout.local_offsets[tensor]));
+    };
+    ln1 = at(kLlamaInputNorm), qkv = at(kLlamaQkv), o = at(kLlamaOProj);
+    ln2 = at(kLlamaPostNorm), gate_up = at(kLlamaGateUp), down = at(kLlamaDown);
+  }
+};
+
+}  // namespace
+
+// Forward's ops for layer l; `run(s)` says whether to compute saved tensor s (forward: all of
+// them; a recomputation: those the layer did not keep, each from what was kept or recomputed just
+// before it). The same ops on the same inputs in the same order give the same bits.
+template <typename Run>
+bool LlamaModel::BlockForward(int l, const void* residual, const void* weights, void* scratch,
+                              Run run) {
+  const int B = last_B_, T = last_T_, C = C_;
+  const int64_t BT = int64_t{B} * T;
+  const int N = static_cast<int>(BT), A = NH_ * hd_;
+  const DType a = activation_type_;
+  const float eps = config_.rms_norm_eps;
+  const Stream& st = stream();
+  const BlockTensors<const void> w(weights, layout_, a);
+  float* lse = lse_ == nullptr ? nullptr : lse_ + int64_t{l} * B * NH_ * T;
+  if (run(kSavedLn1) && !Ok(backend_->RmsNormForward(At(kSavedLn1, l), rstd1_ + l * BT, residual,
+                                                     w.ln1, N, C, eps, a, st))) {
+    return false;
+  }
+  if (run(kSavedQkv) && !(Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), w.qkv,
+                                                     nullptr, N, C, QKV_, a, nullptr, st)) &&
+                          Ok(backend_->RopeForward(At(kSavedQkv, l), rope_cos_, rope_sin_, B, T,
+                                                   NH_, NKV_, hd_, a, st)))) {
+    return false;
+  }
+  if (run(kSavedAtty) &&
+      !Ok(tiled() ? backend_->GqaAttentionForwardTiled(At(kSavedAtty, l), lse, At(kSavedQkv, l), B,
+                                                       T, NH_, NKV_, hd_, a, st)
+                  : backend_->GqaAttentionForward(
+                        At(kSavedAtty, l), static_cast<float*>(At(kSavedAtt, l)), At(kSavedQkv, l),
+                        attention_workspace_.data(), B, T, NH_, NKV_, hd_, a, st))) {
+    return false;
+  }
+  if (run(kSavedResidual2) &&
+      !(Ok(backend_->MatmulForward(scratch, At(kSavedAtty, l), w.o, nullptr, N, A, C, a, nullptr,
+                                   st)) &&
+        Ok(backend_->ResidualForward(At(kSavedResidual2, l), residual, scratch, BT * C, a, st)))) {
+    return false;
+  }
+  if (run(kSavedLn2) &&
+      !Ok(backend_->RmsNormForward(At(kSavedLn2, l), rstd2_ + l * BT, At(kSavedResidual2, l), w.ln2,
+                                   N, C, eps, a, st))) {
+    return false;
+  }
+  if (run(kSavedGateUp) &&
+      !Ok(backend_->MatmulForward(At(kSavedGateUp, l), At(kSavedLn2, l), w.gate_up, nullptr, N, C,
+                                  2 * I_, a, nullptr, st))) {
+    return false;
+  }
+  if (run(kSavedSwiGlu) &&
+      !Ok(backend_->SwiGluForward(At(kSavedSwiGlu, l), At(kSavedGateUp, l), N, I_, a, st))) {
+    return false;
+  }
+  if (run(kSavedResidual3) &&
+      !(Ok(backend_->MatmulForward(scratch, At(kSavedSwiGlu, l), w.down, nullptr, N, I_, C, a,
+                                   nullptr, st)) &&
+        Ok(backend_->ResidualForward(At(kSavedResidual3, l), At(kSavedResidual2, l), scratch,
+                                     BT * C, a, st)))) {
+    return false;
+  }
+  return true;
+}
+
+float LlamaModel::Forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                          float dloss) {
+  HOIST_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_)
+      << "batch (" << B << ", " << T << ") exceeds (" << max_B_ << ", " << max_T_ << ")";
+  HOIST_CHECK(dloss == 0.0f || targets != nullptr) << "a backward pass needs targets";
+  const int L = config_.n_layer, C = C_;
+  const int V = config_.vocab_size, Vp = config_.padded_vocab_size();
+  const int64_t BT = int64_t{B} * T;
+  const int N = static_cast<int>(BT);
+  const int kEmbedding = 0, kFinal = L + 1;
+  const int head_unit = layout_.tied ? kEmbedding : kFinal;
+  if (backward_ready_) {  // a training forward whose backward never came: hand back the head
+    store_->ReleaseParams(head_unit);
+    backward_ready_ = false;
+  }
+  last_B_ = B;
+  last_T_ = T;
+  const float kFailed = std::numeric_limits<float>::quiet_NaN();
+  if (!store_->status().ok() || !status_.ok()) return kFailed;
+  const DType a = activation_type_;
+  const Stream& st = stream();
+
+  EnterPhase(Phase::kForwardEmbedding, -1);
+  if (inputs == nullptr) {
+    (void)Ok(InvalidArgumentError("LlamaModel::Forward: inputs is null"));
+    return kFailed;
+  }
+  const size_t positions = static_cast<size_t>(BT);
+  std::memcpy(host_tokens_.data(), inputs, positions * sizeof(int32_t));
+  if (targets != nullptr) {
+    std::memcpy(host_tokens_.data() + positions, targets, positions * sizeof(int32_t));
+  }
+  if (!Ok(backend_->Copy(inputs_, host_tokens_.data(), BT * int64_t{sizeof(int32_t)},
+                         kernels::CopyDirection::kHostToDevice, st))) {
+    return kFailed;
+  }
+  if (targets != nullptr &&
+      !Ok(backend_->Copy(targets_, host_tokens_.data() + positions, BT * int64_t{sizeof(int32_t)},
+                         kernels::CopyDirection::kHostToDevice, st))) {
+    return kFailed;
+  }
+  const void* embedding = store_->AcquireParams(kEmbedding);
+  if (embedding == nullptr) return kFailed;
+  store_->Prefetch(1);
+  // The gather of the token rows: the encoder op against a zero position table.
+  if (!Ok(backend_->EncoderForward(encoded_, inputs_, Weight(embedding, kLlamaEmbedTokens),
+                                   zero_positions_, B, T, C, a, st))) {
+    return kFailed;
+  }
+  store_->ReleaseParams(kEmbedding);
+  const void* residual = encoded_;
+  for (int l = 0; l < L; ++l) {
+    EnterPhase(Phase::kForwardBlock, l);
+    const void* weights = store_->AcquireParams(1 + l);
+    if (weights == nullptr) return kFailed;
+    store_->Prefetch(l + 1 < L ? 2 + l : kFinal);
+    if (!BlockForward(l, residual, weights, dresidual_, [](int) { return true; })) return kFailed;
+    store_->ReleaseParams(1 + l);
+    residual = At(kSavedResidual3, l);
+  }
+  EnterPhase(Phase::kForwardHead, -1);
+  const void* final_unit = store_->AcquireParams(kFinal);
+  if (final_unit == nullptr) return kFailed;
+  if (layout_.tied) store_->Prefetch(kEmbedding);
+  if (!Ok(backend_->RmsNormForward(lnf_, rstdf_, residual, Weight(final_unit, kLlamaFinalNorm), N,
+                                   C, config_.rms_norm_eps, a, st))) {
+    return kFailed;
+  }
+  // The head: logits = lnf @ W^T with W the untied lm_head (in the final unit, still held) or the
+  // token embedding. A training forward keeps the head's unit until Backward has used it.
+  const void* head = final_unit;
+  int head_tensor = kLlamaLmHead;
+  if (layout_.tied) {
+    store_->ReleaseParams(kFinal);
+    head = store_->AcquireParams(kEmbedding);
+    if (head == nullptr) return kFailed;
+    head_tensor = kLlamaEmbedTokens;
+  }
+  if (!Ok(backend_->MatmulForward(logits_, lnf_, Weight(head, head_tensor), nullptr, N, C, Vp, a,
+                                  nullptr, st))) {
+    return kFailed;
+  }
+  if (targets == nullptr || dloss <= 0.0f) store_->ReleaseParams(head_unit);
+  if (targets == nullptr) {
+    if (!Ok(st.Synchronize())) return kFailed;
+    return 0.0f;
+  }
+  if (!Ok(backend_->SoftmaxCrossEntropy(losses_, dloss > 0.0f ? logits_ : nullptr, logits_,
+                                        targets_, dloss / static_cast<float>(BT), N, V, Vp, a,
+                                        st)) ||
+      !Ok(backend_->Copy(host_losses_.data(), losses_, BT * int64_t{sizeof(float)},
+                         kernels::CopyDirection::kDeviceToHost, st)) ||
+      !Ok(st.Synchronize())) {
+    return kFailed;
+  }
+  double sum = 0.0;
+  for (int64_t i = 0; i < BT; ++i) sum += host_losses_[static_cast<size_t>(i)];
+  backward_ready_ = dloss > 0.0f;
+  return static_cast<float>(sum / static_cast<double>(BT));
+}
+
+bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights, float* grads) {
+  const int B = last_B_, T = last_T_, C = C_;
+  const int64_t BT = int64_t{B} * T;
+  const int N = static_cast<int>(BT), A = NH_ * hd_;
+  const DType a = activation_type_;
+  const Stream& st = stream();
+  const BlockTensors<const void> w(weights, layout_, a);
+  const BlockTensors<float> g(grads, layout_, DType::kFloat32);
+  float* lse = lse_ == nullptr ? nullptr : lse_ + int64_t{l} * B * NH_ * T;
+  // MLP: residual3 = residual2 + down(swiglu(gate_up(rmsnorm2(residual2)))).
+  const bool mlp =
+      Zero(dswiglu_, BT * I_) &&
+      Ok(backend_->MatmulBackward(dswiglu_, g.down, nullptr, dresidual_, At(kSavedSwiGlu, l),
+                                  w.down, N, I_, C, a, st)) &&
+      Zero(dgateup_, BT * 2 * I_) &&
+      Ok(backend_->SwiGluBackward(dgateup_, At(kSavedGateUp, l), dswiglu_, N, I_, a, st)) &&
+      Zero(dln_, BT * C) &&
+      Ok(backend_->MatmulBackward(dln_, g.gate_up, nullptr, dgateup_, At(kSavedLn2, l), w.gate_up,
+                                  N, C, 2 * I_, a, st)) &&
+      Ok(backend_->RmsNormBackward(dresidual_, g.ln2, dln_, At(kSavedResidual2, l), w.ln2,
+                                   rstd2_ + l * BT, N, C, a, st));
+  if (!mlp) return false;
+  // Attention: residual2 = residual + o(attention(rope(qkv(rmsnorm1(residual))))).
+  return Zero(datty_, BT * A) &&
+         Ok(backend_->MatmulBackward(datty_, g.o, nullptr, dresidual_, At(kSavedAtty, l), w.o, N, A,
+                                     C, a, st)) &&
+         Zero(dqkv_, BT * QKV_) &&
+         Ok(tiled()
+                ? backend_->GqaAttentionBackwardTiled(
+                      dqkv_, datty_, At(kSavedQkv, l), At(kSavedAtty, l), lse,
+                      attention_workspace_.data(), B, T, NH_, NKV_, hd_, a, st)
+                : backend_->GqaAttentionBackward(
+                      dqkv_, datty_, At(kSavedQkv, l), static_cast<const float*>(At(kSavedAtt, l)),
+                      attention_workspace_.data(), B, T, NH_, NKV_, hd_, a, st)) &&
+         Ok(backend_->RopeBackward(dqkv_, rope_cos_, rope_sin_, B, T, NH_, NKV_, hd_, a, st)) &&
+         Zero(dln_, BT * C) &&
+         Ok(backend_->MatmulBackward(dln_, g.qkv, nullptr, dqkv_, At(kSavedLn1, l), w.qkv, N, C,
+                                     QKV_, a, st)) &&
+         Ok(backend_->RmsNormBackward(dresidual_, g.ln1, dln_, residual, w.ln1, rstd1_ + l * BT, N,
+                                      C, a, st));
+}
+
+void LlamaModel::Backward() {
+  if (!store_->status().ok() || !status_.ok()) {
+    backward_ready_ = false;
+    return;
+  }
+  HOIST_CHECK(backward_ready_) << "Backward without a Forward that had targets and dloss";
+  backward_ready_ = false;
+  const int B = last_B_, T = last_T_;
+  const int L = config_.n_layer, C = C_;
+  const int Vp = config_.padded_vocab_size();
+  const int64_t BT = int64_t{B} * T;
+  const int N = static_cast<int>(BT);
+  const int kEmbedding = 0, kFinal = L + 1;
+  const DType a = activation_type_;
+  const Stream& st = stream();
+  auto grad = [&](float* unit, int tensor) { return unit + layout_.local_offsets[tensor]; };
+
+  // logits_ holds dlogits. With a tied head the embedding's gradient buffer stays with us from
+  // the head (first) to the token embedding (last); untied, the final unit's serves the head and
+  // the final norm.
+  EnterPhase(Phase::kBackwardHead, -1);
+  float* embedding_grads = nullptr;
+  float* final_grads = nullptr;
+  const void* final_unit = nullptr;
+  if (layout_.tied) {
+    embedding_grads = store_->AcquireGrads(kEmbedding);
+    if (embedding_grads == nullptr) return;
+    const void* embedding = store_->AcquireParams(kEmbedding);  // still held since Forward
+    if (embedding == nullptr) return;
+    store_->Prefetch(kFinal);
+    if (!Zero(dln_, BT * C) || !Ok(backend_->MatmulBackward(
+                                   dln_, grad(embedding_grads, kLlamaEmbedTokens), nullptr, logits_,
+                                   lnf_, Weight(embedding, kLlamaEmbedTokens), N, C, Vp, a, st))) {
+      return;
+    }
+    store_->ReleaseParams(kEmbedding);
+    store_->ReleaseParams(kEmbedding);
+    final_unit = store_->AcquireParams(kFinal);
+    if (final_unit == nullptr) return;
+    final_grads = store_->AcquireGrads(kFinal);
+    if (final_grads == nullptr) return;
+  } else {
+    final_unit = store_->AcquireParams(kFinal);  // still held since Forward
+    if (final_unit == nullptr) return;
+    final_grads = store_->AcquireGrads(kFinal);
+    if (final_grads == nullptr) return;
+    if (!Zero(dln_, BT * C) ||
+        !Ok(backend_->MatmulBackward(dln_, grad(final_grads, kLlamaLmHead), nullptr, logits_, lnf_,
+                                     Weight(final_unit, kLlamaLmHead), N, C, Vp, a, st))) {
+      return;
+    }
+    store_->ReleaseParams(kFinal);
+  }
+  if (L > 0) store_->Prefetch(L);
+  const void* last_residual = L > 0 ? At(kSavedResidual3, L - 1) : encoded_;
+  if (!Zero(dresidual_, BT * C) ||
+      !Ok(backend_->RmsNormBackward(dresidual_, grad(final_grads, kLlamaFinalNorm), dln_,
+                                    last_residual, Weight(final_unit, kLlamaFinalNorm), rstdf_, N,
+                                    C, a, st))) {
+    return;
+  }
+  store_->ReleaseGrads(kFinal);
+  store_->ReleaseParams(kFinal);
+
+  for (int l = L - 1; l >= 0; --l) {
+    EnterPhase(Phase::kBackwardBlock, l);
+    const void* weights = store_->AcquireParams(1 + l);
+    if (weights == nullptr) return;
+    if (l > 0) store_->Prefetch(l);
+    float* grads = store_->AcquireGrads(1 + l);
+    if (grads == nullptr) return;
+    const void* residual = l == 0 ? encoded_ : At(kSavedResidual3, l - 1);
+    bool recomputes = false;
+    for (int s = 0; s < kNumSaved; ++s) recomputes = recomputes || !Kept(s, l);
+    if (recomputes) {
+      const auto start = std::chrono::steady_clock::now();
+      // dln_ is free until the MLP's backward: it holds the projections' outputs.
+      const bool ok = BlockForward(l, residual, weights, dln_, [&](int s) { return !Kept(s, l); });
+      ++recomputed_blocks_;
+      recompute_s_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (!ok) return;
+    }
+    if (!BlockBackward(l, residual, weights, grads)) return;
+    store_->ReleaseGrads(1 + l);
+    store_->ReleaseParams(1 + l);
+  }
+  EnterPhase(Phase::kBackwardEmbedding, -1);
+  if (!layout_.tied) {
+    embedding_grads = store_->AcquireGrads(kEmbedding);
+    if (embedding_grads == nullptr) return;
+  }
+  // The encoder's position gradient lands in a scratch table nobody reads.
+  if (!Ok(backend_->Zero(dpositions_, int64_t{T} * C * int64_t{sizeof(float)}, st)) ||
+      !Ok(backend_->EncoderBackward(grad(embedding_grads, kLlamaEmbedTokens), dpositions_,
+                                    dresidual_, inputs_, B, T, C, a, st))) {
+    return;
+  }
+  store_->ReleaseGrads(kEmbedding);
+  if (own_store_ != nullptr) (void)Ok(st.Synchronize());
+}
+
+}  // namespace hoist::runtime
