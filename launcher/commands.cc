@@ -171,9 +171,9 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     std::string device = "auto";
   };
   auto args = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand(
-      "train",
-      "Train a GPT-2 model. Without -c, trains the embedded demo job (examples/demo.json).");
+  CLI::App* cmd = app.add_subcommand("train",
+                                     "Train a GPT-2 or Llama model. Without -c, trains the "
+                                     "embedded demo job (examples/demo.json).");
   cmd->add_option("-c,--config", args->config_path, "Job config (JSON, DeepSpeed's keys)");
   cmd->add_option("--set", args->overrides, "Override a config key: --set optimizer.params.lr=3e-4")
       ->take_all();

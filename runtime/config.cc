@@ -399,6 +399,10 @@ const char* ModelFamilyName(ModelFamily family) {
   return "unknown";
 }
 
+const char* ModelDisplayName(ModelFamily family) {
+  return family == ModelFamily::kLlama ? "Llama" : "GPT-2";
+}
+
 int ModelConfig::padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
 
 const char* OffloadDeviceName(OffloadDevice device) {

@@ -42,6 +42,8 @@ enum class ModelFamily {
   kLlama,  // "llama": RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases
 };
 const char* ModelFamilyName(ModelFamily family);
+// "GPT-2", "Llama": the family as people write it, for messages.
+const char* ModelDisplayName(ModelFamily family);
 
 // Llama 3's rope_scaling (rope_type "llama3"); off for Llama 1/2.
 struct RopeScalingConfig {

@@ -25,7 +25,7 @@ StatusOr<std::string> ExportCheckpoint(const ExportOptions& options) {
   if (metadata.contains("hf_config") && metadata["hf_config"].is_object()) {
     hf.base_config = metadata["hf_config"];
   }
-  HOIST_RETURN_IF_ERROR(WriteHfGpt2(options.output, model, weights.data(), hf));
+  HOIST_RETURN_IF_ERROR(WriteHfCheckpoint(options.output, model, weights.data(), hf));
   return step_dir;
 }
 

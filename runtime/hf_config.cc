@@ -1,6 +1,8 @@
 #include "runtime/hf_config.h"
 
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <utility>
 
 #include "core/file_system.h"
@@ -17,6 +19,15 @@ Status Dimension(const nlohmann::json& config, const std::string& path, const ch
   }
   *value = config[key].get<int>();
   return Status::Ok();
+}
+
+// The double with the shortest decimal form that rounds to `value` (1e-05 for the float 1e-5f),
+// so that a float read from a config.json is written back as it was.
+double ShortestDouble(float value) {
+  char text[32];
+  const std::to_chars_result end = std::to_chars(text, text + sizeof(text), value);
+  *end.ptr = '\0';
+  return std::strtod(text, nullptr);
 }
 
 // A number `key` of `config` (absent: `fallback`).
@@ -215,7 +226,7 @@ nlohmann::json LlamaHfConfig(const ModelConfig& model, const nlohmann::json& bas
   config["head_dim"] = model.head_dim();
   config["max_position_embeddings"] = model.positions();
   config["vocab_size"] = model.vocab_size;
-  config["rms_norm_eps"] = model.rms_norm_eps;
+  config["rms_norm_eps"] = ShortestDouble(model.rms_norm_eps);
   config["tie_word_embeddings"] = model.tie_word_embeddings;
   nlohmann::json rope = {{"rope_theta", model.rope_theta}, {"rope_type", "default"}};
   if (model.rope_scaling.llama3) {

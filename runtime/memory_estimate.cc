@@ -179,11 +179,12 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
                                  int ranks_per_node) {
   std::ostringstream out;
   const ActivationCheckpointingConfig& ac = config.activation_checkpointing;
-  out << "model: GPT-2, " << config.model.n_layer << " layers, " << config.model.n_embd << " wide, "
-      << e.parameters << " parameters; micro-batch " << config.train_micro_batch_size_per_gpu
-      << " x " << config.model.seq_len << " tokens, " << DTypeName(config.precision())
-      << ", ZeRO stage " << config.zero.stage << " on " << e.world_size
-      << (e.world_size == 1 ? " rank" : " ranks") << "\n";
+  out << "model: " << ModelDisplayName(config.model.family) << ", " << config.model.n_layer
+      << " layers, " << config.model.n_embd << " wide, " << e.parameters
+      << " parameters; micro-batch " << config.train_micro_batch_size_per_gpu << " x "
+      << config.model.seq_len << " tokens, " << DTypeName(config.precision()) << ", ZeRO stage "
+      << config.zero.stage << " on " << e.world_size << (e.world_size == 1 ? " rank" : " ranks")
+      << "\n";
   out << "activation checkpointing: " << CheckpointPolicyName(ac.policy);
   if (ac.policy == CheckpointPolicy::kEveryK) out << " (one block in " << ac.every_k << ")";
   if (ac.cpu_checkpointing) out << ", block inputs in pinned host memory";

@@ -39,9 +39,24 @@ double BlockElementwiseFlops(const ModelConfig& m) {
   return 2 * 8 * C + 2 * C + 10 * 4 * C + 5 * H * T;
 }
 
+// The weights of one block's matmuls (each multiply-add of a token is 2 FLOPs per weight), and
+// those of its last projection (the MLP's output, whose result every checkpointing policy keeps).
+// GPT-2: qkv 3C^2, projection C^2, MLP 8C^2. Llama: q and o 2C^2, k and v 2 C NKV hd, SwiGLU
+// 3 C I.
+double BlockMatmulWeights(const ModelConfig& m) {
+  const double C = m.n_embd;
+  if (m.family == ModelFamily::kGpt2) return 12 * C * C;
+  const double kv = static_cast<double>(m.kv_heads()) * m.head_dim();
+  return 2 * C * C + 2 * C * kv + 3 * C * m.intermediate_size;
+}
+double LastProjectionWeights(const ModelConfig& m) {
+  const double C = m.n_embd;
+  return m.family == ModelFamily::kGpt2 ? 4 * C * C : C * m.intermediate_size;
+}
+
 double ForwardFlopsPerToken(const ModelConfig& m) {
   const double L = m.n_layer, C = m.n_embd, T = m.seq_len, Vp = m.padded_vocab_size();
-  const double matmuls = 2 * (12 * L * C * C + Vp * C);
+  const double matmuls = 2 * (L * BlockMatmulWeights(m) + Vp * C);
   const double attention = 4 * L * T * C;
   return matmuls + attention + L * BlockElementwiseFlops(m) + 8 * C + 5 * Vp;
 }
@@ -61,10 +76,11 @@ double RecomputeFlopsPerToken(const Config& config) {
     case CheckpointPolicy::kNone: break;
     case CheckpointPolicy::kFull:
     case CheckpointPolicy::kEveryK:
-      // The block's forward without the MLP output projection (8 C^2 of its 24 C^2), whose
-      // output is the kept block output.
-      flops =
-          CheckpointedBlocks(ac, m.n_layer) * (16 * C * C + 4 * T * C + BlockElementwiseFlops(m));
+      // The block's forward without the MLP output projection, whose output is the kept block
+      // output.
+      flops = CheckpointedBlocks(ac, m.n_layer) *
+              (2 * (BlockMatmulWeights(m) - LastProjectionWeights(m)) + 4 * T * C +
+               BlockElementwiseFlops(m));
       break;
     case CheckpointPolicy::kSelective:
       flops = L * (4 * T * C + 5 * H * T + 2 * 8 * C + 10 * 4 * C);

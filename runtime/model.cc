@@ -3,6 +3,7 @@
 #include "core/check.h"
 #include "kernels/cpu_backend.h"
 #include "runtime/gpt2.h"
+#include "runtime/llama.h"
 
 namespace hoist::runtime {
 
@@ -21,7 +22,7 @@ const char* Model::PhaseName(Phase phase) {
 std::vector<zero::UnitSpec> ModelUnits(const ModelConfig& config) {
   switch (config.family) {
     case ModelFamily::kGpt2: return ParamLayout::For(config).Units();
-    case ModelFamily::kLlama: break;
+    case ModelFamily::kLlama: return LlamaLayout::For(config).Units();
   }
   HOIST_CHECK(false) << "no layout for model family " << ModelFamilyName(config.family);
   return {};
@@ -44,10 +45,14 @@ StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, int max_
           Gpt2Model::Create(config, max_B, max_T, backend, store, activation_type, checkpointing));
       return std::unique_ptr<Model>(std::move(model));
     }
-    case ModelFamily::kLlama: break;
+    case ModelFamily::kLlama: {
+      HOIST_ASSIGN_OR_RETURN(
+          std::unique_ptr<LlamaModel> model,
+          LlamaModel::Create(config, max_B, max_T, backend, store, activation_type, checkpointing));
+      return std::unique_ptr<Model>(std::move(model));
+    }
   }
-  return UnimplementedError(std::string("model family ") + ModelFamilyName(config.family) +
-                            " is not built into this hoist");
+  return InternalError("unknown model family " + std::to_string(static_cast<int>(config.family)));
 }
 
 StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, int max_B, int max_T,
@@ -61,10 +66,14 @@ StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, int max_
           Gpt2Model::Create(config, max_B, max_T, device, store, activation_type, checkpointing));
       return std::unique_ptr<Model>(std::move(model));
     }
-    case ModelFamily::kLlama: break;
+    case ModelFamily::kLlama: {
+      HOIST_ASSIGN_OR_RETURN(
+          std::unique_ptr<LlamaModel> model,
+          LlamaModel::Create(config, max_B, max_T, device, store, activation_type, checkpointing));
+      return std::unique_ptr<Model>(std::move(model));
+    }
   }
-  return UnimplementedError(std::string("model family ") + ModelFamilyName(config.family) +
-                            " is not built into this hoist");
+  return InternalError("unknown model family " + std::to_string(static_cast<int>(config.family)));
 }
 
 Model::ActivationBytes ModelActivationFootprint(const ModelConfig& config, int max_B, int max_T,
@@ -75,7 +84,9 @@ Model::ActivationBytes ModelActivationFootprint(const ModelConfig& config, int m
     case ModelFamily::kGpt2:
       return Gpt2Model::ActivationFootprint(config, max_B, max_T, activation_type, checkpointing,
                                             device);
-    case ModelFamily::kLlama: break;
+    case ModelFamily::kLlama:
+      return LlamaModel::ActivationFootprint(config, max_B, max_T, activation_type, checkpointing,
+                                             device);
   }
   HOIST_CHECK(false) << "no activation footprint for model family "
                      << ModelFamilyName(config.family);

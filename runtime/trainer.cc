@@ -492,10 +492,11 @@ Status Trainer::RunSteps() {
   std::ostream* out = options_.out;
   const int rank = comm_->rank();
   if (out != nullptr) {
-    *out << "hoist: training GPT-2 (" << config_.model.n_layer << " layers, "
-         << config_.model.n_embd << " channels, " << model_->num_parameters() << " parameters) for "
-         << total << " steps of " << config_.train_batch_size << " x " << config_.model.seq_len
-         << " tokens on " << comm_->world_size() << (comm_->world_size() == 1 ? " rank" : " ranks")
+    *out << "hoist: training " << ModelDisplayName(config_.model.family) << " ("
+         << config_.model.n_layer << " layers, " << config_.model.n_embd << " channels, "
+         << model_->num_parameters() << " parameters) for " << total << " steps of "
+         << config_.train_batch_size << " x " << config_.model.seq_len << " tokens on "
+         << comm_->world_size() << (comm_->world_size() == 1 ? " rank" : " ranks")
          << ", ZeRO stage " << config_.zero.stage << ", " << DTypeName(config_.precision())
          << (options_.accelerator ? ", on " + backend_->name() : std::string()) << ", from step "
          << step_ << "\n";

@@ -184,7 +184,7 @@ TEST(Gpt2Weights, WritingImportedWeightsBackGivesTheSameBytes) {
     options.dtype = form == "fp32" ? DType::kFloat32 : DType::kBFloat16;
     options.base_config = (*source)->hf_config();
     const std::string out = TempDir("hf_" + form);
-    ASSERT_TRUE(WriteHfGpt2(out, m, weights.data(), options).ok());
+    ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), options).ok());
     EXPECT_EQ(ReadFile(out + "/model.safetensors"),
               ReadFile(kData + "/" + form + "/model.safetensors"))
         << form;
@@ -198,7 +198,7 @@ TEST(Gpt2Weights, WritingImportedWeightsBackGivesTheSameBytes) {
   options.max_shard_bytes = 12000;
   options.base_config = (*OpenWeightSource(kData + "/sharded"))->hf_config();
   const std::string out = TempDir("hf_sharded");
-  ASSERT_TRUE(WriteHfGpt2(out, m, weights.data(), options).ok());
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), options).ok());
   for (const char* name :
        {"model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
         "model-00003-of-00003.safetensors", "model.safetensors.index.json", "config.json"}) {
@@ -218,7 +218,7 @@ TEST(Gpt2Weights, ExportWithoutASourceConfigIsLoadableGpt2) {
   ModelConfig m;
   const std::vector<float> weights = Open(kData + "/fp32", &m);
   const std::string out = TempDir("fresh");
-  ASSERT_TRUE(WriteHfGpt2(out, m, weights.data(), {}).ok());
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), {}).ok());
   // What hoist reads back is the same model and weights.
   EXPECT_EQ(Open(out), weights);
   const nlohmann::json config = nlohmann::json::parse(ReadFile(out + "/config.json"));
@@ -314,11 +314,11 @@ TEST(Gpt2Weights, ADamagedFileOrConfigIsNamed) {
   fs::remove(dir + "/config.json");
   ExpectRefused(dir, {dir + "/config.json"});
 
-  dir = CopyFixture("llama_config");
+  dir = CopyFixture("bert_config");
   std::string config = ReadFile(dir + "/config.json");
-  config.replace(config.find("\"gpt2\""), 6, "\"llama\"");
+  config.replace(config.find("\"gpt2\""), 6, "\"bert\"");
   std::ofstream(dir + "/config.json") << config;
-  ExpectRefused(dir, {dir + "/config.json", "model_type", "llama"});
+  ExpectRefused(dir, {dir + "/config.json", "model_type", "bert"});
 
   dir = CopyFixture("lying_config");  // config says 3 layers, the file has 2
   config = ReadFile(dir + "/config.json");

@@ -15,6 +15,7 @@
 #include "runtime/config.h"
 #include "runtime/export.h"
 #include "runtime/gpt2_weights.h"
+#include "runtime/model.h"
 #include "runtime/safetensors.h"
 #include "trainer_test_util.h"
 
@@ -26,6 +27,7 @@ using testing_util::RankRun;
 using testing_util::TrainOnRanks;
 
 const std::string kData = std::string(HOIST_SOURCE_DIR) + "/tests/data/gpt2_hf";
+const std::string kLlama = std::string(HOIST_SOURCE_DIR) + "/tests/data/llama_hf";
 
 std::string TempDir(const std::string& name) {
   const fs::path dir = fs::path(::testing::TempDir()) / "hoist_init_from_test" / name;
@@ -41,8 +43,9 @@ std::string ReadFile(const std::string& path) {
 
 // The run PyTorch made (train.json): B x T = 2 x 8 per step, AdamW at a constant lr, weight
 // decay on the 2-D tensors, no clipping; `world` ranks share the 2 sequences of each step.
-Config Job(const std::string& init_from, int world, const std::vector<std::string>& extra = {}) {
-  const nlohmann::json train = nlohmann::json::parse(ReadFile(kData + "/train.json"));
+Config Job(const std::string& init_from, int world, const std::vector<std::string>& extra = {},
+           const std::string& data = kData) {
+  const nlohmann::json train = nlohmann::json::parse(ReadFile(data + "/train.json"));
   const int B = train["B"].get<int>();
   nlohmann::json job = {{"model", {{"init_from", init_from}, {"seq_len", train["T"]}}},
                         {"train_micro_batch_size_per_gpu", B / world},
@@ -57,7 +60,7 @@ Config Job(const std::string& init_from, int world, const std::vector<std::strin
                         {"gradient_clipping", 0.0},
                         {"steps_per_print", 0},
                         {"train", {{"steps", train["steps"]}, {"seed", 1}, {"eval_interval", 0}}},
-                        {"data", {{"train", kData + "/train.bin"}, {"val", ""}}},
+                        {"data", {{"train", data + "/train.bin"}, {"val", ""}}},
                         {"monitor", {{"jsonl", {{"path", ""}}}}},
                         {"comm", {{"timeout_s", 60}}}};
   StatusOr<Config> config = ParseConfig(job.dump(), extra, world, "init_from job");
@@ -65,8 +68,8 @@ Config Job(const std::string& init_from, int world, const std::vector<std::strin
   return *config;
 }
 
-std::vector<float> TorchLosses() {
-  auto file = SafetensorsFile::Open(kData + "/reference.safetensors");
+std::vector<float> TorchLosses(const std::string& data = kData) {
+  auto file = SafetensorsFile::Open(data + "/reference.safetensors");
   HOIST_CHECK(file.ok());
   const SafetensorsTensor* t = file->Find("train_losses");
   std::vector<float> losses(static_cast<size_t>(t->elements()));
@@ -78,8 +81,9 @@ std::vector<float> TorchLosses() {
 // in every matmul and reduction) grows over 20 steps of AdamW at lr 1e-2 but stays near 1e-6
 // here; a wrong weight decay set, bias correction or tensor mapping moves the losses by 1e-3 and
 // more within a few steps.
-void ExpectTorchLosses(const std::vector<float>& losses, const std::string& what) {
-  const std::vector<float> torch = TorchLosses();
+void ExpectTorchLosses(const std::vector<float>& losses, const std::string& what,
+                       const std::string& data = kData) {
+  const std::vector<float> torch = TorchLosses(data);
   ASSERT_EQ(losses.size(), torch.size()) << what;
   double worst = 0;
   for (size_t i = 0; i < torch.size(); ++i) {
@@ -157,6 +161,43 @@ TEST(TrainerInitFrom, StageThreeOnTwoRanksMatchesPyTorchAndExportsBack) {
   ASSERT_TRUE(half.ok());
   EXPECT_EQ(half->Find("transformer.wte.weight")->dtype, "F16");
   EXPECT_EQ(nlohmann::json::parse(ReadFile(dir + "/hf16/config.json"))["dtype"], "float16");
+}
+
+// The same for a Llama (grouped-query attention, Llama 3's rotary scaling, an untied head): the
+// trainer builds the model of the checkpoint's family, and its checkpoint exports back to the
+// same config.json.
+TEST(TrainerInitFrom, LlamaTrainsAsPyTorchOnOneRankAndOnTwoAtStageThree) {
+  const std::vector<RankRun> one = TrainOnRanks(Job(kLlama + "/fp32", 1, {}, kLlama), 1);
+  ExpectOk(one);
+  ExpectTorchLosses(one[0].losses, "llama, one rank", kLlama);
+
+  const std::string dir = TempDir("llama_stage3");
+  const std::vector<RankRun> two =
+      TrainOnRanks(Job(kLlama + "/fp32", 2,
+                       {"zero_optimization.stage=3", "checkpoint.dir=\"" + dir + "/ck\"",
+                        "checkpoint.interval_steps=20"},
+                       kLlama),
+                   2);
+  ExpectOk(two);
+  ExpectTorchLosses(two[0].losses, "llama, two ranks at stage 3", kLlama);
+  ExportOptions options;
+  options.checkpoint = dir + "/ck";
+  options.output = dir + "/hf";
+  ASSERT_TRUE(ExportCheckpoint(options).ok());
+  auto source = OpenWeightSource(dir + "/hf");
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  std::vector<float> weights(two[0].params.size());
+  int64_t at = 0;
+  int unit = 0;
+  for (const zero::UnitSpec& spec : ModelUnits((*source)->model())) {
+    ASSERT_TRUE((*source)->FillUnit(unit++, weights.data() + at).ok());
+    at += spec.size;
+  }
+  EXPECT_EQ(weights, two[0].params);
+  EXPECT_EQ(ReadFile(dir + "/hf/config.json"), ReadFile(kLlama + "/fp32/config.json"));
+  options.format = ExportFormat::kLlmc;
+  options.output = dir + "/model.bin";
+  EXPECT_EQ(ExportCheckpoint(options).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(TrainerInitFrom, ModelKeysThatDisagreeWithTheCheckpointAreRefused) {
