@@ -49,7 +49,7 @@ class LlmcSource final : public WeightSource {
   const std::string& path() const override { return path_; }
   const ModelConfig& model() const override { return model_; }
   const nlohmann::json& hf_config() const override { return empty_; }
-  Status FillUnit(int unit, float* out) const override;
+  Status FillRange(int unit, int64_t begin, int64_t count, float* out) const override;
 
  private:
   std::string path_;
@@ -113,30 +113,37 @@ StatusOr<std::unique_ptr<WeightSource>> LlmcSource::Open(const std::string& path
   return std::unique_ptr<WeightSource>(std::move(source));
 }
 
-Status LlmcSource::FillUnit(int unit, float* out) const {
-  if (unit < 0 || unit >= layout_.num_units()) {
-    return InvalidArgumentError("unit " + std::to_string(unit) + " is outside the model");
+Status LlmcSource::FillRange(int unit, int64_t begin, int64_t count, float* out) const {
+  if (unit < 0 || unit >= layout_.num_units() || begin < 0 || count < 0) {
+    return InvalidArgumentError("unit " + std::to_string(unit) + " [" + std::to_string(begin) +
+                                ", +" + std::to_string(count) + ") is outside the model");
   }
+  std::fill(out, out + count, 0.0f);  // a partition's padding
   const int64_t base = layout_.unit_offsets[static_cast<size_t>(unit)];
+  const int64_t end = begin + count;
   const int64_t size_of = static_cast<int64_t>(DTypeSize(type_));
   std::vector<uint16_t> narrow;
   for (int t = 0; t < kNumParamTensors; ++t) {
     for (int l = 0; l < (ParamLayout::PerBlock(t) ? model_.n_layer : 1); ++l) {
       if (layout_.unit_of(t, l) != unit) continue;
-      const int64_t n = layout_.unit_sizes[t];
-      float* dst = out + (layout_.Offset(t, l) - base);
-      const int64_t at = kLlmcHeaderBytes + (layout_.llmc_offsets[t] + l * n) * size_of;
+      // The tensor's slice in the unit, and the part of it the range wants.
+      const int64_t first = layout_.Offset(t, l) - base, n = layout_.unit_sizes[t];
+      const int64_t lo = std::max(begin, first), hi = std::min(end, first + n);
+      if (lo >= hi) continue;
+      float* dst = out + (lo - begin);
+      const int64_t at =
+          kLlmcHeaderBytes + (layout_.llmc_offsets[t] + l * n + (lo - first)) * size_of;
       void* read_into = dst;
       if (type_ != DType::kFloat32) {
-        narrow.resize(static_cast<size_t>(n));
+        narrow.resize(static_cast<size_t>(hi - lo));
         read_into = narrow.data();
       }
-      HOIST_ASSIGN_OR_RETURN(int64_t got, file_->Read(at, read_into, n * size_of));
-      if (got != n * size_of) {
+      HOIST_ASSIGN_OR_RETURN(int64_t got, file_->Read(at, read_into, (hi - lo) * size_of));
+      if (got != (hi - lo) * size_of) {
         return DataLossError("llm.c checkpoint " + path_ + " ended inside tensor " +
                              ParamLayout::Name(t) + ": it was truncated after it was opened");
       }
-      if (type_ != DType::kFloat32) kernels::cpu::ToFloat(narrow.data(), type_, dst, n);
+      if (type_ != DType::kFloat32) kernels::cpu::ToFloat(narrow.data(), type_, dst, hi - lo);
     }
   }
   return Status::Ok();

@@ -53,7 +53,7 @@ class HfSource final : public WeightSource {
   const std::string& path() const override { return dir_; }
   const ModelConfig& model() const override { return model_; }
   const nlohmann::json& hf_config() const override { return config_; }
-  Status FillUnit(int unit, float* out) const override;
+  Status FillRange(int unit, int64_t begin, int64_t count, float* out) const override;
 
  private:
   struct Place {
@@ -61,7 +61,8 @@ class HfSource final : public WeightSource {
     const SafetensorsTensor* tensor = nullptr;
     HfTensorPlace spec;
   };
-  Status FillTensor(const Place& place, float* out) const;
+  // Elements [first, first + count) of the place's tensor in hoist's layout into `out`.
+  Status FillTensor(const Place& place, int64_t first, int64_t count, float* out) const;
 
   std::string dir_;
   ModelConfig model_;
@@ -190,25 +191,32 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
   return std::unique_ptr<WeightSource>(std::move(source));
 }
 
-Status HfSource::FillTensor(const Place& place, float* out) const {
+Status HfSource::FillTensor(const Place& place, int64_t first, int64_t count, float* out) const {
+  if (!place.spec.transposed) return place.file->ReadFloat(*place.tensor, first, count, out);
+  // Stored (in, out): hoist's rows are the file's columns, so the tensor is read whole (one
+  // layer's matrix) and transposed.
   const int64_t n = place.tensor->elements();
-  if (!place.spec.transposed) return place.file->ReadFloat(*place.tensor, 0, n, out);
-  std::vector<float> stored(static_cast<size_t>(n));
+  std::vector<float> stored(static_cast<size_t>(n)), transposed(static_cast<size_t>(n));
   HOIST_RETURN_IF_ERROR(place.file->ReadFloat(*place.tensor, 0, n, stored.data()));
-  Transpose(stored.data(), place.spec.shape[0], place.spec.shape[1], out);
+  Transpose(stored.data(), place.spec.shape[0], place.spec.shape[1], transposed.data());
+  std::copy(transposed.begin() + first, transposed.begin() + first + count, out);
   return Status::Ok();
 }
 
-Status HfSource::FillUnit(int unit, float* out) const {
-  if (unit < 0 || unit + 1 >= static_cast<int>(unit_offsets_.size())) {
-    return InvalidArgumentError("unit " + std::to_string(unit) + " is outside the model");
+Status HfSource::FillRange(int unit, int64_t begin, int64_t count, float* out) const {
+  if (unit < 0 || unit + 1 >= static_cast<int>(unit_offsets_.size()) || begin < 0 || count < 0) {
+    return InvalidArgumentError("unit " + std::to_string(unit) + " [" + std::to_string(begin) +
+                                ", +" + std::to_string(count) + ") is outside the model");
   }
-  const auto u = static_cast<size_t>(unit);
-  // The embedding's and the head's padding rows stay 0.
-  std::fill(out, out + (unit_offsets_[u + 1] - unit_offsets_[u]), 0.0f);
+  // The embedding's and the head's padding rows, and a partition's padding, stay 0.
+  std::fill(out, out + count, 0.0f);
+  const int64_t end = begin + count;
   for (const Place& place : places_) {
     if (place.spec.unit != unit) continue;
-    HOIST_RETURN_IF_ERROR(FillTensor(place, out + place.spec.offset));
+    const int64_t lo = std::max(begin, place.spec.offset);
+    const int64_t hi = std::min(end, place.spec.offset + place.tensor->elements());
+    if (lo >= hi) continue;
+    HOIST_RETURN_IF_ERROR(FillTensor(place, lo - place.spec.offset, hi - lo, out + (lo - begin)));
   }
   return Status::Ok();
 }
@@ -231,6 +239,14 @@ std::vector<HfTensorPlace> HfTensorPlaces(const ModelConfig& model) {
     places.push_back({std::move(t.name), std::move(t.shape), unit, offset, t.transposed});
   }
   return places;
+}
+
+Status WeightSource::FillUnit(int unit, float* out) const {
+  const std::vector<zero::UnitSpec> units = ModelUnits(model());
+  if (unit < 0 || unit >= static_cast<int>(units.size())) {
+    return InvalidArgumentError("unit " + std::to_string(unit) + " is outside the model");
+  }
+  return FillRange(unit, 0, units[static_cast<size_t>(unit)].size, out);
 }
 
 StatusOr<std::unique_ptr<WeightSource>> OpenWeightSource(const std::string& path, FileSystem& fs) {

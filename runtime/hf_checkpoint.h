@@ -40,8 +40,13 @@ class WeightSource {
   virtual const std::string& path() const = 0;
   // The model the files describe.
   virtual const ModelConfig& model() const = 0;
-  // Writes unit `unit` of ParamLayout::For(model()) into `out` (unit_size floats), as fp32.
-  virtual Status FillUnit(int unit, float* out) const = 0;
+  // Writes elements [begin, begin + count) of unit `unit` of ModelUnits(model()) into `out`, as
+  // fp32; elements past the unit's end (a partition's padding) are 0. Reads only the bytes of the
+  // files that hold the range (a whole tensor for a transposed one), so a rank that owns a shard
+  // of a unit reads that shard.
+  virtual Status FillRange(int unit, int64_t begin, int64_t count, float* out) const = 0;
+  // The whole unit (its size in floats).
+  Status FillUnit(int unit, float* out) const;
   // The config.json the weights came with (empty for an llm.c file).
   virtual const nlohmann::json& hf_config() const = 0;
 };

@@ -20,12 +20,14 @@ Status Trainer::InitializeFrom(const std::string& path) {
                                      "with; it changed while the job started");
     }
   }
-  // Every rank fills every unit the same way; a unit that cannot be read leaves zeros and the
-  // error, and the ranks agree on it before anything trains.
-  HOIST_RETURN_IF_ERROR(engine_->Initialize([&](int unit, float* out) {
+  // A unit that cannot be read leaves zeros and the error, and the ranks agree on it before
+  // anything trains.
+  // Each rank reads what it keeps: its shard of every unit at stage 3.
+  const zero::ZeroEngine::RangeFill fill = [&](int unit, int64_t begin, int64_t count, float* out) {
     if (!read.ok()) return;
-    read = (*opened)->FillUnit(unit, out);
-  }));
+    read = (*opened)->FillRange(unit, begin, count, out);
+  };
+  HOIST_RETURN_IF_ERROR(engine_->Initialize(fill));
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, read));
   hf_config_ = (*opened)->hf_config();
   if (comm_->rank() == 0) HOIST_LOG(INFO) << "initialized the weights from " << path;

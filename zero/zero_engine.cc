@@ -272,28 +272,52 @@ Status ZeroEngine::StoreFromHost(void* dst, DType type, const float* src, int64_
 }
 
 Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& fill) {
+  // The whole unit, of which the engine takes the ranges it keeps.
+  std::vector<float> whole;
+  return Initialize([&](int unit, int64_t begin, int64_t count, float* out) {
+    whole.assign(static_cast<size_t>(plan_.unit(unit).padded), 0.0f);
+    fill(unit, whole.data());
+    std::copy(whole.begin() + begin, whole.begin() + begin + count, out);
+  });
+}
+
+Status ZeroEngine::Initialize(const RangeFill& fill) {
   const DType type = options_.compute_type;
   const kernels::CopyDirection up = states_on_device() ? kernels::CopyDirection::kHostToDevice
                                                        : kernels::CopyDirection::kHostToHost;
+  // The part of the current unit this rank keeps, [first, first + values.size()) in the unit's
+  // coordinates: the whole unit where it keeps a whole copy, else its shard of the weights
+  // (stage 3) and of the master weights. `values` is host memory that the next unit refills:
+  // the copies are waited for before that.
   std::vector<float> values;
-  // Fills `values` with the unit's weights and writes its compute-type copies (and, with
-  // `to_master`, its owned range of the master weights). `values` is host memory that the next
-  // unit refills: the copies are waited for before that.
+  int64_t first = 0;
+  auto at = [&](int64_t x) { return values.data() + (x - first); };
   auto init_unit = [&](int u, bool to_master) -> Status {
     const UnitPartition& part = plan_.unit(u);
-    values.assign(static_cast<size_t>(part.padded), 0.0f);
-    fill(u, values.data());
-    if (void* whole = whole_params(u)) {
+    const UnitPartition& owned = state_plan_.unit(u);
+    void* whole = whole_params(u);
+    int64_t end = part.padded;
+    first = 0;
+    if (whole == nullptr) {
+      first = owned.owned_begin;
+      end = owned.owned_begin + owned.owned_real;
+      if (options_.stage == 3) {
+        first = std::min(first, part.owned_begin);
+        end = std::max(end, part.owned_begin + part.shard);
+      }
+    }
+    values.assign(static_cast<size_t>(end - first), 0.0f);
+    fill(u, first, end - first, values.data());
+    if (whole != nullptr) {
       HOIST_RETURN_IF_ERROR(StoreFromHost(whole, type, values.data(), part.padded));
     }
     if (to_master && state_master_ != nullptr) {
-      const UnitPartition& owned = state_plan_.unit(u);
-      HOIST_RETURN_IF_ERROR(StateCopy(master(u), values.data() + owned.owned_begin,
+      HOIST_RETURN_IF_ERROR(StateCopy(master(u), at(owned.owned_begin),
                                       owned.owned_real * static_cast<int64_t>(sizeof(float)), up));
     }
     if (options_.stage == 3) {
       HOIST_RETURN_IF_ERROR(
-          StoreFromHost(BeginOwnedWrite(u), type, values.data() + part.owned_begin, part.shard));
+          StoreFromHost(BeginOwnedWrite(u), type, at(part.owned_begin), part.shard));
       HOIST_RETURN_IF_ERROR(Sync());  // the shard's store may hand it to another thread
       EndOwnedWrite(u);
     }
@@ -332,8 +356,7 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
           }
           const int64_t real_hi = std::min(hi, owned.shard_offset + owned.owned_real);
           if (real_hi > lo) {
-            std::memcpy(arrays[0] + (lo - begin),
-                        values.data() + owned.owned_begin + (lo - owned.shard_offset),
+            std::memcpy(arrays[0] + (lo - begin), at(owned.owned_begin + (lo - owned.shard_offset)),
                         static_cast<size_t>(real_hi - lo) * sizeof(float));
           }
         }

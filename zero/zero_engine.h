@@ -142,6 +142,13 @@ class ZeroEngine final : public ParamStore {
   // Sets the weights: `fill(unit, out)` writes the unit's fp32 values into `out` (unit size).
   // Each rank keeps what it owns (every rank must produce the same values).
   Status Initialize(const std::function<void(int unit, float* out)>& fill);
+  // The same from `fill(unit, begin, count, out)`, which writes elements [begin, begin + count)
+  // of the unit's fp32 values into `out` (0 past the unit's end: a partition's padding). The
+  // engine asks only for what this rank keeps: the whole unit where it keeps a whole copy
+  // (stages 0-2, persistent units), else its shard of the weights and of the master weights, so
+  // a rank that loads a checkpoint at stage 3 reads its shard of every unit and no more.
+  using RangeFill = std::function<void(int unit, int64_t begin, int64_t count, float* out)>;
+  Status Initialize(const RangeFill& fill);
 
   // ParamStore.
   // The weights in the compute type (ZeroOptions::compute_type): the engine's own 16-bit copy,

@@ -19,6 +19,7 @@
 
 #include "core/device.h"
 #include "runtime/gpt2.h"
+#include "runtime/model.h"
 
 namespace hoist::runtime {
 namespace {
@@ -171,6 +172,36 @@ TEST(Gpt2Weights, EveryFormOfTheSameWeightsReadsTheSame) {
   ASSERT_EQ(bf16.size(), fp32.size());
   for (size_t i = 0; i < fp32.size(); ++i) {
     ASSERT_NEAR(bf16[i], fp32[i], std::abs(fp32[i]) / 128) << i;
+  }
+}
+
+// What a stage-3 rank reads: any range of a unit equals that slice of the whole unit, for the
+// transposed Conv1D weights, llm.c's tensor-major file and a Llama's fused matrices alike, and
+// past the unit's end (a partition's padding) it is 0.
+TEST(Gpt2Weights, ARangeOfAUnitIsThatSliceOfTheWholeUnit) {
+  for (const std::string& path : {kData + "/fp32", kData + "/gpt2_tiny_bf16.bin",
+                                  std::string(HOIST_SOURCE_DIR) + "/tests/data/llama_hf/fp32"}) {
+    auto source = OpenWeightSource(path);
+    ASSERT_TRUE(source.ok()) << source.status().ToString();
+    const std::vector<zero::UnitSpec> units = ModelUnits((*source)->model());
+    for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+      const int64_t n = units[static_cast<size_t>(u)].size;
+      std::vector<float> whole(static_cast<size_t>(n));
+      ASSERT_TRUE((*source)->FillUnit(u, whole.data()).ok());
+      for (const auto& [begin, count] : {std::pair<int64_t, int64_t>{0, n},
+                                         {n / 3, n / 3 + 7},
+                                         {n - 5, 9},
+                                         {1, 1},
+                                         {n / 2, 0}}) {
+        std::vector<float> part(static_cast<size_t>(count), -1.0f);
+        ASSERT_TRUE((*source)->FillRange(u, begin, count, part.data()).ok());
+        for (int64_t i = 0; i < count; ++i) {
+          const float want = begin + i < n ? whole[static_cast<size_t>(begin + i)] : 0.0f;
+          ASSERT_EQ(part[static_cast<size_t>(i)], want)
+              << path << " unit " << u << " [" << begin << ", +" << count << ") at " << i;
+        }
+      }
+    }
   }
 }
 

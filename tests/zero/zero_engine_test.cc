@@ -226,3 +226,71 @@ TEST(ZeroEngine, RunningOutOfDeviceMemoryIsAnErrorNamingWhatToChange) {
 
 }  // namespace
 }  // namespace hoist::zero
+
+namespace hoist::zero {
+namespace {
+
+// A range fill is asked only for what each rank keeps: at stage 3 its shard of the weights and
+// of the master weights (nothing more, so a rank loading a checkpoint reads its share), below it
+// the whole unit; and the weights it sets are those of the whole-unit fill.
+TEST(ZeroEngine, ARangeFillIsAskedForWhatTheRankKeepsAndSetsTheSameWeights) {
+  const std::vector<UnitSpec> units = ToyUnits();
+  auto value = [](int u, int64_t i) { return static_cast<float>(u * 1000 + i) * 0.001f; };
+  for (int stage : {1, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    constexpr int kWorld = 4;
+    auto group = comm::ThreadGroup::Create(kWorld, 30.0);
+    ASSERT_TRUE(group.ok());
+    std::vector<int64_t> asked(kWorld, 0);
+    std::vector<std::vector<float>> gathered(kWorld);
+    std::vector<Status> statuses(kWorld);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < kWorld; ++r) {
+      threads.emplace_back([&, r] {
+        CpuDevice device(Place::kDevice);
+        kernels::CpuBackend backend(&device);
+        ZeroOptions options;
+        options.stage = stage;
+        options.stage3_param_persistence_threshold = 0;
+        auto engine = ZeroEngine::Create(units, options, &(*group)->comm(r), &backend);
+        if (!engine.ok()) {
+          statuses[r] = engine.status();
+          return;
+        }
+        const ZeroEngine::RangeFill fill = [&](int u, int64_t begin, int64_t count, float* out) {
+          asked[r] += count;
+          for (int64_t i = 0; i < count; ++i) {
+            out[i] = begin + i < units[u].size ? value(u, begin + i) : 0.0f;
+          }
+        };
+        statuses[r] = (*engine)->Initialize(fill);
+        if (!statuses[r].ok()) return;
+        auto params = (*engine)->GatherFullParams();
+        statuses[r] = params.status();
+        if (params.ok()) gathered[r] = *params;
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    int64_t total = 0, padded = 0;
+    for (const UnitSpec& unit : units) {
+      total += unit.size;
+      padded += (unit.size + kWorld - 1) / kWorld * kWorld;
+    }
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_TRUE(statuses[r].ok()) << statuses[r].ToString();
+      // Stage 3: a quarter of every (padded) unit; below it every unit whole, padding included.
+      EXPECT_EQ(asked[r], stage == 3 ? padded / kWorld : padded) << "rank " << r;
+      ASSERT_EQ(static_cast<int64_t>(gathered[r].size()), total);
+      int64_t at = 0;
+      for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+        for (int64_t i = 0; i < units[u].size; ++i) {
+          ASSERT_EQ(gathered[r][static_cast<size_t>(at + i)], value(u, i)) << u << " " << i;
+        }
+        at += units[u].size;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hoist::zero
