@@ -2,7 +2,9 @@
 // they are; a 16-bit array is widened into an fp32 copy first, and an output is rounded back
 // into it once the kernel is done (an accumulated gradient: widened, added to in fp32, rounded
 // once). The copies are transient host buffers of the op's own; the CPU rank's model computes
-// in fp32, so the 16-bit forms serve as the oracle of the other backends.
+// in fp32, so the 16-bit forms serve as the oracle of the other backends. The exception: bf16
+// products, which on CPUs with AVX512_BF16 or AMX read the bf16 operands as they are and
+// accumulate in fp32 (kernels/cpu/gemm_bf16.h).
 #include <algorithm>
 #include <initializer_list>
 #include <string>
@@ -10,11 +12,21 @@
 #include <vector>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cpu_backend_args.h"
 
 namespace hoist::kernels {
+namespace {
+
+// bf16 products take oneDNN's path where the run's choice (made once, at the first bf16 product)
+// says so; fp32 and fp16 always take the widened sgemm path.
+bool UseBf16Gemm(DType type) {
+  return type == DType::kBFloat16 && cpu::ActiveGemmPath().path == cpu::GemmPath::kBf16Dnnl;
+}
+
+}  // namespace
 
 using cpu_backend_detail::CheckArgs;
 using cpu_backend_detail::HostStreamOf;
@@ -127,11 +139,17 @@ Status CpuBackend::MatmulForward(void* out, const void* inp, const void* weight,
                                         {"weight", weight, int64_t{OC} * C * e},
                                         {"bias", bias, OC * e, kOptional},
                                         {"gelu_out", gelu_out, int64_t{N} * OC * e, kOptional}}));
+  const bool bf16_gemm = UseBf16Gemm(type);
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t rows = N, out_n = rows * OC;
-    Wide o(out, type, out_n, Use::kOut), x(inp, type, rows * C, Use::kIn),
-        w(weight, type, int64_t{OC} * C, Use::kIn), b(bias, type, OC, Use::kIn);
-    cpu::MatmulForward(o.get(), x.get(), w.get(), b.get(), N, C, OC);
+    Wide o(out, type, out_n, Use::kOut), b(bias, type, OC, Use::kIn);
+    if (bf16_gemm) {
+      cpu::MatmulForwardBf16(o.get(), static_cast<const uint16_t*>(inp),
+                             static_cast<const uint16_t*>(weight), b.get(), N, C, OC);
+    } else {
+      Wide x(inp, type, rows * C, Use::kIn), w(weight, type, int64_t{OC} * C, Use::kIn);
+      cpu::MatmulForward(o.get(), x.get(), w.get(), b.get(), N, C, OC);
+    }
     if (gelu_out != nullptr) {
       // From the fp32 product, before it is rounded: as a GPU's epilogue computes it.
       Wide g(gelu_out, type, out_n, Use::kOut);
@@ -157,11 +175,23 @@ Status CpuBackend::MatmulBackward(void* dinp, float* dweight, float* dbias, cons
                                         {"dout", dout, int64_t{N} * OC * e},
                                         {"inp", inp, int64_t{N} * C * e},
                                         {"weight", weight, int64_t{OC} * C * e}}));
+  const bool bf16_gemm = UseBf16Gemm(type);
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t rows = N;
-    Wide di(dinp, type, rows * C, Use::kInOut), d(dout, type, rows * OC, Use::kIn),
-        x(inp, type, rows * C, Use::kIn), w(weight, type, int64_t{OC} * C, Use::kIn);
-    cpu::MatmulBackward(di.get(), dweight, dbias, d.get(), x.get(), w.get(), N, C, OC);
+    Wide di(dinp, type, rows * C, Use::kInOut);
+    if (bf16_gemm) {
+      cpu::MatmulBackwardBf16(di.get(), dweight, static_cast<const uint16_t*>(dout),
+                              static_cast<const uint16_t*>(inp),
+                              static_cast<const uint16_t*>(weight), N, C, OC);
+      if (dbias != nullptr) {
+        Wide d(dout, type, rows * OC, Use::kIn);
+        cpu::BiasBackward(dbias, d.get(), N, OC);
+      }
+    } else {
+      Wide d(dout, type, rows * OC, Use::kIn), x(inp, type, rows * C, Use::kIn),
+          w(weight, type, int64_t{OC} * C, Use::kIn);
+      cpu::MatmulBackward(di.get(), dweight, dbias, d.get(), x.get(), w.get(), N, C, OC);
+    }
     di.Finish();
     return Status::Ok();
   });

@@ -38,6 +38,8 @@ void MatmulForward(float* out, const float* inp, const float* weight, const floa
 // dbias may be null (no bias); dinp may be null (input needs no gradient, e.g. the first op).
 void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                     const float* weight, int N, int C, int OC);
+// dbias (OC) += column sums of dout (N,OC), in a fixed order.
+void BiasBackward(float* dbias, const float* dout, int N, int OC);
 
 // Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v side by side; head h uses
 // channels [h*hs, (h+1)*hs) of each, hs = C/NH. att (B,NH,T,T) receives the softmax
