@@ -142,12 +142,20 @@ Status CpuBackend::MatmulForward(void* out, const void* inp, const void* weight,
   const bool bf16_gemm = UseBf16Gemm(type);
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t rows = N, out_n = rows * OC;
-    Wide o(out, type, out_n, Use::kOut), b(bias, type, OC, Use::kIn);
+    const auto* bf16_bias = static_cast<const uint16_t*>(bias);
+    if (bf16_gemm && gelu_out == nullptr) {
+      // Straight into the bf16 out, bias added in fp32 before the one rounding.
+      cpu::MatmulForwardBf16(out, true, static_cast<const uint16_t*>(inp),
+                             static_cast<const uint16_t*>(weight), bf16_bias, N, C, OC);
+      return Status::Ok();
+    }
+    Wide o(out, type, out_n, Use::kOut);
     if (bf16_gemm) {
-      cpu::MatmulForwardBf16(o.get(), static_cast<const uint16_t*>(inp),
-                             static_cast<const uint16_t*>(weight), b.get(), N, C, OC);
+      cpu::MatmulForwardBf16(o.get(), false, static_cast<const uint16_t*>(inp),
+                             static_cast<const uint16_t*>(weight), bf16_bias, N, C, OC);
     } else {
-      Wide x(inp, type, rows * C, Use::kIn), w(weight, type, int64_t{OC} * C, Use::kIn);
+      Wide x(inp, type, rows * C, Use::kIn), w(weight, type, int64_t{OC} * C, Use::kIn),
+          b(bias, type, OC, Use::kIn);
       cpu::MatmulForward(o.get(), x.get(), w.get(), b.get(), N, C, OC);
     }
     if (gelu_out != nullptr) {
@@ -177,21 +185,16 @@ Status CpuBackend::MatmulBackward(void* dinp, float* dweight, float* dbias, cons
                                         {"weight", weight, int64_t{OC} * C * e}}));
   const bool bf16_gemm = UseBf16Gemm(type);
   return HostStreamOf(stream).Enqueue([=] {
-    const int64_t rows = N;
-    Wide di(dinp, type, rows * C, Use::kInOut);
     if (bf16_gemm) {
-      cpu::MatmulBackwardBf16(di.get(), dweight, static_cast<const uint16_t*>(dout),
+      cpu::MatmulBackwardBf16(dinp, true, dweight, dbias, static_cast<const uint16_t*>(dout),
                               static_cast<const uint16_t*>(inp),
                               static_cast<const uint16_t*>(weight), N, C, OC);
-      if (dbias != nullptr) {
-        Wide d(dout, type, rows * OC, Use::kIn);
-        cpu::BiasBackward(dbias, d.get(), N, OC);
-      }
-    } else {
-      Wide d(dout, type, rows * OC, Use::kIn), x(inp, type, rows * C, Use::kIn),
-          w(weight, type, int64_t{OC} * C, Use::kIn);
-      cpu::MatmulBackward(di.get(), dweight, dbias, d.get(), x.get(), w.get(), N, C, OC);
+      return Status::Ok();
     }
+    const int64_t rows = N;
+    Wide di(dinp, type, rows * C, Use::kInOut), d(dout, type, rows * OC, Use::kIn),
+        x(inp, type, rows * C, Use::kIn), w(weight, type, int64_t{OC} * C, Use::kIn);
+    cpu::MatmulBackward(di.get(), dweight, dbias, d.get(), x.get(), w.get(), N, C, OC);
     di.Finish();
     return Status::Ok();
   });

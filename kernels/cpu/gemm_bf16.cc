@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <unordered_map>
 #endif
 
 namespace hoist::kernels::cpu {
@@ -54,11 +56,17 @@ const dnnl::engine& Engine() {
   return engine;
 }
 
-// C (M,N) fp32 [+]= A (M,K) @ B (K,N), A and B bf16 given by their (row, column) strides.
+// C (M,N) [+]= A (M,K) @ B (K,N) [+ bias (N)], A, B and the bias bf16, A and B given by their
+// (row, column) strides; C fp32 or bf16 (then the fp32 result, the old value added, is rounded
+// once).
 struct GemmKey {
   int64_t m, n, k, a_row, a_col, b_row, b_col, ldc;
   bool accumulate;
-  auto Tie() const { return std::tie(m, n, k, a_row, a_col, b_row, b_col, ldc, accumulate); }
+  bool c_bf16 = false;
+  bool bias = false;
+  auto Tie() const {
+    return std::tie(m, n, k, a_row, a_col, b_row, b_col, ldc, accumulate, c_bf16, bias);
+  }
   bool operator<(const GemmKey& o) const { return Tie() < o.Tie(); }
 };
 
@@ -78,25 +86,45 @@ Built Primitive(const GemmKey& key) {
   using dt = dnnl::memory::data_type;
   dnnl::memory::desc a({key.m, key.k}, dt::bf16, dnnl::memory::dims{key.a_row, key.a_col});
   dnnl::memory::desc b({key.k, key.n}, dt::bf16, dnnl::memory::dims{key.b_row, key.b_col});
-  dnnl::memory::desc c({key.m, key.n}, dt::f32, dnnl::memory::dims{key.ldc, 1});
+  dnnl::memory::desc c({key.m, key.n}, key.c_bf16 ? dt::bf16 : dt::f32,
+                       dnnl::memory::dims{key.ldc, 1});
+  dnnl::memory::desc bias({1, key.n}, dt::bf16, dnnl::memory::dims{key.n, 1});
   dnnl::primitive_attr attr;
+  // A library-managed scratchpad is shared per thread and ties a primitive to the thread that
+  // built it; these primitives run on whichever thread (ranks, host streams) calls them, so each
+  // call brings its own.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (key.accumulate) {
     dnnl::post_ops ops;
     ops.append_sum(1.0f);
     attr.set_post_ops(ops);
   }
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, Engine());
+  dnnl::matmul::primitive_desc pd(
+      key.bias ? dnnl::matmul::desc(a, b, bias, c) : dnnl::matmul::desc(a, b, c), attr, Engine());
   return cache.emplace(key, Built{pd, dnnl::matmul(pd)}).first->second;
 }
 
-void Gemm(const GemmKey& key, const uint16_t* a, const uint16_t* b, float* c) {
+void Gemm(const GemmKey& key, const uint16_t* a, const uint16_t* b, void* c,
+          const uint16_t* bias = nullptr) {
   try {
     auto [pd, prim] = Primitive(key);
     dnnl::memory am(pd.src_desc(), Engine(), const_cast<uint16_t*>(a));
     dnnl::memory bm(pd.weights_desc(), Engine(), const_cast<uint16_t*>(b));
     dnnl::memory cm(pd.dst_desc(), Engine(), c);
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+    if (key.bias) {
+      args.emplace(DNNL_ARG_BIAS,
+                   dnnl::memory(pd.bias_desc(), Engine(), const_cast<uint16_t*>(bias)));
+    }
+    // The scratchpad: this thread's, grown to the largest a call has needed, 64-byte aligned.
+    thread_local std::vector<uint8_t> scratch;
+    const dnnl::memory::desc scratch_desc = pd.scratchpad_desc();
+    if (scratch.size() < scratch_desc.get_size() + 64) scratch.resize(scratch_desc.get_size() + 64);
+    void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
+    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_desc, Engine(), aligned));
     dnnl::stream stream(Engine());
-    prim.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    prim.execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     HOIST_CHECK(false) << "oneDNN bf16 matmul (" << key.m << "x" << key.k << " @ " << key.k << "x"
@@ -200,7 +228,7 @@ GemmChoice DecideGemmPath() {
                 0.0f, c.data(), N);
   });
   choice.bf16_gflops =
-      Rate([&] { MatmulForwardBf16(c.data(), ah.data(), bh.data(), nullptr, M, K, N); });
+      Rate([&] { MatmulForwardBf16(c.data(), false, ah.data(), bh.data(), nullptr, M, K, N); });
   if (choice.bf16_gflops > choice.fp32_gflops) {
     choice.path = GemmPath::kBf16Dnnl;
     choice.reason = "oneDNN's bf16 product measured faster than sgemm";
@@ -223,28 +251,44 @@ const GemmChoice& ActiveGemmPath() {
 
 #if defined(HOIST_HAVE_DNNL)
 
-void MatmulForwardBf16(float* out, const uint16_t* inp, const uint16_t* weight, const float* bias,
-                       int N, int C, int OC) {
+void MatmulForwardBf16(void* out, bool out_bf16, const uint16_t* inp, const uint16_t* weight,
+                       const uint16_t* bias, int N, int C, int OC) {
   // B (C,OC) is weight transposed: element (k, n) at weight[n * C + k].
-  Gemm({N, OC, C, C, 1, 1, C, OC, false}, inp, weight, out);
-  if (bias == nullptr) return;
-#pragma omp parallel for schedule(static)
-  for (int i = 0; i < N; ++i) {
-    float* __restrict o = out + static_cast<size_t>(i) * OC;
-    for (int j = 0; j < OC; ++j) o[j] += bias[j];
-  }
+  GemmKey key{N, OC, C, C, 1, 1, C, OC, false, out_bf16, bias != nullptr};
+  Gemm(key, inp, weight, out, bias);
 }
 
-void MatmulBackwardBf16(float* dinp, float* dweight, const uint16_t* dout, const uint16_t* inp,
-                        const uint16_t* weight, int N, int C, int OC) {
-  if (dinp != nullptr) Gemm({N, C, OC, OC, 1, C, 1, C, true}, dout, weight, dinp);
+void MatmulBackwardBf16(void* dinp, bool dinp_bf16, float* dweight, float* dbias,
+                        const uint16_t* dout, const uint16_t* inp, const uint16_t* weight, int N,
+                        int C, int OC) {
+  if (dinp != nullptr) Gemm({N, C, OC, OC, 1, C, 1, C, true, dinp_bf16}, dout, weight, dinp);
   // A (OC,N) is dout transposed: element (m, k) at dout[k * OC + m].
   Gemm({OC, C, N, 1, OC, C, 1, C, true}, dout, inp, dweight);
+  if (dbias == nullptr) return;
+  // Column sums in fp32, rows in order within each block of columns (as BiasBackward).
+  constexpr int kBlock = 128;
+  const int num_blocks = (OC + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < num_blocks; ++blk) {
+    const int j0 = blk * kBlock;
+    const int count = OC - j0 < kBlock ? OC - j0 : kBlock;
+    float* __restrict db = dbias + j0;
+    for (int i = 0; i < N; ++i) {
+      const uint16_t* __restrict d = dout + static_cast<size_t>(i) * OC + j0;
+      for (int j = 0; j < count; ++j) {
+        const uint32_t bits = static_cast<uint32_t>(d[j]) << 16;
+        float x;
+        std::memcpy(&x, &bits, 4);
+        db[j] += x;
+      }
+    }
+  }
 }
 
 #else
 
-void MatmulForwardBf16(float*, const uint16_t*, const uint16_t*, const float*, int, int, int) {
+void MatmulForwardBf16(void*, bool, const uint16_t*, const uint16_t*, const uint16_t*, int, int,
+                       int) {
   HOIST_CHECK(false) << "MatmulForwardBf16 called in a build without oneDNN";
 }
 

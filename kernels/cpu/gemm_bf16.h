@@ -36,13 +36,17 @@ const char* GemmPathName(GemmPath path);
 // True when hoist was built with oneDNN and the CPU (not masked) has AVX512_BF16 or AMX-BF16.
 bool Bf16GemmAvailable();
 
-// The bf16 products; callable only where Bf16GemmAvailable(). bf16 arrays are raw bits.
-// out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (fp32, may be null), in fp32.
-void MatmulForwardBf16(float* out, const uint16_t* inp, const uint16_t* weight, const float* bias,
-                       int N, int C, int OC);
-// dinp (N,C) += dout (N,OC) @ weight (OC,C) (dinp null: not wanted); dweight (OC,C) += dout^T @
-// inp; both fp32 accumulators.
-void MatmulBackwardBf16(float* dinp, float* dweight, const uint16_t* dout, const uint16_t* inp,
-                        const uint16_t* weight, int N, int C, int OC);
+// The bf16 products; callable only where Bf16GemmAvailable(). bf16 arrays are raw bits; an array
+// marked bf16 (out_bf16, dinp_bf16) is bf16, else fp32.
+// out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC, may be null), accumulated in fp32 and,
+// into a bf16 out, rounded once.
+void MatmulForwardBf16(void* out, bool out_bf16, const uint16_t* inp, const uint16_t* weight,
+                       const uint16_t* bias, int N, int C, int OC);
+// dinp (N,C) += dout (N,OC) @ weight (OC,C) (dinp null: not wanted; a bf16 dinp is widened, added
+// to in fp32 and rounded once); dweight (OC,C) += dout^T @ inp and dbias (OC, null: no bias) +=
+// column sums of dout, both fp32 accumulators.
+void MatmulBackwardBf16(void* dinp, bool dinp_bf16, float* dweight, float* dbias,
+                        const uint16_t* dout, const uint16_t* inp, const uint16_t* weight, int N,
+                        int C, int OC);
 
 }  // namespace hoist::kernels::cpu

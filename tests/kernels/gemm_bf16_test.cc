@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/cpu_features.h"
@@ -54,15 +55,18 @@ TEST(GemmBf16, ForwardWithinBf16RoundingOfFp32) {
              bias = RandomFloats(kOC, 3);
   std::vector<float> want(kN * kOC), got(kN * kOC);
   MatmulForward(want.data(), inp.data(), weight.data(), bias.data(), kN, kC, kOC);
-  MatmulForwardBf16(got.data(), ToBf16(inp).data(), ToBf16(weight).data(), bias.data(), kN, kC,
-                    kOC);
+  MatmulForwardBf16(got.data(), false, ToBf16(inp).data(), ToBf16(weight).data(),
+                    ToBf16(bias).data(), kN, kC, kOC);
   double worst = 0;
   for (int n = 0; n < kN; ++n)
     for (int o = 0; o < kOC; ++o) {
       double abs_sum = 0;
       for (int c = 0; c < kC; ++c) abs_sum += std::fabs(inp[n * kC + c] * weight[o * kC + c]);
       const double err = std::fabs(double(got[n * kOC + o]) - want[n * kOC + o]);
-      EXPECT_LE(err, Bound(kC, abs_sum)) << "at (" << n << ", " << o << ")";
+      // The bias is rounded to bf16 too (u |bias|), and added in fp32 by both paths.
+      const double bound = Bound(kC, abs_sum) + std::ldexp(std::fabs(bias[o]), -8) +
+                           std::ldexp(std::fabs(want[n * kOC + o]), -22);
+      EXPECT_LE(err, bound) << "at (" << n << ", " << o << ")";
       worst = std::max(worst, err / abs_sum);
     }
   // The operands were rounded: the bf16 product differs from the fp32 one.
@@ -76,7 +80,7 @@ TEST(GemmBf16, ForwardAccumulatesInFp32) {
   const int K = 3072;
   const auto a = Widen(ToBf16(RandomFloats(4 * K, 4))), w = Widen(ToBf16(RandomFloats(8 * K, 5)));
   std::vector<float> got(4 * 8);
-  MatmulForwardBf16(got.data(), ToBf16(a).data(), ToBf16(w).data(), nullptr, 4, K, 8);
+  MatmulForwardBf16(got.data(), false, ToBf16(a).data(), ToBf16(w).data(), nullptr, 4, K, 8);
   for (int n = 0; n < 4; ++n)
     for (int o = 0; o < 8; ++o) {
       double exact = 0, abs_sum = 0;
@@ -88,15 +92,32 @@ TEST(GemmBf16, ForwardAccumulatesInFp32) {
     }
 }
 
-// Both backward products, added to what the accumulators held.
+// A bf16 out is the fp32 result rounded once: within half a bf16 unit of it (u = 2^-8 relative).
+TEST(GemmBf16, Bf16OutIsTheFp32ResultRoundedOnce) {
+  SKIP_WITHOUT_BF16_GEMM();
+  const auto inp = ToBf16(RandomFloats(kN * kC, 14)), weight = ToBf16(RandomFloats(kOC * kC, 15)),
+             bias = ToBf16(RandomFloats(kOC, 16));
+  std::vector<float> wide(kN * kOC);
+  std::vector<uint16_t> narrow(kN * kOC);
+  MatmulForwardBf16(wide.data(), false, inp.data(), weight.data(), bias.data(), kN, kC, kOC);
+  MatmulForwardBf16(narrow.data(), true, inp.data(), weight.data(), bias.data(), kN, kC, kOC);
+  const std::vector<float> got = Widen(narrow);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_LE(std::fabs(got[i] - wide[i]), std::ldexp(std::fabs(wide[i]), -8)) << i;
+  }
+  EXPECT_NE(got, wide) << "the out must be rounded to bf16";
+}
+
+// Both backward products and the bias gradient, added to what the accumulators held.
 TEST(GemmBf16, BackwardAddsBothProductsWithinBf16Rounding) {
   SKIP_WITHOUT_BF16_GEMM();
   const auto dout = RandomFloats(kN * kOC, 6), inp = RandomFloats(kN * kC, 7),
              weight = RandomFloats(kOC * kC, 8);
-  const auto dinp0 = RandomFloats(kN * kC, 9), dweight0 = RandomFloats(kOC * kC, 10);
-  std::vector<float> dinp = dinp0, dweight = dweight0;
-  MatmulBackwardBf16(dinp.data(), dweight.data(), ToBf16(dout).data(), ToBf16(inp).data(),
-                     ToBf16(weight).data(), kN, kC, kOC);
+  const auto dinp0 = RandomFloats(kN * kC, 9), dweight0 = RandomFloats(kOC * kC, 10),
+             dbias0 = RandomFloats(kOC, 17);
+  std::vector<float> dinp = dinp0, dweight = dweight0, dbias = dbias0;
+  MatmulBackwardBf16(dinp.data(), false, dweight.data(), dbias.data(), ToBf16(dout).data(),
+                     ToBf16(inp).data(), ToBf16(weight).data(), kN, kC, kOC);
   // Against the fp32 path's products from zero, plus the starting values.
   std::vector<float> want_dinp(kN * kC, 0.0f), want_dweight(kOC * kC, 0.0f);
   MatmulBackward(want_dinp.data(), want_dweight.data(), nullptr, dout.data(), inp.data(),
@@ -120,6 +141,31 @@ TEST(GemmBf16, BackwardAddsBothProductsWithinBf16Rounding) {
       EXPECT_LE(std::fabs(double(dweight[i]) - (double(dweight0[i]) + want_dweight[i])), bound)
           << "dweight at (" << o << ", " << c << ")";
     }
+  // dbias: sums of the rounded dout (u |dout| each) in fp32 (N * 2^-24 of the sum of |dout|).
+  for (int o = 0; o < kOC; ++o) {
+    double want = dbias0[o], abs_sum = std::fabs(dbias0[o]);
+    for (int n = 0; n < kN; ++n) want += dout[n * kOC + o], abs_sum += std::fabs(dout[n * kOC + o]);
+    const double bound = std::ldexp(abs_sum, -8) + (kN + 1) * std::ldexp(abs_sum, -24);
+    EXPECT_LE(std::fabs(dbias[o] - want), bound) << "dbias at " << o;
+  }
+}
+
+// A bf16 dinp is widened, the product added in fp32, and rounded once.
+TEST(GemmBf16, Bf16DinpIsAddedInFp32AndRoundedOnce) {
+  SKIP_WITHOUT_BF16_GEMM();
+  const auto dout = ToBf16(RandomFloats(kN * kOC, 18)), inp = ToBf16(RandomFloats(kN * kC, 19)),
+             weight = ToBf16(RandomFloats(kOC * kC, 20));
+  const auto dinp0 = ToBf16(RandomFloats(kN * kC, 21));
+  std::vector<float> wide = Widen(dinp0), dweight(kOC * kC, 0.0f);
+  std::vector<uint16_t> narrow = dinp0;
+  MatmulBackwardBf16(wide.data(), false, dweight.data(), nullptr, dout.data(), inp.data(),
+                     weight.data(), kN, kC, kOC);
+  MatmulBackwardBf16(narrow.data(), true, dweight.data(), nullptr, dout.data(), inp.data(),
+                     weight.data(), kN, kC, kOC);
+  const std::vector<float> got = Widen(narrow);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_LE(std::fabs(got[i] - wide[i]), std::ldexp(std::fabs(wide[i]), -8)) << i;
+  }
 }
 
 TEST(GemmBf16, BackwardWithoutDinpStillAddsDweight) {
@@ -127,10 +173,52 @@ TEST(GemmBf16, BackwardWithoutDinpStillAddsDweight) {
   const auto dout = ToBf16(RandomFloats(kN * kOC, 11)), inp = ToBf16(RandomFloats(kN * kC, 12)),
              weight = ToBf16(RandomFloats(kOC * kC, 13));
   std::vector<float> once(kOC * kC, 0.0f), twice(kOC * kC, 0.0f);
-  MatmulBackwardBf16(nullptr, once.data(), dout.data(), inp.data(), weight.data(), kN, kC, kOC);
-  MatmulBackwardBf16(nullptr, twice.data(), dout.data(), inp.data(), weight.data(), kN, kC, kOC);
-  MatmulBackwardBf16(nullptr, twice.data(), dout.data(), inp.data(), weight.data(), kN, kC, kOC);
+  for (std::vector<float>* dw : {&once, &twice, &twice}) {
+    MatmulBackwardBf16(nullptr, false, dw->data(), nullptr, dout.data(), inp.data(), weight.data(),
+                       kN, kC, kOC);
+  }
   for (size_t i = 0; i < once.size(); ++i) EXPECT_FLOAT_EQ(twice[i], 2.0f * once[i]) << i;
+}
+
+// Ranks run as threads and ops on host-stream threads: a product may be called from any thread,
+// from several at once, with the same shape (one shared oneDNN primitive) and its own operands.
+TEST(GemmBf16, ConcurrentCallsFromOtherThreadsGiveTheSingleThreadResults) {
+  SKIP_WITHOUT_BF16_GEMM();
+  constexpr int N = 128, C = 256, OC = 384, kThreads = 4, kCalls = 30;
+  struct Operands {
+    std::vector<uint16_t> inp, weight, dout;
+    std::vector<float> out, dinp, dweight;
+  };
+  auto run = [&](const Operands& in, Operands* result) {
+    result->out.assign(N * OC, 0.0f);
+    result->dinp.assign(N * C, 0.0f);
+    result->dweight.assign(OC * C, 0.0f);
+    MatmulForwardBf16(result->out.data(), false, in.inp.data(), in.weight.data(), nullptr, N, C,
+                      OC);
+    MatmulBackwardBf16(result->dinp.data(), false, result->dweight.data(), nullptr, in.dout.data(),
+                       in.inp.data(), in.weight.data(), N, C, OC);
+  };
+  std::vector<Operands> in(kThreads), want(kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    in[t].inp = ToBf16(RandomFloats(N * C, 30 + t));
+    in[t].weight = ToBf16(RandomFloats(OC * C, 40 + t));
+    in[t].dout = ToBf16(RandomFloats(N * OC, 50 + t));
+    run(in[t], &want[t]);
+  }
+  std::vector<int> mismatches(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Operands got;
+      for (int i = 0; i < kCalls; ++i) {
+        run(in[t], &got);
+        mismatches[t] +=
+            got.out != want[t].out || got.dinp != want[t].dinp || got.dweight != want[t].dweight;
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(mismatches[t], 0) << "thread " << t;
 }
 
 class ScopedEnv {
