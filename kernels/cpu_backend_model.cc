@@ -29,6 +29,7 @@ bool UseBf16Gemm(DType type) {
 }  // namespace
 
 using cpu_backend_detail::CheckArgs;
+using cpu_backend_detail::ChunkedElementwise;
 using cpu_backend_detail::HostStreamOf;
 using cpu_backend_detail::kOptional;
 using cpu_backend_detail::NonNegative;
@@ -299,9 +300,14 @@ Status CpuBackend::GeluForward(void* out, const void* inp, int64_t n, DType type
   const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
   HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, bytes}, {"inp", inp, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide x(inp, type, n, Use::kIn), o(out, type, n, Use::kOut);
-    cpu::GeluForward(o.get(), x.get(), static_cast<size_t>(n));
-    o.Finish();
+    if (type == DType::kFloat32) {
+      cpu::GeluForward(static_cast<float*>(out), static_cast<const float*>(inp),
+                       static_cast<size_t>(n));
+    } else {
+      ChunkedElementwise(
+          type, n, {{inp, Use::kIn}, {out, Use::kOut}},
+          [](float* const* v, size_t count) { cpu::GeluForward(v[1], v[0], count); });
+    }
     return Status::Ok();
   });
 }
@@ -315,9 +321,14 @@ Status CpuBackend::GeluBackward(void* dinp, const void* inp, const void* dout, i
   HOIST_RETURN_IF_ERROR(
       CheckArgs(kOp, {{"dinp", dinp, bytes}, {"inp", inp, bytes}, {"dout", dout, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide di(dinp, type, n, Use::kInOut), x(inp, type, n, Use::kIn), d(dout, type, n, Use::kIn);
-    cpu::GeluBackward(di.get(), x.get(), d.get(), static_cast<size_t>(n));
-    di.Finish();
+    if (type == DType::kFloat32) {
+      cpu::GeluBackward(static_cast<float*>(dinp), static_cast<const float*>(inp),
+                        static_cast<const float*>(dout), static_cast<size_t>(n));
+    } else {
+      ChunkedElementwise(
+          type, n, {{dinp, Use::kInOut}, {inp, Use::kIn}, {dout, Use::kIn}},
+          [](float* const* v, size_t count) { cpu::GeluBackward(v[0], v[1], v[2], count); });
+    }
     return Status::Ok();
   });
 }
@@ -330,9 +341,14 @@ Status CpuBackend::ResidualForward(void* out, const void* a, const void* b, int6
   const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
   HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, bytes}, {"a", a, bytes}, {"b", b, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide x(a, type, n, Use::kIn), y(b, type, n, Use::kIn), o(out, type, n, Use::kOut);
-    cpu::ResidualForward(o.get(), x.get(), y.get(), static_cast<size_t>(n));
-    o.Finish();
+    if (type == DType::kFloat32) {
+      cpu::ResidualForward(static_cast<float*>(out), static_cast<const float*>(a),
+                           static_cast<const float*>(b), static_cast<size_t>(n));
+    } else {
+      ChunkedElementwise(
+          type, n, {{a, Use::kIn}, {b, Use::kIn}, {out, Use::kOut}},
+          [](float* const* v, size_t count) { cpu::ResidualForward(v[2], v[0], v[1], count); });
+    }
     return Status::Ok();
   });
 }
@@ -346,10 +362,14 @@ Status CpuBackend::ResidualBackward(void* da, void* db, const void* dout, int64_
   HOIST_RETURN_IF_ERROR(
       CheckArgs(kOp, {{"da", da, bytes}, {"db", db, bytes}, {"dout", dout, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide x(da, type, n, Use::kInOut), y(db, type, n, Use::kInOut), d(dout, type, n, Use::kIn);
-    cpu::ResidualBackward(x.get(), y.get(), d.get(), static_cast<size_t>(n));
-    x.Finish();
-    y.Finish();
+    if (type == DType::kFloat32) {
+      cpu::ResidualBackward(static_cast<float*>(da), static_cast<float*>(db),
+                            static_cast<const float*>(dout), static_cast<size_t>(n));
+    } else {
+      ChunkedElementwise(
+          type, n, {{da, Use::kInOut}, {db, Use::kInOut}, {dout, Use::kIn}},
+          [](float* const* v, size_t count) { cpu::ResidualBackward(v[0], v[1], v[2], count); });
+    }
     return Status::Ok();
   });
 }
@@ -371,9 +391,12 @@ Status CpuBackend::SoftmaxCrossEntropy(float* losses, void* dlogits, const void*
                                         {"logits", logits, NV * e},
                                         {"targets", targets, int64_t{N} * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide x(logits, type, NV, Use::kIn), d(dlogits, type, NV, Use::kOut);
-    cpu::SoftmaxCrossEntropy(losses, d.get(), x.get(), targets, dloss, N, V, Vp);
-    d.Finish();
+    if (type == DType::kFloat32) {
+      cpu::SoftmaxCrossEntropy(losses, static_cast<float*>(dlogits),
+                               static_cast<const float*>(logits), targets, dloss, N, V, Vp);
+    } else {
+      cpu::SoftmaxCrossEntropy16(losses, dlogits, logits, targets, dloss, N, V, Vp, type);
+    }
     return Status::Ok();
   });
 }

@@ -211,6 +211,38 @@ TEST_P(CpuBackendModel, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
   }
 }
 
+// The 16-bit elementwise ops work a chunk at a time (cpu_backend_args.h): over several chunks and
+// a tail, still bit for bit the fp32 kernel on widened arrays, rounded once; in place too.
+TEST_P(CpuBackendModel, SixteenBitElementwiseOpsOverManyChunksRoundOnce) {
+  const int64_t n = 3 * 4096 + 123;
+  for (const DType h : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(h));
+    const std::vector<uint16_t> a = Narrow(RandomFloats(n, 70, -3.0f, 3.0f), h),
+                                b = Narrow(RandomFloats(n, 71), h),
+                                d = Narrow(RandomFloats(n, 72), h);
+    std::vector<uint16_t> gelu(n), dgelu = b, sum(n), in_place = a, da = a, db = b;
+    EXPECT_OK(backend_.GeluForward(gelu.data(), a.data(), n, h, s()));
+    EXPECT_OK(backend_.GeluBackward(dgelu.data(), a.data(), d.data(), n, h, s()));
+    EXPECT_OK(backend_.ResidualForward(sum.data(), a.data(), b.data(), n, h, s()));
+    EXPECT_OK(backend_.ResidualForward(in_place.data(), in_place.data(), b.data(), n, h, s()));
+    EXPECT_OK(backend_.ResidualBackward(da.data(), db.data(), d.data(), n, h, s()));
+    Sync();
+    const size_t un = static_cast<size_t>(n);
+    std::vector<float> gelu_ref(un), dgelu_ref = Widen(b, h), sum_ref(un), da_ref = Widen(a, h),
+                                     db_ref = Widen(b, h);
+    cpu::GeluForward(gelu_ref.data(), Widen(a, h).data(), un);
+    cpu::GeluBackward(dgelu_ref.data(), Widen(a, h).data(), Widen(d, h).data(), un);
+    cpu::ResidualForward(sum_ref.data(), Widen(a, h).data(), Widen(b, h).data(), un);
+    cpu::ResidualBackward(da_ref.data(), db_ref.data(), Widen(d, h).data(), un);
+    EXPECT_TRUE(SameBits(gelu, Narrow(gelu_ref, h)));
+    EXPECT_TRUE(SameBits(dgelu, Narrow(dgelu_ref, h)));
+    EXPECT_TRUE(SameBits(sum, Narrow(sum_ref, h)));
+    EXPECT_TRUE(SameBits(in_place, Narrow(sum_ref, h)));
+    EXPECT_TRUE(SameBits(da, Narrow(da_ref, h)));
+    EXPECT_TRUE(SameBits(db, Narrow(db_ref, h)));
+  }
+}
+
 // dlogits may be the logits' own array, in every type.
 TEST_P(CpuBackendModel, CrossEntropyGradientMayOverwriteTheLogits) {
   const std::vector<float> logits = RandomFloats(size_t{N} * Vp, 40, -3.0f, 3.0f);
