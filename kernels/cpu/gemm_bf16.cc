@@ -292,8 +292,8 @@ void MatmulForwardBf16(void*, bool, const uint16_t*, const uint16_t*, const uint
   HOIST_CHECK(false) << "MatmulForwardBf16 called in a build without oneDNN";
 }
 
-void MatmulBackwardBf16(float*, float*, const uint16_t*, const uint16_t*, const uint16_t*, int, int,
-                        int) {
+void MatmulBackwardBf16(void*, bool, float*, float*, const uint16_t*, const uint16_t*,
+                        const uint16_t*, int, int, int) {
   HOIST_CHECK(false) << "MatmulBackwardBf16 called in a build without oneDNN";
 }
 
