@@ -88,6 +88,29 @@ if(want_uring)
 endif()
 hoist_resolve(URING "${uring_found}" "liburing")
 
+# --- oneDNN: the bf16 matmuls (kernels/cpu/gemm_bf16.h). Found by header and library rather
+# than its CMake package, whose config also looks for OpenCL (Debian builds it with a GPU runtime
+# that hoist does not use). ---
+hoist_wants(DNNL want_dnnl)
+set(dnnl_found FALSE)
+set(dnnl_what "oneDNN (libdnnl-dev)")
+if(want_dnnl)
+  find_path(HOIST_DNNL_INCLUDE oneapi/dnnl/dnnl.hpp)
+  find_library(HOIST_DNNL_LIBRARY dnnl)
+  if(HOIST_DNNL_INCLUDE AND HOIST_DNNL_LIBRARY)
+    set(dnnl_found TRUE)
+    file(STRINGS ${HOIST_DNNL_INCLUDE}/oneapi/dnnl/dnnl_version.h dnnl_version_lines
+         REGEX "#define DNNL_VERSION_(MAJOR|MINOR|PATCH) ")
+    string(REGEX REPLACE ".*MAJOR ([0-9]+).*MINOR ([0-9]+).*PATCH ([0-9]+).*" "\\1.\\2.\\3"
+           dnnl_version "${dnnl_version_lines}")
+    set(dnnl_what "oneDNN ${dnnl_version}")
+    add_library(hoist_dnnl INTERFACE)
+    target_include_directories(hoist_dnnl INTERFACE ${HOIST_DNNL_INCLUDE})
+    target_link_libraries(hoist_dnnl INTERFACE ${HOIST_DNNL_LIBRARY})
+  endif()
+endif()
+hoist_resolve(DNNL "${dnnl_found}" "${dnnl_what}")
+
 # --- gRPC ---
 hoist_wants(GRPC want_grpc)
 set(grpc_found FALSE)

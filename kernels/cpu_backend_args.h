@@ -2,8 +2,11 @@
 // checks and the fp32 views through which 16-bit arrays reach the fp32 CPU kernels.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,24 +64,74 @@ enum class Use {
   kInOut,  // read, added to, written back
 };
 
+// Per-thread reuse of Wide's copies. A 16-bit run widens arrays of the same sizes at every step,
+// and a fresh allocation of a large one (the logits: N x Vp floats, beyond malloc's mmap
+// threshold) came back from the kernel as page faults on every call. A thread keeps up to
+// kKeptScratch released buffers (the largest) for its next ops; the memory they hold is transient
+// in the sense of the op contracts, never more than the thread's largest ops needed at once.
+struct ScratchBuffer {
+  std::unique_ptr<float[]> data;
+  size_t capacity = 0;
+};
+constexpr size_t kKeptScratch = 8;
+
+inline std::vector<ScratchBuffer>& FreeScratch() {
+  thread_local std::vector<ScratchBuffer> free;
+  return free;
+}
+
+// The smallest kept buffer of at least n floats, or a new one; its contents are undefined.
+inline ScratchBuffer TakeScratch(size_t n) {
+  std::vector<ScratchBuffer>& free = FreeScratch();
+  size_t best = free.size();
+  for (size_t i = 0; i < free.size(); ++i) {
+    if (free[i].capacity >= n && (best == free.size() || free[i].capacity < free[best].capacity)) {
+      best = i;
+    }
+  }
+  if (best == free.size()) return {std::unique_ptr<float[]>(new float[n]), n};
+  ScratchBuffer b = std::move(free[best]);
+  free.erase(free.begin() + static_cast<std::ptrdiff_t>(best));
+  return b;
+}
+
+inline void GiveBackScratch(ScratchBuffer b) {
+  std::vector<ScratchBuffer>& free = FreeScratch();
+  free.push_back(std::move(b));
+  if (free.size() <= kKeptScratch) return;
+  auto smallest = std::min_element(free.begin(), free.end(), [](const auto& x, const auto& y) {
+    return x.capacity < y.capacity;
+  });
+  free.erase(smallest);
+}
+
 // An fp32 view of n elements of `type` at p (null stays null): fp32 arrays are used in place; a
 // 16-bit one is widened into a copy (kIn, kInOut) or given a zeroed scratch (kOut), which Finish
-// rounds back into the array (kOut, kInOut).
+// rounds back into the array (kOut, kInOut). The copies come from this thread's ScratchBuffers.
 class Wide {
  public:
   Wide(const void* p, DType type, int64_t n, Use use)
       : array_(const_cast<void*>(p)), type_(type), n_(n), use_(use) {
     if (p == nullptr || type == DType::kFloat32) return;
-    copy_.resize(static_cast<size_t>(n));
-    if (use != Use::kOut) cpu::ToFloat(p, type, copy_.data(), n);
+    copy_ = TakeScratch(static_cast<size_t>(n));
+    if (use == Use::kOut) {
+      std::fill(copy_.data.get(), copy_.data.get() + n, 0.0f);
+    } else {
+      cpu::ToFloat(p, type, copy_.data.get(), n);
+    }
   }
+  ~Wide() {
+    if (copy_.data != nullptr) GiveBackScratch(std::move(copy_));
+  }
+  Wide(const Wide&) = delete;
+  Wide& operator=(const Wide&) = delete;
   float* get() {
     if (array_ == nullptr) return nullptr;
-    return type_ == DType::kFloat32 ? static_cast<float*>(array_) : copy_.data();
+    return type_ == DType::kFloat32 ? static_cast<float*>(array_) : copy_.data.get();
   }
   void Finish() {
     if (array_ == nullptr || type_ == DType::kFloat32 || use_ == Use::kIn) return;
-    cpu::FromFloat(copy_.data(), array_, type_, n_);
+    cpu::FromFloat(copy_.data.get(), array_, type_, n_);
   }
 
  private:
@@ -86,7 +139,45 @@ class Wide {
   DType type_;
   int64_t n_;
   Use use_;
-  std::vector<float> copy_;
+  ScratchBuffer copy_;
 };
+
+// An elementwise fp32 kernel over 16-bit arrays, a chunk at a time: each thread widens a chunk of
+// every array into buffers of its own that stay in cache, runs fn(views, count) on them and rounds
+// the written ones back (kOut, kInOut; a kOut view holds garbage until fn writes it whole). Bit for
+// bit what whole-array Wide views give, without their fp32 copies in memory. Arrays may alias:
+// every chunk is read before it is written. fn runs inside an OpenMP parallel region.
+constexpr int64_t kElementChunk = 4096;
+struct ElementArray {
+  const void* data;
+  Use use;
+};
+
+template <typename Fn>
+void ChunkedElementwise(DType type, int64_t n, std::initializer_list<ElementArray> list, Fn fn) {
+  const std::vector<ElementArray> arrays(list);
+  const int64_t chunks = (n + kElementChunk - 1) / kElementChunk;
+#pragma omp parallel
+  {
+    std::vector<float> buffer(arrays.size() * kElementChunk);
+    std::vector<float*> views(arrays.size());
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t begin = c * kElementChunk, count = std::min(kElementChunk, n - begin);
+      for (size_t i = 0; i < arrays.size(); ++i) {
+        views[i] = buffer.data() + i * kElementChunk;
+        if (arrays[i].use != Use::kOut) {
+          cpu::ToFloat(ElementPtr(arrays[i].data, type, begin), type, views[i], count);
+        }
+      }
+      fn(views.data(), static_cast<size_t>(count));
+      for (size_t i = 0; i < arrays.size(); ++i) {
+        if (arrays[i].use == Use::kIn) continue;
+        cpu::FromFloat(views[i], const_cast<void*>(ElementPtr(arrays[i].data, type, begin)), type,
+                       count);
+      }
+    }
+  }
+}
 
 }  // namespace hoist::kernels::cpu_backend_detail

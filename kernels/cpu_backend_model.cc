@@ -2,7 +2,9 @@
 // they are; a 16-bit array is widened into an fp32 copy first, and an output is rounded back
 // into it once the kernel is done (an accumulated gradient: widened, added to in fp32, rounded
 // once). The copies are transient host buffers of the op's own; the CPU rank's model computes
-// in fp32, so the 16-bit forms serve as the oracle of the other backends.
+// in fp32, so the 16-bit forms serve as the oracle of the other backends. The exception: bf16
+// products, which on CPUs with AVX512_BF16 or AMX read the bf16 operands as they are and
+// accumulate in fp32 (kernels/cpu/gemm_bf16.h).
 #include <algorithm>
 #include <initializer_list>
 #include <string>
@@ -10,13 +12,24 @@
 #include <vector>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cpu_backend_args.h"
 
 namespace hoist::kernels {
+namespace {
+
+// bf16 products take oneDNN's path where the run's choice (made once, at the first bf16 product)
+// says so; fp32 and fp16 always take the widened sgemm path.
+bool UseBf16Gemm(DType type) {
+  return type == DType::kBFloat16 && cpu::ActiveGemmPath().path == cpu::GemmPath::kBf16Dnnl;
+}
+
+}  // namespace
 
 using cpu_backend_detail::CheckArgs;
+using cpu_backend_detail::ChunkedElementwise;
 using cpu_backend_detail::HostStreamOf;
 using cpu_backend_detail::kOptional;
 using cpu_backend_detail::NonNegative;
@@ -127,11 +140,25 @@ Status CpuBackend::MatmulForward(void* out, const void* inp, const void* weight,
                                         {"weight", weight, int64_t{OC} * C * e},
                                         {"bias", bias, OC * e, kOptional},
                                         {"gelu_out", gelu_out, int64_t{N} * OC * e, kOptional}}));
+  const bool bf16_gemm = UseBf16Gemm(type);
   return HostStreamOf(stream).Enqueue([=] {
     const int64_t rows = N, out_n = rows * OC;
-    Wide o(out, type, out_n, Use::kOut), x(inp, type, rows * C, Use::kIn),
-        w(weight, type, int64_t{OC} * C, Use::kIn), b(bias, type, OC, Use::kIn);
-    cpu::MatmulForward(o.get(), x.get(), w.get(), b.get(), N, C, OC);
+    const auto* bf16_bias = static_cast<const uint16_t*>(bias);
+    if (bf16_gemm && gelu_out == nullptr) {
+      // Straight into the bf16 out, bias added in fp32 before the one rounding.
+      cpu::MatmulForwardBf16(out, true, static_cast<const uint16_t*>(inp),
+                             static_cast<const uint16_t*>(weight), bf16_bias, N, C, OC);
+      return Status::Ok();
+    }
+    Wide o(out, type, out_n, Use::kOut);
+    if (bf16_gemm) {
+      cpu::MatmulForwardBf16(o.get(), false, static_cast<const uint16_t*>(inp),
+                             static_cast<const uint16_t*>(weight), bf16_bias, N, C, OC);
+    } else {
+      Wide x(inp, type, rows * C, Use::kIn), w(weight, type, int64_t{OC} * C, Use::kIn),
+          b(bias, type, OC, Use::kIn);
+      cpu::MatmulForward(o.get(), x.get(), w.get(), b.get(), N, C, OC);
+    }
     if (gelu_out != nullptr) {
       // From the fp32 product, before it is rounded: as a GPU's epilogue computes it.
       Wide g(gelu_out, type, out_n, Use::kOut);
@@ -157,7 +184,14 @@ Status CpuBackend::MatmulBackward(void* dinp, float* dweight, float* dbias, cons
                                         {"dout", dout, int64_t{N} * OC * e},
                                         {"inp", inp, int64_t{N} * C * e},
                                         {"weight", weight, int64_t{OC} * C * e}}));
+  const bool bf16_gemm = UseBf16Gemm(type);
   return HostStreamOf(stream).Enqueue([=] {
+    if (bf16_gemm) {
+      cpu::MatmulBackwardBf16(dinp, true, dweight, dbias, static_cast<const uint16_t*>(dout),
+                              static_cast<const uint16_t*>(inp),
+                              static_cast<const uint16_t*>(weight), N, C, OC);
+      return Status::Ok();
+    }
     const int64_t rows = N;
     Wide di(dinp, type, rows * C, Use::kInOut), d(dout, type, rows * OC, Use::kIn),
         x(inp, type, rows * C, Use::kIn), w(weight, type, int64_t{OC} * C, Use::kIn);
@@ -266,9 +300,14 @@ Status CpuBackend::GeluForward(void* out, const void* inp, int64_t n, DType type
   const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
   HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, bytes}, {"inp", inp, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide x(inp, type, n, Use::kIn), o(out, type, n, Use::kOut);
-    cpu::GeluForward(o.get(), x.get(), static_cast<size_t>(n));
-    o.Finish();
+    if (type == DType::kFloat32) {
+      cpu::GeluForward(static_cast<float*>(out), static_cast<const float*>(inp),
+                       static_cast<size_t>(n));
+    } else {
+      ChunkedElementwise(
+          type, n, {{inp, Use::kIn}, {out, Use::kOut}},
+          [](float* const* v, size_t count) { cpu::GeluForward(v[1], v[0], count); });
+    }
     return Status::Ok();
   });
 }
@@ -282,9 +321,14 @@ Status CpuBackend::GeluBackward(void* dinp, const void* inp, const void* dout, i
   HOIST_RETURN_IF_ERROR(
       CheckArgs(kOp, {{"dinp", dinp, bytes}, {"inp", inp, bytes}, {"dout", dout, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide di(dinp, type, n, Use::kInOut), x(inp, type, n, Use::kIn), d(dout, type, n, Use::kIn);
-    cpu::GeluBackward(di.get(), x.get(), d.get(), static_cast<size_t>(n));
-    di.Finish();
+    if (type == DType::kFloat32) {
+      cpu::GeluBackward(static_cast<float*>(dinp), static_cast<const float*>(inp),
+                        static_cast<const float*>(dout), static_cast<size_t>(n));
+    } else {
+      ChunkedElementwise(
+          type, n, {{dinp, Use::kInOut}, {inp, Use::kIn}, {dout, Use::kIn}},
+          [](float* const* v, size_t count) { cpu::GeluBackward(v[0], v[1], v[2], count); });
+    }
     return Status::Ok();
   });
 }
@@ -297,9 +341,14 @@ Status CpuBackend::ResidualForward(void* out, const void* a, const void* b, int6
   const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
   HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, bytes}, {"a", a, bytes}, {"b", b, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide x(a, type, n, Use::kIn), y(b, type, n, Use::kIn), o(out, type, n, Use::kOut);
-    cpu::ResidualForward(o.get(), x.get(), y.get(), static_cast<size_t>(n));
-    o.Finish();
+    if (type == DType::kFloat32) {
+      cpu::ResidualForward(static_cast<float*>(out), static_cast<const float*>(a),
+                           static_cast<const float*>(b), static_cast<size_t>(n));
+    } else {
+      ChunkedElementwise(
+          type, n, {{a, Use::kIn}, {b, Use::kIn}, {out, Use::kOut}},
+          [](float* const* v, size_t count) { cpu::ResidualForward(v[2], v[0], v[1], count); });
+    }
     return Status::Ok();
   });
 }
@@ -313,10 +362,14 @@ Status CpuBackend::ResidualBackward(void* da, void* db, const void* dout, int64_
   HOIST_RETURN_IF_ERROR(
       CheckArgs(kOp, {{"da", da, bytes}, {"db", db, bytes}, {"dout", dout, bytes}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide x(da, type, n, Use::kInOut), y(db, type, n, Use::kInOut), d(dout, type, n, Use::kIn);
-    cpu::ResidualBackward(x.get(), y.get(), d.get(), static_cast<size_t>(n));
-    x.Finish();
-    y.Finish();
+    if (type == DType::kFloat32) {
+      cpu::ResidualBackward(static_cast<float*>(da), static_cast<float*>(db),
+                            static_cast<const float*>(dout), static_cast<size_t>(n));
+    } else {
+      ChunkedElementwise(
+          type, n, {{da, Use::kInOut}, {db, Use::kInOut}, {dout, Use::kIn}},
+          [](float* const* v, size_t count) { cpu::ResidualBackward(v[0], v[1], v[2], count); });
+    }
     return Status::Ok();
   });
 }
@@ -338,9 +391,12 @@ Status CpuBackend::SoftmaxCrossEntropy(float* losses, void* dlogits, const void*
                                         {"logits", logits, NV * e},
                                         {"targets", targets, int64_t{N} * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide x(logits, type, NV, Use::kIn), d(dlogits, type, NV, Use::kOut);
-    cpu::SoftmaxCrossEntropy(losses, d.get(), x.get(), targets, dloss, N, V, Vp);
-    d.Finish();
+    if (type == DType::kFloat32) {
+      cpu::SoftmaxCrossEntropy(losses, static_cast<float*>(dlogits),
+                               static_cast<const float*>(logits), targets, dloss, N, V, Vp);
+    } else {
+      cpu::SoftmaxCrossEntropy16(losses, dlogits, logits, targets, dloss, N, V, Vp, type);
+    }
     return Status::Ok();
   });
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iomanip>
@@ -17,6 +18,7 @@
 #include "core/cpu_features.h"
 #include "core/memory_tracker.h"
 #include "kernels/cpu/blas_info.h"
+#include "kernels/cpu/gemm_bf16.h"
 
 #if defined(__has_include)
 #if __has_include(<linux/io_uring.h>)
@@ -200,6 +202,20 @@ std::string Gpus() {
 #endif
 }
 
+// Which path bf16 products take in this process and why, with the rates the choice measured.
+std::string Bf16GemmLine() {
+  const kernels::cpu::GemmChoice& c = kernels::cpu::ActiveGemmPath();
+  std::string line =
+      std::string(kernels::cpu::GemmPathName(c.path)) + ": " + c.reason + " (ISA " + c.isa;
+  if (c.bf16_gflops > 0) {
+    char rates[96];
+    std::snprintf(rates, sizeof(rates), "; 256x768x768: bf16 %.0f, sgemm %.0f GFLOP/s",
+                  c.bf16_gflops, c.fp32_gflops);
+    line += rates;
+  }
+  return line + ")";
+}
+
 }  // namespace
 
 void PrintReport(std::ostream& out) {
@@ -244,6 +260,7 @@ void PrintReport(std::ostream& out) {
 
   Heading(out, "libraries");
   Row(out, "OpenBLAS", kernels::cpu::BlasDescription());
+  Row(out, "oneDNN", kernels::cpu::ActiveGemmPath().library);
   Row(out, "nlohmann_json",
       std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." +
           std::to_string(NLOHMANN_JSON_VERSION_MINOR) + "." +
@@ -263,6 +280,7 @@ void PrintReport(std::ostream& out) {
   Row(out, "CPU features",
       std::string("avx2+fma ") + YesNo(cpu.avx2_fma) + ", avx512 " + YesNo(cpu.avx512f) +
           ", avx512_bf16 " + YesNo(cpu.avx512_bf16) + ", amx_bf16 " + YesNo(cpu.amx_bf16));
+  Row(out, "bf16 GEMM", Bf16GemmLine());
   Row(out, "cores", CoreCounts());
   Row(out, "OpenMP max threads", OpenMpThreads());
   Row(out, "memory total", MemInfoField("MemTotal"));

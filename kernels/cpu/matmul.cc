@@ -26,7 +26,10 @@ void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout
   }
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f,
               dweight, C);
-  if (dbias == nullptr) return;
+  if (dbias != nullptr) BiasBackward(dbias, dout, N, OC);
+}
+
+void BiasBackward(float* dbias, const float* dout, int N, int OC) {
   // Column sums: each thread owns a block of columns and adds the rows in order (no race,
   // fixed order), with the inner loop running along a contiguous row segment.
   constexpr int kBlock = 128;

@@ -38,6 +38,8 @@ void MatmulForward(float* out, const float* inp, const float* weight, const floa
 // dbias may be null (no bias); dinp may be null (input needs no gradient, e.g. the first op).
 void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                     const float* weight, int N, int C, int OC);
+// dbias (OC) += column sums of dout (N,OC), in a fixed order.
+void BiasBackward(float* dbias, const float* dout, int N, int OC);
 
 // Causal multi-head self-attention. qkv (B,T,3C) holds q, k, v side by side; head h uses
 // channels [h*hs, (h+1)*hs) of each, hs = C/NH. att (B,NH,T,T) receives the softmax
@@ -117,6 +119,11 @@ void ResidualBackward(float* da, float* db, const float* dout, size_t n);
 // and 0 in the padding. targets are in [0, V) (checked by the data loader, not here).
 void SoftmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                          float dloss, int N, int V, int Vp);
+// The same on logits and dlogits of a 16-bit `type` (bf16 or fp16 bits; dlogits may alias
+// logits): a row at a time widened, computed as above and rounded once. Bit for bit what widening
+// the whole array, the fp32 kernel and one rounding give, without the two fp32 copies of (N,Vp).
+void SoftmaxCrossEntropy16(float* losses, void* dlogits, const void* logits, const int32_t* targets,
+                           float dloss, int N, int V, int Vp, DType type);
 
 // In-place AdamW on n parameters, as torch.optim.AdamW computes it:
 //   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu_backend.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -208,6 +209,77 @@ TEST_P(CpuBackendModel, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
     cpu::GeluForward(mm_gelu_ref.data(), mm_ref.data(), mm_ref.size());
     EXPECT_TRUE(SameBits(mm, Narrow(mm_ref, h)));
     EXPECT_TRUE(SameBits(mm_gelu, Narrow(mm_gelu_ref, h))) << "GELU of the unrounded product";
+  }
+}
+
+// Where this process chose oneDNN's bf16 products, the backend's bf16 matmuls are those products:
+// bf16 operands as they are, bias added in fp32 and the out rounded once; with a GELU, both from
+// the fp32 product; dinp added to in fp32 and rounded once, dweight and dbias fp32 accumulators.
+TEST_P(CpuBackendModel, Bf16MatmulsTakeTheChosenOneDnnPath) {
+  if (cpu::ActiveGemmPath().path != cpu::GemmPath::kBf16Dnnl) {
+    GTEST_SKIP() << "bf16 products take the fp32 path here: " << cpu::ActiveGemmPath().reason;
+  }
+  const DType h = DType::kBFloat16;
+  const std::vector<uint16_t> x = Narrow(RandomFloats(size_t{N} * C, 80), h),
+                              w = Narrow(RandomFloats(size_t{OC} * C, 81), h),
+                              b = Narrow(RandomFloats(OC, 82), h),
+                              dout = Narrow(RandomFloats(size_t{N} * OC, 83), h),
+                              dx0 = Narrow(RandomFloats(size_t{N} * C, 84), h);
+  std::vector<uint16_t> out(size_t{N} * OC), fc(out.size()), fc_gelu(out.size()), dx = dx0;
+  std::vector<float> dw(size_t{OC} * C, 0.5f), db(OC, -0.25f);
+  EXPECT_OK(
+      backend_.MatmulForward(out.data(), x.data(), w.data(), b.data(), N, C, OC, h, nullptr, s()));
+  EXPECT_OK(backend_.MatmulForward(fc.data(), x.data(), w.data(), b.data(), N, C, OC, h,
+                                   fc_gelu.data(), s()));
+  EXPECT_OK(backend_.MatmulBackward(dx.data(), dw.data(), db.data(), dout.data(), x.data(),
+                                    w.data(), N, C, OC, h, s()));
+  Sync();
+
+  std::vector<uint16_t> out_ref(out.size()), dx_ref = dx0;
+  cpu::MatmulForwardBf16(out_ref.data(), true, x.data(), w.data(), b.data(), N, C, OC);
+  std::vector<float> wide(out.size()), gelu_ref(out.size()), dw_ref(dw.size(), 0.5f),
+      db_ref(OC, -0.25f);
+  cpu::MatmulForwardBf16(wide.data(), false, x.data(), w.data(), b.data(), N, C, OC);
+  cpu::GeluForward(gelu_ref.data(), wide.data(), wide.size());
+  cpu::MatmulBackwardBf16(dx_ref.data(), true, dw_ref.data(), db_ref.data(), dout.data(), x.data(),
+                          w.data(), N, C, OC);
+  EXPECT_TRUE(SameBits(out, out_ref));
+  EXPECT_TRUE(SameBits(fc, Narrow(wide, h)));
+  EXPECT_TRUE(SameBits(fc_gelu, Narrow(gelu_ref, h))) << "GELU of the unrounded product";
+  EXPECT_TRUE(SameBits(dx, dx_ref));
+  EXPECT_TRUE(SameBits(dw, dw_ref));
+  EXPECT_TRUE(SameBits(db, db_ref));
+}
+
+// The 16-bit elementwise ops work a chunk at a time (cpu_backend_args.h): over several chunks and
+// a tail, still bit for bit the fp32 kernel on widened arrays, rounded once; in place too.
+TEST_P(CpuBackendModel, SixteenBitElementwiseOpsOverManyChunksRoundOnce) {
+  const int64_t n = 3 * 4096 + 123;
+  for (const DType h : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(h));
+    const std::vector<uint16_t> a = Narrow(RandomFloats(n, 70, -3.0f, 3.0f), h),
+                                b = Narrow(RandomFloats(n, 71), h),
+                                d = Narrow(RandomFloats(n, 72), h);
+    std::vector<uint16_t> gelu(n), dgelu = b, sum(n), in_place = a, da = a, db = b;
+    EXPECT_OK(backend_.GeluForward(gelu.data(), a.data(), n, h, s()));
+    EXPECT_OK(backend_.GeluBackward(dgelu.data(), a.data(), d.data(), n, h, s()));
+    EXPECT_OK(backend_.ResidualForward(sum.data(), a.data(), b.data(), n, h, s()));
+    EXPECT_OK(backend_.ResidualForward(in_place.data(), in_place.data(), b.data(), n, h, s()));
+    EXPECT_OK(backend_.ResidualBackward(da.data(), db.data(), d.data(), n, h, s()));
+    Sync();
+    const size_t un = static_cast<size_t>(n);
+    std::vector<float> gelu_ref(un), dgelu_ref = Widen(b, h), sum_ref(un), da_ref = Widen(a, h),
+                                     db_ref = Widen(b, h);
+    cpu::GeluForward(gelu_ref.data(), Widen(a, h).data(), un);
+    cpu::GeluBackward(dgelu_ref.data(), Widen(a, h).data(), Widen(d, h).data(), un);
+    cpu::ResidualForward(sum_ref.data(), Widen(a, h).data(), Widen(b, h).data(), un);
+    cpu::ResidualBackward(da_ref.data(), db_ref.data(), Widen(d, h).data(), un);
+    EXPECT_TRUE(SameBits(gelu, Narrow(gelu_ref, h)));
+    EXPECT_TRUE(SameBits(dgelu, Narrow(dgelu_ref, h)));
+    EXPECT_TRUE(SameBits(sum, Narrow(sum_ref, h)));
+    EXPECT_TRUE(SameBits(in_place, Narrow(sum_ref, h)));
+    EXPECT_TRUE(SameBits(da, Narrow(da_ref, h)));
+    EXPECT_TRUE(SameBits(db, Narrow(db_ref, h)));
   }
 }
 

@@ -2,6 +2,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/ops.h"
 #include "tests/kernels/kernel_test_util.h"
@@ -117,6 +118,33 @@ TEST(SoftmaxCrossEntropy, UniformLogitsGiveLogV) {
   const std::vector<int32_t> targets = {0, 50256};
   SoftmaxCrossEntropy(losses.data(), nullptr, logits.data(), targets.data(), 1.0f, N, V, Vp);
   for (float l : losses) EXPECT_NEAR(l, std::log(50257.0), 1e-5);
+}
+
+// The 16-bit form widens a row at a time: bit for bit the whole array widened, the fp32 kernel,
+// and the gradient rounded once; in place too.
+TEST(SoftmaxCrossEntropy16, IsTheFp32KernelOnWidenedRowsRoundedOnce) {
+  constexpr int N = 9, V = 1000, Vp = 1024;
+  const std::vector<int32_t> targets = {0, 999, 5, 17, 500, 3, 998, 250, 1};
+  for (const DType type : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(type));
+    std::vector<uint16_t> logits(N * Vp);
+    FromFloat(RandomFloats(N * Vp, 60, -4.0f, 4.0f).data(), logits.data(), type, N * Vp);
+    std::vector<float> wide(N * Vp), want_d(N * Vp), want_losses(N);
+    ToFloat(logits.data(), type, wide.data(), N * Vp);
+    SoftmaxCrossEntropy(want_losses.data(), want_d.data(), wide.data(), targets.data(), 0.25f, N, V,
+                        Vp);
+    std::vector<uint16_t> want(N * Vp), got(N * Vp), in_place = logits;
+    FromFloat(want_d.data(), want.data(), type, N * Vp);
+    std::vector<float> losses(N), losses_in_place(N);
+    SoftmaxCrossEntropy16(losses.data(), got.data(), logits.data(), targets.data(), 0.25f, N, V, Vp,
+                          type);
+    SoftmaxCrossEntropy16(losses_in_place.data(), in_place.data(), in_place.data(), targets.data(),
+                          0.25f, N, V, Vp, type);
+    EXPECT_EQ(losses, want_losses);
+    EXPECT_EQ(losses_in_place, want_losses);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(in_place, want);
+  }
 }
 
 }  // namespace

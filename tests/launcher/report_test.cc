@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/gemm_bf16.h"
 
 #if defined(HOIST_HAVE_CUDA)
 #include "core/cuda/cuda_device.h"
@@ -40,6 +41,16 @@ TEST(Report, NamesTheHoistVersion) { EXPECT_EQ(ValueOf(Report(), "hoist version"
 
 TEST(Report, ShowsTheSimdLevelHoistUses) {
   EXPECT_EQ(ValueOf(Report(), "SIMD level"), SimdLevelName(ActiveSimdLevel()));
+}
+
+// The bf16 GEMM line names the path this process took, the ISA seen and why.
+TEST(Report, NamesTheBf16GemmPathAndWhy) {
+  const kernels::cpu::GemmChoice& c = kernels::cpu::ActiveGemmPath();
+  const std::string line = ValueOf(Report(), "bf16 GEMM");
+  EXPECT_EQ(line.rfind(kernels::cpu::GemmPathName(c.path), 0), 0u) << line;
+  EXPECT_NE(line.find(c.reason), std::string::npos) << line;
+  EXPECT_NE(line.find("ISA " + c.isa), std::string::npos) << line;
+  EXPECT_NE(ValueOf(Report(), "oneDNN"), "");
 }
 
 TEST(Report, SaysWhetherIoUringIsUsable) {
