@@ -28,6 +28,18 @@ void Transpose(const float* in, int64_t rows, int64_t cols, float* out) {
   }
 }
 
+// The safetensors files an export writes: model.safetensors, or model-NNNNN-of-NNNNN.safetensors.
+bool IsExportedWeightsFile(const std::string& name) {
+  if (name == "model.safetensors") return true;
+  constexpr std::string_view kPattern = "model-#####-of-#####.safetensors";
+  if (name.size() != kPattern.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const bool digit = name[i] >= '0' && name[i] <= '9';
+    if (kPattern[i] == '#' ? !digit : name[i] != kPattern[i]) return false;
+  }
+  return true;
+}
+
 // How a family's checkpoints name their tensors beyond the list of HfTensorPlaces.
 struct Names {
   std::string optional_prefix;  // may be missing from every name (GPT-2 saved from GPT2Model)
@@ -301,6 +313,7 @@ Status WriteHfCheckpoint(const std::string& out_dir, const ModelConfig& model, c
   }
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   nlohmann::json weight_map = nlohmann::json::object();
+  std::set<std::string> written;
   for (size_t s = 0; s < shards.size(); ++s) {
     std::string name = "model.safetensors";
     if (shards.size() > 1) {
@@ -316,6 +329,22 @@ Status WriteHfCheckpoint(const std::string& out_dir, const ModelConfig& model, c
     }
     SortSafetensorsOutputs(&outputs);
     HOIST_RETURN_IF_ERROR(WriteSafetensors(out_dir + "/" + name, std::move(outputs), metadata, fs));
+    written.insert(name);
+  }
+  // The weights of an earlier export to the same directory go: transformers loads a
+  // model.safetensors before it looks for an index, so one left beside new shards would be read
+  // in their place, and shards of another count are dead weight that a glob would pick up.
+  HOIST_ASSIGN_OR_RETURN(const std::vector<std::string> entries, fs.ListDirectory(out_dir));
+  for (const std::string& entry : entries) {
+    if (written.count(entry) || !IsExportedWeightsFile(entry)) continue;
+    Status removed = fs.Remove(out_dir + "/" + entry);
+    if (!removed.ok()) {
+      return Status(removed.code(), "export to " + out_dir + ": " + entry +
+                                        " of an earlier export could not be removed (" +
+                                        removed.message() +
+                                        "); remove it, or export to a new "
+                                        "directory");
+    }
   }
   const std::string index_path = out_dir + "/model.safetensors.index.json";
   if (shards.size() > 1) {

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -212,6 +213,46 @@ TEST(Gpt2Weights, WritingImportedWeightsBackGivesTheSameBytes) {
     ASSERT_TRUE(WriteLlmcCheckpoint(path, m, llmc.data(), type).ok());
     EXPECT_EQ(ReadFile(path), ReadFile(kData + "/" + file)) << file;
   }
+}
+
+// Exporting into the directory of an earlier export leaves only this export's weights: a
+// model.safetensors beside new shards would be what transformers loads (it looks for that name
+// before the index), and shards of another count would linger.
+TEST(Gpt2Weights, ExportingOverAnEarlierExportLeavesNoStaleWeights) {
+  ModelConfig m;
+  std::vector<float> weights = Open(kData + "/fp32", &m);
+  const std::string out = TempDir("over");
+  const auto names = [&] {
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(out)) {
+      found.push_back(entry.path().filename().string());
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+  };
+  HfExportOptions sharded;
+  sharded.max_shard_bytes = 12000;
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), {}).ok());
+  for (float& w : weights) w *= 0.5f;  // a later checkpoint of the run
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), sharded).ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"config.json", "model-00001-of-00003.safetensors",
+                                               "model-00002-of-00003.safetensors",
+                                               "model-00003-of-00003.safetensors",
+                                               "model.safetensors.index.json"}));
+  EXPECT_EQ(Open(out), weights);
+
+  sharded.max_shard_bytes = 24000;
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), sharded).ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"config.json", "model-00001-of-00002.safetensors",
+                                               "model-00002-of-00002.safetensors",
+                                               "model.safetensors.index.json"}));
+  EXPECT_EQ(Open(out), weights);
+
+  // Files that are not an export's weights stay.
+  std::ofstream(out + "/README.md") << "notes\n";
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), {}).ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"README.md", "config.json", "model.safetensors"}));
+  EXPECT_EQ(Open(out), weights);
 }
 
 TEST(Gpt2Weights, ExportWithoutASourceConfigIsLoadableGpt2) {
