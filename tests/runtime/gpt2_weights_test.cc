@@ -20,6 +20,7 @@
 
 #include "core/device.h"
 #include "runtime/gpt2.h"
+#include "runtime/hf_config.h"
 
 namespace hoist::runtime {
 namespace {
@@ -384,6 +385,50 @@ TEST(Gpt2Weights, ADamagedFileOrConfigIsNamed) {
   edited[4] = 4;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << edited;
   ExpectRefused(path, {path, "version 4"});
+}
+
+// A config.json key of the wrong type is an error naming the file and the key, for every key the
+// reader takes a string or a flag from (not an exception out of the JSON library).
+TEST(HfConfig, AKeyOfTheWrongTypeIsAnErrorNamingIt) {
+  const nlohmann::json gpt2 = nlohmann::json::parse(ReadFile(kData + "/fp32/config.json"));
+  const nlohmann::json llama = {{"model_type", "llama"},
+                                {"hidden_size", 16},
+                                {"intermediate_size", 32},
+                                {"num_hidden_layers", 2},
+                                {"num_attention_heads", 4},
+                                {"num_key_value_heads", 2},
+                                {"vocab_size", 64},
+                                {"max_position_embeddings", 32},
+                                {"rope_scaling", {{"rope_type", "llama3"}}}};
+  ASSERT_TRUE(ModelConfigFromHf(gpt2, "g/config.json").ok());
+  const struct {
+    const nlohmann::json* base;
+    nlohmann::json::json_pointer key;
+    nlohmann::json value;
+  } cases[] = {
+      {&gpt2, "/model_type"_json_pointer, 2},
+      {&gpt2, "/activation_function"_json_pointer, 1},
+      {&gpt2, "/tie_word_embeddings"_json_pointer, "yes"},
+      {&gpt2, "/scale_attn_weights"_json_pointer, 1},
+      {&gpt2, "/scale_attn_by_inverse_layer_idx"_json_pointer, "no"},
+      {&gpt2, "/reorder_and_upcast_attn"_json_pointer, nlohmann::json::array()},
+      {&llama, "/hidden_act"_json_pointer, false},
+      {&llama, "/tie_word_embeddings"_json_pointer, 0},
+      {&llama, "/rope_scaling/rope_type"_json_pointer, 3},
+      {&llama, "/rope_scaling/type"_json_pointer, 3},
+  };
+  for (const auto& c : cases) {
+    nlohmann::json config = *c.base;
+    if (c.key.to_string() == "/rope_scaling/type") config["rope_scaling"].erase("rope_type");
+    config[c.key] = c.value;
+    StatusOr<ModelConfig> read = ModelConfigFromHf(config, "x/config.json");
+    ASSERT_FALSE(read.ok()) << c.key.to_string();
+    EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument) << c.key.to_string();
+    EXPECT_NE(read.status().message().find("x/config.json"), std::string::npos)
+        << read.status().message();
+    EXPECT_NE(read.status().message().find(c.key.back()), std::string::npos)
+        << read.status().message();
+  }
 }
 
 }  // namespace
