@@ -5,6 +5,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/gpt2_weights.h"
 #include "runtime/hf_config.h"
@@ -66,6 +68,35 @@ Status ReadRopeScaling(const Section& s, RopeScalingConfig* out) {
   return Status::Ok();
 }
 
+// The first setting in which the models `a` and `b` differ, as "n_layer 2 vs 3", or "".
+std::string ModelDifference(const ModelConfig& a, const ModelConfig& b) {
+  if (a.family != b.family) {
+    return std::string("model_type ") + ModelFamilyName(a.family) + " vs " +
+           ModelFamilyName(b.family);
+  }
+  const std::pair<const char*, std::pair<int, int>> dims[] = {
+      {"n_layer", {a.n_layer, b.n_layer}},
+      {"n_head", {a.n_head, b.n_head}},
+      {"n_embd", {a.n_embd, b.n_embd}},
+      {"vocab_size", {a.vocab_size, b.vocab_size}},
+      {"n_positions", {a.positions(), b.positions()}},
+      {"n_kv_head", {a.kv_heads(), b.kv_heads()}},
+      {"intermediate_size", {a.intermediate_size, b.intermediate_size}}};
+  for (const auto& [key, values] : dims) {
+    if (values.first != values.second) {
+      return std::string(key) + " " + std::to_string(values.first) + " vs " +
+             std::to_string(values.second);
+    }
+  }
+  if (a.family == ModelFamily::kLlama &&
+      (a.rope_theta != b.rope_theta || a.rms_norm_eps != b.rms_norm_eps ||
+       a.tie_word_embeddings != b.tie_word_embeddings ||
+       !SameScaling(a.rope_scaling, b.rope_scaling))) {
+    return "rope_theta, rms_norm_eps, rope_scaling or tie_word_embeddings";
+  }
+  return "";
+}
+
 // The model a config.json or a checkpoint describes, when the job names one.
 StatusOr<std::optional<ModelConfig>> BaseModel(const Section& s, const ModelConfig& job) {
   std::optional<ModelConfig> base;
@@ -80,11 +111,12 @@ StatusOr<std::optional<ModelConfig>> BaseModel(const Section& s, const ModelConf
     StatusOr<std::unique_ptr<WeightSource>> source = OpenWeightSource(job.init_from);
     if (!source.ok()) return s.Invalid("init_from", source.status().message());
     const ModelConfig& from = (*source)->model();
-    if (base && (from.family != base->family || from.n_layer != base->n_layer ||
-                 from.n_embd != base->n_embd || from.n_head != base->n_head ||
-                 from.vocab_size != base->vocab_size)) {
-      return s.Invalid("init_from",
-                       "describes another model than " + where + "; give one of the two");
+    if (base) {
+      const std::string differs = ModelDifference(from, *base);
+      if (!differs.empty()) {
+        return s.Invalid("init_from", "describes another model than " + where + " (" + differs +
+                                          "); give one of the two");
+      }
     }
     base = from;
   }

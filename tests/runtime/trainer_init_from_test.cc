@@ -235,5 +235,30 @@ TEST(TrainerInitFrom, ModelKeysThatDisagreeWithTheCheckpointAreRefused) {
   EXPECT_EQ(config->model.positions(), 16);
 }
 
+// model.config and model.init_from together must describe the same model in every setting the
+// model is built from, not only its layers and widths.
+TEST(TrainerInitFrom, AConfigJsonOfAnotherModelThanTheCheckpointIsRefused) {
+  const std::string dir = TempDir("other_config");
+  nlohmann::json hf = nlohmann::json::parse(ReadFile(kLlama + "/fp32/config.json"));
+  hf["intermediate_size"] = hf["intermediate_size"].get<int>() * 2;
+  std::ofstream(dir + "/config.json") << hf.dump(2);
+  const nlohmann::json job = {
+      {"model", {{"init_from", kLlama + "/fp32"}, {"config", dir + "/config.json"}}},
+      {"train_micro_batch_size_per_gpu", 1}};
+  StatusOr<Config> config = ParseConfigQuietly(job.dump(), {}, 1, "job.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("intermediate_size"), std::string::npos)
+      << config.status().message();
+
+  // The same config.json is fine.
+  const nlohmann::json same = {
+      {"model", {{"init_from", kLlama + "/fp32"}, {"config", kLlama + "/fp32/config.json"}}},
+      {"train_micro_batch_size_per_gpu", 1},
+      {"train", {{"steps", 1}}},
+      {"data", {{"train", kLlama + "/train.bin"}, {"val", ""}}}};
+  config = ParseConfigQuietly(same.dump(), {}, 1, "job.json");
+  EXPECT_TRUE(config.ok()) << config.status().ToString();
+}
+
 }  // namespace
 }  // namespace hoist::runtime
