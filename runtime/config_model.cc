@@ -125,7 +125,7 @@ StatusOr<std::optional<ModelConfig>> BaseModel(const Section& s, const ModelConf
 
 }  // namespace
 
-Status ReadModel(const Section& top, ModelConfig* model) {
+Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string>* notices) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("model"));
   // hoist's names first, then Llama's settings, then Hugging Face's names for the dimensions.
   std::vector<std::string_view> allowed = {
@@ -199,13 +199,27 @@ Status ReadModel(const Section& top, ModelConfig* model) {
   }
 
   if (base) {
-    // The checkpoint's or config.json's dimensions; a key the job also sets must agree.
-    const std::string from = !model->init_from.empty() ? "model.init_from " + model->init_from
-                                                       : "model.config " + model->hf_config;
+    // The checkpoint's or config.json's dimensions; a key the job also sets must agree. Except:
+    // a checkpoint given by --set replaces the model the config file describes, as --set wins
+    // over the file everywhere else (`hoist train -c job.json --set model.init_from=DIR` on a
+    // job that sets the dimensions of its own model); the file's keys give way, with a notice.
+    const char* base_key = !model->init_from.empty() ? "init_from" : "config";
+    const std::string from = std::string("model.") + base_key + " " +
+                             (!model->init_from.empty() ? model->init_from : model->hf_config);
+    const bool base_overridden = s.errors().Overridden(s.PathOf(base_key));
+    std::vector<std::string> gave_way;
+    const auto disagree = [&](const char* key, const std::string& has,
+                              const std::string& want) -> Status {
+      if (base_overridden && !s.errors().Overridden(s.PathOf(key))) {
+        gave_way.push_back(s.PathOf(key) + " " + has + " (now " + want + ")");
+        return Status::Ok();
+      }
+      return s.Invalid(key, "is " + has + " but " + from + " has " + want +
+                                "; leave the key out (" + from + " sets it)");
+    };
     if (s.Has("model_type") && job.family != base->family) {
-      return s.Invalid("model_type", std::string("is \"") + ModelFamilyName(job.family) +
-                                         "\" but " + from + " is \"" +
-                                         ModelFamilyName(base->family) + "\"");
+      HOIST_RETURN_IF_ERROR(
+          disagree("model_type", ModelFamilyName(job.family), ModelFamilyName(base->family)));
     }
     for (const Dim& dim : kDims) {
       const char* key = s.Has(dim.key) ? dim.key : dim.hf_key;
@@ -214,18 +228,29 @@ Status ReadModel(const Section& top, ModelConfig* model) {
       if (dim.field == &ModelConfig::n_positions) want = base->positions();
       if (dim.field == &ModelConfig::n_kv_head) want = base->kv_heads();
       if (job.*dim.field != want) {
-        return s.Invalid(key, "is " + std::to_string(job.*dim.field) + " but " + from + " has " +
-                                  std::to_string(want) + "; leave the key out (it sets it)");
+        HOIST_RETURN_IF_ERROR(disagree(key, std::to_string(job.*dim.field), std::to_string(want)));
       }
     }
-    if ((s.Has("rope_theta") && job.rope_theta != base->rope_theta) ||
-        (s.Has("rms_norm_eps") && job.rms_norm_eps != base->rms_norm_eps) ||
-        (s.Has("tie_word_embeddings") && job.tie_word_embeddings != base->tie_word_embeddings) ||
-        (s.Has("rope_scaling") && !SameScaling(job.rope_scaling, base->rope_scaling))) {
-      return s.Invalid("rope_theta",
-                       "rope_theta, rms_norm_eps, rope_scaling or "
-                       "tie_word_embeddings differs from " +
-                           from + "; leave them out (it sets them)");
+    if (s.Has("rope_theta") && job.rope_theta != base->rope_theta) {
+      HOIST_RETURN_IF_ERROR(
+          disagree("rope_theta", std::to_string(job.rope_theta), std::to_string(base->rope_theta)));
+    }
+    if (s.Has("rms_norm_eps") && job.rms_norm_eps != base->rms_norm_eps) {
+      HOIST_RETURN_IF_ERROR(disagree("rms_norm_eps", std::to_string(job.rms_norm_eps),
+                                     std::to_string(base->rms_norm_eps)));
+    }
+    if (s.Has("tie_word_embeddings") && job.tie_word_embeddings != base->tie_word_embeddings) {
+      HOIST_RETURN_IF_ERROR(disagree("tie_word_embeddings",
+                                     job.tie_word_embeddings ? "true" : "false",
+                                     base->tie_word_embeddings ? "true" : "false"));
+    }
+    if (s.Has("rope_scaling") && !SameScaling(job.rope_scaling, base->rope_scaling)) {
+      HOIST_RETURN_IF_ERROR(disagree("rope_scaling", "another scaling", "its own"));
+    }
+    if (!gave_way.empty()) {
+      std::string notice = from + ", given by --set, sets the model; the config file's ";
+      for (size_t i = 0; i < gave_way.size(); ++i) notice += (i ? ", " : "") + gave_way[i];
+      notices->push_back(notice + " give way to it");
     }
     const std::string init_from = model->init_from, hf_config = model->hf_config;
     const AttentionKind kind = model->attention;

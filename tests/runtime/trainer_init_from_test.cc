@@ -235,6 +235,49 @@ TEST(TrainerInitFrom, ModelKeysThatDisagreeWithTheCheckpointAreRefused) {
   EXPECT_EQ(config->model.positions(), 16);
 }
 
+// `hoist train -c job.json --set model.init_from=DIR` on a job whose file describes a model of
+// its own (as the demo config does): the checkpoint given on the command line sets the model and
+// the file's dimensions give way, with a notice naming them, as a --set wins over the file
+// everywhere else. A dimension that disagrees and was set on the command line too, or a
+// checkpoint named in the file, is still refused.
+TEST(TrainerInitFrom, ACheckpointGivenBySetReplacesTheModelOfTheConfigFile) {
+  const nlohmann::json file = {
+      {"model",
+       {{"n_layer", 4}, {"n_head", 4}, {"n_embd", 128}, {"vocab_size", 256}, {"seq_len", 8}}},
+      {"train_micro_batch_size_per_gpu", 1},
+      {"train", {{"steps", 1}}},
+      {"data", {{"train", kData + "/train.bin"}, {"val", ""}}}};
+  const std::string init_from = "model.init_from=\"" + kData + "/fp32\"";
+  StatusOr<Config> config = ParseConfigQuietly(file.dump(), {init_from}, 1, "job.json");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->model.n_layer, 2);
+  EXPECT_EQ(config->model.n_embd, 16);
+  EXPECT_EQ(config->model.vocab_size, 96);
+  EXPECT_EQ(config->model.seq_len, 8) << "the training context stays the job's";
+  EXPECT_EQ(config->model.positions(), 16);
+  const auto notice =
+      std::find_if(config->notices.begin(), config->notices.end(),
+                   [](const std::string& n) { return n.find("init_from") != n.npos; });
+  ASSERT_NE(notice, config->notices.end());
+  for (const char* word : {"job.json", "--set", "model.n_layer 4 (now 2)", "model.n_embd 128",
+                           "model.vocab_size 256"}) {
+    EXPECT_NE(notice->find(word), std::string::npos) << "'" << word << "' not in: " << *notice;
+  }
+
+  config = ParseConfigQuietly(file.dump(), {init_from, "model.n_embd=32"}, 1, "job.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("--set model.n_embd=32"), std::string::npos)
+      << config.status().message();
+  EXPECT_NE(config.status().message().find("has 16"), std::string::npos);
+
+  nlohmann::json named_in_file = file;
+  named_in_file["model"]["init_from"] = kData + "/fp32";
+  config = ParseConfigQuietly(named_in_file.dump(), {}, 1, "job.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("model.n_layer"), std::string::npos)
+      << config.status().message();
+}
+
 // model.config and model.init_from together must describe the same model in every setting the
 // model is built from, not only its layers and widths.
 TEST(TrainerInitFrom, AConfigJsonOfAnotherModelThanTheCheckpointIsRefused) {
