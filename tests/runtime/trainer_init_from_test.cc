@@ -12,11 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+#include "runtime/checkpoint.h"
 #include "runtime/config.h"
 #include "runtime/export.h"
 #include "runtime/gpt2_weights.h"
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
+#include "runtime/sampler.h"
 #include "trainer_test_util.h"
 
 namespace hoist::runtime {
@@ -301,6 +304,92 @@ TEST(TrainerInitFrom, AConfigJsonOfAnotherModelThanTheCheckpointIsRefused) {
       {"data", {{"train", kLlama + "/train.bin"}, {"val", ""}}}};
   config = ParseConfigQuietly(same.dump(), {}, 1, "job.json");
   EXPECT_TRUE(config.ok()) << config.status().ToString();
+}
+
+// A Llama run's checkpoint (Llama 3 rope scaling, rms_norm_eps a float and rope_theta a double
+// in the manifest's JSON) resumes on another world size and stage as the same run, and in bf16
+// exports and samples as the model that was trained.
+TEST(TrainerInitFrom, ALlamaCheckpointResumesExportsAndSamples) {
+  const std::string dir = TempDir("llama_resume");
+  const std::string ck = "checkpoint.dir=\"" + dir + "/ck\"";
+  Config whole = Job(kLlama + "/fp32", 1, {}, kLlama);
+  ASSERT_TRUE(whole.model.rope_scaling.llama3) << "the fixture exercises the scaling";
+  const std::vector<RankRun> never_stopped = TrainOnRanks(whole, 1);
+  ExpectOk(never_stopped);
+  const std::vector<float>& want = never_stopped[0].losses;
+  const size_t stop = want.size() / 2;
+  const std::string every_stop = "checkpoint.interval_steps=" + std::to_string(stop);
+
+  Config first = Job(kLlama + "/fp32", 1, {ck, every_stop}, kLlama);
+  first.train.steps = static_cast<int64_t>(stop);
+  ExpectOk(TrainOnRanks(first, 1));
+  TrainerOptions resume;
+  resume.resume_from = dir + "/ck/" + CheckpointStepDirName(static_cast<int64_t>(stop));
+  const std::vector<RankRun> second =
+      TrainOnRanks(Job(kLlama + "/fp32", 2, {ck, "zero_optimization.stage=3"}, kLlama), 2, resume);
+  ExpectOk(second);
+  ASSERT_EQ(second[0].losses.size(), want.size() - stop);
+  for (size_t i = 0; i < second[0].losses.size(); ++i) {
+    EXPECT_NEAR(second[0].losses[i], want[stop + i], 1e-5 * std::abs(want[stop + i]))
+        << "step " << stop + i + 1;
+  }
+
+  // bf16: export at the run's precision reads back as the trained weights rounded to bf16.
+  const std::string bf16_dir = TempDir("llama_bf16");
+  const std::vector<RankRun> bf16 =
+      TrainOnRanks(Job(kLlama + "/fp32", 2,
+                       {"bf16.enabled=true", "zero_optimization.stage=2",
+                        "checkpoint.dir=\"" + bf16_dir + "/ck\"", every_stop},
+                       kLlama),
+                   2);
+  ExpectOk(bf16);
+  ExportOptions options;
+  options.checkpoint = bf16_dir + "/ck";
+  options.output = bf16_dir + "/hf";
+  options.dtype = DType::kBFloat16;
+  ASSERT_TRUE(ExportCheckpoint(options).ok());
+  auto source = OpenWeightSource(bf16_dir + "/hf");
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  const ModelConfig& exported = (*source)->model();
+  EXPECT_EQ(exported.rms_norm_eps, whole.model.rms_norm_eps);
+  EXPECT_EQ(exported.rope_theta, whole.model.rope_theta);
+  EXPECT_EQ(exported.rope_scaling.factor, whole.model.rope_scaling.factor);
+  std::vector<float> weights(bf16[0].params.size());
+  int64_t at = 0;
+  int unit = 0;
+  for (const zero::UnitSpec& spec : ModelUnits(exported)) {
+    ASSERT_TRUE((*source)->FillUnit(unit++, weights.data() + at).ok());
+    at += spec.size;
+  }
+  for (size_t i = 0; i < weights.size(); ++i) {
+    ASSERT_NEAR(weights[i], bf16[0].params[i], std::abs(bf16[0].params[i]) / 256 + 1e-30)
+        << "parameter " << i;
+  }
+
+  // Sampling greedily from the checkpoint gives what the job's own model computes from the
+  // trained weights (the model rebuilt from the manifest, rotary scaling included).
+  SampleOptions sample;
+  sample.checkpoint = dir + "/ck";
+  sample.prompt = "ab";
+  sample.max_new_tokens = 6;
+  sample.temperature = 0.0f;
+  StatusOr<std::vector<int32_t>> sampled = Sample(sample);
+  ASSERT_TRUE(sampled.ok()) << sampled.status().ToString();
+  CpuDevice device(Place::kDevice);
+  auto model = CreateModel(whole.model, 1, whole.model.seq_len, &device);
+  ASSERT_TRUE(model.ok());
+  std::copy(second[0].params.begin(), second[0].params.end(), (*model)->params());
+  std::vector<int32_t> context = {'a', 'b'}, greedy;
+  for (int i = 0; i < sample.max_new_tokens; ++i) {
+    const int T = std::min<int>(static_cast<int>(context.size()), whole.model.seq_len);
+    (*model)->Forward(context.data() + context.size() - T, nullptr, 1, T);
+    const float* last = (*model)->logits() + int64_t{T - 1} * whole.model.padded_vocab_size();
+    const int32_t token =
+        static_cast<int32_t>(std::max_element(last, last + whole.model.vocab_size) - last);
+    context.push_back(token);
+    greedy.push_back(token);
+  }
+  EXPECT_EQ(*sampled, greedy);
 }
 
 }  // namespace
