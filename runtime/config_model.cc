@@ -10,6 +10,7 @@
 
 #include "runtime/gpt2_weights.h"
 #include "runtime/hf_config.h"
+#include "runtime/model.h"
 
 namespace hoist::runtime::config_internal {
 namespace {
@@ -309,6 +310,9 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
   // Token shards hold uint16 or uint32 tokens; ids are int32 throughout.
   if (model->vocab_size > (1 << 30)) {
     return s.Invalid("vocab_size", "must be <= 2^30, found " + std::to_string(model->vocab_size));
+  }
+  if (Status size = CheckModelSize(*model); !size.ok()) {
+    return s.errors().Invalid(s.path(), size.message());
   }
   return Status::Ok();
 }

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/file_system.h"
+#include "runtime/model.h"
 
 namespace hoist::runtime {
 namespace {
@@ -284,8 +285,14 @@ nlohmann::json LlamaHfConfig(const ModelConfig& model, const nlohmann::json& bas
 StatusOr<ModelConfig> ModelConfigFromHf(const nlohmann::json& config, const std::string& path) {
   if (!config.is_object()) return InvalidArgumentError(path + " is not a JSON object");
   HOIST_ASSIGN_OR_RETURN(const std::string type, Text(config, path, "model_type", ""));
-  if (type == "gpt2") return Gpt2FromHf(config, path);
-  if (type == "llama") return LlamaFromHf(config, path);
+  if (type == "gpt2" || type == "llama") {
+    HOIST_ASSIGN_OR_RETURN(ModelConfig model,
+                           type == "gpt2" ? Gpt2FromHf(config, path) : LlamaFromHf(config, path));
+    if (Status size = CheckModelSize(model); !size.ok()) {
+      return InvalidArgumentError(path + ": " + size.message());
+    }
+    return model;
+  }
   return InvalidArgumentError(path + ": model_type is \"" + type +
                               "\"; hoist computes \"gpt2\" and \"llama\" models");
 }

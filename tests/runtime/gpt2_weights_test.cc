@@ -431,5 +431,36 @@ TEST(HfConfig, AKeyOfTheWrongTypeIsAnErrorNamingIt) {
   }
 }
 
+// Dimensions whose products overflow the layouts' int64 counts are refused before any layout
+// is computed from them, naming the file: an llm.c header of 2^24 layers of 2^24 channels, a
+// config.json of the same.
+TEST(Gpt2Weights, DimensionsTooLargeToAddressAreRefusedNamingTheFile) {
+  int32_t header[256] = {};
+  header[0] = kLlmcModelMagic;
+  header[1] = 3;
+  const int32_t dims[] = {1, 128, 1 << 24, 1, 1 << 24, 128};  // T, V, L, NH, C, Vp
+  std::copy(std::begin(dims), std::end(dims), header + 2);
+  const std::string path = TempDir("llmc_huge") + "/model.bin";
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(header), sizeof(header));
+  ExpectRefused(path, {path, "parameters"});
+
+  const std::string dir = CopyFixture("huge_config");
+  nlohmann::json config = nlohmann::json::parse(ReadFile(dir + "/config.json"));
+  config["n_layer"] = 1 << 24;
+  config["n_embd"] = 1 << 24;
+  std::ofstream(dir + "/config.json") << config.dump();
+  ExpectRefused(dir, {dir + "/config.json", "parameters"});
+
+  nlohmann::json llama = {{"model_type", "llama"},          {"hidden_size", 1 << 24},
+                          {"intermediate_size", 1 << 24},   {"num_hidden_layers", 1 << 24},
+                          {"num_attention_heads", 1 << 10}, {"vocab_size", 64},
+                          {"max_position_embeddings", 32}};
+  StatusOr<ModelConfig> read = ModelConfigFromHf(llama, "l/config.json");
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("parameters"), std::string::npos)
+      << read.status().message();
+}
+
 }  // namespace
 }  // namespace hoist::runtime
