@@ -113,10 +113,15 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
   std::vector<std::string> names;
   if (index_info.ok()) {
     HOIST_ASSIGN_OR_RETURN(std::string index_text, ReadFileToString(fs, index_path));
-    nlohmann::json index = nlohmann::json::parse(index_text, nullptr, false);
+    std::string duplicate;
+    nlohmann::json index = ParseJsonKeysOnce(index_text, &duplicate);
     if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
         !index["weight_map"].is_object()) {
       return DataLossError(index_path + " has no weight_map object; the index is damaged");
+    }
+    if (!duplicate.empty()) {
+      return DataLossError(index_path + " names \"" + duplicate +
+                           "\" twice; the index is damaged: save the checkpoint again");
     }
     std::set<std::string> unique;
     for (const auto& [tensor, file] : index["weight_map"].items()) {
@@ -162,6 +167,21 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
       }
       if (place.tensor != nullptr) break;
     }
+    if (place.tensor == nullptr && !weight_map.empty()) {
+      // In a shard the index does not send it to: the index and the shards are of two saves.
+      for (const std::string& candidate : candidates) {
+        for (const auto& file : source->files_) {
+          if (file->Find(candidate) == nullptr) continue;
+          auto it = weight_map.find(candidate);
+          return DataLossError(
+              index_path + " maps tensor \"" + candidate + "\" to " +
+              (it == weight_map.end() ? std::string("no file") : it->second) + " but " +
+              file->path() +
+              " holds it: the index and the shards are from different saves; save or "
+              "download the checkpoint again");
+        }
+      }
+    }
     if (place.tensor == nullptr) {
       return InvalidArgumentError(
           "Hugging Face checkpoint " + dir + " has no tensor \"" + spec.name + "\"" +
@@ -192,6 +212,12 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
     for (const SafetensorsTensor& t : file->tensors()) {
       if (used.count({file.get(), t.name})) continue;
       if (names_of.Ignored(t.name, source->model_)) continue;
+      if (auto it = weight_map.find(t.name);
+          it != weight_map.end() && by_file[it->second] != file.get()) {
+        return DataLossError(file->path() + " holds tensor \"" + t.name + "\", which " +
+                             index_path + " maps to " + it->second +
+                             ": a tensor in two shards; save or download the checkpoint again");
+      }
       return InvalidArgumentError("Hugging Face checkpoint " + file->path() + " holds tensor \"" +
                                   t.name + "\", which hoist's " +
                                   ModelFamilyName(source->model_.family) +

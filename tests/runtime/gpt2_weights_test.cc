@@ -462,5 +462,70 @@ TEST(Gpt2Weights, DimensionsTooLargeToAddressAreRefusedNamingTheFile) {
       << read.status().message();
 }
 
+// A sharded checkpoint whose index and shards disagree is refused naming the index, the tensor
+// and the shard that holds it, not as a tensor missing or without a place in the model.
+TEST(Gpt2Weights, AnIndexThatDisagreesWithItsShardsIsNamed) {
+  const std::string name = "transformer.h.0.ln_1.weight";
+  const auto copy = [&](const std::string& to) {
+    const std::string dir = TempDir(to);
+    fs::copy(kData + "/sharded", dir,
+             fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+    return dir;
+  };
+  const auto edit_index = [](const std::string& dir, const std::function<void(std::string*)>& f) {
+    std::string text = ReadFile(dir + "/model.safetensors.index.json");
+    f(&text);
+    std::ofstream(dir + "/model.safetensors.index.json", std::ios::trunc) << text;
+  };
+  // Sent to a shard that does not hold it.
+  std::string dir = copy("index_elsewhere");
+  edit_index(dir, [&](std::string* text) {
+    const size_t at = text->find("\"" + name + "\": \"model-00001-of-00003");
+    ASSERT_NE(at, std::string::npos);
+    text->replace(text->find("00001", at), 5, "00002");
+  });
+  ExpectRefused(dir, {dir + "/model.safetensors.index.json", name, "model-00002-of-00003",
+                      dir + "/model-00001-of-00003.safetensors", "different saves"});
+
+  // Named twice, once for each of two shards.
+  dir = copy("index_twice");
+  edit_index(dir, [&](std::string* text) {
+    const size_t at = text->find("\"weight_map\": {") + 15;
+    text->insert(at, "\n    \"" + name + "\": \"model-00002-of-00003.safetensors\",");
+  });
+  ExpectRefused(dir, {dir + "/model.safetensors.index.json", name, "twice"});
+
+  // In two shards, the index sending it to one of them.
+  dir = copy("two_shards");
+  {
+    auto first = SafetensorsFile::Open(dir + "/model-00001-of-00003.safetensors");
+    ASSERT_TRUE(first.ok());
+    const SafetensorsTensor* t = first->Find(name);
+    ASSERT_NE(t, nullptr);
+    std::vector<float> values(static_cast<size_t>(t->elements()));
+    ASSERT_TRUE(first->ReadFloat(*t, 0, t->elements(), values.data()).ok());
+    auto second = SafetensorsFile::Open(dir + "/model-00002-of-00003.safetensors");
+    ASSERT_TRUE(second.ok());
+    std::vector<SafetensorsOutput> outputs;
+    for (const SafetensorsTensor& kept : second->tensors()) {
+      const SafetensorsFile* from = &*second;
+      outputs.push_back(
+          {kept.name, kept.dtype, kept.shape, [from, kept](const SafetensorsOutput::Emit& emit) {
+             std::string bytes(static_cast<size_t>(kept.end - kept.begin), '\0');
+             HOIST_RETURN_IF_ERROR(from->ReadBytes(kept, 0, kept.end - kept.begin, bytes.data()));
+             return emit(bytes.data(), kept.end - kept.begin);
+           }});
+    }
+    outputs.push_back({name, "F32", t->shape, [values](const SafetensorsOutput::Emit& emit) {
+                         return emit(values.data(), static_cast<int64_t>(values.size() * 4));
+                       }});
+    SortSafetensorsOutputs(&outputs);
+    ASSERT_TRUE(WriteSafetensors(dir + "/copy.safetensors", std::move(outputs), {}).ok());
+  }
+  fs::rename(dir + "/copy.safetensors", dir + "/model-00002-of-00003.safetensors");
+  ExpectRefused(dir, {dir + "/model-00002-of-00003.safetensors", name, "two shards",
+                      "model-00001-of-00003.safetensors"});
+}
+
 }  // namespace
 }  // namespace hoist::runtime
