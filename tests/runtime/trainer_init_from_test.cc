@@ -392,5 +392,17 @@ TEST(TrainerInitFrom, ALlamaCheckpointResumesExportsAndSamples) {
   EXPECT_EQ(*sampled, greedy);
 }
 
+// The trainer fills its units from the checkpoint's: a job whose model has other unit sizes
+// than the files (here a Llama's MLP width, its layers and widths the same) is refused before a
+// unit is filled, rather than filled with the weights of another layout.
+TEST(TrainerInitFrom, AModelOfOtherUnitsThanTheCheckpointIsNotFilled) {
+  Config job = Job(kLlama + "/fp32", 1, {}, kLlama);
+  job.model.intermediate_size *= 2;
+  const std::vector<RankRun> runs = TrainOnRanks(job, 1);
+  EXPECT_EQ(runs[0].status.code(), StatusCode::kFailedPrecondition) << runs[0].status.ToString();
+  EXPECT_NE(runs[0].status.message().find(kLlama + "/fp32"), std::string::npos)
+      << runs[0].status.ToString();
+}
+
 }  // namespace
 }  // namespace hoist::runtime
