@@ -315,9 +315,13 @@ StatusOr<HfModelConfig> ReadHfConfig(const std::string& path) {
 std::string HfConfigText(const ModelConfig& model, DType dtype, const nlohmann::json& base) {
   nlohmann::json config =
       model.family == ModelFamily::kLlama ? LlamaHfConfig(model, base) : Gpt2HfConfig(model, base);
-  config["dtype"] = dtype == DType::kFloat32    ? "float32"
-                    : dtype == DType::kBFloat16 ? "bfloat16"
-                                                : "float16";
+  // transformers 5 writes "dtype"; 4 wrote "torch_dtype", which a config.json saved by it keeps
+  // (with the type of this export, so that torch_dtype="auto" loads what the files hold).
+  const char* dtype_key =
+      config.contains("torch_dtype") && !config.contains("dtype") ? "torch_dtype" : "dtype";
+  config[dtype_key] = dtype == DType::kFloat32    ? "float32"
+                      : dtype == DType::kBFloat16 ? "bfloat16"
+                                                  : "float16";
   return config.dump(2) + "\n";
 }
 

@@ -527,5 +527,26 @@ TEST(Gpt2Weights, AnIndexThatDisagreesWithItsShardsIsNamed) {
                       "model-00001-of-00003.safetensors"});
 }
 
+// A config.json saved by transformers 4 names the weights' type torch_dtype: the export sets that
+// key to its own type and adds no second one, so an unchanged import exports the same bytes.
+TEST(Gpt2Weights, ATransformers4ConfigKeepsItsTorchDtypeKey) {
+  ModelConfig m;
+  const std::vector<float> weights = Open(kData + "/fp32", &m);
+  nlohmann::json v4 = nlohmann::json::parse(ReadFile(kData + "/fp32/config.json"));
+  v4["torch_dtype"] = v4["dtype"];
+  v4.erase("dtype");
+  HfExportOptions options;
+  options.base_config = v4;
+  const std::string out = TempDir("v4");
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), options).ok());
+  EXPECT_EQ(ReadFile(out + "/config.json"), v4.dump(2) + "\n");
+
+  options.dtype = DType::kBFloat16;
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), options).ok());
+  const nlohmann::json written = nlohmann::json::parse(ReadFile(out + "/config.json"));
+  EXPECT_EQ(written["torch_dtype"], "bfloat16");
+  EXPECT_FALSE(written.contains("dtype"));
+}
+
 }  // namespace
 }  // namespace hoist::runtime
