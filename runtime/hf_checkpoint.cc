@@ -337,6 +337,25 @@ Status WriteHfCheckpoint(const std::string& out_dir, const ModelConfig& model, c
     total_bytes += bytes;
     total_parameters += n;
   }
+  const std::string index_path = out_dir + "/model.safetensors.index.json";
+  const auto remove = [&](const std::string& name) -> Status {
+    const std::string path = out_dir + "/" + name;
+    if (!fs.Stat(path).ok()) return Status::Ok();
+    Status removed = fs.Remove(path);
+    if (removed.ok()) return removed;
+    return Status(removed.code(), "export to " + out_dir + ": " + name +
+                                      " of an earlier export could not be removed (" +
+                                      removed.message() +
+                                      "); remove it, or export to a new "
+                                      "directory");
+  };
+  if (shards.size() > 1) {
+    // The index is written last, as the export's commit: until then no reader may take an
+    // earlier export's index (or model.safetensors) with this export's first shards under it,
+    // which an export that fails half-way (a full disk) would otherwise leave behind.
+    HOIST_RETURN_IF_ERROR(remove("model.safetensors.index.json"));
+    HOIST_RETURN_IF_ERROR(remove("model.safetensors"));
+  }
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   nlohmann::json weight_map = nlohmann::json::object();
   std::set<std::string> written;
@@ -362,31 +381,20 @@ Status WriteHfCheckpoint(const std::string& out_dir, const ModelConfig& model, c
   // in their place, and shards of another count are dead weight that a glob would pick up.
   HOIST_ASSIGN_OR_RETURN(const std::vector<std::string> entries, fs.ListDirectory(out_dir));
   for (const std::string& entry : entries) {
-    if (written.count(entry) || !IsExportedWeightsFile(entry)) continue;
-    Status removed = fs.Remove(out_dir + "/" + entry);
-    if (!removed.ok()) {
-      return Status(removed.code(), "export to " + out_dir + ": " + entry +
-                                        " of an earlier export could not be removed (" +
-                                        removed.message() +
-                                        "); remove it, or export to a new "
-                                        "directory");
-    }
+    if (!written.count(entry) && IsExportedWeightsFile(entry)) HOIST_RETURN_IF_ERROR(remove(entry));
   }
-  const std::string index_path = out_dir + "/model.safetensors.index.json";
-  if (shards.size() > 1) {
-    const nlohmann::json index = {
-        {"metadata", {{"total_parameters", total_parameters}, {"total_size", total_bytes}}},
-        {"weight_map", weight_map}};
-    const std::string text = index.dump(2) + "\n";
-    const std::string_view pieces[] = {text};
-    HOIST_RETURN_IF_ERROR(WriteFileAtomically(fs, index_path, pieces));
-  } else if (fs.Stat(index_path).ok()) {
-    // A stale index would point readers at shards of another export.
-    HOIST_RETURN_IF_ERROR(fs.Remove(index_path));
-  }
+  // A stale index would point readers at shards of another export.
+  if (shards.size() == 1) HOIST_RETURN_IF_ERROR(remove("model.safetensors.index.json"));
   const std::string config = HfConfigText(model, options.dtype, options.base_config);
-  const std::string_view pieces[] = {config};
-  return WriteFileAtomically(fs, out_dir + "/config.json", pieces);
+  const std::string_view config_pieces[] = {config};
+  HOIST_RETURN_IF_ERROR(WriteFileAtomically(fs, out_dir + "/config.json", config_pieces));
+  if (shards.size() == 1) return Status::Ok();
+  const nlohmann::json index = {
+      {"metadata", {{"total_parameters", total_parameters}, {"total_size", total_bytes}}},
+      {"weight_map", weight_map}};
+  const std::string text = index.dump(2) + "\n";
+  const std::string_view pieces[] = {text};
+  return WriteFileAtomically(fs, index_path, pieces);
 }
 
 }  // namespace hoist::runtime

@@ -548,5 +548,25 @@ TEST(Gpt2Weights, ATransformers4ConfigKeepsItsTorchDtypeKey) {
   EXPECT_FALSE(written.contains("dtype"));
 }
 
+// A sharded export over an earlier one that runs out of disk after its first shard leaves no
+// index over a mix of the two exports' shards: reading the directory fails instead of loading
+// new and old weights together.
+TEST(Gpt2Weights, AnExportThatFailsHalfWayLeavesNoMixOfTwoExports) {
+  ModelConfig m;
+  std::vector<float> weights = Open(kData + "/fp32", &m);
+  const std::string out = TempDir("half_way");
+  HfExportOptions sharded;
+  sharded.max_shard_bytes = 12000;
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), sharded).ok());
+  for (float& w : weights) w *= 0.5f;
+  FaultInjectingFileSystem faulty(FileSystem::Posix());
+  faulty.SetWriteBudget(
+      static_cast<int64_t>(fs::file_size(out + "/model-00001-of-00003.safetensors")) + 100);
+  const Status failed = WriteHfCheckpoint(out, m, weights.data(), sharded, faulty);
+  ASSERT_EQ(failed.code(), StatusCode::kResourceExhausted) << failed.ToString();
+  EXPECT_FALSE(OpenWeightSource(out).ok()) << "an index over shards of two exports";
+  EXPECT_FALSE(fs::exists(out + "/model.safetensors.index.json"));
+}
+
 }  // namespace
 }  // namespace hoist::runtime
