@@ -125,7 +125,9 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
     }
     std::set<std::string> unique;
     for (const auto& [tensor, file] : index["weight_map"].items()) {
-      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
+      const std::string file_name = file.is_string() ? file.get<std::string>() : std::string();
+      if (file_name.empty() || file_name == "." || file_name == ".." ||
+          file_name.find('/') != std::string::npos) {
         return DataLossError(index_path + ": weight_map[\"" + tensor +
                              "\"] is not a file name in the directory");
       }

@@ -487,6 +487,16 @@ TEST(Gpt2Weights, AnIndexThatDisagreesWithItsShardsIsNamed) {
   ExpectRefused(dir, {dir + "/model.safetensors.index.json", name, "model-00002-of-00003",
                       dir + "/model-00001-of-00003.safetensors", "different saves"});
 
+  // Sent to the directory itself or its parent rather than a file in it.
+  for (const char* not_a_file : {"", ".", ".."}) {
+    dir = copy("index_not_a_file");
+    edit_index(dir, [&](std::string* text) {
+      const size_t at = text->find("\"" + name + "\": \"") + name.size() + 5;
+      text->replace(at, std::string("model-00001-of-00003.safetensors").size(), not_a_file);
+    });
+    ExpectRefused(dir, {dir + "/model.safetensors.index.json", name, "not a file name"});
+  }
+
   // Named twice, once for each of two shards.
   dir = copy("index_twice");
   edit_index(dir, [&](std::string* text) {
