@@ -199,16 +199,16 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
     job.tie_word_embeddings = true;
   }
 
+  // The checkpoint's or config.json's dimensions; a key the job also sets must agree. Except:
+  // a checkpoint given by --set replaces the model the config file describes, as --set wins
+  // over the file everywhere else (`hoist train -c job.json --set model.init_from=DIR` on a
+  // job that sets the dimensions of its own model); the file's keys give way, with a notice.
+  const char* base_key = !model->init_from.empty() ? "init_from" : "config";
+  const std::string from = std::string("model.") + base_key + " " +
+                           (!model->init_from.empty() ? model->init_from : model->hf_config);
+  const bool base_overridden = base && s.errors().Overridden(s.PathOf(base_key));
+  std::vector<std::string> gave_way;
   if (base) {
-    // The checkpoint's or config.json's dimensions; a key the job also sets must agree. Except:
-    // a checkpoint given by --set replaces the model the config file describes, as --set wins
-    // over the file everywhere else (`hoist train -c job.json --set model.init_from=DIR` on a
-    // job that sets the dimensions of its own model); the file's keys give way, with a notice.
-    const char* base_key = !model->init_from.empty() ? "init_from" : "config";
-    const std::string from = std::string("model.") + base_key + " " +
-                             (!model->init_from.empty() ? model->init_from : model->hf_config);
-    const bool base_overridden = s.errors().Overridden(s.PathOf(base_key));
-    std::vector<std::string> gave_way;
     const auto disagree = [&](const char* key, const std::string& has,
                               const std::string& want) -> Status {
       if (base_overridden && !s.errors().Overridden(s.PathOf(key))) {
@@ -248,11 +248,6 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
     if (s.Has("rope_scaling") && !SameScaling(job.rope_scaling, base->rope_scaling)) {
       HOIST_RETURN_IF_ERROR(disagree("rope_scaling", "another scaling", "its own"));
     }
-    if (!gave_way.empty()) {
-      std::string notice = from + ", given by --set, sets the model; the config file's ";
-      for (size_t i = 0; i < gave_way.size(); ++i) notice += (i ? ", " : "") + gave_way[i];
-      notices->push_back(notice + " give way to it");
-    }
     const std::string init_from = model->init_from, hf_config = model->hf_config;
     const AttentionKind kind = model->attention;
     *model = *base;
@@ -268,6 +263,13 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
     int seq_len = 0;
     HOIST_RETURN_IF_ERROR(s.Int("seq_len", &seq_len));
     if (seq_len <= 0) return s.Invalid("seq_len", "must be > 0, found " + std::to_string(seq_len));
+    if (model->n_positions > 0 && seq_len > model->n_positions && base_overridden &&
+        !s.errors().Overridden(s.PathOf("seq_len"))) {
+      // The file's training context, longer than the checkpoint's: its whole context.
+      gave_way.push_back(s.PathOf("seq_len") + " " + std::to_string(seq_len) + " (now " +
+                         std::to_string(model->n_positions) + ")");
+      seq_len = model->n_positions;
+    }
     if (model->n_positions > 0 && seq_len > model->n_positions) {
       return s.Invalid("seq_len", "must be in [1, " + std::to_string(model->n_positions) +
                                       "], the model's positions, found " + std::to_string(seq_len));
@@ -277,6 +279,11 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
     model->seq_len = model->n_positions;
   }
   if (model->n_positions == model->seq_len) model->n_positions = 0;
+  if (!gave_way.empty()) {
+    std::string notice = from + ", given by --set, sets the model; the config file's ";
+    for (size_t i = 0; i < gave_way.size(); ++i) notice += (i ? ", " : "") + gave_way[i];
+    notices->push_back(notice + " give way to it");
+  }
 
   if (model->n_embd % model->n_head != 0) {
     return s.Invalid("n_embd", "must be divisible by model.n_head (" +

@@ -267,6 +267,19 @@ TEST(TrainerInitFrom, ACheckpointGivenBySetReplacesTheModelOfTheConfigFile) {
     EXPECT_NE(notice->find(word), std::string::npos) << "'" << word << "' not in: " << *notice;
   }
 
+  // The file's training context, longer than the checkpoint's positions, becomes all of them;
+  // one given by --set is still held to them.
+  nlohmann::json long_context = file;
+  long_context["model"]["seq_len"] = 128;
+  config = ParseConfigQuietly(long_context.dump(), {init_from}, 1, "job.json");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->model.seq_len, 16);
+  EXPECT_EQ(config->model.positions(), 16);
+  config = ParseConfigQuietly(file.dump(), {init_from, "model.seq_len=17"}, 1, "job.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("[1, 16]"), std::string::npos)
+      << config.status().message();
+
   config = ParseConfigQuietly(file.dump(), {init_from, "model.n_embd=32"}, 1, "job.json");
   ASSERT_FALSE(config.ok());
   EXPECT_NE(config.status().message().find("--set model.n_embd=32"), std::string::npos)
