@@ -3,6 +3,7 @@
 // (`model.init_from`).
 #include "runtime/config_model.h"
 
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
@@ -67,6 +68,13 @@ Status ReadRopeScaling(const Section& s, RopeScalingConfig* out) {
                      "original_max_position_embeddings > 0");
   }
   return Status::Ok();
+}
+
+// `value` in its shortest form ("1e-05", "500000"), for messages.
+std::string Shortest(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.7g", value);
+  return text;
 }
 
 // The first setting in which the models `a` and `b` differ, as "n_layer 2 vs 3", or "".
@@ -234,11 +242,11 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
     }
     if (s.Has("rope_theta") && job.rope_theta != base->rope_theta) {
       HOIST_RETURN_IF_ERROR(
-          disagree("rope_theta", std::to_string(job.rope_theta), std::to_string(base->rope_theta)));
+          disagree("rope_theta", Shortest(job.rope_theta), Shortest(base->rope_theta)));
     }
     if (s.Has("rms_norm_eps") && job.rms_norm_eps != base->rms_norm_eps) {
-      HOIST_RETURN_IF_ERROR(disagree("rms_norm_eps", std::to_string(job.rms_norm_eps),
-                                     std::to_string(base->rms_norm_eps)));
+      HOIST_RETURN_IF_ERROR(
+          disagree("rms_norm_eps", Shortest(job.rms_norm_eps), Shortest(base->rms_norm_eps)));
     }
     if (s.Has("tie_word_embeddings") && job.tie_word_embeddings != base->tie_word_embeddings) {
       HOIST_RETURN_IF_ERROR(disagree("tie_word_embeddings",

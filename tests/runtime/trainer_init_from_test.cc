@@ -309,6 +309,14 @@ TEST(TrainerInitFrom, AConfigJsonOfAnotherModelThanTheCheckpointIsRefused) {
   EXPECT_NE(config.status().message().find("intermediate_size"), std::string::npos)
       << config.status().message();
 
+  // A setting that disagrees is named with both values as they were written.
+  const nlohmann::json eps = {{"model", {{"init_from", kLlama + "/fp32"}, {"rms_norm_eps", 1e-7}}},
+                              {"train_micro_batch_size_per_gpu", 1}};
+  config = ParseConfigQuietly(eps.dump(), {}, 1, "job.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("model.rms_norm_eps: is 1e-07 but"), std::string::npos)
+      << config.status().message();
+
   // The same config.json is fine.
   const nlohmann::json same = {
       {"model", {{"init_from", kLlama + "/fp32"}, {"config", kLlama + "/fp32/config.json"}}},
