@@ -27,7 +27,8 @@ void AddExportCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--format", args->format, "hf (a directory) or llmc (one file)")
       ->check(CLI::IsMember({"hf", "llmc"}));
   cmd->add_option("-o,--output", args->options.output,
-                  "Output directory (hf) or file (llmc); files of the same names are replaced")
+                  "Output directory (hf) or file (llmc); files of the same names are replaced, and "
+                  "an earlier export's safetensors in the directory removed")
       ->required();
   cmd->add_option("--dtype", args->dtype, "Type of the written weights: fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));

@@ -3,11 +3,15 @@
 // (`model.init_from`).
 #include "runtime/config_model.h"
 
+#include <cstdio>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "runtime/gpt2_weights.h"
 #include "runtime/hf_config.h"
+#include "runtime/model.h"
 
 namespace hoist::runtime::config_internal {
 namespace {
@@ -66,6 +70,42 @@ Status ReadRopeScaling(const Section& s, RopeScalingConfig* out) {
   return Status::Ok();
 }
 
+// `value` in its shortest form ("1e-05", "500000"), for messages.
+std::string Shortest(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.7g", value);
+  return text;
+}
+
+// The first setting in which the models `a` and `b` differ, as "n_layer 2 vs 3", or "".
+std::string ModelDifference(const ModelConfig& a, const ModelConfig& b) {
+  if (a.family != b.family) {
+    return std::string("model_type ") + ModelFamilyName(a.family) + " vs " +
+           ModelFamilyName(b.family);
+  }
+  const std::pair<const char*, std::pair<int, int>> dims[] = {
+      {"n_layer", {a.n_layer, b.n_layer}},
+      {"n_head", {a.n_head, b.n_head}},
+      {"n_embd", {a.n_embd, b.n_embd}},
+      {"vocab_size", {a.vocab_size, b.vocab_size}},
+      {"n_positions", {a.positions(), b.positions()}},
+      {"n_kv_head", {a.kv_heads(), b.kv_heads()}},
+      {"intermediate_size", {a.intermediate_size, b.intermediate_size}}};
+  for (const auto& [key, values] : dims) {
+    if (values.first != values.second) {
+      return std::string(key) + " " + std::to_string(values.first) + " vs " +
+             std::to_string(values.second);
+    }
+  }
+  if (a.family == ModelFamily::kLlama &&
+      (a.rope_theta != b.rope_theta || a.rms_norm_eps != b.rms_norm_eps ||
+       a.tie_word_embeddings != b.tie_word_embeddings ||
+       !SameScaling(a.rope_scaling, b.rope_scaling))) {
+    return "rope_theta, rms_norm_eps, rope_scaling or tie_word_embeddings";
+  }
+  return "";
+}
+
 // The model a config.json or a checkpoint describes, when the job names one.
 StatusOr<std::optional<ModelConfig>> BaseModel(const Section& s, const ModelConfig& job) {
   std::optional<ModelConfig> base;
@@ -80,11 +120,12 @@ StatusOr<std::optional<ModelConfig>> BaseModel(const Section& s, const ModelConf
     StatusOr<std::unique_ptr<WeightSource>> source = OpenWeightSource(job.init_from);
     if (!source.ok()) return s.Invalid("init_from", source.status().message());
     const ModelConfig& from = (*source)->model();
-    if (base && (from.family != base->family || from.n_layer != base->n_layer ||
-                 from.n_embd != base->n_embd || from.n_head != base->n_head ||
-                 from.vocab_size != base->vocab_size)) {
-      return s.Invalid("init_from",
-                       "describes another model than " + where + "; give one of the two");
+    if (base) {
+      const std::string differs = ModelDifference(from, *base);
+      if (!differs.empty()) {
+        return s.Invalid("init_from", "describes another model than " + where + " (" + differs +
+                                          "); give one of the two");
+      }
     }
     base = from;
   }
@@ -93,7 +134,7 @@ StatusOr<std::optional<ModelConfig>> BaseModel(const Section& s, const ModelConf
 
 }  // namespace
 
-Status ReadModel(const Section& top, ModelConfig* model) {
+Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string>* notices) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("model"));
   // hoist's names first, then Llama's settings, then Hugging Face's names for the dimensions.
   std::vector<std::string_view> allowed = {
@@ -166,14 +207,28 @@ Status ReadModel(const Section& top, ModelConfig* model) {
     job.tie_word_embeddings = true;
   }
 
+  // The checkpoint's or config.json's dimensions; a key the job also sets must agree. Except:
+  // a checkpoint given by --set replaces the model the config file describes, as --set wins
+  // over the file everywhere else (`hoist train -c job.json --set model.init_from=DIR` on a
+  // job that sets the dimensions of its own model); the file's keys give way, with a notice.
+  const char* base_key = !model->init_from.empty() ? "init_from" : "config";
+  const std::string from = std::string("model.") + base_key + " " +
+                           (!model->init_from.empty() ? model->init_from : model->hf_config);
+  const bool base_overridden = base && s.errors().Overridden(s.PathOf(base_key));
+  std::vector<std::string> gave_way;
   if (base) {
-    // The checkpoint's or config.json's dimensions; a key the job also sets must agree.
-    const std::string from = !model->init_from.empty() ? "model.init_from " + model->init_from
-                                                       : "model.config " + model->hf_config;
+    const auto disagree = [&](const char* key, const std::string& has,
+                              const std::string& want) -> Status {
+      if (base_overridden && !s.errors().Overridden(s.PathOf(key))) {
+        gave_way.push_back(s.PathOf(key) + " " + has + " (now " + want + ")");
+        return Status::Ok();
+      }
+      return s.Invalid(key, "is " + has + " but " + from + " has " + want +
+                                "; leave the key out (" + from + " sets it)");
+    };
     if (s.Has("model_type") && job.family != base->family) {
-      return s.Invalid("model_type", std::string("is \"") + ModelFamilyName(job.family) +
-                                         "\" but " + from + " is \"" +
-                                         ModelFamilyName(base->family) + "\"");
+      HOIST_RETURN_IF_ERROR(
+          disagree("model_type", ModelFamilyName(job.family), ModelFamilyName(base->family)));
     }
     for (const Dim& dim : kDims) {
       const char* key = s.Has(dim.key) ? dim.key : dim.hf_key;
@@ -182,18 +237,24 @@ Status ReadModel(const Section& top, ModelConfig* model) {
       if (dim.field == &ModelConfig::n_positions) want = base->positions();
       if (dim.field == &ModelConfig::n_kv_head) want = base->kv_heads();
       if (job.*dim.field != want) {
-        return s.Invalid(key, "is " + std::to_string(job.*dim.field) + " but " + from + " has " +
-                                  std::to_string(want) + "; leave the key out (it sets it)");
+        HOIST_RETURN_IF_ERROR(disagree(key, std::to_string(job.*dim.field), std::to_string(want)));
       }
     }
-    if ((s.Has("rope_theta") && job.rope_theta != base->rope_theta) ||
-        (s.Has("rms_norm_eps") && job.rms_norm_eps != base->rms_norm_eps) ||
-        (s.Has("tie_word_embeddings") && job.tie_word_embeddings != base->tie_word_embeddings) ||
-        (s.Has("rope_scaling") && !SameScaling(job.rope_scaling, base->rope_scaling))) {
-      return s.Invalid("rope_theta",
-                       "rope_theta, rms_norm_eps, rope_scaling or "
-                       "tie_word_embeddings differs from " +
-                           from + "; leave them out (it sets them)");
+    if (s.Has("rope_theta") && job.rope_theta != base->rope_theta) {
+      HOIST_RETURN_IF_ERROR(
+          disagree("rope_theta", Shortest(job.rope_theta), Shortest(base->rope_theta)));
+    }
+    if (s.Has("rms_norm_eps") && job.rms_norm_eps != base->rms_norm_eps) {
+      HOIST_RETURN_IF_ERROR(
+          disagree("rms_norm_eps", Shortest(job.rms_norm_eps), Shortest(base->rms_norm_eps)));
+    }
+    if (s.Has("tie_word_embeddings") && job.tie_word_embeddings != base->tie_word_embeddings) {
+      HOIST_RETURN_IF_ERROR(disagree("tie_word_embeddings",
+                                     job.tie_word_embeddings ? "true" : "false",
+                                     base->tie_word_embeddings ? "true" : "false"));
+    }
+    if (s.Has("rope_scaling") && !SameScaling(job.rope_scaling, base->rope_scaling)) {
+      HOIST_RETURN_IF_ERROR(disagree("rope_scaling", "another scaling", "its own"));
     }
     const std::string init_from = model->init_from, hf_config = model->hf_config;
     const AttentionKind kind = model->attention;
@@ -210,6 +271,13 @@ Status ReadModel(const Section& top, ModelConfig* model) {
     int seq_len = 0;
     HOIST_RETURN_IF_ERROR(s.Int("seq_len", &seq_len));
     if (seq_len <= 0) return s.Invalid("seq_len", "must be > 0, found " + std::to_string(seq_len));
+    if (model->n_positions > 0 && seq_len > model->n_positions && base_overridden &&
+        !s.errors().Overridden(s.PathOf("seq_len"))) {
+      // The file's training context, longer than the checkpoint's: its whole context.
+      gave_way.push_back(s.PathOf("seq_len") + " " + std::to_string(seq_len) + " (now " +
+                         std::to_string(model->n_positions) + ")");
+      seq_len = model->n_positions;
+    }
     if (model->n_positions > 0 && seq_len > model->n_positions) {
       return s.Invalid("seq_len", "must be in [1, " + std::to_string(model->n_positions) +
                                       "], the model's positions, found " + std::to_string(seq_len));
@@ -219,6 +287,11 @@ Status ReadModel(const Section& top, ModelConfig* model) {
     model->seq_len = model->n_positions;
   }
   if (model->n_positions == model->seq_len) model->n_positions = 0;
+  if (!gave_way.empty()) {
+    std::string notice = from + ", given by --set, sets the model; the config file's ";
+    for (size_t i = 0; i < gave_way.size(); ++i) notice += (i ? ", " : "") + gave_way[i];
+    notices->push_back(notice + " give way to it");
+  }
 
   if (model->n_embd % model->n_head != 0) {
     return s.Invalid("n_embd", "must be divisible by model.n_head (" +
@@ -252,6 +325,9 @@ Status ReadModel(const Section& top, ModelConfig* model) {
   // Token shards hold uint16 or uint32 tokens; ids are int32 throughout.
   if (model->vocab_size > (1 << 30)) {
     return s.Invalid("vocab_size", "must be <= 2^30, found " + std::to_string(model->vocab_size));
+  }
+  if (Status size = CheckModelSize(*model); !size.ok()) {
+    return s.errors().Invalid(s.path(), size.message());
   }
   return Status::Ok();
 }

@@ -1,6 +1,9 @@
 // The `model` section of the config (runtime/config_model.cc). Internal to runtime/config*.cc.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "core/status.h"
 #include "runtime/config.h"
 #include "runtime/config_reader.h"
@@ -13,7 +16,8 @@ namespace hoist::runtime::config_internal {
 // intermediate_size, rope_theta, rope_scaling, rms_norm_eps, tie_word_embeddings, seq_len,
 // attention. With `config` (a config.json) or `init_from` (a checkpoint) the model is theirs, and
 // a key the job also sets must agree; seq_len, the training context, may be shorter than the
-// model's positions.
-Status ReadModel(const Section& top, ModelConfig* model);
+// model's positions. Where `init_from` (or `config`) comes from a `--set` override, the config
+// file's disagreeing keys give way to it instead, with a line in `notices`.
+Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string>* notices);
 
 }  // namespace hoist::runtime::config_internal

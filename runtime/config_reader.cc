@@ -196,16 +196,29 @@ void ErrorSource::AddOverride(std::string path, std::string override_text) {
   overrides_.emplace_back(std::move(path), std::move(override_text));
 }
 
+namespace {
+
+// Whether `outer` is `inner` or a path above it, segment-wise.
+bool Encloses(std::string_view outer, std::string_view inner) {
+  if (inner.substr(0, outer.size()) != outer) return false;
+  return inner.size() == outer.size() || inner[outer.size()] == '.' || inner[outer.size()] == '[';
+}
+
+}  // namespace
+
+bool ErrorSource::Overridden(std::string_view path) const {
+  for (const auto& [overridden, text] : overrides_) {
+    if (Encloses(overridden, path) || Encloses(path, overridden)) return true;
+  }
+  return false;
+}
+
 std::string ErrorSource::Describe(std::string_view path, std::string_view message) const {
   // A path is attributed to an override when one of the two encloses the other, segment-wise.
-  auto encloses = [](std::string_view outer, std::string_view inner) {
-    if (inner.substr(0, outer.size()) != outer) return false;
-    return inner.size() == outer.size() || inner[outer.size()] == '.' || inner[outer.size()] == '[';
-  };
   std::string source = source_name_;
   if (!path.empty()) {
     for (auto it = overrides_.rbegin(); it != overrides_.rend(); ++it) {
-      if (encloses(it->first, path) || encloses(path, it->first)) {
+      if (Encloses(it->first, path) || Encloses(path, it->first)) {
         source = "--set " + it->second;
         break;
       }

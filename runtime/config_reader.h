@@ -27,6 +27,9 @@ class ErrorSource {
   // Records that `override_text` set the dotted `path`; later records take precedence.
   void AddOverride(std::string path, std::string override_text);
 
+  // True when a `--set` override wrote `path`, an object enclosing it or a key inside it.
+  bool Overridden(std::string_view path) const;
+
   // "<source>: <path>: <message>"; an empty path leaves out its part.
   Status Invalid(std::string_view path, std::string_view message) const;
   Status Unimplemented(std::string_view path, std::string_view message) const;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cpu/convert.h"
+#include "runtime/model.h"
 
 namespace hoist::runtime {
 namespace {
@@ -101,6 +102,9 @@ StatusOr<std::unique_ptr<WeightSource>> LlmcSource::Open(const std::string& path
     return bad("channels " + std::to_string(m.n_embd) + ", heads " + std::to_string(m.n_head) +
                ", vocabulary " + std::to_string(m.vocab_size) + " padded to " + std::to_string(Vp) +
                " do not describe a GPT-2 (padding to a multiple of 128)");
+  }
+  if (Status size = CheckModelSize(m); !size.ok()) {
+    return bad("its header's " + size.message() + ": it is damaged or not an llm.c checkpoint");
   }
   source->layout_ = ParamLayout::For(m);
   const int64_t expected =

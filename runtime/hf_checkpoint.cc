@@ -28,6 +28,18 @@ void Transpose(const float* in, int64_t rows, int64_t cols, float* out) {
   }
 }
 
+// The safetensors files an export writes: model.safetensors, or model-NNNNN-of-NNNNN.safetensors.
+bool IsExportedWeightsFile(const std::string& name) {
+  if (name == "model.safetensors") return true;
+  constexpr std::string_view kPattern = "model-#####-of-#####.safetensors";
+  if (name.size() != kPattern.size()) return false;
+  for (size_t i = 0; i < name.size(); ++i) {
+    const bool digit = name[i] >= '0' && name[i] <= '9';
+    if (kPattern[i] == '#' ? !digit : name[i] != kPattern[i]) return false;
+  }
+  return true;
+}
+
 // How a family's checkpoints name their tensors beyond the list of HfTensorPlaces.
 struct Names {
   std::string optional_prefix;  // may be missing from every name (GPT-2 saved from GPT2Model)
@@ -102,14 +114,21 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
   std::vector<std::string> names;
   if (index_info.ok()) {
     HOIST_ASSIGN_OR_RETURN(std::string index_text, ReadFileToString(fs, index_path));
-    nlohmann::json index = nlohmann::json::parse(index_text, nullptr, false);
+    std::string duplicate;
+    nlohmann::json index = ParseJsonKeysOnce(index_text, &duplicate);
     if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
         !index["weight_map"].is_object()) {
       return DataLossError(index_path + " has no weight_map object; the index is damaged");
     }
+    if (!duplicate.empty()) {
+      return DataLossError(index_path + " names \"" + duplicate +
+                           "\" twice; the index is damaged: save the checkpoint again");
+    }
     std::set<std::string> unique;
     for (const auto& [tensor, file] : index["weight_map"].items()) {
-      if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos) {
+      const std::string file_name = file.is_string() ? file.get<std::string>() : std::string();
+      if (file_name.empty() || file_name == "." || file_name == ".." ||
+          file_name.find('/') != std::string::npos) {
         return DataLossError(index_path + ": weight_map[\"" + tensor +
                              "\"] is not a file name in the directory");
       }
@@ -151,6 +170,21 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
       }
       if (place.tensor != nullptr) break;
     }
+    if (place.tensor == nullptr && !weight_map.empty()) {
+      // In a shard the index does not send it to: the index and the shards are of two saves.
+      for (const std::string& candidate : candidates) {
+        for (const auto& file : source->files_) {
+          if (file->Find(candidate) == nullptr) continue;
+          auto it = weight_map.find(candidate);
+          return DataLossError(
+              index_path + " maps tensor \"" + candidate + "\" to " +
+              (it == weight_map.end() ? std::string("no file") : it->second) + " but " +
+              file->path() +
+              " holds it: the index and the shards are from different saves; save or "
+              "download the checkpoint again");
+        }
+      }
+    }
     if (place.tensor == nullptr) {
       return InvalidArgumentError(
           "Hugging Face checkpoint " + dir + " has no tensor \"" + spec.name + "\"" +
@@ -181,6 +215,12 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
     for (const SafetensorsTensor& t : file->tensors()) {
       if (used.count({file.get(), t.name})) continue;
       if (names_of.Ignored(t.name, source->model_)) continue;
+      if (auto it = weight_map.find(t.name);
+          it != weight_map.end() && by_file[it->second] != file.get()) {
+        return DataLossError(file->path() + " holds tensor \"" + t.name + "\", which " +
+                             index_path + " maps to " + it->second +
+                             ": a tensor in two shards; save or download the checkpoint again");
+      }
       return InvalidArgumentError("Hugging Face checkpoint " + file->path() + " holds tensor \"" +
                                   t.name + "\", which hoist's " +
                                   ModelFamilyName(source->model_.family) +
@@ -315,8 +355,28 @@ Status WriteHfCheckpoint(const std::string& out_dir, const ModelConfig& model, c
     total_bytes += bytes;
     total_parameters += n;
   }
+  const std::string index_path = out_dir + "/model.safetensors.index.json";
+  const auto remove = [&](const std::string& name) -> Status {
+    const std::string path = out_dir + "/" + name;
+    if (!fs.Stat(path).ok()) return Status::Ok();
+    Status removed = fs.Remove(path);
+    if (removed.ok()) return removed;
+    return Status(removed.code(), "export to " + out_dir + ": " + name +
+                                      " of an earlier export could not be removed (" +
+                                      removed.message() +
+                                      "); remove it, or export to a new "
+                                      "directory");
+  };
+  if (shards.size() > 1) {
+    // The index is written last, as the export's commit: until then no reader may take an
+    // earlier export's index (or model.safetensors) with this export's first shards under it,
+    // which an export that fails half-way (a full disk) would otherwise leave behind.
+    HOIST_RETURN_IF_ERROR(remove("model.safetensors.index.json"));
+    HOIST_RETURN_IF_ERROR(remove("model.safetensors"));
+  }
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   nlohmann::json weight_map = nlohmann::json::object();
+  std::set<std::string> written;
   for (size_t s = 0; s < shards.size(); ++s) {
     std::string name = "model.safetensors";
     if (shards.size() > 1) {
@@ -332,22 +392,27 @@ Status WriteHfCheckpoint(const std::string& out_dir, const ModelConfig& model, c
     }
     SortSafetensorsOutputs(&outputs);
     HOIST_RETURN_IF_ERROR(WriteSafetensors(out_dir + "/" + name, std::move(outputs), metadata, fs));
+    written.insert(name);
   }
-  const std::string index_path = out_dir + "/model.safetensors.index.json";
-  if (shards.size() > 1) {
-    const nlohmann::json index = {
-        {"metadata", {{"total_parameters", total_parameters}, {"total_size", total_bytes}}},
-        {"weight_map", weight_map}};
-    const std::string text = index.dump(2) + "\n";
-    const std::string_view pieces[] = {text};
-    HOIST_RETURN_IF_ERROR(WriteFileAtomically(fs, index_path, pieces));
-  } else if (fs.Stat(index_path).ok()) {
-    // A stale index would point readers at shards of another export.
-    HOIST_RETURN_IF_ERROR(fs.Remove(index_path));
+  // The weights of an earlier export to the same directory go: transformers loads a
+  // model.safetensors before it looks for an index, so one left beside new shards would be read
+  // in their place, and shards of another count are dead weight that a glob would pick up.
+  HOIST_ASSIGN_OR_RETURN(const std::vector<std::string> entries, fs.ListDirectory(out_dir));
+  for (const std::string& entry : entries) {
+    if (!written.count(entry) && IsExportedWeightsFile(entry)) HOIST_RETURN_IF_ERROR(remove(entry));
   }
+  // A stale index would point readers at shards of another export.
+  if (shards.size() == 1) HOIST_RETURN_IF_ERROR(remove("model.safetensors.index.json"));
   const std::string config = HfConfigText(model, options.dtype, options.base_config);
-  const std::string_view pieces[] = {config};
-  return WriteFileAtomically(fs, out_dir + "/config.json", pieces);
+  const std::string_view config_pieces[] = {config};
+  HOIST_RETURN_IF_ERROR(WriteFileAtomically(fs, out_dir + "/config.json", config_pieces));
+  if (shards.size() == 1) return Status::Ok();
+  const nlohmann::json index = {
+      {"metadata", {{"total_parameters", total_parameters}, {"total_size", total_bytes}}},
+      {"weight_map", weight_map}};
+  const std::string text = index.dump(2) + "\n";
+  const std::string_view pieces[] = {text};
+  return WriteFileAtomically(fs, index_path, pieces);
 }
 
 }  // namespace hoist::runtime

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/file_system.h"
+#include "runtime/model.h"
 
 namespace hoist::runtime {
 namespace {
@@ -40,6 +41,28 @@ StatusOr<double> Number(const nlohmann::json& config, const std::string& path, c
   return config[key].get<double>();
 }
 
+// A string `key` of `config` (absent or null: `fallback`). nlohmann's value() would throw on
+// another type; a config.json is the world's input, so that is an error naming the key.
+StatusOr<std::string> Text(const nlohmann::json& config, const std::string& path, const char* key,
+                           const std::string& fallback) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  if (!config[key].is_string()) {
+    return InvalidArgumentError(path + ": " + key + " is " + config[key].dump() + ", not a string");
+  }
+  return config[key].get<std::string>();
+}
+
+// A true/false `key` of `config` (absent or null: `fallback`).
+StatusOr<bool> Flag(const nlohmann::json& config, const std::string& path, const char* key,
+                    bool fallback) {
+  if (!config.contains(key) || config[key].is_null()) return fallback;
+  if (!config[key].is_boolean()) {
+    return InvalidArgumentError(path + ": " + key + " is " + config[key].dump() +
+                                ", not true or false");
+  }
+  return config[key].get<bool>();
+}
+
 StatusOr<ModelConfig> Gpt2FromHf(const nlohmann::json& config, const std::string& path) {
   auto bad = [&](const std::string& key, const std::string& what) {
     return InvalidArgumentError(path + ": " + key + " " + what);
@@ -55,7 +78,8 @@ StatusOr<ModelConfig> Gpt2FromHf(const nlohmann::json& config, const std::string
   m.tie_word_embeddings = true;
   m.seq_len = m.n_positions;
   if (m.n_embd % m.n_head != 0) return bad("n_embd", "is not divisible by n_head");
-  const std::string activation = config.value("activation_function", std::string("gelu_new"));
+  HOIST_ASSIGN_OR_RETURN(const std::string activation,
+                         Text(config, path, "activation_function", "gelu_new"));
   if (activation != "gelu_new" && activation != "gelu_pytorch_tanh") {
     return bad("activation_function",
                "is \"" + activation + "\"; hoist's GPT-2 computes the tanh GELU (\"gelu_new\")");
@@ -70,11 +94,15 @@ StatusOr<ModelConfig> Gpt2FromHf(const nlohmann::json& config, const std::string
       config["n_inner"] != nlohmann::json(4 * m.n_embd)) {
     return bad("n_inner", "is " + config["n_inner"].dump() + "; hoist's GPT-2 MLP is 4 * n_embd");
   }
-  if (config.value("tie_word_embeddings", true) != true) {
+  HOIST_ASSIGN_OR_RETURN(const bool tied, Flag(config, path, "tie_word_embeddings", true));
+  if (!tied) {
     return bad("tie_word_embeddings", "is false; hoist's GPT-2 ties the LM head to wte");
   }
-  if (config.value("scale_attn_by_inverse_layer_idx", false) ||
-      config.value("reorder_and_upcast_attn", false) || !config.value("scale_attn_weights", true)) {
+  HOIST_ASSIGN_OR_RETURN(const bool by_layer,
+                         Flag(config, path, "scale_attn_by_inverse_layer_idx", false));
+  HOIST_ASSIGN_OR_RETURN(const bool upcast, Flag(config, path, "reorder_and_upcast_attn", false));
+  HOIST_ASSIGN_OR_RETURN(const bool scaled, Flag(config, path, "scale_attn_weights", true));
+  if (by_layer || upcast || !scaled) {
     return bad("scale_attn_*",
                "select an attention variant hoist's GPT-2 does not compute (it scales by "
                "1/sqrt(head size) only)");
@@ -142,7 +170,7 @@ StatusOr<ModelConfig> LlamaFromHf(const nlohmann::json& config, const std::strin
                    std::to_string(m.n_embd / m.n_head) + ")");
   }
   if (m.head_dim() % 2 != 0) return bad("hidden_size", "gives an odd head size: RoPE pairs them");
-  const std::string act = config.value("hidden_act", std::string("silu"));
+  HOIST_ASSIGN_OR_RETURN(const std::string act, Text(config, path, "hidden_act", "silu"));
   if (act != "silu") {
     return bad("hidden_act", "is \"" + act + "\"; hoist's Llama MLP is SwiGLU (\"silu\")");
   }
@@ -157,9 +185,7 @@ StatusOr<ModelConfig> LlamaFromHf(const nlohmann::json& config, const std::strin
   HOIST_ASSIGN_OR_RETURN(double eps, Number(config, path, "rms_norm_eps", 1e-6));
   if (!(eps > 0)) return bad("rms_norm_eps", "must be > 0");
   m.rms_norm_eps = static_cast<float>(eps);
-  const nlohmann::json tie = config.value("tie_word_embeddings", nlohmann::json(false));
-  if (!tie.is_boolean()) return bad("tie_word_embeddings", "is not true or false");
-  m.tie_word_embeddings = tie.get<bool>();
+  HOIST_ASSIGN_OR_RETURN(m.tie_word_embeddings, Flag(config, path, "tie_word_embeddings", false));
 
   // Rotary positions: rope_theta and rope_scaling (transformers 4), or rope_parameters holding
   // both (transformers 5).
@@ -178,8 +204,11 @@ StatusOr<ModelConfig> LlamaFromHf(const nlohmann::json& config, const std::strin
   }
   if (scaling != nullptr) {
     const std::string where = v5 ? "rope_parameters" : "rope_scaling";
-    std::string type = scaling->value("rope_type", std::string());
-    if (type.empty()) type = scaling->value("type", std::string("default"));
+    const std::string where_path = path + " " + where;
+    HOIST_ASSIGN_OR_RETURN(std::string type, Text(*scaling, where_path, "rope_type", ""));
+    if (type.empty()) {
+      HOIST_ASSIGN_OR_RETURN(type, Text(*scaling, where_path, "type", "default"));
+    }
     if (type == "llama3") {
       RopeScalingConfig& s = m.rope_scaling;
       s.llama3 = true;
@@ -255,9 +284,15 @@ nlohmann::json LlamaHfConfig(const ModelConfig& model, const nlohmann::json& bas
 
 StatusOr<ModelConfig> ModelConfigFromHf(const nlohmann::json& config, const std::string& path) {
   if (!config.is_object()) return InvalidArgumentError(path + " is not a JSON object");
-  const std::string type = config.value("model_type", std::string());
-  if (type == "gpt2") return Gpt2FromHf(config, path);
-  if (type == "llama") return LlamaFromHf(config, path);
+  HOIST_ASSIGN_OR_RETURN(const std::string type, Text(config, path, "model_type", ""));
+  if (type == "gpt2" || type == "llama") {
+    HOIST_ASSIGN_OR_RETURN(ModelConfig model,
+                           type == "gpt2" ? Gpt2FromHf(config, path) : LlamaFromHf(config, path));
+    if (Status size = CheckModelSize(model); !size.ok()) {
+      return InvalidArgumentError(path + ": " + size.message());
+    }
+    return model;
+  }
   return InvalidArgumentError(path + ": model_type is \"" + type +
                               "\"; hoist computes \"gpt2\" and \"llama\" models");
 }
@@ -280,9 +315,13 @@ StatusOr<HfModelConfig> ReadHfConfig(const std::string& path) {
 std::string HfConfigText(const ModelConfig& model, DType dtype, const nlohmann::json& base) {
   nlohmann::json config =
       model.family == ModelFamily::kLlama ? LlamaHfConfig(model, base) : Gpt2HfConfig(model, base);
-  config["dtype"] = dtype == DType::kFloat32    ? "float32"
-                    : dtype == DType::kBFloat16 ? "bfloat16"
-                                                : "float16";
+  // transformers 5 writes "dtype"; 4 wrote "torch_dtype", which a config.json saved by it keeps
+  // (with the type of this export, so that torch_dtype="auto" loads what the files hold).
+  const char* dtype_key =
+      config.contains("torch_dtype") && !config.contains("dtype") ? "torch_dtype" : "dtype";
+  config[dtype_key] = dtype == DType::kFloat32    ? "float32"
+                      : dtype == DType::kBFloat16 ? "bfloat16"
+                                                  : "float16";
   return config.dump(2) + "\n";
 }
 

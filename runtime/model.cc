@@ -1,5 +1,8 @@
 #include "runtime/model.h"
 
+#include <cstdio>
+#include <string>
+
 #include "core/check.h"
 #include "kernels/cpu_backend.h"
 #include "runtime/gpt2.h"
@@ -32,6 +35,29 @@ int64_t ModelParameterCount(const ModelConfig& config) {
   int64_t total = 0;
   for (const zero::UnitSpec& unit : ModelUnits(config)) total += unit.size;
   return total;
+}
+
+Status CheckModelSize(const ModelConfig& config) {
+  // In long double, which holds every product of these int dimensions without overflow: an
+  // upper bound of each family's layout (an untied Llama head counted either way).
+  const long double C = config.n_embd, L = config.n_layer, Vp = config.padded_vocab_size(),
+                    P = config.positions();
+  long double total = 0;
+  if (config.family == ModelFamily::kLlama) {
+    const long double hd = C / config.n_head, heads = config.n_head + 2.0L * config.kv_heads();
+    const long double I = config.intermediate_size;
+    total = 2 * Vp * C + L * (C * heads * hd + C * C + 3 * C * I + 2 * C) + C;
+  } else {
+    total = Vp * C + P * C + L * (12 * C * C + 13 * C) + 2 * C;
+  }
+  if (total > static_cast<long double>(kMaxModelParameters)) {
+    char text[32];
+    std::snprintf(text, sizeof(text), "%.3Lg", total);
+    return InvalidArgumentError(std::string("the model's dimensions make ") + text +
+                                " parameters, more than hoist's 2^50; check n_layer, n_embd, "
+                                "vocab_size, positions and intermediate_size");
+  }
+  return Status::Ok();
 }
 
 StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, int max_B, int max_T,

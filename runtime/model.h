@@ -101,6 +101,13 @@ std::vector<zero::UnitSpec> ModelUnits(const ModelConfig& config);
 // Elements of every parameter (the units' sizes added up).
 int64_t ModelParameterCount(const ModelConfig& config);
 
+// The most parameters a model may have: the layouts count elements and bytes in int64.
+inline constexpr int64_t kMaxModelParameters = int64_t{1} << 50;
+// InvalidArgument when the dimensions of `config` (each positive) make a model of more than
+// kMaxModelParameters, counted without overflow; call it before ModelUnits on dimensions read
+// from a file. The message says how many and names no source: the caller adds it.
+Status CheckModelSize(const ModelConfig& config);
+
 // The model of `config`'s family on `backend` (which must outlive it), computing in
 // activation_type (which must be the store's param_type()); without a store it owns a flat fp32
 // one. `checkpointing` chooses which blocks keep their activations for backward.

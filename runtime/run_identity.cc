@@ -3,6 +3,8 @@
 #include <string>
 #include <utility>
 
+#include "runtime/model.h"
+
 namespace hoist::runtime {
 
 nlohmann::json RunIdentity(const Config& config) {
@@ -178,6 +180,9 @@ StatusOr<ModelConfig> ModelFromRunIdentity(const nlohmann::json& saved, const st
     return DataLossError("checkpoint " + dir + ": manifest metadata.run has model.n_embd " +
                          std::to_string(m.n_embd) + " not divisible by model.n_head " +
                          std::to_string(m.n_head));
+  }
+  if (Status size = CheckModelSize(m); !size.ok()) {
+    return DataLossError("checkpoint " + dir + ": manifest metadata.run: " + size.message());
   }
   return m;
 }

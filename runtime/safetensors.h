@@ -21,6 +21,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,6 +43,11 @@ struct SafetensorsTensor {
   int64_t begin = 0, end = 0;  // data_offsets: bytes, relative to the data section
   int64_t elements() const;    // the product of shape (1 for a scalar)
 };
+
+// Parses `text` as JSON (discarded on a syntax error, no exception) and sets `duplicate` to the
+// first key that appears twice in one object ("" when none does). nlohmann keeps the last of
+// two equal keys silently; a header or an index that names a tensor twice is damaged.
+nlohmann::json ParseJsonKeysOnce(const std::string& text, std::string* duplicate);
 
 // The bytes of one element of a safetensors dtype, or 0 for a name the format does not define.
 int SafetensorsDTypeSize(const std::string& dtype);

@@ -1,7 +1,11 @@
 // The trainer's starting weights taken from another tool's checkpoint (model.init_from).
+#include <algorithm>
+#include <vector>
+
 #include "comm/agree.h"
 #include "core/logging.h"
 #include "runtime/gpt2_weights.h"
+#include "runtime/model.h"
 #include "runtime/trainer.h"
 
 namespace hoist::runtime {
@@ -11,10 +15,15 @@ Status Trainer::InitializeFrom(const std::string& path) {
   Status read = opened.status();
   if (read.ok()) {
     // The config was read from the same files (ReadModel): they must still describe this model.
+    // FillRange writes the source's units into the engine's: their layouts must be the same,
+    // every unit's size included (a Llama's MLP width or key/value heads, not only its layers).
     const ModelConfig& from = (*opened)->model();
     const ModelConfig& m = config_.model;
-    if (from.n_layer != m.n_layer || from.n_head != m.n_head || from.n_embd != m.n_embd ||
-        from.vocab_size != m.vocab_size || from.positions() != m.positions()) {
+    const std::vector<zero::UnitSpec> source_units = ModelUnits(from), units = ModelUnits(m);
+    const bool same_units = std::equal(
+        source_units.begin(), source_units.end(), units.begin(), units.end(),
+        [](const zero::UnitSpec& a, const zero::UnitSpec& b) { return a.size == b.size; });
+    if (from.family != m.family || !same_units || from.positions() != m.positions()) {
       read = FailedPreconditionError("model.init_from " + path +
                                      " no longer describes the model the job was configured "
                                      "with; it changed while the job started");

@@ -619,5 +619,17 @@ TEST(ConfigModel, AttentionKindDefaultsToDirectAndAcceptsTiled) {
       << wrong_type.ToString();
 }
 
+// A model too large for the layouts' int64 counts is a config error naming the model section,
+// not a wrapped-around parameter count for the trainer and the estimator.
+TEST(ConfigModel, AModelTooLargeToAddressIsRefused) {
+  const Status huge =
+      ErrorOf(kMinimal, {"model.n_layer=1073741824", "model.n_embd=1073741824", "model.n_head=1"});
+  EXPECT_NE(huge.message().find("model"), std::string::npos) << huge.ToString();
+  EXPECT_NE(huge.message().find("parameters"), std::string::npos) << huge.ToString();
+  EXPECT_TRUE(ParseOk(kMinimal, {"model.n_layer=96", "model.n_embd=12288", "model.n_head=96"})
+                  .model.n_layer == 96)
+      << "GPT-3's size is fine";
+}
+
 }  // namespace
 }  // namespace hoist::runtime

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +20,7 @@
 
 #include "core/device.h"
 #include "runtime/gpt2.h"
+#include "runtime/hf_config.h"
 #include "runtime/model.h"
 
 namespace hoist::runtime {
@@ -245,6 +247,46 @@ TEST(Gpt2Weights, WritingImportedWeightsBackGivesTheSameBytes) {
   }
 }
 
+// Exporting into the directory of an earlier export leaves only this export's weights: a
+// model.safetensors beside new shards would be what transformers loads (it looks for that name
+// before the index), and shards of another count would linger.
+TEST(Gpt2Weights, ExportingOverAnEarlierExportLeavesNoStaleWeights) {
+  ModelConfig m;
+  std::vector<float> weights = Open(kData + "/fp32", &m);
+  const std::string out = TempDir("over");
+  const auto names = [&] {
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(out)) {
+      found.push_back(entry.path().filename().string());
+    }
+    std::sort(found.begin(), found.end());
+    return found;
+  };
+  HfExportOptions sharded;
+  sharded.max_shard_bytes = 12000;
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), {}).ok());
+  for (float& w : weights) w *= 0.5f;  // a later checkpoint of the run
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), sharded).ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"config.json", "model-00001-of-00003.safetensors",
+                                               "model-00002-of-00003.safetensors",
+                                               "model-00003-of-00003.safetensors",
+                                               "model.safetensors.index.json"}));
+  EXPECT_EQ(Open(out), weights);
+
+  sharded.max_shard_bytes = 24000;
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), sharded).ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"config.json", "model-00001-of-00002.safetensors",
+                                               "model-00002-of-00002.safetensors",
+                                               "model.safetensors.index.json"}));
+  EXPECT_EQ(Open(out), weights);
+
+  // Files that are not an export's weights stay.
+  std::ofstream(out + "/README.md") << "notes\n";
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), {}).ok());
+  EXPECT_EQ(names(), (std::vector<std::string>{"README.md", "config.json", "model.safetensors"}));
+  EXPECT_EQ(Open(out), weights);
+}
+
 TEST(Gpt2Weights, ExportWithoutASourceConfigIsLoadableGpt2) {
   ModelConfig m;
   const std::vector<float> weights = Open(kData + "/fp32", &m);
@@ -374,6 +416,197 @@ TEST(Gpt2Weights, ADamagedFileOrConfigIsNamed) {
   edited[4] = 4;
   std::ofstream(path, std::ios::binary | std::ios::trunc) << edited;
   ExpectRefused(path, {path, "version 4"});
+}
+
+// A config.json key of the wrong type is an error naming the file and the key, for every key the
+// reader takes a string or a flag from (not an exception out of the JSON library).
+TEST(HfConfig, AKeyOfTheWrongTypeIsAnErrorNamingIt) {
+  const nlohmann::json gpt2 = nlohmann::json::parse(ReadFile(kData + "/fp32/config.json"));
+  const nlohmann::json llama = {{"model_type", "llama"},
+                                {"hidden_size", 16},
+                                {"intermediate_size", 32},
+                                {"num_hidden_layers", 2},
+                                {"num_attention_heads", 4},
+                                {"num_key_value_heads", 2},
+                                {"vocab_size", 64},
+                                {"max_position_embeddings", 32},
+                                {"rope_scaling", {{"rope_type", "llama3"}}}};
+  ASSERT_TRUE(ModelConfigFromHf(gpt2, "g/config.json").ok());
+  const struct {
+    const nlohmann::json* base;
+    nlohmann::json::json_pointer key;
+    nlohmann::json value;
+  } cases[] = {
+      {&gpt2, "/model_type"_json_pointer, 2},
+      {&gpt2, "/activation_function"_json_pointer, 1},
+      {&gpt2, "/tie_word_embeddings"_json_pointer, "yes"},
+      {&gpt2, "/scale_attn_weights"_json_pointer, 1},
+      {&gpt2, "/scale_attn_by_inverse_layer_idx"_json_pointer, "no"},
+      {&gpt2, "/reorder_and_upcast_attn"_json_pointer, nlohmann::json::array()},
+      {&llama, "/hidden_act"_json_pointer, false},
+      {&llama, "/tie_word_embeddings"_json_pointer, 0},
+      {&llama, "/rope_scaling/rope_type"_json_pointer, 3},
+      {&llama, "/rope_scaling/type"_json_pointer, 3},
+  };
+  for (const auto& c : cases) {
+    nlohmann::json config = *c.base;
+    if (c.key.to_string() == "/rope_scaling/type") config["rope_scaling"].erase("rope_type");
+    config[c.key] = c.value;
+    StatusOr<ModelConfig> read = ModelConfigFromHf(config, "x/config.json");
+    ASSERT_FALSE(read.ok()) << c.key.to_string();
+    EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument) << c.key.to_string();
+    EXPECT_NE(read.status().message().find("x/config.json"), std::string::npos)
+        << read.status().message();
+    EXPECT_NE(read.status().message().find(c.key.back()), std::string::npos)
+        << read.status().message();
+  }
+}
+
+// Dimensions whose products overflow the layouts' int64 counts are refused before any layout
+// is computed from them, naming the file: an llm.c header of 2^24 layers of 2^24 channels, a
+// config.json of the same.
+TEST(Gpt2Weights, DimensionsTooLargeToAddressAreRefusedNamingTheFile) {
+  int32_t header[256] = {};
+  header[0] = kLlmcModelMagic;
+  header[1] = 3;
+  const int32_t dims[] = {1, 128, 1 << 24, 1, 1 << 24, 128};  // T, V, L, NH, C, Vp
+  std::copy(std::begin(dims), std::end(dims), header + 2);
+  const std::string path = TempDir("llmc_huge") + "/model.bin";
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(header), sizeof(header));
+  ExpectRefused(path, {path, "parameters"});
+
+  const std::string dir = CopyFixture("huge_config");
+  nlohmann::json config = nlohmann::json::parse(ReadFile(dir + "/config.json"));
+  config["n_layer"] = 1 << 24;
+  config["n_embd"] = 1 << 24;
+  std::ofstream(dir + "/config.json") << config.dump();
+  ExpectRefused(dir, {dir + "/config.json", "parameters"});
+
+  nlohmann::json llama = {{"model_type", "llama"},          {"hidden_size", 1 << 24},
+                          {"intermediate_size", 1 << 24},   {"num_hidden_layers", 1 << 24},
+                          {"num_attention_heads", 1 << 10}, {"vocab_size", 64},
+                          {"max_position_embeddings", 32}};
+  StatusOr<ModelConfig> read = ModelConfigFromHf(llama, "l/config.json");
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("parameters"), std::string::npos)
+      << read.status().message();
+}
+
+// A sharded checkpoint whose index and shards disagree is refused naming the index, the tensor
+// and the shard that holds it, not as a tensor missing or without a place in the model.
+TEST(Gpt2Weights, AnIndexThatDisagreesWithItsShardsIsNamed) {
+  const std::string name = "transformer.h.0.ln_1.weight";
+  const auto copy = [&](const std::string& to) {
+    const std::string dir = TempDir(to);
+    fs::copy(kData + "/sharded", dir,
+             fs::copy_options::overwrite_existing | fs::copy_options::recursive);
+    return dir;
+  };
+  const auto edit_index = [](const std::string& dir, const std::function<void(std::string*)>& f) {
+    std::string text = ReadFile(dir + "/model.safetensors.index.json");
+    f(&text);
+    std::ofstream(dir + "/model.safetensors.index.json", std::ios::trunc) << text;
+  };
+  // Sent to a shard that does not hold it.
+  std::string dir = copy("index_elsewhere");
+  edit_index(dir, [&](std::string* text) {
+    const size_t at = text->find("\"" + name + "\": \"model-00001-of-00003");
+    ASSERT_NE(at, std::string::npos);
+    text->replace(text->find("00001", at), 5, "00002");
+  });
+  ExpectRefused(dir, {dir + "/model.safetensors.index.json", name, "model-00002-of-00003",
+                      dir + "/model-00001-of-00003.safetensors", "different saves"});
+
+  // Sent to the directory itself or its parent rather than a file in it.
+  for (const char* not_a_file : {"", ".", ".."}) {
+    dir = copy("index_not_a_file");
+    edit_index(dir, [&](std::string* text) {
+      const size_t at = text->find("\"" + name + "\": \"") + name.size() + 5;
+      text->replace(at, std::string("model-00001-of-00003.safetensors").size(), not_a_file);
+    });
+    ExpectRefused(dir, {dir + "/model.safetensors.index.json", name, "not a file name"});
+  }
+
+  // Named twice, once for each of two shards.
+  dir = copy("index_twice");
+  edit_index(dir, [&](std::string* text) {
+    const size_t at = text->find("\"weight_map\": {") + 15;
+    text->insert(at, "\n    \"" + name + "\": \"model-00002-of-00003.safetensors\",");
+  });
+  ExpectRefused(dir, {dir + "/model.safetensors.index.json", name, "twice"});
+
+  // In two shards, the index sending it to one of them.
+  dir = copy("two_shards");
+  {
+    auto first = SafetensorsFile::Open(dir + "/model-00001-of-00003.safetensors");
+    ASSERT_TRUE(first.ok());
+    const SafetensorsTensor* t = first->Find(name);
+    ASSERT_NE(t, nullptr);
+    std::vector<float> values(static_cast<size_t>(t->elements()));
+    ASSERT_TRUE(first->ReadFloat(*t, 0, t->elements(), values.data()).ok());
+    auto second = SafetensorsFile::Open(dir + "/model-00002-of-00003.safetensors");
+    ASSERT_TRUE(second.ok());
+    std::vector<SafetensorsOutput> outputs;
+    for (const SafetensorsTensor& kept : second->tensors()) {
+      const SafetensorsFile* from = &*second;
+      outputs.push_back(
+          {kept.name, kept.dtype, kept.shape, [from, kept](const SafetensorsOutput::Emit& emit) {
+             std::string bytes(static_cast<size_t>(kept.end - kept.begin), '\0');
+             HOIST_RETURN_IF_ERROR(from->ReadBytes(kept, 0, kept.end - kept.begin, bytes.data()));
+             return emit(bytes.data(), kept.end - kept.begin);
+           }});
+    }
+    outputs.push_back({name, "F32", t->shape, [values](const SafetensorsOutput::Emit& emit) {
+                         return emit(values.data(), static_cast<int64_t>(values.size() * 4));
+                       }});
+    SortSafetensorsOutputs(&outputs);
+    ASSERT_TRUE(WriteSafetensors(dir + "/copy.safetensors", std::move(outputs), {}).ok());
+  }
+  fs::rename(dir + "/copy.safetensors", dir + "/model-00002-of-00003.safetensors");
+  ExpectRefused(dir, {dir + "/model-00002-of-00003.safetensors", name, "two shards",
+                      "model-00001-of-00003.safetensors"});
+}
+
+// A config.json saved by transformers 4 names the weights' type torch_dtype: the export sets that
+// key to its own type and adds no second one, so an unchanged import exports the same bytes.
+TEST(Gpt2Weights, ATransformers4ConfigKeepsItsTorchDtypeKey) {
+  ModelConfig m;
+  const std::vector<float> weights = Open(kData + "/fp32", &m);
+  nlohmann::json v4 = nlohmann::json::parse(ReadFile(kData + "/fp32/config.json"));
+  v4["torch_dtype"] = v4["dtype"];
+  v4.erase("dtype");
+  HfExportOptions options;
+  options.base_config = v4;
+  const std::string out = TempDir("v4");
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), options).ok());
+  EXPECT_EQ(ReadFile(out + "/config.json"), v4.dump(2) + "\n");
+
+  options.dtype = DType::kBFloat16;
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), options).ok());
+  const nlohmann::json written = nlohmann::json::parse(ReadFile(out + "/config.json"));
+  EXPECT_EQ(written["torch_dtype"], "bfloat16");
+  EXPECT_FALSE(written.contains("dtype"));
+}
+
+// A sharded export over an earlier one that runs out of disk after its first shard leaves no
+// index over a mix of the two exports' shards: reading the directory fails instead of loading
+// new and old weights together.
+TEST(Gpt2Weights, AnExportThatFailsHalfWayLeavesNoMixOfTwoExports) {
+  ModelConfig m;
+  std::vector<float> weights = Open(kData + "/fp32", &m);
+  const std::string out = TempDir("half_way");
+  HfExportOptions sharded;
+  sharded.max_shard_bytes = 12000;
+  ASSERT_TRUE(WriteHfCheckpoint(out, m, weights.data(), sharded).ok());
+  for (float& w : weights) w *= 0.5f;
+  FaultInjectingFileSystem faulty(FileSystem::Posix());
+  faulty.SetWriteBudget(
+      static_cast<int64_t>(fs::file_size(out + "/model-00001-of-00003.safetensors")) + 100);
+  const Status failed = WriteHfCheckpoint(out, m, weights.data(), sharded, faulty);
+  ASSERT_EQ(failed.code(), StatusCode::kResourceExhausted) << failed.ToString();
+  EXPECT_FALSE(OpenWeightSource(out).ok()) << "an index over shards of two exports";
+  EXPECT_FALSE(fs::exists(out + "/model.safetensors.index.json"));
 }
 
 }  // namespace

@@ -163,6 +163,11 @@ TEST(Safetensors, RefusesFilesThatLie) {
        Assemble(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,24]}})",
                 good_data),
        "tensor \"a\""},
+      {"a tensor named twice",
+       Assemble(
+           R"({"a":{"dtype":"F32","shape":[6],"data_offsets":[0,24]},"a":{"dtype":"F32","shape":[6],"data_offsets":[0,24]}})",
+           good_data),
+       "names \"a\" twice"},
       {"metadata not strings",
        Assemble(
            R"({"__metadata__":{"format":1},"a":{"dtype":"F32","shape":[6],"data_offsets":[0,24]}})",

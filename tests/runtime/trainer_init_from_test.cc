@@ -12,11 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+#include "runtime/checkpoint.h"
 #include "runtime/config.h"
 #include "runtime/export.h"
 #include "runtime/gpt2_weights.h"
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
+#include "runtime/sampler.h"
 #include "trainer_test_util.h"
 
 namespace hoist::runtime {
@@ -233,6 +236,193 @@ TEST(TrainerInitFrom, ModelKeysThatDisagreeWithTheCheckpointAreRefused) {
   ASSERT_TRUE(config.ok()) << config.status().ToString();
   EXPECT_EQ(config->model.seq_len, 8);
   EXPECT_EQ(config->model.positions(), 16);
+}
+
+// `hoist train -c job.json --set model.init_from=DIR` on a job whose file describes a model of
+// its own (as the demo config does): the checkpoint given on the command line sets the model and
+// the file's dimensions give way, with a notice naming them, as a --set wins over the file
+// everywhere else. A dimension that disagrees and was set on the command line too, or a
+// checkpoint named in the file, is still refused.
+TEST(TrainerInitFrom, ACheckpointGivenBySetReplacesTheModelOfTheConfigFile) {
+  const nlohmann::json file = {
+      {"model",
+       {{"n_layer", 4}, {"n_head", 4}, {"n_embd", 128}, {"vocab_size", 256}, {"seq_len", 8}}},
+      {"train_micro_batch_size_per_gpu", 1},
+      {"train", {{"steps", 1}}},
+      {"data", {{"train", kData + "/train.bin"}, {"val", ""}}}};
+  const std::string init_from = "model.init_from=\"" + kData + "/fp32\"";
+  StatusOr<Config> config = ParseConfigQuietly(file.dump(), {init_from}, 1, "job.json");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->model.n_layer, 2);
+  EXPECT_EQ(config->model.n_embd, 16);
+  EXPECT_EQ(config->model.vocab_size, 96);
+  EXPECT_EQ(config->model.seq_len, 8) << "the training context stays the job's";
+  EXPECT_EQ(config->model.positions(), 16);
+  const auto notice =
+      std::find_if(config->notices.begin(), config->notices.end(),
+                   [](const std::string& n) { return n.find("init_from") != n.npos; });
+  ASSERT_NE(notice, config->notices.end());
+  for (const char* word : {"job.json", "--set", "model.n_layer 4 (now 2)", "model.n_embd 128",
+                           "model.vocab_size 256"}) {
+    EXPECT_NE(notice->find(word), std::string::npos) << "'" << word << "' not in: " << *notice;
+  }
+
+  // The file's training context, longer than the checkpoint's positions, becomes all of them;
+  // one given by --set is still held to them.
+  nlohmann::json long_context = file;
+  long_context["model"]["seq_len"] = 128;
+  config = ParseConfigQuietly(long_context.dump(), {init_from}, 1, "job.json");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->model.seq_len, 16);
+  EXPECT_EQ(config->model.positions(), 16);
+  config = ParseConfigQuietly(file.dump(), {init_from, "model.seq_len=17"}, 1, "job.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("[1, 16]"), std::string::npos)
+      << config.status().message();
+
+  config = ParseConfigQuietly(file.dump(), {init_from, "model.n_embd=32"}, 1, "job.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("--set model.n_embd=32"), std::string::npos)
+      << config.status().message();
+  EXPECT_NE(config.status().message().find("has 16"), std::string::npos);
+
+  nlohmann::json named_in_file = file;
+  named_in_file["model"]["init_from"] = kData + "/fp32";
+  config = ParseConfigQuietly(named_in_file.dump(), {}, 1, "job.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("model.n_layer"), std::string::npos)
+      << config.status().message();
+}
+
+// model.config and model.init_from together must describe the same model in every setting the
+// model is built from, not only its layers and widths.
+TEST(TrainerInitFrom, AConfigJsonOfAnotherModelThanTheCheckpointIsRefused) {
+  const std::string dir = TempDir("other_config");
+  nlohmann::json hf = nlohmann::json::parse(ReadFile(kLlama + "/fp32/config.json"));
+  hf["intermediate_size"] = hf["intermediate_size"].get<int>() * 2;
+  std::ofstream(dir + "/config.json") << hf.dump(2);
+  const nlohmann::json job = {
+      {"model", {{"init_from", kLlama + "/fp32"}, {"config", dir + "/config.json"}}},
+      {"train_micro_batch_size_per_gpu", 1}};
+  StatusOr<Config> config = ParseConfigQuietly(job.dump(), {}, 1, "job.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("intermediate_size"), std::string::npos)
+      << config.status().message();
+
+  // A setting that disagrees is named with both values as they were written.
+  const nlohmann::json eps = {{"model", {{"init_from", kLlama + "/fp32"}, {"rms_norm_eps", 1e-7}}},
+                              {"train_micro_batch_size_per_gpu", 1}};
+  config = ParseConfigQuietly(eps.dump(), {}, 1, "job.json");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("model.rms_norm_eps: is 1e-07 but"), std::string::npos)
+      << config.status().message();
+
+  // The same config.json is fine.
+  const nlohmann::json same = {
+      {"model", {{"init_from", kLlama + "/fp32"}, {"config", kLlama + "/fp32/config.json"}}},
+      {"train_micro_batch_size_per_gpu", 1},
+      {"train", {{"steps", 1}}},
+      {"data", {{"train", kLlama + "/train.bin"}, {"val", ""}}}};
+  config = ParseConfigQuietly(same.dump(), {}, 1, "job.json");
+  EXPECT_TRUE(config.ok()) << config.status().ToString();
+}
+
+// A Llama run's checkpoint (Llama 3 rope scaling, rms_norm_eps a float and rope_theta a double
+// in the manifest's JSON) resumes on another world size and stage as the same run, and in bf16
+// exports and samples as the model that was trained.
+TEST(TrainerInitFrom, ALlamaCheckpointResumesExportsAndSamples) {
+  const std::string dir = TempDir("llama_resume");
+  const std::string ck = "checkpoint.dir=\"" + dir + "/ck\"";
+  Config whole = Job(kLlama + "/fp32", 1, {}, kLlama);
+  ASSERT_TRUE(whole.model.rope_scaling.llama3) << "the fixture exercises the scaling";
+  const std::vector<RankRun> never_stopped = TrainOnRanks(whole, 1);
+  ExpectOk(never_stopped);
+  const std::vector<float>& want = never_stopped[0].losses;
+  const size_t stop = want.size() / 2;
+  const std::string every_stop = "checkpoint.interval_steps=" + std::to_string(stop);
+
+  Config first = Job(kLlama + "/fp32", 1, {ck, every_stop}, kLlama);
+  first.train.steps = static_cast<int64_t>(stop);
+  ExpectOk(TrainOnRanks(first, 1));
+  TrainerOptions resume;
+  resume.resume_from = dir + "/ck/" + CheckpointStepDirName(static_cast<int64_t>(stop));
+  const std::vector<RankRun> second =
+      TrainOnRanks(Job(kLlama + "/fp32", 2, {ck, "zero_optimization.stage=3"}, kLlama), 2, resume);
+  ExpectOk(second);
+  ASSERT_EQ(second[0].losses.size(), want.size() - stop);
+  for (size_t i = 0; i < second[0].losses.size(); ++i) {
+    EXPECT_NEAR(second[0].losses[i], want[stop + i], 1e-5 * std::abs(want[stop + i]))
+        << "step " << stop + i + 1;
+  }
+
+  // bf16: export at the run's precision reads back as the trained weights rounded to bf16.
+  const std::string bf16_dir = TempDir("llama_bf16");
+  const std::vector<RankRun> bf16 =
+      TrainOnRanks(Job(kLlama + "/fp32", 2,
+                       {"bf16.enabled=true", "zero_optimization.stage=2",
+                        "checkpoint.dir=\"" + bf16_dir + "/ck\"", every_stop},
+                       kLlama),
+                   2);
+  ExpectOk(bf16);
+  ExportOptions options;
+  options.checkpoint = bf16_dir + "/ck";
+  options.output = bf16_dir + "/hf";
+  options.dtype = DType::kBFloat16;
+  ASSERT_TRUE(ExportCheckpoint(options).ok());
+  auto source = OpenWeightSource(bf16_dir + "/hf");
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  const ModelConfig& exported = (*source)->model();
+  EXPECT_EQ(exported.rms_norm_eps, whole.model.rms_norm_eps);
+  EXPECT_EQ(exported.rope_theta, whole.model.rope_theta);
+  EXPECT_EQ(exported.rope_scaling.factor, whole.model.rope_scaling.factor);
+  std::vector<float> weights(bf16[0].params.size());
+  int64_t at = 0;
+  int unit = 0;
+  for (const zero::UnitSpec& spec : ModelUnits(exported)) {
+    ASSERT_TRUE((*source)->FillUnit(unit++, weights.data() + at).ok());
+    at += spec.size;
+  }
+  for (size_t i = 0; i < weights.size(); ++i) {
+    ASSERT_NEAR(weights[i], bf16[0].params[i], std::abs(bf16[0].params[i]) / 256 + 1e-30)
+        << "parameter " << i;
+  }
+
+  // Sampling greedily from the checkpoint gives what the job's own model computes from the
+  // trained weights (the model rebuilt from the manifest, rotary scaling included).
+  SampleOptions sample;
+  sample.checkpoint = dir + "/ck";
+  sample.prompt = "ab";
+  sample.max_new_tokens = 6;
+  sample.temperature = 0.0f;
+  StatusOr<std::vector<int32_t>> sampled = Sample(sample);
+  ASSERT_TRUE(sampled.ok()) << sampled.status().ToString();
+  CpuDevice device(Place::kDevice);
+  auto model = CreateModel(whole.model, 1, whole.model.seq_len, &device);
+  ASSERT_TRUE(model.ok());
+  std::copy(second[0].params.begin(), second[0].params.end(), (*model)->params());
+  std::vector<int32_t> context = {'a', 'b'}, greedy;
+  for (int i = 0; i < sample.max_new_tokens; ++i) {
+    const int T = std::min<int>(static_cast<int>(context.size()), whole.model.seq_len);
+    (*model)->Forward(context.data() + context.size() - T, nullptr, 1, T);
+    const float* last = (*model)->logits() + int64_t{T - 1} * whole.model.padded_vocab_size();
+    const int32_t token =
+        static_cast<int32_t>(std::max_element(last, last + whole.model.vocab_size) - last);
+    context.push_back(token);
+    greedy.push_back(token);
+  }
+  EXPECT_EQ(*sampled, greedy);
+}
+
+// The trainer fills its units from the checkpoint's: a job whose model has other unit sizes
+// than the files (here a Llama's MLP width, its layers and widths the same) is refused before a
+// unit is filled, rather than filled with the weights of another layout.
+TEST(TrainerInitFrom, AModelOfOtherUnitsThanTheCheckpointIsNotFilled) {
+  Config job = Job(kLlama + "/fp32", 1, {}, kLlama);
+  job.model.intermediate_size *= 2;
+  const std::vector<RankRun> runs = TrainOnRanks(job, 1);
+  EXPECT_EQ(runs[0].status.code(), StatusCode::kFailedPrecondition) << runs[0].status.ToString();
+  EXPECT_NE(runs[0].status.message().find(kLlama + "/fp32"), std::string::npos)
+      << runs[0].status.ToString();
 }
 
 }  // namespace
