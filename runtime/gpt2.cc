@@ -11,50 +11,6 @@
 
 namespace hoist::runtime {
 
-// The store a model owns when none is given: every unit whole, in one fp32 buffer each for the
-// weights and the gradients. A model that computes in a 16-bit type gets its weights rounded to
-// it on every acquire, through a copy of the unit (tests and tools; training goes through the
-// ZeRO engine, which keeps its 16-bit copy).
-class Gpt2Model::FlatStore final : public zero::ParamStore {
- public:
-  FlatStore(const ParamLayout& layout, kernels::Backend* backend, DType type, Buffer params,
-            Buffer grads, Buffer typed)
-      : layout_(layout),
-        backend_(backend),
-        type_(type),
-        params_(std::move(params)),
-        grads_(std::move(grads)),
-        typed_(std::move(typed)) {}
-  const void* AcquireParams(int unit) override {
-    float* weights = params() + layout_.unit_offsets[unit];
-    if (type_ == DType::kFloat32) return weights;
-    void* typed = ElementPtr(typed_.data(), type_, layout_.unit_offsets[unit]);
-    const Status cast = backend_->Cast(typed, type_, weights, DType::kFloat32,
-                                       layout_.unit_size(unit), backend_->compute_stream());
-    if (!cast.ok()) {
-      if (status_.ok()) status_ = cast;
-      return nullptr;
-    }
-    return typed;
-  }
-  DType param_type() const override { return type_; }
-  void ReleaseParams(int) override {}
-  void Prefetch(int) override {}
-  float* AcquireGrads(int unit) override { return grads() + layout_.unit_offsets[unit]; }
-  void ReleaseGrads(int) override {}
-  Status status() const override { return status_; }
-
-  float* params() { return params_.as<float>(); }
-  float* grads() { return grads_.as<float>(); }
-
- private:
-  const ParamLayout& layout_;
-  kernels::Backend* backend_;
-  DType type_;
-  Buffer params_, grads_, typed_;
-  Status status_;
-};
-
 Gpt2Model::Gpt2Model(const ModelConfig& config, int max_B, int max_T, DType activation_type,
                      const ActivationCheckpointingConfig& checkpointing)
     : config_(config),
@@ -93,20 +49,8 @@ StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
     zero::ParamStore* store, DType activation_type,
     const ActivationCheckpointingConfig& checkpointing) {
   HOIST_CHECK(backend != nullptr);
-  if (max_B <= 0 || max_T <= 0 || max_T > config.seq_len) {
-    return InvalidArgumentError("micro-batch (" + std::to_string(max_B) + ", " +
-                                std::to_string(max_T) + ") does not fit model.seq_len " +
-                                std::to_string(config.seq_len));
-  }
-  if (checkpointing.every_k < 1) {
-    return InvalidArgumentError("activation_checkpointing.every_k must be >= 1, found " +
-                                std::to_string(checkpointing.every_k));
-  }
-  if (store != nullptr && store->param_type() != activation_type) {
-    return InvalidArgumentError(std::string("the model computes in ") + DTypeName(activation_type) +
-                                " but its parameter store serves " +
-                                DTypeName(store->param_type()));
-  }
+  HOIST_RETURN_IF_ERROR(
+      CheckModelArguments(config, max_B, max_T, store, activation_type, checkpointing));
   std::unique_ptr<Gpt2Model> model(
       new Gpt2Model(config, max_B, max_T, activation_type, checkpointing));
   model->store_ = store;
@@ -128,17 +72,8 @@ Gpt2Model::ActivationBytes Gpt2Model::ActivationFootprint(
 
 Status Gpt2Model::Allocate(Device* device) {
   if (store_ == nullptr) {
-    const int64_t bytes = layout_.total * int64_t{sizeof(float)};
-    HOIST_ASSIGN_OR_RETURN(Buffer params, device->Allocate(bytes, Category::kParam));
-    HOIST_ASSIGN_OR_RETURN(Buffer grads, device->Allocate(bytes, Category::kGrad));
-    Buffer typed;
-    if (activation_type_ != DType::kFloat32) {
-      HOIST_ASSIGN_OR_RETURN(
-          typed,
-          device->Allocate(layout_.total * int64_t(DTypeSize(activation_type_)), Category::kParam));
-    }
-    own_store_ = std::make_unique<FlatStore>(layout_, backend_, activation_type_, std::move(params),
-                                             std::move(grads), std::move(typed));
+    HOIST_ASSIGN_OR_RETURN(
+        own_store_, FlatParamStore::Create(layout_.unit_offsets, backend_, activation_type_));
     store_ = own_store_.get();
   }
   ActivationBytes bytes;

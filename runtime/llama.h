@@ -42,6 +42,7 @@
 #include "kernels/backend.h"
 #include "offload/pinned_pool.h"
 #include "runtime/config.h"
+#include "runtime/flat_store.h"
 #include "runtime/model.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
@@ -200,8 +201,7 @@ class LlamaModel final : public Model {
   DeviceKind footprint_device_ = DeviceKind::kCpu;
   Status status_;
   int max_B_, max_T_;
-  class FlatStore;
-  std::unique_ptr<FlatStore> own_store_;
+  std::unique_ptr<FlatParamStore> own_store_;
   zero::ParamStore* store_ = nullptr;
   DType activation_type_ = DType::kFloat32;
   ActivationCheckpointingConfig checkpointing_;

@@ -22,6 +22,26 @@ const char* Model::PhaseName(Phase phase) {
   return "unknown";
 }
 
+Status CheckModelArguments(const ModelConfig& config, int max_B, int max_T,
+                           const zero::ParamStore* store, DType activation_type,
+                           const ActivationCheckpointingConfig& checkpointing) {
+  if (max_B <= 0 || max_T <= 0 || max_T > config.seq_len) {
+    return InvalidArgumentError("micro-batch (" + std::to_string(max_B) + ", " +
+                                std::to_string(max_T) + ") does not fit model.seq_len " +
+                                std::to_string(config.seq_len));
+  }
+  if (checkpointing.every_k < 1) {
+    return InvalidArgumentError("activation_checkpointing.every_k must be >= 1, found " +
+                                std::to_string(checkpointing.every_k));
+  }
+  if (store != nullptr && store->param_type() != activation_type) {
+    return InvalidArgumentError(std::string("the model computes in ") + DTypeName(activation_type) +
+                                " but its parameter store serves " +
+                                DTypeName(store->param_type()));
+  }
+  return Status::Ok();
+}
+
 std::vector<zero::UnitSpec> ModelUnits(const ModelConfig& config) {
   switch (config.family) {
     case ModelFamily::kGpt2: return ParamLayout::For(config).Units();

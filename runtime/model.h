@@ -95,6 +95,12 @@ class Model {
   PhaseHook phase_hook_;
 };
 
+// The arguments every family's Create takes, checked alike: a micro-batch (max_B, max_T) within
+// model.seq_len, every_k >= 1, and a store (when given) that serves `activation_type`.
+Status CheckModelArguments(const ModelConfig& config, int max_B, int max_T,
+                           const zero::ParamStore* store, DType activation_type,
+                           const ActivationCheckpointingConfig& checkpointing);
+
 // The units of the model `config` describes (its family's layout), with their weight-decay
 // segments, for the ZeRO engine and the checkpoints.
 std::vector<zero::UnitSpec> ModelUnits(const ModelConfig& config);

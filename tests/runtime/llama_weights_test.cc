@@ -155,3 +155,19 @@ TEST(LlamaWeights, AMissingUntiedHeadIsNamedAndLlmcRefusesALlama) {
 
 }  // namespace
 }  // namespace hoist::runtime
+
+namespace hoist::runtime {
+namespace {
+
+// examples/llama3-8b.json, which the README's estimate uses: Llama 3 8B's published parameter
+// count, from the model section alone (Hugging Face's key names, grouped-query attention, an
+// untied head; the vocabulary 128256 is already a multiple of 128).
+TEST(LlamaWeights, TheLlama3EightBExampleHasItsPublishedParameterCount) {
+  auto config = LoadConfig(std::string(HOIST_SOURCE_DIR) + "/examples/llama3-8b.json", {}, 8);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  EXPECT_EQ(config->model.family, ModelFamily::kLlama);
+  EXPECT_EQ(ModelParameterCount(config->model), int64_t{8030261248});
+}
+
+}  // namespace
+}  // namespace hoist::runtime
