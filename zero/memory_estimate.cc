@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <memory>
 #include <string>
 
 #include "core/check.h"
@@ -60,6 +61,7 @@ ModelStateBytes ModelStateBytesFor(const PartitionPlan& plan, const PartitionPla
   ModelStateBytes bytes;
   // Under parameter offload ParamShards keeps the same shards the device buffer would.
   bytes.params = ParamBufferBytes(plan, options) + PersistentBufferBytes(plan, options);
+  if (options.frozen) return bytes;  // the weights alone
   bytes.grads = GradBufferBytes(plan, options);
   bytes.optimizer = StateArrayBytes(state_plan) * (HasSeparateMaster(options) ? 3 : 2);
   return bytes;
@@ -205,6 +207,7 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
     tracker.Add(Place::kHostPinned, Category::kParam, shards.staging_bytes);
   }
   tracker.Add(kCompute, Category::kParam, PersistentBufferBytes(plan, options));
+  if (options.frozen) return;  // no gradients, optimizer states or step workspace
   tracker.Add(kCompute, Category::kGrad, GradBufferBytes(plan, options));
   tracker.Add(kCompute, Category::kWorkspace, EngineWorkspaceBytes());
 
@@ -273,6 +276,7 @@ class Replay {
   void ZeroGrads() { Drain(0); }
 
   void Step() {
+    if (options_.frozen) return;
     if (options_.stage >= 2) {
       Drain(0);
       return;
@@ -313,6 +317,10 @@ class Replay {
         break;
       case Op::kPrefetch: Prefetch(call.unit); break;
       case Op::kAcquireGrads:
+        if (options_.frozen) {
+          return InvalidArgumentError("the model's passes acquire the gradients of unit " +
+                                      std::to_string(call.unit) + ", which is frozen");
+        }
         if (grads_acquired_[u]) {
           return InvalidArgumentError("the model's passes acquire the gradients of unit " +
                                       std::to_string(call.unit) + " twice");
@@ -436,24 +444,65 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>&
                                                     const ZeroOptions& options, int world_size,
                                                     int rank, const ModelPasses& passes,
                                                     int micro_batches, bool accelerator) {
-  HOIST_RETURN_IF_ERROR(ValidateZeroOptions(options));
+  return EstimateEngineMemory({EngineUnits{units, options}}, world_size, rank, passes,
+                              micro_batches, accelerator);
+}
+
+StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnits>& engines,
+                                                    int world_size, int rank,
+                                                    const ModelPasses& passes, int micro_batches,
+                                                    bool accelerator) {
   if (micro_batches < 1) {
     return InvalidArgumentError("a step needs at least one micro-batch, not " +
                                 std::to_string(micro_batches));
   }
-  HOIST_ASSIGN_OR_RETURN(PartitionPlan plan, PartitionPlan::Build(units, world_size, rank));
-  HOIST_ASSIGN_OR_RETURN(PartitionPlan state_plan,
-                         options.stage == 0 ? PartitionPlan::Build(units, 1, 0)
-                                            : PartitionPlan::Build(units, world_size, rank));
-  HOIST_RETURN_IF_ERROR(ParamShards::Validate(plan, options.compute_type, options.offload_param));
-
   EngineMemoryEstimate estimate;
-  estimate.model_states = ModelStateBytesFor(plan, state_plan, options);
   MemoryTracker tracker;
-  AddResident(plan, state_plan, options, accelerator, tracker);
+  // Each engine's plans, kept alive for its replay; the passes number the units of all the
+  // engines in order.
+  std::vector<PartitionPlan> plans;
+  std::vector<int> first_unit;
+  plans.reserve(engines.size());
+  int units_seen = 0;
+  for (const EngineUnits& engine : engines) {
+    const ZeroOptions& options = engine.options;
+    HOIST_RETURN_IF_ERROR(ValidateZeroOptions(options));
+    HOIST_ASSIGN_OR_RETURN(PartitionPlan plan,
+                           PartitionPlan::Build(engine.units, world_size, rank));
+    HOIST_ASSIGN_OR_RETURN(PartitionPlan state_plan,
+                           options.stage == 0
+                               ? PartitionPlan::Build(engine.units, 1, 0)
+                               : PartitionPlan::Build(engine.units, world_size, rank));
+    HOIST_RETURN_IF_ERROR(ParamShards::Validate(plan, options.compute_type, options.offload_param));
+    const ModelStateBytes states = ModelStateBytesFor(plan, state_plan, options);
+    estimate.model_states.params += states.params;
+    estimate.model_states.grads += states.grads;
+    estimate.model_states.optimizer += states.optimizer;
+    AddResident(plan, state_plan, options, accelerator, tracker);
+    plans.push_back(std::move(plan));
+    first_unit.push_back(units_seen);
+    units_seen += static_cast<int>(engine.units.size());
+  }
   estimate.resident = tracker.Snapshot().current;
 
-  Replay replay(plan, options, tracker);
+  std::vector<std::unique_ptr<Replay>> replays;
+  for (size_t e = 0; e < engines.size(); ++e) {
+    replays.push_back(std::make_unique<Replay>(plans[e], engines[e].options, tracker));
+  }
+  // A pass's calls, each sent to the engine that holds its unit (renumbered within it).
+  auto run = [&](const std::vector<StoreCall>& calls, bool backward) -> Status {
+    for (StoreCall call : calls) {
+      size_t e = engines.size();
+      while (e > 0 && call.unit < first_unit[e - 1]) --e;
+      if (e == 0 || call.unit >= units_seen) {
+        return InvalidArgumentError("the model's passes name unit " + std::to_string(call.unit) +
+                                    " of " + std::to_string(units_seen));
+      }
+      call.unit -= first_unit[e - 1];
+      HOIST_RETURN_IF_ERROR(replays[e - 1]->Run({call}, backward));
+    }
+    return Status::Ok();
+  };
   // Each phase's peaks start from what it finds (buffers an earlier phase left, too).
   auto phase = [&](EnginePhase which, const auto& body) -> Status {
     tracker.ResetPeaks();
@@ -473,16 +522,19 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>&
   for (int step = 0; step < 2; ++step) {
     for (int micro = 0; micro < micro_batches; ++micro) {
       HOIST_RETURN_IF_ERROR(phase(EnginePhase::kForward, [&] {
-        if (micro == 0) replay.ZeroGrads();
-        return replay.Run(passes.forward, /*backward=*/false);
+        if (micro == 0) {
+          for (auto& replay : replays) replay->ZeroGrads();
+        }
+        return run(passes.forward, /*backward=*/false);
       }));
       HOIST_RETURN_IF_ERROR(phase(EnginePhase::kBackward, [&] {
-        HOIST_RETURN_IF_ERROR(replay.Run(passes.backward, /*backward=*/true));
-        return replay.CheckBalanced();
+        HOIST_RETURN_IF_ERROR(run(passes.backward, /*backward=*/true));
+        for (auto& replay : replays) HOIST_RETURN_IF_ERROR(replay->CheckBalanced());
+        return Status::Ok();
       }));
     }
     HOIST_RETURN_IF_ERROR(phase(EnginePhase::kStep, [&] {
-      replay.Step();
+      for (auto& replay : replays) replay->Step();
       return Status::Ok();
     }));
   }

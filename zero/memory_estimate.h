@@ -173,6 +173,19 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>&
                                                     int rank, const ModelPasses& passes,
                                                     int micro_batches = 1,
                                                     bool accelerator = false);
+// The same for engines side by side on one rank (a LoRA fine-tune's frozen base and its
+// adapters): the passes number the units of all of them in order (the first engine's, then the
+// second's), and each call is replayed on the engine that holds its unit, so the peaks are those
+// of the engines together, moment by moment.
+struct EngineUnits {
+  std::vector<UnitSpec> units;
+  ZeroOptions options;
+};
+StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnits>& engines,
+                                                    int world_size, int rank,
+                                                    const ModelPasses& passes,
+                                                    int micro_batches = 1,
+                                                    bool accelerator = false);
 // The same for LayerwisePasses over the units, one micro-batch per step.
 StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>& units,
                                                     const ZeroOptions& options, int world_size,

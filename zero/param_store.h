@@ -21,6 +21,7 @@
 // there (the store is failed; nothing more is asked of it).
 #pragma once
 
+#include "core/check.h"
 #include "core/dtype.h"
 #include "core/status.h"
 
@@ -46,6 +47,48 @@ class ParamStore {
 
   // The first error the store met, or Ok.
   virtual Status status() const = 0;
+};
+
+// Two stores seen as one: units [0, first_units) are `first`'s, the units after them `second`'s
+// (renumbered from 0). A LoRA fine-tune's model computes through one: the frozen base's engine
+// first, the adapters' engine second. Both must hand out the same param_type(); status() is the
+// first store's error, else the second's. Neither is owned.
+class JoinedParamStore final : public ParamStore {
+ public:
+  JoinedParamStore(ParamStore* first, int first_units, ParamStore* second)
+      : first_(first), second_(second), first_units_(first_units) {
+    HOIST_CHECK(first->param_type() == second->param_type())
+        << "joined stores hand out " << DTypeName(first->param_type()) << " and "
+        << DTypeName(second->param_type());
+  }
+
+  const void* AcquireParams(int unit) override {
+    return unit < first_units_ ? first_->AcquireParams(unit)
+                               : second_->AcquireParams(unit - first_units_);
+  }
+  DType param_type() const override { return first_->param_type(); }
+  void ReleaseParams(int unit) override {
+    unit < first_units_ ? first_->ReleaseParams(unit) : second_->ReleaseParams(unit - first_units_);
+  }
+  void Prefetch(int unit) override {
+    unit < first_units_ ? first_->Prefetch(unit) : second_->Prefetch(unit - first_units_);
+  }
+  float* AcquireGrads(int unit) override {
+    return unit < first_units_ ? first_->AcquireGrads(unit)
+                               : second_->AcquireGrads(unit - first_units_);
+  }
+  void ReleaseGrads(int unit) override {
+    unit < first_units_ ? first_->ReleaseGrads(unit) : second_->ReleaseGrads(unit - first_units_);
+  }
+  Status status() const override {
+    Status first = first_->status();
+    return first.ok() ? second_->status() : first;
+  }
+
+ private:
+  ParamStore* first_;
+  ParamStore* second_;
+  int first_units_;
 };
 
 }  // namespace hoist::zero

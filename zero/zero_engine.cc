@@ -50,6 +50,10 @@ Status ValidateZeroOptions(const ZeroOptions& options) {
     return InvalidArgumentError("offloading parameters needs ZeRO stage 3, not " +
                                 std::to_string(options.stage));
   }
+  if (options.frozen && options.offload_optimizer.place != StatePlace::kDevice) {
+    return InvalidArgumentError(
+        "frozen weights have no optimizer states to offload: keep offload_optimizer off for them");
+  }
   if (options.offload_optimizer.place != StatePlace::kDevice && options.stage == 0) {
     return InvalidArgumentError(
         "offloading the optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps whole optimizer "
@@ -139,6 +143,11 @@ Status ZeroEngine::Allocate() {
     HOIST_ASSIGN_OR_RETURN(
         persistent_, device_->Allocate(PersistentBufferBytes(plan_, options_), Category::kParam));
   }
+  work_grads_.resize(static_cast<size_t>(n));
+  acquired_params_.assign(static_cast<size_t>(n), nullptr);
+  acquire_count_.assign(static_cast<size_t>(n), 0);
+  gathers_.resize(static_cast<size_t>(n));
+  if (options_.frozen) return Status::Ok();  // the weights alone
   HOIST_ASSIGN_OR_RETURN(grads_,
                          device_->Allocate(GradBufferBytes(plan_, options_), Category::kGrad));
   HOIST_RETURN_IF_ERROR(AllocateStates());
@@ -160,11 +169,6 @@ Status ZeroEngine::Allocate() {
     HOIST_ASSIGN_OR_RETURN(grads_final_, backend_->CreateEvent());
     HOIST_ASSIGN_OR_RETURN(uploaded_, backend_->CreateEvent());
   }
-
-  work_grads_.resize(static_cast<size_t>(n));
-  acquired_params_.assign(static_cast<size_t>(n), nullptr);
-  acquire_count_.assign(static_cast<size_t>(n), 0);
-  gathers_.resize(static_cast<size_t>(n));
   return Status::Ok();
 }
 
@@ -326,6 +330,8 @@ Status ZeroEngine::Initialize(const RangeFill& fill) {
   step_count_ = 0;
   if (swapper_ == nullptr) {
     for (int u = 0; u < plan_.num_units(); ++u) HOIST_RETURN_IF_ERROR(init_unit(u, true));
+    if (options_.frozen)
+      return param_shards_ == nullptr ? Status::Ok() : AgreeOnFailure(FinishOwnedWrites());
     const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
     kernels::Backend& states = host_update_ ? *host_backend_ : *backend_;
     const Stream& state_stream = host_update_ ? host_backend_->compute_stream() : stream();
@@ -448,6 +454,11 @@ void ZeroEngine::Prefetch(int unit) {
 
 float* ZeroEngine::AcquireGrads(int unit) {
   const auto u = static_cast<size_t>(unit);
+  if (options_.frozen) {
+    Fail(FailedPreconditionError("the gradient of unit " + plan_.spec(unit).name +
+                                 " was asked of frozen weights (they get no gradients)"));
+    return nullptr;
+  }
   HOIST_CHECK(work_grads_[u].data() == nullptr)
       << "gradients of unit " << unit << " acquired twice in one micro-batch";
   if (!status_.ok()) return nullptr;
@@ -550,6 +561,7 @@ Status ZeroEngine::DrainReductions(int64_t keep_elements) {
 }
 
 Status ZeroEngine::ZeroGrads() {
+  if (options_.frozen) return FailedPreconditionError("ZeroGrads on frozen weights");
   HOIST_RETURN_IF_ERROR(DrainReductions(0));
   HOIST_RETURN_IF_ERROR(backend_->Zero(grads_.data(), grads_.bytes(), stream()));
   HOIST_RETURN_IF_ERROR(Sync());  // the model adds to them from the host

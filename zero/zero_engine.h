@@ -90,6 +90,11 @@ struct ZeroOptions {
   AdamWParams adam;
   OptimizerOffload offload_optimizer;
   ParamOffload offload_param;  // stage 3 only
+  // Frozen weights (a LoRA fine-tune's base): the engine keeps the compute-type copy alone,
+  // partitioned and gathered as the stage says, and no gradients, master weights or optimizer
+  // states; it serves AcquireParams and refuses AcquireGrads, ZeroGrads, Step and the state
+  // calls. The optimizer options are then unused (offload_optimizer must stay on the device).
+  bool frozen = false;
 };
 
 // The refusals Create gives for `options` alone (a stage or bucket size out of range, an offload
@@ -163,6 +168,7 @@ class ZeroEngine final : public ParamStore {
 
   // Clears the gradient accumulators; call before the first micro-batch of each step.
   Status ZeroGrads();
+  bool frozen() const { return options_.frozen; }
   // Finishes the reductions and updates this rank's shard. Gradients hold loss_scale times the
   // true gradient; max_norm 0 disables clipping. Increments the step count unless skipped.
   StatusOr<StepResult> Step(float lr, float loss_scale, float max_norm);
@@ -174,7 +180,7 @@ class ZeroEngine final : public ParamStore {
   // Checkpoint state: this rank's shard of the fp32 weights and the two moments (stage 0: the
   // whole model, identical on every rank). Restore writes them back and rebuilds the compute
   // copies (collective in stages 1 and 2).
-  int64_t state_elements() const { return state_plan_.total_shard(); }
+  int64_t state_elements() const { return options_.frozen ? 0 : state_plan_.total_shard(); }
   Status ReadState(float* master, float* m, float* v) const;
   Status RestoreState(const float* master, const float* m, const float* v, int64_t step_count);
 

@@ -11,6 +11,11 @@ namespace hoist::zero {
 
 StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
   HOIST_RETURN_IF_ERROR(status_);
+  if (options_.frozen) {
+    return FailedPreconditionError(
+        "GatherFullParams of frozen weights: they are the base checkpoint's, unchanged (read them "
+        "from model.init_from)");
+  }
   // NVMe: this rank's master shard read back first (flat, state plan layout).
   std::vector<float> swapped;
   if (swapper_ != nullptr) {
@@ -54,6 +59,7 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
 }
 
 Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) const {
+  if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
   if (swapper_ != nullptr) {
     // The file holds zeros in the padding, as the outputs must.
     return AgreeOnFailure(swapper_->ForEachSubGroup(
@@ -82,6 +88,7 @@ Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) cons
 
 Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const float* v_in,
                                 int64_t step_count) {
+  if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
   const DType type = options_.compute_type;
   const kernels::CopyDirection up = StateFromHost();
   for (int u = 0; u < plan_.num_units(); ++u) {
@@ -119,6 +126,7 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
 }
 
 Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
+  if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
   HOIST_CHECK(swapper_ != nullptr) << "ReadStateInPieces needs the optimizer states on NVMe";
   return AgreeOnFailure(
       swapper_->ForEachSubGroup(offload::StateSwapper::Access::kRead,

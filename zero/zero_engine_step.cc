@@ -13,6 +13,7 @@ namespace hoist::zero {
 
 StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm) {
   HOIST_RETURN_IF_ERROR(status_);
+  if (options_.frozen) return FailedPreconditionError("an optimizer step on frozen weights");
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   if (options_.stage >= 2) {
