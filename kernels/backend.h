@@ -129,6 +129,8 @@ class Backend {
   virtual Status EncoderBackward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
                                  int B, int T, int C, DType type, const Stream& stream) = 0;
   // out (N,C) = (inp - mean) * rstd * weight + bias, keeping mean and rstd (N) for backward.
+  // Backward: dweight and dbias may each be null (a frozen parameter: no gradient computed), and
+  // dinp is then the same as with them (the same bits on the CPU).
   virtual Status LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
                                   const void* weight, const void* bias, int N, int C, DType type,
                                   const Stream& stream) = 0;
@@ -144,8 +146,9 @@ class Backend {
   virtual Status MatmulForward(void* out, const void* inp, const void* weight, const void* bias,
                                int N, int C, int OC, DType type, void* gelu_out,
                                const Stream& stream) = 0;
-  // dinp (N,C) += dout @ weight (dinp null: not wanted); dweight (OC,C) += dout^T @ inp; dbias
-  // (OC) += column sums of dout (null: no bias).
+  // dinp (N,C) += dout @ weight (dinp null: not wanted); dweight (OC,C) += dout^T @ inp (null: a
+  // frozen weight, whose product is skipped); dbias (OC) += column sums of dout (null: no bias,
+  // or a frozen one).
   virtual Status MatmulBackward(void* dinp, float* dweight, float* dbias, const void* dout,
                                 const void* inp, const void* weight, int N, int C, int OC,
                                 DType type, const Stream& stream) = 0;
@@ -197,7 +200,7 @@ class Backend {
   // before the weight multiplies it; nothing is rounded in fp32), then out is rounded to `type`.
   // The CPU sums the squares in double, a GPU in fp32: rstd agrees to rounding. Backward: dinp +=
   // the fp32 gradient (of the unrounded formula); dweight (C, fp32) += the sum over rows of
-  // dout * inp * rstd.
+  // dout * inp * rstd (null: a frozen weight, only dinp).
   virtual Status RmsNormForward(void* out, float* rstd, const void* inp, const void* weight, int N,
                                 int C, float eps, DType type, const Stream& stream) = 0;
   virtual Status RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,

@@ -27,6 +27,8 @@ void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t*
 // out (N,C) = (inp - mean) * rstd * weight + bias, eps 1e-5; saves mean (N), rstd (N)
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int N, int C);
+// dinp (N,C) += the input gradient; dweight, dbias (C) += the parameter gradients. dweight and
+// dbias may each be null (frozen parameters): dinp is the same bits either way.
 void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* mean, const float* rstd,
                        int N, int C);
@@ -35,7 +37,8 @@ void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
 void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
                    int C, int OC);
 // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout.
-// dbias may be null (no bias); dinp may be null (input needs no gradient, e.g. the first op).
+// dbias may be null (no bias); dinp may be null (input needs no gradient, e.g. the first op);
+// dweight may be null (a frozen weight: its product is skipped).
 void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                     const float* weight, int N, int C, int OC);
 // dbias (OC) += column sums of dout (N,OC), in a fixed order.
@@ -79,7 +82,8 @@ void AttentionBackwardTiledGqa(float* dqkv, const float* dout, const float* qkv,
 void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
                     float eps, DType normalized_type = DType::kFloat32);
 // dinp (N,C) += rstd * (w*dout - n * mean(w*dout*n)) with n = inp * rstd (unrounded);
-// dweight (C) += sum over rows of dout * n, in row order (threads own column blocks).
+// dweight (C) += sum over rows of dout * n, in row order (threads own column blocks); null: a
+// frozen weight, only dinp.
 void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, const float* rstd, int N, int C);
 
