@@ -241,6 +241,28 @@ class Backend {
   virtual Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
                                      const int32_t* targets, float dloss, int N, int V, int Vp,
                                      DType type, const Stream& stream) = 0;
+
+  // The ops of low-rank adapters (LoRA): a general product for the adapters' A and B, which
+  // work on column slices of wider activations, and the dropout of the adapters' input.
+  //
+  // C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major, each matrix with its leading dimension
+  // (elements from one row to the next, >= its row length): op(A) (M,K) is A stored (M,K) at lda,
+  // or with trans_a the transpose of A stored (K,M); op(B) (K,N) is B stored (K,N) at ldb, or with
+  // trans_b the transpose of B stored (N,K). A and B in `type`; C in `c_type`, which is fp32 or
+  // `type`. Products accumulate in fp32 and C is rounded once; beta 0 does not read C (it may hold
+  // NaN). M, N or K of 0 is allowed (K 0: C = beta * C). Only the M x N window of C is written
+  // (C may point into a wider matrix, ldc > N). Like the other products, compute stream only.
+  virtual Status Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void* A,
+                      int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
+                      DType type, DType c_type, const Stream& stream) = 0;
+  // out[i] = inp[i] * keep(seed, i) / (1 - p) for i in [0, n): keep(seed, i) is 1 where a
+  // counter-based hash of (seed, i) mapped to [0, 1) is >= p, else 0 (kernels/dropout_mask.h);
+  // the same (seed, i) gives the same mask on every backend and every call, so a backward pass
+  // applies forward's mask to the gradient by calling it again with the same seed. The scale
+  // 1/(1-p) is computed in fp32 and multiplies inp in fp32; 16-bit outputs are rounded once, so
+  // every backend gives the same bits. p in [0, 1) (p 0: out = inp); out may be inp.
+  virtual Status Dropout(void* out, const void* inp, int64_t n, float p, uint64_t seed, DType type,
+                         const Stream& stream) = 0;
 };
 
 }  // namespace hoist::kernels

@@ -129,6 +129,16 @@ void SoftmaxCrossEntropy(float* losses, float* dlogits, const float* logits, con
 void SoftmaxCrossEntropy16(float* losses, void* dlogits, const void* logits, const int32_t* targets,
                            float dloss, int N, int V, int Vp, DType type);
 
+// The LoRA ops (kernels/backend.h gives their contracts). C (M,N) = alpha op(A) @ op(B) + beta C,
+// row-major with leading dimensions, through sgemm; beta 0 does not read C, K 0 scales C by beta,
+// and only the M x N window of C is written.
+void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// out[i] = inp[i] * keep(seed, i) / (1 - p) with kernels/dropout_mask.h's mask; out may be inp.
+// `first` is the index of out[0] in the masked array (its counter), so that a chunk of a larger
+// array gets that array's mask.
+void Dropout(float* out, const float* inp, int64_t n, float p, uint64_t seed, int64_t first = 0);
+
 // In-place AdamW on n parameters, as torch.optim.AdamW computes it:
 //   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   param -= lr * weight_decay * param
