@@ -129,6 +129,8 @@ class Backend {
   virtual Status EncoderBackward(float* dwte, float* dwpe, const void* dout, const int32_t* tokens,
                                  int B, int T, int C, DType type, const Stream& stream) = 0;
   // out (N,C) = (inp - mean) * rstd * weight + bias, keeping mean and rstd (N) for backward.
+  // Backward: dweight and dbias may each be null (a frozen parameter: no gradient computed), and
+  // dinp is then the same as with them (the same bits on the CPU).
   virtual Status LayerNormForward(void* out, float* mean, float* rstd, const void* inp,
                                   const void* weight, const void* bias, int N, int C, DType type,
                                   const Stream& stream) = 0;
@@ -144,8 +146,9 @@ class Backend {
   virtual Status MatmulForward(void* out, const void* inp, const void* weight, const void* bias,
                                int N, int C, int OC, DType type, void* gelu_out,
                                const Stream& stream) = 0;
-  // dinp (N,C) += dout @ weight (dinp null: not wanted); dweight (OC,C) += dout^T @ inp; dbias
-  // (OC) += column sums of dout (null: no bias).
+  // dinp (N,C) += dout @ weight (dinp null: not wanted); dweight (OC,C) += dout^T @ inp (null: a
+  // frozen weight, whose product is skipped); dbias (OC) += column sums of dout (null: no bias,
+  // or a frozen one).
   virtual Status MatmulBackward(void* dinp, float* dweight, float* dbias, const void* dout,
                                 const void* inp, const void* weight, int N, int C, int OC,
                                 DType type, const Stream& stream) = 0;
@@ -197,7 +200,7 @@ class Backend {
   // before the weight multiplies it; nothing is rounded in fp32), then out is rounded to `type`.
   // The CPU sums the squares in double, a GPU in fp32: rstd agrees to rounding. Backward: dinp +=
   // the fp32 gradient (of the unrounded formula); dweight (C, fp32) += the sum over rows of
-  // dout * inp * rstd.
+  // dout * inp * rstd (null: a frozen weight, only dinp).
   virtual Status RmsNormForward(void* out, float* rstd, const void* inp, const void* weight, int N,
                                 int C, float eps, DType type, const Stream& stream) = 0;
   virtual Status RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,
@@ -238,6 +241,28 @@ class Backend {
   virtual Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
                                      const int32_t* targets, float dloss, int N, int V, int Vp,
                                      DType type, const Stream& stream) = 0;
+
+  // The ops of low-rank adapters (LoRA): a general product for the adapters' A and B, which
+  // work on column slices of wider activations, and the dropout of the adapters' input.
+  //
+  // C (M,N) = alpha * op(A) @ op(B) + beta * C, row-major, each matrix with its leading dimension
+  // (elements from one row to the next, >= its row length): op(A) (M,K) is A stored (M,K) at lda,
+  // or with trans_a the transpose of A stored (K,M); op(B) (K,N) is B stored (K,N) at ldb, or with
+  // trans_b the transpose of B stored (N,K). A and B in `type`; C in `c_type`, which is fp32 or
+  // `type`. Products accumulate in fp32 and C is rounded once; beta 0 does not read C (it may hold
+  // NaN). M, N or K of 0 is allowed (K 0: C = beta * C). Only the M x N window of C is written
+  // (C may point into a wider matrix, ldc > N). Like the other products, compute stream only.
+  virtual Status Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void* A,
+                      int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc,
+                      DType type, DType c_type, const Stream& stream) = 0;
+  // out[i] = inp[i] * keep(seed, i) / (1 - p) for i in [0, n): keep(seed, i) is 1 where a
+  // counter-based hash of (seed, i) mapped to [0, 1) is >= p, else 0 (kernels/dropout_mask.h);
+  // the same (seed, i) gives the same mask on every backend and every call, so a backward pass
+  // applies forward's mask to the gradient by calling it again with the same seed. The scale
+  // 1/(1-p) is computed in fp32 and multiplies inp in fp32; 16-bit outputs are rounded once, so
+  // every backend gives the same bits. p in [0, 1) (p 0: out = inp); out may be inp.
+  virtual Status Dropout(void* out, const void* inp, int64_t n, float p, uint64_t seed, DType type,
+                         const Stream& stream) = 0;
 };
 
 }  // namespace hoist::kernels

@@ -11,6 +11,7 @@ namespace hoist::kernels {
 
 using cpu_backend_detail::CheckArgs;
 using cpu_backend_detail::HostStreamOf;
+using cpu_backend_detail::kOptional;
 using cpu_backend_detail::Positive;
 using cpu_backend_detail::Use;
 using cpu_backend_detail::Wide;
@@ -148,7 +149,7 @@ Status CpuBackend::RmsNormBackward(void* dinp, float* dweight, const void* dout,
   HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
   const int64_t e = static_cast<int64_t>(DTypeSize(type)), NC = int64_t{N} * C;
   HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dinp", dinp, NC * e},
-                                        {"dweight", dweight, C * 4},
+                                        {"dweight", dweight, C * 4, kOptional},
                                         {"dout", dout, NC * e},
                                         {"inp", inp, NC * e},
                                         {"weight", weight, C * e},

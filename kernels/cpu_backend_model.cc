@@ -111,8 +111,8 @@ Status CpuBackend::LayerNormBackward(void* dinp, float* dweight, float* dbias, c
   HOIST_RETURN_IF_ERROR(Positive(kOp, "C", C));
   const int64_t e = static_cast<int64_t>(DTypeSize(type)), NC = int64_t{N} * C;
   HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dinp", dinp, NC * e},
-                                        {"dweight", dweight, C * 4},
-                                        {"dbias", dbias, C * 4},
+                                        {"dweight", dweight, C * 4, kOptional},
+                                        {"dbias", dbias, C * 4, kOptional},
                                         {"dout", dout, NC * e},
                                         {"inp", inp, NC * e},
                                         {"weight", weight, C * e},
@@ -179,7 +179,7 @@ Status CpuBackend::MatmulBackward(void* dinp, float* dweight, float* dbias, cons
   HOIST_RETURN_IF_ERROR(Positive(kOp, "OC", OC));
   const int64_t e = static_cast<int64_t>(DTypeSize(type));
   HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"dinp", dinp, int64_t{N} * C * e, kOptional},
-                                        {"dweight", dweight, int64_t{OC} * C * 4},
+                                        {"dweight", dweight, int64_t{OC} * C * 4, kOptional},
                                         {"dbias", dbias, OC * 4, kOptional},
                                         {"dout", dout, int64_t{N} * OC * e},
                                         {"inp", inp, int64_t{N} * C * e},

@@ -15,6 +15,7 @@
 #include "kernels/cuda/encoder.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/llama.h"
+#include "kernels/cuda/lora.h"
 #include "kernels/cuda/matmul.h"
 
 namespace hoist::kernels {
@@ -322,6 +323,19 @@ Status CudaBackend::SwiGluForward(void* out, const void* inp, int N, int I, DTyp
 Status CudaBackend::SwiGluBackward(void* dinp, const void* inp, const void* dout, int N, int I,
                                    DType type, const Stream& stream) {
   return cuda::SwiGluBackward(dinp, inp, dout, N, I, type, RawStream(stream));
+}
+
+Status CudaBackend::Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                         const void* A, int64_t lda, const void* B, int64_t ldb, float beta,
+                         void* C, int64_t ldc, DType type, DType c_type, const Stream& stream) {
+  HOIST_RETURN_IF_ERROR(OnComputeStream("Gemm", stream));
+  return cuda::Gemm(*blas_, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, type,
+                    c_type, RawStream(stream));
+}
+
+Status CudaBackend::Dropout(void* out, const void* inp, int64_t n, float p, uint64_t seed,
+                            DType type, const Stream& stream) {
+  return cuda::Dropout(out, inp, n, p, seed, type, RawStream(stream));
 }
 
 }  // namespace hoist::kernels

@@ -121,6 +121,12 @@ class CudaBackend final : public Backend {
   Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
                              const int32_t* targets, float dloss, int N, int V, int Vp, DType type,
                              const Stream& stream) override;
+  // The LoRA ops, over kernels/cuda/lora.h; Gemm on the compute stream only (cuBLAS's handle).
+  Status Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void* A,
+              int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc, DType type,
+              DType c_type, const Stream& stream) override;
+  Status Dropout(void* out, const void* inp, int64_t n, float p, uint64_t seed, DType type,
+                 const Stream& stream) override;
 
  private:
   CudaBackend() = default;

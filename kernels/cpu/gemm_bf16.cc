@@ -263,7 +263,7 @@ void MatmulBackwardBf16(void* dinp, bool dinp_bf16, float* dweight, float* dbias
                         int C, int OC) {
   if (dinp != nullptr) Gemm({N, C, OC, OC, 1, C, 1, C, true, dinp_bf16}, dout, weight, dinp);
   // A (OC,N) is dout transposed: element (m, k) at dout[k * OC + m].
-  Gemm({OC, C, N, 1, OC, C, 1, C, true}, dout, inp, dweight);
+  if (dweight != nullptr) Gemm({OC, C, N, 1, OC, C, 1, C, true}, dout, inp, dweight);
   if (dbias == nullptr) return;
   // Column sums in fp32, rows in order within each block of columns (as BiasBackward).
   constexpr int kBlock = 128;

@@ -43,8 +43,8 @@ bool Bf16GemmAvailable();
 void MatmulForwardBf16(void* out, bool out_bf16, const uint16_t* inp, const uint16_t* weight,
                        const uint16_t* bias, int N, int C, int OC);
 // dinp (N,C) += dout (N,OC) @ weight (OC,C) (dinp null: not wanted; a bf16 dinp is widened, added
-// to in fp32 and rounded once); dweight (OC,C) += dout^T @ inp and dbias (OC, null: no bias) +=
-// column sums of dout, both fp32 accumulators.
+// to in fp32 and rounded once); dweight (OC,C, null: a frozen weight, skipped) += dout^T @ inp
+// and dbias (OC, null: no bias) += column sums of dout, both fp32 accumulators.
 void MatmulBackwardBf16(void* dinp, bool dinp_bf16, float* dweight, float* dbias,
                         const uint16_t* dout, const uint16_t* inp, const uint16_t* weight, int N,
                         int C, int OC);

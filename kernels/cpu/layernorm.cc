@@ -1,4 +1,5 @@
 #include <cstddef>
+#include <vector>
 
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/ops.h"
@@ -21,9 +22,18 @@ void LayerNormBackwardAt(SimdLevel level, float* dinp, float* dweight, float* db
                          const float* mean, const float* rstd, int N, int C) {
   const VectorKernels& k = VectorKernelsFor(level);
   // dweight and dbias sum over rows: threads own column blocks and walk the rows in order, so
-  // there is no race and the order is fixed. dinp is per row.
+  // there is no race and the order is fixed. dinp is per row. Frozen parameters (null) skip
+  // their sums; where only one of the two is frozen, the row kernel's sums for it go to a
+  // scratch row that is dropped.
   constexpr int kBlock = 64;
-  const int num_blocks = (C + kBlock - 1) / kBlock;
+  const bool any_param = dweight != nullptr || dbias != nullptr;
+  const int num_blocks = any_param ? (C + kBlock - 1) / kBlock : 0;
+  std::vector<float> dropped;
+  if (any_param && (dweight == nullptr || dbias == nullptr)) {
+    dropped.assign(static_cast<size_t>(C), 0.0f);
+    if (dweight == nullptr) dweight = dropped.data();
+    if (dbias == nullptr) dbias = dropped.data();
+  }
 #pragma omp parallel
   {
 #pragma omp for schedule(static) nowait

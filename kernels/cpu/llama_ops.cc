@@ -59,7 +59,7 @@ void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float
       }
     }
 #pragma omp for schedule(static)
-    for (int blk = 0; blk < num_blocks; ++blk) {
+    for (int blk = 0; blk < (dweight != nullptr ? num_blocks : 0); ++blk) {
       const int c0 = blk * kBlock;
       const int c1 = C - c0 < kBlock ? C : c0 + kBlock;
       for (int i = 0; i < N; ++i) {

@@ -27,6 +27,8 @@ void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t*
 // out (N,C) = (inp - mean) * rstd * weight + bias, eps 1e-5; saves mean (N), rstd (N)
 void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                       const float* bias, int N, int C);
+// dinp (N,C) += the input gradient; dweight, dbias (C) += the parameter gradients. dweight and
+// dbias may each be null (frozen parameters): dinp is the same bits either way.
 void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* mean, const float* rstd,
                        int N, int C);
@@ -35,7 +37,8 @@ void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* d
 void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
                    int C, int OC);
 // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums of dout.
-// dbias may be null (no bias); dinp may be null (input needs no gradient, e.g. the first op).
+// dbias may be null (no bias); dinp may be null (input needs no gradient, e.g. the first op);
+// dweight may be null (a frozen weight: its product is skipped).
 void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                     const float* weight, int N, int C, int OC);
 // dbias (OC) += column sums of dout (N,OC), in a fixed order.
@@ -79,7 +82,8 @@ void AttentionBackwardTiledGqa(float* dqkv, const float* dout, const float* qkv,
 void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
                     float eps, DType normalized_type = DType::kFloat32);
 // dinp (N,C) += rstd * (w*dout - n * mean(w*dout*n)) with n = inp * rstd (unrounded);
-// dweight (C) += sum over rows of dout * n, in row order (threads own column blocks).
+// dweight (C) += sum over rows of dout * n, in row order (threads own column blocks); null: a
+// frozen weight, only dinp.
 void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, const float* rstd, int N, int C);
 
@@ -124,6 +128,16 @@ void SoftmaxCrossEntropy(float* losses, float* dlogits, const float* logits, con
 // the whole array, the fp32 kernel and one rounding give, without the two fp32 copies of (N,Vp).
 void SoftmaxCrossEntropy16(float* losses, void* dlogits, const void* logits, const int32_t* targets,
                            float dloss, int N, int V, int Vp, DType type);
+
+// The LoRA ops (kernels/backend.h gives their contracts). C (M,N) = alpha op(A) @ op(B) + beta C,
+// row-major with leading dimensions, through sgemm; beta 0 does not read C, K 0 scales C by beta,
+// and only the M x N window of C is written.
+void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int64_t lda,
+          const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+// out[i] = inp[i] * keep(seed, i) / (1 - p) with kernels/dropout_mask.h's mask; out may be inp.
+// `first` is the index of out[0] in the masked array (its counter), so that a chunk of a larger
+// array gets that array's mask.
+void Dropout(float* out, const float* inp, int64_t n, float p, uint64_t seed, int64_t first = 0);
 
 // In-place AdamW on n parameters, as torch.optim.AdamW computes it:
 //   g = grad * grad_scale;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2

@@ -14,7 +14,8 @@ namespace hoist::kernels::cuda {
 Status LayerNormForward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                         const void* bias, int N, int C, DType type, cudaStream_t stream);
 // dinp (N,C, `type`) += input gradient; dweight, dbias (C, fp32) += parameter gradients (atomics
-// across row blocks: low bits may vary).
+// across row blocks: low bits may vary). dweight and dbias may each be null (frozen: not
+// computed; both null skips the parameter kernel).
 Status LayerNormBackward(void* dinp, float* dweight, float* dbias, const void* dout,
                          const void* inp, const void* weight, const float* mean, const float* rstd,
                          int N, int C, DType type, cudaStream_t stream);

@@ -159,6 +159,7 @@ Status LaunchRmsNormBackward(T* dinp, float* dweight, const T* dout, const T* in
   RmsNormBackwardInputKernel<T><<<CeilDiv(N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
       dinp, dout, inp, weight, rstd, N, C);
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  if (dweight == nullptr) return Status::Ok();  // a frozen weight
   const int rows_per_chunk = std::max(kMinRowsPerChunk, CeilDiv(N, kMaxGridY));
   const dim3 grid(CeilDiv(C, 32), CeilDiv(N, rows_per_chunk));
   RmsNormBackwardParamKernel<T>
@@ -227,7 +228,6 @@ Status RmsNormBackward(void* dinp, float* dweight, const void* dout, const void*
                        cudaStream_t stream) {
   constexpr const char* kOp = "RmsNormBackward";
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dinp", dinp));
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dweight", dweight));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "inp", inp));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "weight", weight));

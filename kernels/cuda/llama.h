@@ -17,7 +17,7 @@ namespace hoist::kernels::cuda {
 Status RmsNormForward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
                       float eps, DType type, cudaStream_t stream);
 // dinp (N,C, `type`) += input gradient; dweight (C, fp32) += sum over rows of dout * inp * rstd
-// (atomics across row chunks: low bits may vary).
+// (atomics across row chunks: low bits may vary; null: a frozen weight, not computed).
 Status RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,
                        const void* weight, const float* rstd, int N, int C, DType type,
                        cudaStream_t stream);

@@ -342,7 +342,6 @@ Status MatmulBackward(BlasHandle& blas, void* dinp, float* dweight, float* dbias
                       const void* inp, const void* weight, int N, int C, int OC, DType type,
                       cudaStream_t stream) {
   constexpr const char* kOp = "MatmulBackward";
-  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dweight", dweight));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "inp", inp));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "weight", weight));
@@ -366,7 +365,7 @@ Status MatmulBackward(BlasHandle& blas, void* dinp, float* dweight, float* dbias
     product.beta = 1.0f;
     HOIST_RETURN_IF_ERROR(RunLtProduct(blas, product, stream));
   }
-  {
+  if (dweight != nullptr) {
     // dweight^T (C,OC) += inp^T (stored (C,N)) @ dout (op T of the stored (OC,N)), into fp32.
     LtProduct product;
     product.trans_b = CUBLAS_OP_T;

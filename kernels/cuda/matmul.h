@@ -17,8 +17,9 @@ namespace hoist::kernels::cuda {
 Status MatmulForward(BlasHandle& blas, void* out, const void* inp, const void* weight,
                      const void* bias, int N, int C, int OC, DType type, cudaStream_t stream,
                      void* gelu_out = nullptr);
-// dinp (N,C, `type`) += dout @ weight (null: not wanted); dweight (OC,C, fp32) += dout^T @ inp;
-// dbias (OC, fp32) += column sums of dout (null: no bias; atomics across row blocks).
+// dinp (N,C, `type`) += dout @ weight (null: not wanted); dweight (OC,C, fp32) += dout^T @ inp
+// (null: a frozen weight, skipped); dbias (OC, fp32) += column sums of dout (null: no bias; atomics
+// across row blocks).
 Status MatmulBackward(BlasHandle& blas, void* dinp, float* dweight, float* dbias, const void* dout,
                       const void* inp, const void* weight, int N, int C, int OC, DType type,
                       cudaStream_t stream);
