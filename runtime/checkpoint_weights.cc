@@ -6,6 +6,7 @@
 
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_metadata.h"
+#include "runtime/lora.h"
 #include "runtime/run_identity.h"
 #include "zero/partition.h"
 
@@ -29,7 +30,8 @@ StatusOr<CheckpointModel> OpenCheckpointModel(const std::string& checkpoint) {
 }
 
 Status ReadCheckpointWeights(const std::string& step_dir, const ModelConfig& model, float* out) {
-  const std::vector<zero::UnitSpec> units = ModelUnits(model);
+  // The trained units: the whole model's, or a LoRA run's adapters.
+  const std::vector<zero::UnitSpec> units = TrainedUnits(model);
   std::vector<int64_t> unit_offsets = {0};
   for (const zero::UnitSpec& unit : units) unit_offsets.push_back(unit_offsets.back() + unit.size);
   HOIST_ASSIGN_OR_RETURN(CheckpointReader first, CheckpointReader::Open(step_dir, 0));

@@ -39,6 +39,7 @@ constexpr std::string_view kHoistTopLevelKeys[] = {
     "optimizer",
     "scheduler",
     "model",
+    "lora",
     "data",
     "train",
     "checkpoint",
@@ -474,6 +475,7 @@ StatusOr<Config> Parse(std::string_view text, const std::vector<std::string>& ov
   HOIST_RETURN_IF_ERROR(ResolveBatch(top, world_size, &config));
   HOIST_RETURN_IF_ERROR(ReadTopLevel(top, &config, &config.notices));
   HOIST_RETURN_IF_ERROR(config_internal::ReadModel(top, &config.model, &config.notices));
+  HOIST_RETURN_IF_ERROR(config_internal::ReadLora(top, &config.model));
   HOIST_RETURN_IF_ERROR(config_internal::ReadOptimizer(top, &config.optimizer, &config.notices));
   HOIST_RETURN_IF_ERROR(
       config_internal::ReadScheduler(top, config.optimizer, &config.scheduler, &config.notices));

@@ -54,6 +54,25 @@ struct RopeScalingConfig {
   int original_max_position_embeddings = 8192;
 };
 
+// `lora`: low-rank adapters on a frozen base, as Hugging Face PEFT defines them
+// (runtime/lora.h): beside each targeted linear layer y = x W^T, a trained pair A (r, in) and
+// B (out, r) adds scaling * dropout(x) A^T B^T. Off while r is 0.
+struct LoraConfig {
+  int r = 0;
+  double alpha = 8.0;  // PEFT's lora_alpha
+  float dropout = 0.0f;
+  // PEFT's target_modules: module names matched as PEFT matches them (a name equal to a layer's
+  // path or the end of it after a dot: "c_attn", "attn.c_proj", "q_proj"), or "all-linear".
+  std::vector<std::string> target_modules;
+  bool use_rslora = false;  // scaling alpha / sqrt(r) instead of alpha / r
+  // A PEFT adapter directory (adapter_config.json and adapter_model.safetensors) whose adapters
+  // a fresh run starts from; its settings fill the keys the job leaves out.
+  std::string init_from;
+
+  bool enabled() const { return r > 0; }
+  double scaling() const;
+};
+
 // The model's dimensions, in hoist's names; a Hugging Face config.json's names map onto them
 // (hidden_size: n_embd, num_hidden_layers: n_layer, num_attention_heads: n_head,
 // num_key_value_heads: n_kv_head, max_position_embeddings / n_positions: n_positions).
@@ -84,6 +103,9 @@ struct ModelConfig {
   RopeScalingConfig rope_scaling;
   float rms_norm_eps = 1e-6f;
   bool tie_word_embeddings = false;  // Llama: an untied lm_head unless the checkpoint ties it
+
+  // The `lora` section: with adapters the base weights are frozen and only the adapters train.
+  LoraConfig lora;
 
   // vocab_size rounded up to a multiple of 128 (the embedding's padded row count).
   int padded_vocab_size() const;

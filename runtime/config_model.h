@@ -20,4 +20,8 @@ namespace hoist::runtime::config_internal {
 // file's disagreeing keys give way to it instead, with a line in `notices`.
 Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string>* notices);
 
+// Reads the `lora` section into model->lora (runtime/config_lora.cc), after ReadModel: the
+// targets are checked against the model's layers.
+Status ReadLora(const Section& top, ModelConfig* model);
+
 }  // namespace hoist::runtime::config_internal

@@ -43,4 +43,17 @@ zero::ZeroOptions ZeroOptionsFrom(const Config& config) {
   return options;
 }
 
+zero::ZeroOptions FrozenBaseOptions(const zero::ZeroOptions& options) {
+  zero::ZeroOptions base = options;
+  base.frozen = true;
+  base.offload_optimizer = zero::OptimizerOffload{};
+  return base;
+}
+
+zero::ZeroOptions AdapterOptions(const zero::ZeroOptions& options) {
+  zero::ZeroOptions adapters = options;
+  adapters.offload_param = zero::ParamOffload{};
+  return adapters;
+}
+
 }  // namespace hoist::runtime

@@ -11,4 +11,10 @@ namespace hoist::runtime {
 // The engine options of `config`'s zero_optimization, precision and optimizer sections.
 zero::ZeroOptions ZeroOptionsFrom(const Config& config);
 
+// With LoRA, the options of the two engines a job builds from ZeroOptionsFrom's `options`: the
+// frozen base's (the stage and offload_param; no optimizer) and the adapters' (the stage and
+// offload_optimizer; the parameters stay with the model).
+zero::ZeroOptions FrozenBaseOptions(const zero::ZeroOptions& options);
+zero::ZeroOptions AdapterOptions(const zero::ZeroOptions& options);
+
 }  // namespace hoist::runtime

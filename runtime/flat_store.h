@@ -34,6 +34,8 @@ class FlatParamStore final : public zero::ParamStore {
   Status status() const override { return status_; }
 
   float* params() { return params_.as<float>(); }
+  // Elements of the weights (and of the gradients): every unit's.
+  int64_t elements() const { return unit_offsets_.back(); }
   float* grads() { return grads_.as<float>(); }
 
  private:

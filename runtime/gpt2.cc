@@ -56,6 +56,8 @@ StatusOr<std::unique_ptr<Gpt2Model>> Gpt2Model::Create(
   model->store_ = store;
   model->backend_ = backend;
   HOIST_RETURN_IF_ERROR(model->Allocate(&backend->device()));
+  HOIST_RETURN_IF_ERROR(
+      model->CreateLora(config, int64_t{max_B} * max_T, backend, activation_type));
   return model;
 }
 
@@ -67,13 +69,15 @@ Gpt2Model::ActivationBytes Gpt2Model::ActivationFootprint(
   ActivationBytes bytes;
   const Status counted = model.AllocateActivations(nullptr, &bytes);
   HOIST_CHECK(counted.ok()) << counted.ToString();
+  bytes.device += LoraScratchBytes(config, int64_t{max_B} * max_T, activation_type);
   return bytes;
 }
 
 Status Gpt2Model::Allocate(Device* device) {
   if (store_ == nullptr) {
-    HOIST_ASSIGN_OR_RETURN(
-        own_store_, FlatParamStore::Create(layout_.unit_offsets, backend_, activation_type_));
+    HOIST_ASSIGN_OR_RETURN(own_store_,
+                           FlatParamStore::Create(StoreUnitOffsets(config_, layout_.unit_offsets),
+                                                  backend_, activation_type_));
     store_ = own_store_.get();
   }
   ActivationBytes bytes;
@@ -288,9 +292,12 @@ template <typename T>
 struct BlockTensors {
   T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 
+  // A null unit (a frozen base's gradients) gives null tensors.
   BlockTensors(T* unit, const ParamLayout& layout, DType type) {
     auto at = [&](int tensor) {
-      return static_cast<T*>(ElementPtr(unit, type, layout.local_offsets[tensor]));
+      return unit == nullptr
+                 ? nullptr
+                 : static_cast<T*>(ElementPtr(unit, type, layout.local_offsets[tensor]));
     };
     ln1w = at(kLn1W), ln1b = at(kLn1B), qkvw = at(kQkvW), qkvb = at(kQkvB);
     attprojw = at(kAttProjW), attprojb = at(kAttProjB), ln2w = at(kLn2W), ln2b = at(kLn2B);
@@ -299,6 +306,16 @@ struct BlockTensors {
 };
 
 }  // namespace
+
+bool Gpt2Model::Lora(LoraModule::Site site, int l, void* y, const void* x, const void* adapters) {
+  return lora_ == nullptr || Ok(lora_->Forward(site, l, y, x, adapters, last_B_ * last_T_));
+}
+
+bool Gpt2Model::LoraBackward(LoraModule::Site site, int l, void* dx, const void* dy, const void* x,
+                             const void* adapters, float* grads) {
+  return lora_ == nullptr ||
+         Ok(lora_->Backward(site, l, dx, dy, x, adapters, grads, last_B_ * last_T_));
+}
 
 const void* Gpt2Model::Weight(const void* unit, int tensor) const {
   return ElementPtr(unit, activation_type_, layout_.local_offsets[tensor]);
@@ -362,6 +379,10 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
     const void* weights = store_->AcquireParams(1 + l);
     if (weights == nullptr) return kFailed;
     const BlockTensors<const void> w(weights, layout_, a);
+    const void* adapters = nullptr;
+    if (lora_ != nullptr && (adapters = store_->AcquireParams(lora_->unit(l))) == nullptr) {
+      return kFailed;
+    }
     store_->Prefetch(l + 1 < L ? 2 + l : kFinal);
     // Layer l's arrays: its slice of the kept stacks, or the working layer of a tensor it
     // recomputes in backward.
@@ -383,21 +404,26 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
         Ok(backend_->LayerNormForward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, N, C, a,
                                       st)) &&
         Ok(backend_->MatmulForward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, a, nullptr, st)) &&
+        Lora(LoraModule::kGpt2Attn, l, qkv, ln1, adapters) &&
         Ok(tiled() ? backend_->AttentionForwardTiled(atty, lse_ + int64_t{l} * B * NH * T, qkv, B,
                                                      T, C, NH, a, st)
                    : backend_->AttentionForward(atty, static_cast<float*>(At(kSavedAtt, l)), qkv,
                                                 attention_workspace_.data(), B, T, C, NH, a, st)) &&
         Ok(backend_->MatmulForward(scratch, atty, w.attprojw, w.attprojb, N, C, C, a, nullptr,
                                    st)) &&
+        Lora(LoraModule::kGpt2AttnProj, l, scratch, atty, adapters) &&
         Ok(backend_->ResidualForward(residual2, residual, scratch, BT * C, a, st)) &&
         Ok(backend_->LayerNormForward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, N, C, a,
                                       st)) &&
         Ok(backend_->MatmulForward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C, a, nullptr, st)) &&
+        Lora(LoraModule::kGpt2Fc, l, fch, ln2, adapters) &&
         Ok(backend_->GeluForward(fch_gelu, fch, BT * 4 * C, a, st)) &&
         Ok(backend_->MatmulForward(scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, a, nullptr,
                                    st)) &&
+        Lora(LoraModule::kGpt2MlpProj, l, scratch, fch_gelu, adapters) &&
         Ok(backend_->ResidualForward(residual3, residual2, scratch, BT * C, a, st));
     if (!block) return kFailed;
+    if (adapters != nullptr) store_->ReleaseParams(lora_->unit(l));
     store_->ReleaseParams(1 + l);
     residual = residual3;
   }
@@ -439,7 +465,8 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
   return static_cast<float>(sum / static_cast<double>(BT));
 }
 
-void Gpt2Model::RecomputeBlock(int l, const void* residual, const void* weights) {
+void Gpt2Model::RecomputeBlock(int l, const void* residual, const void* weights,
+                               const void* adapters) {
   const int B = last_B_, T = last_T_;
   const int C = config_.n_embd, NH = config_.n_head;
   const int64_t BT = int64_t{B} * T;
@@ -457,9 +484,9 @@ void Gpt2Model::RecomputeBlock(int l, const void* residual, const void* weights)
     (void)Ok(backend_->LayerNormForward(At(kSavedLn1, l), ln1_mean_ + l * BT, ln1_rstd_ + l * BT,
                                         residual, p.ln1w, p.ln1b, N, C, a, st));
   }
-  if (recompute(kSavedQkv)) {
-    (void)Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), p.qkvw, p.qkvb, N, C,
-                                     3 * C, a, nullptr, st));
+  if (recompute(kSavedQkv) && Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), p.qkvw,
+                                                         p.qkvb, N, C, 3 * C, a, nullptr, st))) {
+    (void)Lora(LoraModule::kGpt2Attn, l, At(kSavedQkv, l), At(kSavedLn1, l), adapters);
   }
   if (recompute(kSavedAtty)) {
     (void)Ok(tiled() ? backend_->AttentionForwardTiled(At(kSavedAtty, l),
@@ -471,16 +498,17 @@ void Gpt2Model::RecomputeBlock(int l, const void* residual, const void* weights)
   }
   if (recompute(kSavedResidual2) &&
       Ok(backend_->MatmulForward(scratch, At(kSavedAtty, l), p.attprojw, p.attprojb, N, C, C, a,
-                                 nullptr, st))) {
+                                 nullptr, st)) &&
+      Lora(LoraModule::kGpt2AttnProj, l, scratch, At(kSavedAtty, l), adapters)) {
     (void)Ok(backend_->ResidualForward(At(kSavedResidual2, l), residual, scratch, BT * C, a, st));
   }
   if (recompute(kSavedLn2)) {
     (void)Ok(backend_->LayerNormForward(At(kSavedLn2, l), ln2_mean_ + l * BT, ln2_rstd_ + l * BT,
                                         At(kSavedResidual2, l), p.ln2w, p.ln2b, N, C, a, st));
   }
-  if (recompute(kSavedFch)) {
-    (void)Ok(backend_->MatmulForward(At(kSavedFch, l), At(kSavedLn2, l), p.fcw, p.fcb, N, C, 4 * C,
-                                     a, nullptr, st));
+  if (recompute(kSavedFch) && Ok(backend_->MatmulForward(At(kSavedFch, l), At(kSavedLn2, l), p.fcw,
+                                                         p.fcb, N, C, 4 * C, a, nullptr, st))) {
+    (void)Lora(LoraModule::kGpt2Fc, l, At(kSavedFch, l), At(kSavedLn2, l), adapters);
   }
   if (recompute(kSavedFchGelu)) {
     (void)Ok(backend_->GeluForward(At(kSavedFchGelu, l), At(kSavedFch, l), BT * 4 * C, a, st));
@@ -510,14 +538,19 @@ void Gpt2Model::Backward() {
   // gradient buffer stays with us from the head (first) to the token embedding (last).
   EnterPhase(Phase::kBackwardHead, -1);
   const void* dlogits = logits_;
-  float* embedding_grads = store_->AcquireGrads(kEmbedding);
-  if (embedding_grads == nullptr) return;
+  // A frozen base (LoRA) gets no gradients: only the input gradients flow down to the adapters.
+  const bool frozen = frozen_base();
+  float* embedding_grads = frozen ? nullptr : store_->AcquireGrads(kEmbedding);
+  if (!frozen && embedding_grads == nullptr) return;
+  auto grad_or_null = [&](float* unit, int tensor) {
+    return unit == nullptr ? nullptr : grad(unit, tensor);
+  };
   {
     const void* embedding = store_->AcquireParams(kEmbedding);  // still held since Forward
     store_->Prefetch(kFinal);
     if (!Zero(dln_, BT * C) ||
-        !Ok(backend_->MatmulBackward(dln_, grad(embedding_grads, kWte), nullptr, dlogits, lnf_,
-                                     Weight(embedding, kWte), N, C, Vp, a, st))) {
+        !Ok(backend_->MatmulBackward(dln_, grad_or_null(embedding_grads, kWte), nullptr, dlogits,
+                                     lnf_, Weight(embedding, kWte), N, C, Vp, a, st))) {
       return;
     }
     store_->ReleaseParams(kEmbedding);
@@ -527,16 +560,16 @@ void Gpt2Model::Backward() {
     const void* final_norm = store_->AcquireParams(kFinal);
     if (final_norm == nullptr) return;
     if (L > 0) store_->Prefetch(L);
-    float* final_grads = store_->AcquireGrads(kFinal);
-    if (final_grads == nullptr) return;
+    float* final_grads = frozen ? nullptr : store_->AcquireGrads(kFinal);
+    if (!frozen && final_grads == nullptr) return;
     if (!Zero(dresidual_, BT * C)) return;
     const void* last_residual = L > 0 ? At(kSavedResidual3, L - 1) : encoded_;
     if (!Ok(backend_->LayerNormBackward(
-            dresidual_, grad(final_grads, kLnfW), grad(final_grads, kLnfB), dln_, last_residual,
-            Weight(final_norm, kLnfW), lnf_mean_, lnf_rstd_, N, C, a, st))) {
+            dresidual_, grad_or_null(final_grads, kLnfW), grad_or_null(final_grads, kLnfB), dln_,
+            last_residual, Weight(final_norm, kLnfW), lnf_mean_, lnf_rstd_, N, C, a, st))) {
       return;
     }
-    store_->ReleaseGrads(kFinal);
+    if (!frozen) store_->ReleaseGrads(kFinal);
     store_->ReleaseParams(kFinal);
   }
 
@@ -546,8 +579,16 @@ void Gpt2Model::Backward() {
     if (weights == nullptr) return;
     const BlockTensors<const void> w(weights, layout_, a);
     if (l > 0) store_->Prefetch(l);
-    float* grads = store_->AcquireGrads(1 + l);
-    if (grads == nullptr) return;
+    const void* adapters = nullptr;
+    float* adapter_grads = nullptr;
+    if (lora_ != nullptr) {
+      adapters = store_->AcquireParams(lora_->unit(l));
+      if (adapters == nullptr) return;
+      adapter_grads = store_->AcquireGrads(lora_->unit(l));
+      if (adapter_grads == nullptr) return;
+    }
+    float* grads = frozen ? nullptr : store_->AcquireGrads(1 + l);
+    if (!frozen && grads == nullptr) return;
     const BlockTensors<float> g(grads, layout_, DType::kFloat32);
     // The layer's input is the previous layer's residual3; what this layer did not keep is
     // recomputed from it first.
@@ -556,7 +597,7 @@ void Gpt2Model::Backward() {
     for (int s = 0; s < kNumSaved; ++s) recomputes = recomputes || !Kept(s, l);
     if (recomputes) {
       const auto start = std::chrono::steady_clock::now();
-      RecomputeBlock(l, residual, weights);
+      RecomputeBlock(l, residual, weights, adapters);
       ++recomputed_blocks_;
       recompute_s_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -579,10 +620,13 @@ void Gpt2Model::Backward() {
         Zero(dfch_gelu_, BT * 4 * C) &&
         Ok(backend_->MatmulBackward(dfch_gelu_, g.fcprojw, g.fcprojb, dresidual_, fch_gelu,
                                     w.fcprojw, N, 4 * C, C, a, st)) &&
+        LoraBackward(LoraModule::kGpt2MlpProj, l, dfch_gelu_, dresidual_, fch_gelu, adapters,
+                     adapter_grads) &&
         Zero(dfch_, BT * 4 * C) &&
         Ok(backend_->GeluBackward(dfch_, fch, dfch_gelu_, BT * 4 * C, a, st)) &&
         Zero(dln_, BT * C) &&
         Ok(backend_->MatmulBackward(dln_, g.fcw, g.fcb, dfch_, ln2, w.fcw, N, C, 4 * C, a, st)) &&
+        LoraBackward(LoraModule::kGpt2Fc, l, dln_, dfch_, ln2, adapters, adapter_grads) &&
         Ok(backend_->LayerNormBackward(dresidual_, g.ln2w, g.ln2b, dln_, residual2, w.ln2w,
                                        ln2_mean, ln2_rstd, N, C, a, st));
     if (!mlp) return;
@@ -592,6 +636,8 @@ void Gpt2Model::Backward() {
         Zero(datty_, BT * C) &&
         Ok(backend_->MatmulBackward(datty_, g.attprojw, g.attprojb, dresidual_, atty, w.attprojw, N,
                                     C, C, a, st)) &&
+        LoraBackward(LoraModule::kGpt2AttnProj, l, datty_, dresidual_, atty, adapters,
+                     adapter_grads) &&
         Zero(dqkv_, BT * 3 * C) &&
         Ok(tiled() ? backend_->AttentionBackwardTiled(
                          dqkv_, datty_, qkv, atty, lse_ + int64_t{l} * B * NH * T,
@@ -602,25 +648,32 @@ void Gpt2Model::Backward() {
         Zero(dln_, BT * C) &&
         Ok(backend_->MatmulBackward(dln_, g.qkvw, g.qkvb, dqkv_, ln1, w.qkvw, N, C, 3 * C, a,
                                     st)) &&
+        LoraBackward(LoraModule::kGpt2Attn, l, dln_, dqkv_, ln1, adapters, adapter_grads) &&
         Ok(backend_->LayerNormBackward(dresidual_, g.ln1w, g.ln1b, dln_, residual, w.ln1w, ln1_mean,
                                        ln1_rstd, N, C, a, st));
     if (!attention) return;
-    store_->ReleaseGrads(1 + l);
+    if (!frozen) store_->ReleaseGrads(1 + l);
+    if (lora_ != nullptr) {
+      store_->ReleaseGrads(lora_->unit(l));
+      store_->ReleaseParams(lora_->unit(l));
+    }
     store_->ReleaseParams(1 + l);
   }
   EnterPhase(Phase::kBackwardEmbedding, -1);
-  if (!Ok(backend_->EncoderBackward(grad(embedding_grads, kWte), grad(embedding_grads, kWpe),
-                                    dresidual_, inputs_, B, T, C, a, st))) {
-    return;
+  if (!frozen) {
+    if (!Ok(backend_->EncoderBackward(grad(embedding_grads, kWte), grad(embedding_grads, kWpe),
+                                      dresidual_, inputs_, B, T, C, a, st))) {
+      return;
+    }
+    store_->ReleaseGrads(kEmbedding);
   }
-  store_->ReleaseGrads(kEmbedding);
   // A model with its own store is read by the caller (grads()) right after: wait for the work.
   if (own_store_ != nullptr) (void)Ok(st.Synchronize());
 }
 
 void Gpt2Model::ZeroGradients() {
   if (own_store_ == nullptr) return;
-  if (Ok(backend_->Zero(grads(), layout_.total * int64_t{sizeof(float)}, stream()))) {
+  if (Ok(backend_->Zero(grads(), own_store_->elements() * int64_t{sizeof(float)}, stream()))) {
     (void)Ok(stream().Synchronize());
   }
 }

@@ -226,8 +226,13 @@ class Gpt2Model final : public Model {
   // Tensor `tensor` within a unit's weights.
   const void* Weight(const void* unit, int tensor) const;
   // Backward: recomputes what layer l did not keep from what it kept, its input `residual` and
-  // its unit's `weights`, exactly as forward computed it.
-  void RecomputeBlock(int l, const void* residual, const void* weights);
+  // its unit's `weights` (and the block's `adapters`), exactly as forward computed it.
+  void RecomputeBlock(int l, const void* residual, const void* weights, const void* adapters);
+  // The adapters' forward at `site` of layer l (y += its output), and backward (dx and the
+  // adapter gradients); true without LoRA or an adapter there, false when the pass must stop.
+  bool Lora(LoraModule::Site site, int l, void* y, const void* x, const void* adapters);
+  bool LoraBackward(LoraModule::Site site, int l, void* dx, const void* dy, const void* x,
+                    const void* adapters, float* grads);
   // Keeps the first error of an op; false when the pass must stop (this one failed or an earlier
   // one did).
   bool Ok(const Status& op);

@@ -107,6 +107,8 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
   model->store_ = store;
   model->backend_ = backend;
   HOIST_RETURN_IF_ERROR(model->Allocate(&backend->device()));
+  HOIST_RETURN_IF_ERROR(
+      model->CreateLora(config, int64_t{max_B} * max_T, backend, activation_type));
   return model;
 }
 
@@ -118,13 +120,15 @@ Model::ActivationBytes LlamaModel::ActivationFootprint(
   ActivationBytes bytes;
   const Status counted = model.AllocateActivations(nullptr, &bytes);
   HOIST_CHECK(counted.ok()) << counted.ToString();
+  bytes.device += LoraScratchBytes(config, int64_t{max_B} * max_T, activation_type);
   return bytes;
 }
 
 Status LlamaModel::Allocate(Device* device) {
   if (store_ == nullptr) {
-    HOIST_ASSIGN_OR_RETURN(
-        own_store_, FlatParamStore::Create(layout_.unit_offsets, backend_, activation_type_));
+    HOIST_ASSIGN_OR_RETURN(own_store_,
+                           FlatParamStore::Create(StoreUnitOffsets(config_, layout_.unit_offsets),
+                                                  backend_, activation_type_));
     store_ = own_store_.get();
   }
   ActivationBytes bytes;
@@ -345,7 +349,7 @@ void LlamaModel::InitializeWeights(uint64_t seed) {
 
 void LlamaModel::ZeroGradients() {
   if (own_store_ == nullptr) return;
-  if (Ok(backend_->Zero(grads(), layout_.total * int64_t{sizeof(float)}, stream()))) {
+  if (Ok(backend_->Zero(grads(), own_store_->elements() * int64_t{sizeof(float)}, stream()))) {
     (void)Ok(stream().Synchronize());
   }
 }

@@ -185,10 +185,20 @@ class LlamaModel final : public Model {
   void* At(int s, int l) const;
   const void* Weight(const void* unit, int tensor) const;
   // Forward's ops for the parts of layer l that `run(s)` selects, in forward's order, from its
-  // input `residual` and its unit's `weights`; scratch holds the projections' outputs.
+  // input `residual`, its unit's `weights` and its `adapters`; scratch holds the projections'
+  // outputs.
   template <typename Run>
-  bool BlockForward(int l, const void* residual, const void* weights, void* scratch, Run run);
-  bool BlockBackward(int l, const void* residual, const void* weights, float* grads);
+  bool BlockForward(int l, const void* residual, const void* weights, const void* adapters,
+                    void* scratch, Run run);
+  // `grads` null: a frozen base (LoRA); `adapters` and `adapter_grads` the block's adapter unit
+  // (null without LoRA).
+  bool BlockBackward(int l, const void* residual, const void* weights, float* grads,
+                     const void* adapters, float* adapter_grads);
+  // The adapters' forward at `site` of layer l (y += its output), and backward (dx and the
+  // adapter gradients); true without LoRA or an adapter there, false when the pass must stop.
+  bool Lora(LoraModule::Site site, int l, void* y, const void* x, const void* adapters);
+  bool LoraBackward(LoraModule::Site site, int l, void* dx, const void* dy, const void* x,
+                    const void* adapters, float* grads);
   bool Ok(const Status& op);
   const Stream& stream() const { return backend_->compute_stream(); }
   bool Zero(void* p, int64_t count);

@@ -17,9 +17,12 @@ template <typename T>
 struct BlockTensors {
   T *ln1, *qkv, *o, *ln2, *gate_up, *down;
 
+  // A null unit (a frozen base's gradients) gives null tensors.
   BlockTensors(T* unit, const LlamaLayout& layout, DType type) {
     auto at = [&](int tensor) {
-      return static_cast<T*>(ElementPtr(unit, type, layout.local_offsets[tensor]));
+      return unit == nullptr
+                 ? nullptr
+                 : static_cast<T*>(ElementPtr(unit, type, layout.local_offsets[tensor]));
     };
     ln1 = at(kLlamaInputNorm), qkv = at(kLlamaQkv), o = at(kLlamaOProj);
     ln2 = at(kLlamaPostNorm), gate_up = at(kLlamaGateUp), down = at(kLlamaDown);
@@ -32,8 +35,8 @@ struct BlockTensors {
 // them; a recomputation: those the layer did not keep, each from what was kept or recomputed just
 // before it). The same ops on the same inputs in the same order give the same bits.
 template <typename Run>
-bool LlamaModel::BlockForward(int l, const void* residual, const void* weights, void* scratch,
-                              Run run) {
+bool LlamaModel::BlockForward(int l, const void* residual, const void* weights,
+                              const void* adapters, void* scratch, Run run) {
   const int B = last_B_, T = last_T_, C = C_;
   const int64_t BT = int64_t{B} * T;
   const int N = static_cast<int>(BT), A = NH_ * hd_;
@@ -46,10 +49,14 @@ bool LlamaModel::BlockForward(int l, const void* residual, const void* weights, 
                                                      w.ln1, N, C, eps, a, st))) {
     return false;
   }
-  if (run(kSavedQkv) && !(Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), w.qkv,
-                                                     nullptr, N, C, QKV_, a, nullptr, st)) &&
-                          Ok(backend_->RopeForward(At(kSavedQkv, l), rope_cos_, rope_sin_, B, T,
-                                                   NH_, NKV_, hd_, a, st)))) {
+  if (run(kSavedQkv) &&
+      !(Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), w.qkv, nullptr, N, C, QKV_,
+                                   a, nullptr, st)) &&
+        Lora(LoraModule::kLlamaQ, l, At(kSavedQkv, l), At(kSavedLn1, l), adapters) &&
+        Lora(LoraModule::kLlamaK, l, At(kSavedQkv, l), At(kSavedLn1, l), adapters) &&
+        Lora(LoraModule::kLlamaV, l, At(kSavedQkv, l), At(kSavedLn1, l), adapters) &&
+        Ok(backend_->RopeForward(At(kSavedQkv, l), rope_cos_, rope_sin_, B, T, NH_, NKV_, hd_, a,
+                                 st)))) {
     return false;
   }
   if (run(kSavedAtty) &&
@@ -63,6 +70,7 @@ bool LlamaModel::BlockForward(int l, const void* residual, const void* weights, 
   if (run(kSavedResidual2) &&
       !(Ok(backend_->MatmulForward(scratch, At(kSavedAtty, l), w.o, nullptr, N, A, C, a, nullptr,
                                    st)) &&
+        Lora(LoraModule::kLlamaO, l, scratch, At(kSavedAtty, l), adapters) &&
         Ok(backend_->ResidualForward(At(kSavedResidual2, l), residual, scratch, BT * C, a, st)))) {
     return false;
   }
@@ -72,8 +80,10 @@ bool LlamaModel::BlockForward(int l, const void* residual, const void* weights, 
     return false;
   }
   if (run(kSavedGateUp) &&
-      !Ok(backend_->MatmulForward(At(kSavedGateUp, l), At(kSavedLn2, l), w.gate_up, nullptr, N, C,
-                                  2 * I_, a, nullptr, st))) {
+      !(Ok(backend_->MatmulForward(At(kSavedGateUp, l), At(kSavedLn2, l), w.gate_up, nullptr, N, C,
+                                   2 * I_, a, nullptr, st)) &&
+        Lora(LoraModule::kLlamaGate, l, At(kSavedGateUp, l), At(kSavedLn2, l), adapters) &&
+        Lora(LoraModule::kLlamaUp, l, At(kSavedGateUp, l), At(kSavedLn2, l), adapters))) {
     return false;
   }
   if (run(kSavedSwiGlu) &&
@@ -83,6 +93,7 @@ bool LlamaModel::BlockForward(int l, const void* residual, const void* weights, 
   if (run(kSavedResidual3) &&
       !(Ok(backend_->MatmulForward(scratch, At(kSavedSwiGlu, l), w.down, nullptr, N, I_, C, a,
                                    nullptr, st)) &&
+        Lora(LoraModule::kLlamaDown, l, scratch, At(kSavedSwiGlu, l), adapters) &&
         Ok(backend_->ResidualForward(At(kSavedResidual3, l), At(kSavedResidual2, l), scratch,
                                      BT * C, a, st)))) {
     return false;
@@ -145,8 +156,15 @@ float LlamaModel::Forward(const int32_t* inputs, const int32_t* targets, int B, 
     EnterPhase(Phase::kForwardBlock, l);
     const void* weights = store_->AcquireParams(1 + l);
     if (weights == nullptr) return kFailed;
+    const void* adapters = nullptr;
+    if (lora_ != nullptr && (adapters = store_->AcquireParams(lora_->unit(l))) == nullptr) {
+      return kFailed;
+    }
     store_->Prefetch(l + 1 < L ? 2 + l : kFinal);
-    if (!BlockForward(l, residual, weights, dresidual_, [](int) { return true; })) return kFailed;
+    if (!BlockForward(l, residual, weights, adapters, dresidual_, [](int) { return true; })) {
+      return kFailed;
+    }
+    if (adapters != nullptr) store_->ReleaseParams(lora_->unit(l));
     store_->ReleaseParams(1 + l);
     residual = At(kSavedResidual3, l);
   }
@@ -191,7 +209,18 @@ float LlamaModel::Forward(const int32_t* inputs, const int32_t* targets, int B, 
   return static_cast<float>(sum / static_cast<double>(BT));
 }
 
-bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights, float* grads) {
+bool LlamaModel::Lora(LoraModule::Site site, int l, void* y, const void* x, const void* adapters) {
+  return lora_ == nullptr || Ok(lora_->Forward(site, l, y, x, adapters, last_B_ * last_T_));
+}
+
+bool LlamaModel::LoraBackward(LoraModule::Site site, int l, void* dx, const void* dy, const void* x,
+                              const void* adapters, float* grads) {
+  return lora_ == nullptr ||
+         Ok(lora_->Backward(site, l, dx, dy, x, adapters, grads, last_B_ * last_T_));
+}
+
+bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights, float* grads,
+                               const void* adapters, float* adapter_grads) {
   const int B = last_B_, T = last_T_, C = C_;
   const int64_t BT = int64_t{B} * T;
   const int N = static_cast<int>(BT), A = NH_ * hd_;
@@ -205,11 +234,17 @@ bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights,
       Zero(dswiglu_, BT * I_) &&
       Ok(backend_->MatmulBackward(dswiglu_, g.down, nullptr, dresidual_, At(kSavedSwiGlu, l),
                                   w.down, N, I_, C, a, st)) &&
+      LoraBackward(LoraModule::kLlamaDown, l, dswiglu_, dresidual_, At(kSavedSwiGlu, l), adapters,
+                   adapter_grads) &&
       Zero(dgateup_, BT * 2 * I_) &&
       Ok(backend_->SwiGluBackward(dgateup_, At(kSavedGateUp, l), dswiglu_, N, I_, a, st)) &&
       Zero(dln_, BT * C) &&
       Ok(backend_->MatmulBackward(dln_, g.gate_up, nullptr, dgateup_, At(kSavedLn2, l), w.gate_up,
                                   N, C, 2 * I_, a, st)) &&
+      LoraBackward(LoraModule::kLlamaGate, l, dln_, dgateup_, At(kSavedLn2, l), adapters,
+                   adapter_grads) &&
+      LoraBackward(LoraModule::kLlamaUp, l, dln_, dgateup_, At(kSavedLn2, l), adapters,
+                   adapter_grads) &&
       Ok(backend_->RmsNormBackward(dresidual_, g.ln2, dln_, At(kSavedResidual2, l), w.ln2,
                                    rstd2_ + l * BT, N, C, a, st));
   if (!mlp) return false;
@@ -217,6 +252,8 @@ bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights,
   return Zero(datty_, BT * A) &&
          Ok(backend_->MatmulBackward(datty_, g.o, nullptr, dresidual_, At(kSavedAtty, l), w.o, N, A,
                                      C, a, st)) &&
+         LoraBackward(LoraModule::kLlamaO, l, datty_, dresidual_, At(kSavedAtty, l), adapters,
+                      adapter_grads) &&
          Zero(dqkv_, BT * QKV_) &&
          Ok(tiled()
                 ? backend_->GqaAttentionBackwardTiled(
@@ -229,6 +266,12 @@ bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights,
          Zero(dln_, BT * C) &&
          Ok(backend_->MatmulBackward(dln_, g.qkv, nullptr, dqkv_, At(kSavedLn1, l), w.qkv, N, C,
                                      QKV_, a, st)) &&
+         LoraBackward(LoraModule::kLlamaQ, l, dln_, dqkv_, At(kSavedLn1, l), adapters,
+                      adapter_grads) &&
+         LoraBackward(LoraModule::kLlamaK, l, dln_, dqkv_, At(kSavedLn1, l), adapters,
+                      adapter_grads) &&
+         LoraBackward(LoraModule::kLlamaV, l, dln_, dqkv_, At(kSavedLn1, l), adapters,
+                      adapter_grads) &&
          Ok(backend_->RmsNormBackward(dresidual_, g.ln1, dln_, residual, w.ln1, rstd1_ + l * BT, N,
                                       C, a, st));
 }
@@ -248,7 +291,11 @@ void LlamaModel::Backward() {
   const int kEmbedding = 0, kFinal = L + 1;
   const DType a = activation_type_;
   const Stream& st = stream();
-  auto grad = [&](float* unit, int tensor) { return unit + layout_.local_offsets[tensor]; };
+  // A frozen base (LoRA) gets no gradients: only the input gradients flow down to the adapters.
+  const bool frozen = frozen_base();
+  auto grad = [&](float* unit, int tensor) {
+    return unit == nullptr ? nullptr : unit + layout_.local_offsets[tensor];
+  };
 
   // logits_ holds dlogits. With a tied head the embedding's gradient buffer stays with us from
   // the head (first) to the token embedding (last); untied, the final unit's serves the head and
@@ -258,8 +305,8 @@ void LlamaModel::Backward() {
   float* final_grads = nullptr;
   const void* final_unit = nullptr;
   if (layout_.tied) {
-    embedding_grads = store_->AcquireGrads(kEmbedding);
-    if (embedding_grads == nullptr) return;
+    embedding_grads = frozen ? nullptr : store_->AcquireGrads(kEmbedding);
+    if (!frozen && embedding_grads == nullptr) return;
     const void* embedding = store_->AcquireParams(kEmbedding);  // still held since Forward
     if (embedding == nullptr) return;
     store_->Prefetch(kFinal);
@@ -272,13 +319,13 @@ void LlamaModel::Backward() {
     store_->ReleaseParams(kEmbedding);
     final_unit = store_->AcquireParams(kFinal);
     if (final_unit == nullptr) return;
-    final_grads = store_->AcquireGrads(kFinal);
-    if (final_grads == nullptr) return;
+    final_grads = frozen ? nullptr : store_->AcquireGrads(kFinal);
+    if (!frozen && final_grads == nullptr) return;
   } else {
     final_unit = store_->AcquireParams(kFinal);  // still held since Forward
     if (final_unit == nullptr) return;
-    final_grads = store_->AcquireGrads(kFinal);
-    if (final_grads == nullptr) return;
+    final_grads = frozen ? nullptr : store_->AcquireGrads(kFinal);
+    if (!frozen && final_grads == nullptr) return;
     if (!Zero(dln_, BT * C) ||
         !Ok(backend_->MatmulBackward(dln_, grad(final_grads, kLlamaLmHead), nullptr, logits_, lnf_,
                                      Weight(final_unit, kLlamaLmHead), N, C, Vp, a, st))) {
@@ -294,7 +341,7 @@ void LlamaModel::Backward() {
                                     C, a, st))) {
     return;
   }
-  store_->ReleaseGrads(kFinal);
+  if (!frozen) store_->ReleaseGrads(kFinal);
   store_->ReleaseParams(kFinal);
 
   for (int l = L - 1; l >= 0; --l) {
@@ -302,25 +349,42 @@ void LlamaModel::Backward() {
     const void* weights = store_->AcquireParams(1 + l);
     if (weights == nullptr) return;
     if (l > 0) store_->Prefetch(l);
-    float* grads = store_->AcquireGrads(1 + l);
-    if (grads == nullptr) return;
+    const void* adapters = nullptr;
+    float* adapter_grads = nullptr;
+    if (lora_ != nullptr) {
+      adapters = store_->AcquireParams(lora_->unit(l));
+      if (adapters == nullptr) return;
+      adapter_grads = store_->AcquireGrads(lora_->unit(l));
+      if (adapter_grads == nullptr) return;
+    }
+    float* grads = frozen ? nullptr : store_->AcquireGrads(1 + l);
+    if (!frozen && grads == nullptr) return;
     const void* residual = l == 0 ? encoded_ : At(kSavedResidual3, l - 1);
     bool recomputes = false;
     for (int s = 0; s < kNumSaved; ++s) recomputes = recomputes || !Kept(s, l);
     if (recomputes) {
       const auto start = std::chrono::steady_clock::now();
       // dln_ is free until the MLP's backward: it holds the projections' outputs.
-      const bool ok = BlockForward(l, residual, weights, dln_, [&](int s) { return !Kept(s, l); });
+      const bool ok =
+          BlockForward(l, residual, weights, adapters, dln_, [&](int s) { return !Kept(s, l); });
       ++recomputed_blocks_;
       recompute_s_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (!ok) return;
     }
-    if (!BlockBackward(l, residual, weights, grads)) return;
-    store_->ReleaseGrads(1 + l);
+    if (!BlockBackward(l, residual, weights, grads, adapters, adapter_grads)) return;
+    if (!frozen) store_->ReleaseGrads(1 + l);
+    if (lora_ != nullptr) {
+      store_->ReleaseGrads(lora_->unit(l));
+      store_->ReleaseParams(lora_->unit(l));
+    }
     store_->ReleaseParams(1 + l);
   }
   EnterPhase(Phase::kBackwardEmbedding, -1);
+  if (frozen) {
+    if (own_store_ != nullptr) (void)Ok(st.Synchronize());
+    return;
+  }
   if (!layout_.tied) {
     embedding_grads = store_->AcquireGrads(kEmbedding);
     if (embedding_grads == nullptr) return;

@@ -42,6 +42,29 @@ Status CheckModelArguments(const ModelConfig& config, int max_B, int max_T,
   return Status::Ok();
 }
 
+Status Model::CreateLora(const ModelConfig& config, int64_t max_N, kernels::Backend* backend,
+                         DType type) {
+  if (!config.lora.enabled()) return Status::Ok();
+  HOIST_ASSIGN_OR_RETURN(LoraLayout layout, LoraLayout::For(config));
+  HOIST_ASSIGN_OR_RETURN(lora_, LoraPass::Create(layout, max_N, backend, type));
+  return Status::Ok();
+}
+
+std::vector<int64_t> Model::StoreUnitOffsets(const ModelConfig& config, std::vector<int64_t> base) {
+  if (!config.lora.enabled()) return base;
+  StatusOr<LoraLayout> layout = LoraLayout::For(config);
+  HOIST_CHECK(layout.ok()) << layout.status().ToString();
+  for (int l = 0; l < layout->n_layer; ++l) base.push_back(base.back() + layout->unit_size);
+  return base;
+}
+
+int64_t Model::LoraScratchBytes(const ModelConfig& config, int64_t max_N, DType type) {
+  if (!config.lora.enabled()) return 0;
+  StatusOr<LoraLayout> layout = LoraLayout::For(config);
+  HOIST_CHECK(layout.ok()) << layout.status().ToString();
+  return LoraPass::ScratchBytes(*layout, max_N, type);
+}
+
 std::vector<zero::UnitSpec> ModelUnits(const ModelConfig& config) {
   switch (config.family) {
     case ModelFamily::kGpt2: return ParamLayout::For(config).Units();

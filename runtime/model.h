@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "kernels/backend.h"
 #include "runtime/config.h"
+#include "runtime/lora_pass.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
 
@@ -86,10 +87,31 @@ class Model {
   virtual double recompute_seconds() const = 0;
   virtual int64_t recomputed_blocks() const = 0;
 
+  // With LoRA (model.lora): the adapters' pass; null without. The base weights are then frozen:
+  // the model asks the store for no gradient of a base unit and computes none.
+  const LoraPass* lora() const { return lora_.get(); }
+  // The seed of the adapters' dropout masks for the next Forward and its Backward (the trainer
+  // sets one per micro-batch); without dropout it changes nothing.
+  void set_lora_seed(uint64_t seed) {
+    if (lora_ != nullptr) lora_->set_seed(seed);
+  }
+
  protected:
   void EnterPhase(Phase phase, int block) {
     if (phase_hook_) phase_hook_(phase, block);
   }
+  bool frozen_base() const { return lora_ != nullptr; }
+  // Creates lora_ when the config has adapters, for micro-batches of up to max_N rows.
+  Status CreateLora(const ModelConfig& config, int64_t max_N, kernels::Backend* backend,
+                    DType type);
+  // The units of a model's own flat store: the family's `base` offsets (one per unit and the
+  // total), then the adapter units.
+  static std::vector<int64_t> StoreUnitOffsets(const ModelConfig& config,
+                                               std::vector<int64_t> base);
+  // The scratch bytes CreateLora allocates.
+  static int64_t LoraScratchBytes(const ModelConfig& config, int64_t max_N, DType type);
+
+  std::unique_ptr<LoraPass> lora_;
 
  private:
   PhaseHook phase_hook_;

@@ -1,8 +1,11 @@
 #include "runtime/run_identity.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "runtime/lora.h"
 #include "runtime/model.h"
 
 namespace hoist::runtime {
@@ -38,6 +41,17 @@ nlohmann::json RunIdentity(const Config& config) {
                  {"original_max_position_embeddings", r.original_max_position_embeddings}};
     }
     identity["model.rope_scaling"] = scaling;
+  }
+  // LoRA: the adapters' shape and the base they adapt (a checkpoint holds the adapters alone, so
+  // export and resume read the base from there).
+  if (m.lora.enabled()) {
+    identity["lora.r"] = m.lora.r;
+    identity["lora.alpha"] = m.lora.alpha;
+    identity["lora.use_rslora"] = m.lora.use_rslora;
+    std::vector<std::string> targets = m.lora.target_modules;
+    std::sort(targets.begin(), targets.end());
+    identity["lora.target_modules"] = targets;
+    identity["model.init_from"] = m.init_from;
   }
   return identity;
 }
@@ -176,6 +190,37 @@ StatusOr<ModelConfig> ModelFromRunIdentity(const nlohmann::json& saved, const st
     }
     if (m.n_head % m.n_kv_head != 0) return bad("model.n_kv_head");
   }
+  if (saved.is_object() && saved.contains("lora.r")) {
+    auto bad = [&](const char* key) {
+      return DataLossError("checkpoint " + dir + ": manifest metadata.run." + key +
+                           " is missing or out of range");
+    };
+    LoraConfig& lora = m.lora;
+    if (!saved["lora.r"].is_number_integer() || saved["lora.r"].get<int64_t>() < 1 ||
+        saved["lora.r"].get<int64_t>() > 65536) {
+      return bad("lora.r");
+    }
+    lora.r = saved["lora.r"].get<int>();
+    if (!saved.contains("lora.alpha") || !saved["lora.alpha"].is_number() ||
+        !(saved["lora.alpha"].get<double>() > 0)) {
+      return bad("lora.alpha");
+    }
+    lora.alpha = saved["lora.alpha"].get<double>();
+    if (!saved.contains("lora.use_rslora") || !saved["lora.use_rslora"].is_boolean()) {
+      return bad("lora.use_rslora");
+    }
+    lora.use_rslora = saved["lora.use_rslora"].get<bool>();
+    const nlohmann::json targets = saved.value("lora.target_modules", nlohmann::json());
+    if (!targets.is_array() || targets.empty()) return bad("lora.target_modules");
+    for (const auto& t : targets) {
+      if (!t.is_string()) return bad("lora.target_modules");
+      lora.target_modules.push_back(t.get<std::string>());
+    }
+    if (!saved.contains("model.init_from") || !saved["model.init_from"].is_string()) {
+      return bad("model.init_from");
+    }
+    m.init_from = saved["model.init_from"].get<std::string>();
+  }
   if (m.n_embd % m.n_head != 0) {
     return DataLossError("checkpoint " + dir + ": manifest metadata.run has model.n_embd " +
                          std::to_string(m.n_embd) + " not divisible by model.n_head " +
@@ -183,6 +228,12 @@ StatusOr<ModelConfig> ModelFromRunIdentity(const nlohmann::json& saved, const st
   }
   if (Status size = CheckModelSize(m); !size.ok()) {
     return DataLossError("checkpoint " + dir + ": manifest metadata.run: " + size.message());
+  }
+  if (m.lora.enabled()) {
+    if (StatusOr<LoraLayout> layout = LoraLayout::For(m); !layout.ok()) {
+      return DataLossError("checkpoint " + dir +
+                           ": manifest metadata.run: " + layout.status().message());
+    }
   }
   return m;
 }

@@ -21,6 +21,7 @@
 #include "runtime/checkpoint.h"
 #include "runtime/control_server.h"
 #include "runtime/engine_options.h"
+#include "runtime/lora.h"
 #include "runtime/memory_report.h"
 #include "runtime/run_identity.h"
 
@@ -188,9 +189,10 @@ Status Trainer::CreateModel() {
   const int T = config_.model.seq_len;
   engine_comm_ = comm_;
   if (options_.accelerator) HOIST_RETURN_IF_ERROR(OpenAccelerator());
-  const std::vector<zero::UnitSpec> units = ModelUnits(config_.model);
+  const std::vector<zero::UnitSpec> units = TrainedUnits(config_.model);
   zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
   HOIST_RETURN_IF_ERROR(PrepareOffload(units, &zero_options));
+  const bool lora = config_.model.lora.enabled();
   // The whole job against the node's memory, before any of it is allocated: refused with the
   // numbers rather than killed by the OOM killer. (An accelerator's model states are in its own
   // memory, which its allocator guards.)
@@ -201,13 +203,32 @@ Status Trainer::CreateModel() {
   {
     // Opening the scratch files and allocating the buffers can fail on one rank alone (a disk
     // filled since the check, a device out of memory): every rank stops with that rank's reason.
-    auto engine = zero::ZeroEngine::Create(units, zero_options, engine_comm_, backend_);
+    // With LoRA the base model's weights are frozen in an engine of their own (partitioned as
+    // the stage says, offloaded with offload_param) and the adapters train in engine_.
+    zero::ZeroOptions trained_options = zero_options;
+    if (lora) {
+      zero::ZeroOptions base_options = zero_options;
+      base_options.frozen = true;
+      base_options.offload_optimizer = zero::OptimizerOffload{};
+      trained_options.offload_param = zero::ParamOffload{};
+      auto base =
+          zero::ZeroEngine::Create(ModelUnits(config_.model), base_options, engine_comm_, backend_);
+      HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, base.status()));
+      base_engine_ = std::move(base).value();
+    }
+    auto engine = zero::ZeroEngine::Create(units, trained_options, engine_comm_, backend_);
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, engine.status()));
     engine_ = std::move(engine).value();
   }
+  zero::ParamStore* store = engine_.get();
+  if (lora) {
+    joined_store_ = std::make_unique<zero::JoinedParamStore>(
+        base_engine_.get(), static_cast<int>(ModelUnits(config_.model).size()), engine_.get());
+    store = joined_store_.get();
+  }
   {
-    auto model = runtime::CreateModel(config_.model, B, T, backend_, engine_.get(),
-                                      config_.precision(), config_.activation_checkpointing);
+    auto model = runtime::CreateModel(config_.model, B, T, backend_, store, config_.precision(),
+                                      config_.activation_checkpointing);
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, model.status()));
     model_ = std::move(model).value();
   }
@@ -318,14 +339,12 @@ Status Trainer::Initialize() {
     }
   }
   int64_t log_bytes = -1;
+  // A LoRA checkpoint holds the adapters alone: the frozen base comes from where it came from.
+  if (resume_dir.empty() || base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(InitializeBase());
   if (!resume_dir.empty()) {
     HOIST_ASSIGN_OR_RETURN(log_bytes, LoadCheckpoint(resume_dir));
-  } else if (!config_.model.init_from.empty()) {
-    HOIST_RETURN_IF_ERROR(InitializeFrom(config_.model.init_from));
-  } else {
-    const uint64_t seed = config_.train.seed;
-    HOIST_RETURN_IF_ERROR(engine_->Initialize(
-        [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); }));
+  } else if (base_engine_ != nullptr) {
+    HOIST_RETURN_IF_ERROR(InitializeAdapters());
   }
   HOIST_ASSIGN_OR_RETURN(log_, JsonlLog::Open(config_.monitor.jsonl_path, rank, log_bytes));
   profile_last_step_ = step_ + config_.monitor.memory_profile_steps;  // counted from the start
@@ -363,11 +382,18 @@ StatusOr<StepRecord> Trainer::Step() {
     const auto t0 = Clock::now();
     if (Status read = train_loader_->Next(inputs, targets); data.ok()) data = read;
     const auto t1 = Clock::now();
+    // The adapters' dropout masks: one draw per (seed, step, micro-batch, rank), the same
+    // whether the run was resumed or not.
+    model_->set_lora_seed(config_.train.seed ^
+                          (static_cast<uint64_t>(record.step) * 0x9E3779B97F4A7C15ull) ^
+                          (static_cast<uint64_t>(micro * comm_->world_size() + comm_->rank()) *
+                           0xC2B2AE3D27D4EB4Full));
     loss_sum += model_->Forward(inputs, targets, B, T, dloss);
     const auto t2 = Clock::now();
     model_->Backward();
     HOIST_RETURN_IF_ERROR(model_->status());
     HOIST_RETURN_IF_ERROR(engine_->status());
+    if (base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(base_engine_->status());
     phase_s[int(StepPhase::kData)] += std::chrono::duration<double>(t1 - t0).count();
     phase_s[int(StepPhase::kForward)] += std::chrono::duration<double>(t2 - t1).count();
     phase_s[int(StepPhase::kBackward)] += SecondsSince(t2);
@@ -377,6 +403,8 @@ StatusOr<StepRecord> Trainer::Step() {
   const auto reduce_start = Clock::now();
   // A shard that one rank could not read (truncated while training) stops every rank here.
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
+  // A frozen base's shard that could not be read from NVMe was served as zeros: the step is void.
+  if (base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(base_engine_->AgreeOnDeferredErrors());
   // The loss of the whole global batch: every rank's mean, averaged over the ranks.
   float loss = static_cast<float>(loss_sum / static_cast<double>(accumulation));
   HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat32, comm::ReduceOp::kAvg));
@@ -451,9 +479,11 @@ StatusOr<float> Trainer::Evaluate() {
     sum += model_->Forward(inputs, targets, B, T);
     HOIST_RETURN_IF_ERROR(model_->status());
     HOIST_RETURN_IF_ERROR(engine_->status());
+    if (base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(base_engine_->status());
   }
   // A parameter shard that could not be read was served as zeros: no loss from it.
   HOIST_RETURN_IF_ERROR(engine_->AgreeOnDeferredErrors());
+  if (base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(base_engine_->AgreeOnDeferredErrors());
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
   float loss = static_cast<float>(sum / static_cast<double>(steps));
   HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat32, comm::ReduceOp::kAvg));

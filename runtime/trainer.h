@@ -114,7 +114,10 @@ class Trainer {
   int64_t step() const { return step_; }
   const std::vector<float>& losses() const { return losses_; }
   Model& model() { return *model_; }
+  // The engine of the trained weights: the whole model's, or the adapters' with LoRA.
   zero::ZeroEngine& engine() { return *engine_; }
+  // The engine of the base model's weights: the frozen base with LoRA, else engine().
+  zero::ZeroEngine& base_engine() { return base_engine_ != nullptr ? *base_engine_ : *engine_; }
   int rank() const { return comm_->rank(); }
   // The Prometheus endpoint; nullptr unless metrics.enabled.
   const MetricsExporter* metrics() const { return metrics_.get(); }
@@ -149,6 +152,12 @@ class Trainer {
   // Sets the weights of a fresh run from model.init_from (a Hugging Face directory or an llm.c
   // file), each rank reading a unit at a time; a rank that fails to read stops every rank.
   Status InitializeFrom(const std::string& path);
+  // Sets the base model's weights of a fresh or resumed run: from model.init_from, or drawn from
+  // train.seed. With LoRA that is the frozen base, which checkpoints do not hold.
+  Status InitializeBase();
+  // With LoRA, the adapters of a fresh run: from lora.init_from (a PEFT adapter), or PEFT's
+  // initialisation drawn from train.seed.
+  Status InitializeAdapters();
   void PrintProgress(const StepRecord& record);
   Status RunSteps();
   // The memory profile (monitor.memory_profile): marks the start of a phase of the step being
@@ -190,6 +199,10 @@ class Trainer {
   // What the engine's collectives go through: comm_, the accelerator's or staged_.
   comm::Communicator* engine_comm_ = nullptr;
   std::unique_ptr<zero::ZeroEngine> engine_;
+  // LoRA: the frozen base's engine (engine_ then holds the adapters), and the store that joins
+  // the two for the model.
+  std::unique_ptr<zero::ZeroEngine> base_engine_;
+  std::unique_ptr<zero::JoinedParamStore> joined_store_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<DataLoader> train_loader_, val_loader_;

@@ -5,6 +5,7 @@
 #include "comm/agree.h"
 #include "core/logging.h"
 #include "runtime/gpt2_weights.h"
+#include "runtime/lora.h"
 #include "runtime/model.h"
 #include "runtime/trainer.h"
 
@@ -36,10 +37,36 @@ Status Trainer::InitializeFrom(const std::string& path) {
     if (!read.ok()) return;
     read = (*opened)->FillRange(unit, begin, count, out);
   };
-  HOIST_RETURN_IF_ERROR(engine_->Initialize(fill));
+  HOIST_RETURN_IF_ERROR(base_engine().Initialize(fill));
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, read));
   hf_config_ = (*opened)->hf_config();
   if (comm_->rank() == 0) HOIST_LOG(INFO) << "initialized the weights from " << path;
+  return Status::Ok();
+}
+
+Status Trainer::InitializeBase() {
+  if (!config_.model.init_from.empty()) return InitializeFrom(config_.model.init_from);
+  const uint64_t seed = config_.train.seed;
+  return base_engine().Initialize(
+      [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); });
+}
+
+Status Trainer::InitializeAdapters() {
+  HOIST_ASSIGN_OR_RETURN(const LoraLayout layout, LoraLayout::For(config_.model));
+  const LoraConfig& lora = config_.model.lora;
+  if (lora.init_from.empty()) {
+    const uint64_t seed = config_.train.seed;
+    return engine_->Initialize(
+        [&](int unit, float* out) { InitializeLoraUnit(layout, unit, seed, out); });
+  }
+  // Small: every rank reads the whole adapter and keeps its part.
+  std::vector<float> adapters;
+  Status read = ReadPeftAdapters(lora.init_from, config_.model.family, layout, &adapters);
+  HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, read));
+  HOIST_RETURN_IF_ERROR(engine_->Initialize([&](int unit, float* out) {
+    std::copy_n(adapters.begin() + unit * layout.unit_size, layout.unit_size, out);
+  }));
+  if (comm_->rank() == 0) HOIST_LOG(INFO) << "initialized the adapters from " << lora.init_from;
   return Status::Ok();
 }
 

@@ -1,0 +1,290 @@
+// LoRA against Hugging Face PEFT (scripts/reference/lora_peft.py wrote tests/data/lora_peft/):
+// a tiny GPT-2 and Llama with PEFT's adapters (B random, so every gradient is non-zero) give
+// PEFT's logits, loss and adapter gradients, and 20 AdamW steps over the adapters give PEFT's
+// losses and adapters, on one rank and on two at every ZeRO stage. The base stays frozen: no
+// gradient, no optimizer state, and the engine's gradient and optimizer bytes are the adapters'.
+#include "runtime/lora.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "runtime/config.h"
+#include "runtime/hf_checkpoint.h"
+#include "runtime/model.h"
+#include "runtime/safetensors.h"
+#include "trainer_test_util.h"
+
+namespace hoist::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using testing_util::RankRun;
+using testing_util::TrainOnRanks;
+
+const std::string kLora = std::string(HOIST_SOURCE_DIR) + "/tests/data/lora_peft";
+const std::string kData = std::string(HOIST_SOURCE_DIR) + "/tests/data";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string BaseDir(const std::string& family) {
+  return kData + (family == "gpt2" ? "/gpt2_hf" : "/llama_hf");
+}
+
+std::vector<float> Tensor(const SafetensorsFile& file, const std::string& name) {
+  const SafetensorsTensor* t = file.Find(name);
+  HOIST_CHECK(t != nullptr) << name;
+  std::vector<float> values(static_cast<size_t>(t->elements()));
+  HOIST_CHECK(file.ReadFloat(*t, 0, t->elements(), values.data()).ok());
+  return values;
+}
+
+std::vector<int32_t> Tokens(const SafetensorsFile& file, const std::string& name) {
+  const SafetensorsTensor* t = file.Find(name);
+  HOIST_CHECK(t != nullptr && t->dtype == "I32") << name;
+  std::vector<int32_t> values(static_cast<size_t>(t->elements()));
+  HOIST_CHECK(file.ReadBytes(*t, 0, t->elements() * 4, values.data()).ok());
+  return values;
+}
+
+// `got` within `rel` of `want`, relative to the largest |want| of the tensor.
+void ExpectClose(const float* got, const std::vector<float>& want, double rel,
+                 const std::string& what) {
+  double scale = 0;
+  for (float w : want) scale = std::max(scale, std::abs(double{w}));
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::abs(double{got[i]} - want[i]));
+  EXPECT_LE(worst, rel * scale) << what << ": worst difference " << worst << " of " << scale;
+}
+
+class LoraPeft : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LoraPeft, LogitsLossAndAdapterGradientsMatchPeft) {
+  const std::string family = GetParam();
+  const std::string dir = kLora + "/" + family;
+  auto reference = SafetensorsFile::Open(dir + "/reference.safetensors");
+  ASSERT_TRUE(reference.ok()) << reference.status().ToString();
+  auto source = OpenWeightSource(BaseDir(family) + "/fp32");
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ModelConfig model = (*source)->model();
+  auto lora = ReadPeftAdapterConfig(dir + "/adapter");
+  ASSERT_TRUE(lora.ok()) << lora.status().ToString();
+  model.lora = *lora;
+  const std::vector<int32_t> inputs = Tokens(*reference, "input_ids");
+  const std::vector<int32_t> targets = Tokens(*reference, "target_ids");
+  const SafetensorsTensor* shape = reference->Find("input_ids");
+  const int B = static_cast<int>(shape->shape[0]), T = static_cast<int>(shape->shape[1]);
+  model.seq_len = T;
+  auto layout = LoraLayout::For(model);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+
+  CpuDevice device(Place::kDevice);
+  auto created = CreateModel(model, B, T, &device);
+  ASSERT_TRUE(created.ok()) << created.status().ToString();
+  Model& m = **created;
+  ASSERT_NE(m.lora(), nullptr);
+  // The base's units, then the adapters (a model's own store holds both).
+  int64_t at = 0;
+  int unit = 0;
+  for (const zero::UnitSpec& spec : ModelUnits(model)) {
+    ASSERT_TRUE((*source)->FillUnit(unit++, m.params() + at).ok());
+    at += spec.size;
+  }
+  const int64_t base_total = at;
+  std::vector<float> adapters;
+  const Status read = ReadPeftAdapters(dir + "/adapter", model.family, *layout, &adapters);
+  ASSERT_TRUE(read.ok()) << read.ToString();
+  std::copy(adapters.begin(), adapters.end(), m.params() + base_total);
+
+  // Logits and loss.
+  m.Forward(inputs.data(), nullptr, B, T);
+  ASSERT_TRUE(m.status().ok()) << m.status().ToString();
+  const std::vector<float> logits = Tensor(*reference, "logits");
+  const int V = model.vocab_size, Vp = model.padded_vocab_size();
+  std::vector<float> got(logits.size());
+  for (int64_t row = 0; row < int64_t{B} * T; ++row) {
+    std::copy_n(m.logits() + row * Vp, V, got.begin() + row * V);
+  }
+  ExpectClose(got.data(), logits, 1e-5, "logits");
+  m.ZeroGradients();
+  const float loss = m.Forward(inputs.data(), targets.data(), B, T, 1.0f);
+  m.Backward();
+  ASSERT_TRUE(m.status().ok()) << m.status().ToString();
+  const float want_loss = Tensor(*reference, "loss")[0];
+  EXPECT_NEAR(loss, want_loss, 1e-5 * std::abs(want_loss));
+
+  // The adapters' gradients are PEFT's; the frozen base gets none.
+  for (int l = 0; l < model.n_layer; ++l) {
+    for (size_t mod = 0; mod < layout->modules.size(); ++mod) {
+      for (bool b : {false, true}) {
+        const std::string name = layout->PeftName(model.family, l, static_cast<int>(mod), b);
+        const float* grad = m.grads() + base_total + l * layout->unit_size +
+                            (b ? layout->b_offset[mod] : layout->a_offset[mod]);
+        ExpectClose(grad, Tensor(*reference, "grad." + name), 1e-5, name);
+      }
+    }
+  }
+  EXPECT_TRUE(std::all_of(m.grads(), m.grads() + base_total, [](float g) { return g == 0.0f; }))
+      << "the frozen base got a gradient";
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, LoraPeft, ::testing::Values("gpt2", "llama"));
+
+// PEFT's training run (train.json): the base from its Hugging Face directory, the adapters from
+// PEFT's, B x T per step split over `world` ranks, AdamW at a constant lr over the adapters.
+Config Job(const std::string& family, int world, const std::vector<std::string>& extra = {}) {
+  const std::string dir = kLora + "/" + family;
+  const nlohmann::json train = nlohmann::json::parse(ReadFile(dir + "/train.json"));
+  const int B = train["B"].get<int>();
+  nlohmann::json job = {
+      {"model", {{"init_from", BaseDir(family) + "/fp32"}, {"seq_len", train["T"]}}},
+      {"lora", {{"init_from", dir + "/adapter"}}},
+      {"train_micro_batch_size_per_gpu", B / world},
+      {"gradient_accumulation_steps", 1},
+      {"optimizer",
+       {{"type", "AdamW"},
+        {"params",
+         {{"lr", train["lr"]},
+          {"betas", train["betas"]},
+          {"eps", train["eps"]},
+          {"weight_decay", train["weight_decay"]}}}}},
+      {"gradient_clipping", 0.0},
+      {"steps_per_print", 0},
+      {"train", {{"steps", train["steps"]}, {"seed", 1}, {"eval_interval", 0}}},
+      {"data", {{"train", BaseDir(family) + "/train.bin"}, {"val", ""}}},
+      {"monitor", {{"jsonl", {{"path", ""}}}}},
+      {"comm", {{"timeout_s", 60}}}};
+  StatusOr<Config> config = ParseConfig(job.dump(), extra, world, "lora job");
+  HOIST_CHECK(config.ok()) << config.status().ToString();
+  return *config;
+}
+
+// 20 steps of AdamW at lr 1e-2: float rounding stays near 1e-6 relative; a wrong scaling, weight
+// decay or orientation moves the losses by 1e-3 and more within a few steps.
+void ExpectPeftTraining(const std::string& family, const RankRun& run, const std::string& what) {
+  const std::string dir = kLora + "/" + family;
+  auto reference = SafetensorsFile::Open(dir + "/reference.safetensors");
+  ASSERT_TRUE(reference.ok());
+  const std::vector<float> torch = Tensor(*reference, "train_losses");
+  ASSERT_EQ(run.losses.size(), torch.size()) << what;
+  for (size_t i = 0; i < torch.size(); ++i) {
+    EXPECT_NEAR(run.losses[i], torch[i], 1e-4 * std::abs(torch[i])) << what << " step " << i + 1;
+  }
+  // The trained adapters (the engine's weights are the adapters') are PEFT's.
+  Config config = Job(family, 1);
+  auto layout = LoraLayout::For(config.model);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_EQ(static_cast<int64_t>(run.params.size()), layout->n_layer * layout->unit_size) << what;
+  for (int l = 0; l < layout->n_layer; ++l) {
+    for (size_t mod = 0; mod < layout->modules.size(); ++mod) {
+      for (bool b : {false, true}) {
+        const std::string name = layout->PeftName(config.model.family, l, static_cast<int>(mod), b);
+        const float* got = run.params.data() + l * layout->unit_size +
+                           (b ? layout->b_offset[mod] : layout->a_offset[mod]);
+        ExpectClose(got, Tensor(*reference, "final." + name), 1e-4, what + " " + name);
+      }
+    }
+  }
+}
+
+TEST_P(LoraPeft, TwentyStepsMatchPeftOnOneRankAndOnTwoAtEveryStage) {
+  const std::string family = GetParam();
+  for (const auto& [world, stage] :
+       {std::pair{1, 0}, std::pair{2, 1}, std::pair{2, 2}, std::pair{2, 3}}) {
+    const std::string what = std::to_string(world) + " rank(s), stage " + std::to_string(stage);
+    const std::vector<RankRun> runs = TrainOnRanks(
+        Job(family, world, {"zero_optimization.stage=" + std::to_string(stage)}), world);
+    for (size_t r = 0; r < runs.size(); ++r) {
+      ASSERT_TRUE(runs[r].status.ok())
+          << what << " rank " << r << ": " << runs[r].status.ToString();
+    }
+    ExpectPeftTraining(family, runs[0], what);
+    // The trained engine holds the adapters alone: their gradients and optimizer states.
+    auto layout = LoraLayout::For(Job(family, 1).model);
+    ASSERT_TRUE(layout.ok());
+    const int64_t adapter_elements = layout->n_layer * layout->unit_size;
+    EXPECT_LE(runs[0].states.optimizer, 2 * adapter_elements * 4 + 64) << what;
+  }
+}
+
+TEST(LoraConfig, TargetsAreCheckedAgainstTheModelsLayers) {
+  auto parse = [](const nlohmann::json& lora, const std::string& type = "gpt2") {
+    nlohmann::json job = {{"model",
+                           {{"model_type", type},
+                            {"n_layer", 2},
+                            {"n_head", 2},
+                            {"n_embd", 8},
+                            {"vocab_size", 64},
+                            {"seq_len", 8}}},
+                          {"lora", lora},
+                          {"train_batch_size", 1},
+                          {"train", {{"steps", 1}}},
+                          {"data", {{"train", "builtin:demo"}}}};
+    if (type == "llama") job["model"]["intermediate_size"] = 12;
+    return ParseConfig(job.dump(), {}, 1, "job.json");
+  };
+  auto ok = parse({{"r", 4}, {"target_modules", {"c_attn", "c_proj"}}});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  auto layout = LoraLayout::For(ok->model);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_EQ(layout->modules.size(), 3u);  // c_attn, attn.c_proj, mlp.c_proj
+  EXPECT_EQ(layout->modules[1].site, LoraModule::kGpt2AttnProj);
+  EXPECT_EQ(layout->modules[2].site, LoraModule::kGpt2MlpProj);
+  EXPECT_FLOAT_EQ(layout->scaling, 2.0f);  // alpha 8 (PEFT's default) over r 4
+  auto defaults = parse(nlohmann::json::object(), "llama");
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  EXPECT_EQ(defaults->model.lora.r, 8);
+  EXPECT_EQ(defaults->model.lora.target_modules, (std::vector<std::string>{"q_proj", "v_proj"}));
+  for (const auto& [lora, words] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {{{"target_modules", {"q_proj"}}}, "matches no layer"},
+           {{{"target_modules", {"lm_head"}}}, "outside the transformer blocks"},
+           {{{"target_modules", {"transformer.h.0.attn.c_attn"}}}, "1 of 2 blocks"},
+           {{{"target_modules", "c_.*"}}, "regular expression"},
+           {{{"r", 0}}, "lora.r"},
+           {{{"dropout", 1.0}}, "lora.dropout"},
+           {{{"bias", "all"}}, "lora.bias"},
+           {{{"alpha", 4}, {"lora_alpha", 4}}, "same setting"},
+           {{{"rank", 4}}, "lora.rank"}}) {
+    auto refused = parse(lora);
+    ASSERT_FALSE(refused.ok()) << lora.dump();
+    EXPECT_NE(refused.status().message().find(words), std::string::npos)
+        << lora.dump() << ": " << refused.status().ToString();
+  }
+}
+
+TEST(LoraConfig, AnAdapterDirectoryFillsTheSettingsAndAKeyThatDisagreesIsRefused) {
+  auto parse = [](const nlohmann::json& lora) {
+    nlohmann::json job = {{"model", {{"init_from", kData + "/llama_hf/fp32"}, {"seq_len", 16}}},
+                          {"lora", lora},
+                          {"train_batch_size", 1},
+                          {"train", {{"steps", 1}}},
+                          {"data", {{"train", "builtin:demo"}}}};
+    return ParseConfig(job.dump(), {}, 1, "job.json");
+  };
+  auto filled = parse({{"init_from", kLora + "/llama/adapter"}});
+  ASSERT_TRUE(filled.ok()) << filled.status().ToString();
+  EXPECT_EQ(filled->model.lora.r, 2);
+  EXPECT_EQ(filled->model.lora.alpha, 6.0);
+  EXPECT_EQ(filled->model.lora.target_modules.size(), 5u);
+  auto refused = parse({{"init_from", kLora + "/llama/adapter"}, {"r", 4}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("disagrees"), std::string::npos)
+      << refused.status().ToString();
+  auto missing = parse({{"init_from", kLora + "/nothing-here"}});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("adapter_config.json"), std::string::npos)
+      << missing.status().ToString();
+}
+
+}  // namespace
+}  // namespace hoist::runtime
