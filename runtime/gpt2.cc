@@ -308,13 +308,13 @@ struct BlockTensors {
 }  // namespace
 
 bool Gpt2Model::Lora(LoraModule::Site site, int l, void* y, const void* x, const void* adapters) {
-  return lora_ == nullptr || Ok(lora_->Forward(site, l, y, x, adapters, last_B_ * last_T_));
+  return lora_ == nullptr || Ok(lora_->Forward(site, l, y, x, adapters, last_B_, last_T_));
 }
 
 bool Gpt2Model::LoraBackward(LoraModule::Site site, int l, void* dx, const void* dy, const void* x,
                              const void* adapters, float* grads) {
   return lora_ == nullptr ||
-         Ok(lora_->Backward(site, l, dx, dy, x, adapters, grads, last_B_ * last_T_));
+         Ok(lora_->Backward(site, l, dx, dy, x, adapters, grads, last_B_, last_T_));
 }
 
 const void* Gpt2Model::Weight(const void* unit, int tensor) const {

@@ -210,13 +210,13 @@ float LlamaModel::Forward(const int32_t* inputs, const int32_t* targets, int B, 
 }
 
 bool LlamaModel::Lora(LoraModule::Site site, int l, void* y, const void* x, const void* adapters) {
-  return lora_ == nullptr || Ok(lora_->Forward(site, l, y, x, adapters, last_B_ * last_T_));
+  return lora_ == nullptr || Ok(lora_->Forward(site, l, y, x, adapters, last_B_, last_T_));
 }
 
 bool LlamaModel::LoraBackward(LoraModule::Site site, int l, void* dx, const void* dy, const void* x,
                               const void* adapters, float* grads) {
   return lora_ == nullptr ||
-         Ok(lora_->Backward(site, l, dx, dy, x, adapters, grads, last_B_ * last_T_));
+         Ok(lora_->Backward(site, l, dx, dy, x, adapters, grads, last_B_, last_T_));
 }
 
 bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights, float* grads,

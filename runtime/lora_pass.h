@@ -30,29 +30,40 @@ class LoraPass {
   const LoraLayout& layout() const { return layout_; }
   // The store unit of block `layer`'s adapters.
   int unit(int layer) const { return layout_.base_units + layer; }
-  // The dropout masks' seed for the next forward and its backward.
-  void set_seed(uint64_t seed) { seed_ = seed; }
+  // The dropout masks of the next forward and its backward: `seed` is the optimizer step's, and
+  // the micro-batch's sequences are the step's first_sequence, first_sequence + 1, ... Each
+  // sequence draws its own mask from (seed, its index, the layer), so a sequence gets the same
+  // mask however the step's batch is split over ranks and micro-batches.
+  void set_seed(uint64_t seed, int64_t first_sequence) {
+    seed_ = seed;
+    first_sequence_ = first_sequence;
+  }
 
-  // Forward at `site` of block `layer` over N rows: y (N, base_out) += the adapter's output.
+  // Forward at `site` of block `layer` over N = B * T rows (B sequences of T positions):
+  // y (N, base_out) += the adapter's output.
   // `adapters` is the block's adapter unit; a site without an adapter is left alone.
   Status Forward(LoraModule::Site site, int layer, void* y, const void* x, const void* adapters,
-                 int N);
+                 int B, int T);
   // Backward at `site`: `grads` (the adapter unit's fp32 gradient) += dA, dB; dx (N, in) += the
   // adapter's part of the input gradient, from dy (N, base_out), the gradient of y.
   Status Backward(LoraModule::Site site, int layer, void* dx, const void* dy, const void* x,
-                  const void* adapters, float* grads, int N);
+                  const void* adapters, float* grads, int B, int T);
 
  private:
   LoraPass(const LoraLayout& layout, kernels::Backend* backend, DType type)
       : layout_(layout), backend_(backend), type_(type) {}
   // The adapter's input: x itself, or dropout(x) drawn into dropped_.
-  StatusOr<const void*> Input(int module, int layer, const void* x, int N);
-  uint64_t MaskSeed(int module, int layer) const;
+  StatusOr<const void*> Input(int module, int layer, const void* x, int B, int T);
+  // out = the dropout of inp (B sequences of T rows of `width`), each sequence its own mask.
+  Status ApplyDropout(void* out, const void* inp, int module, int layer, int B, int T,
+                      int64_t width);
+  uint64_t MaskSeed(int module, int layer, int64_t sequence) const;
 
   LoraLayout layout_;
   kernels::Backend* backend_;
   DType type_;
   uint64_t seed_ = 0;
+  int64_t first_sequence_ = 0;
   Buffer scratch_;
   void* h_ = nullptr;        // (N, r): dropout(x) A^T
   void* dh_ = nullptr;       // (N, r): its gradient

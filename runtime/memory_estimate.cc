@@ -12,6 +12,7 @@
 #include "kernels/cuda/workspace.h"
 #include "runtime/data_loader.h"
 #include "runtime/engine_options.h"
+#include "runtime/lora.h"
 #include "runtime/memory_report.h"
 #include "zero/param_store.h"
 
@@ -73,9 +74,15 @@ zero::ModelPasses ModelStorePasses(const ModelConfig& config) {
   tiny.vocab_size = 2;
   tiny.seq_len = 1;
   tiny.tie_word_embeddings = config.tie_word_embeddings;
+  tiny.lora = config.lora;  // the adapters' units follow the base's
+  tiny.lora.init_from.clear();
   MemoryTracker tracker;  // the caller's tracker never sees this
   CpuDevice device(Place::kDevice, &tracker);
-  RecordingStore store(ModelUnits(tiny), &device);
+  std::vector<zero::UnitSpec> units = ModelUnits(tiny);
+  if (tiny.lora.enabled()) {
+    for (zero::UnitSpec& unit : LoraLayout::For(tiny).value().Units()) units.push_back(unit);
+  }
+  RecordingStore store(units, &device);
   auto model = std::move(CreateModel(tiny, 1, 1, &device, &store)).value();
   zero::ModelPasses passes;
   const int32_t token = 1;
@@ -97,6 +104,15 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   if (world_size < 1) return InvalidArgumentError("the number of ranks must be >= 1");
   const std::vector<zero::UnitSpec> units = ModelUnits(config.model);
   const zero::ZeroOptions options = ZeroOptionsFrom(config);
+  // With LoRA, the frozen base's engine and the adapters' side by side (as the trainer builds
+  // them); the model's passes number the adapters after the base.
+  std::vector<zero::EngineUnits> engines;
+  if (config.model.lora.enabled()) {
+    engines.push_back({units, FrozenBaseOptions(options)});
+    engines.push_back({TrainedUnits(config.model), AdapterOptions(options)});
+  } else {
+    engines.push_back({units, options});
+  }
   const int B = static_cast<int>(config.train_micro_batch_size_per_gpu);
   const int T = config.model.seq_len;
   const int micro_batches = static_cast<int>(config.gradient_accumulation_steps);
@@ -119,10 +135,9 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
     held[int(Place::kDevice)][int(Category::kWorkspace)] += kernels::cuda::BackendWorkspaceBytes();
   }
 
-  HOIST_ASSIGN_OR_RETURN(
-      zero::EngineMemoryEstimate engine,
-      zero::EstimateEngineMemory(units, options, world_size,
-                                 /*rank=*/0, passes, micro_batches, accelerator));
+  HOIST_ASSIGN_OR_RETURN(zero::EngineMemoryEstimate engine,
+                         zero::EstimateEngineMemory(engines, world_size, /*rank=*/0, passes,
+                                                    micro_batches, accelerator));
   MemoryEstimate e;
   e.world_size = world_size;
   e.device = device;
@@ -145,8 +160,22 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
                            ? zero::EnginePhaseName(static_cast<zero::EnginePhase>(largest))
                            : "throughout";
   }
+  e.trainable_parameters = e.parameters;
   e.zero_paper_model_states = zero::ZeroPaperModelStateBytes(
       e.parameters, config.zero.stage, world_size, config.precision() != DType::kFloat32);
+  if (config.model.lora.enabled()) {
+    // The paper's formula for the adapters, beside the frozen base's compute-type weights (whole,
+    // or a 1/N share in stage 3).
+    e.trainable_parameters = 0;
+    for (const zero::UnitSpec& unit : TrainedUnits(config.model)) {
+      e.trainable_parameters += unit.size;
+    }
+    const int64_t base_bytes = e.parameters * static_cast<int64_t>(DTypeSize(config.precision()));
+    e.zero_paper_model_states =
+        zero::ZeroPaperModelStateBytes(e.trainable_parameters, config.zero.stage, world_size,
+                                       config.precision() != DType::kFloat32) +
+        (config.zero.stage == 3 ? (base_bytes + world_size - 1) / world_size : base_bytes);
+  }
   e.engine = std::move(engine);
   return e;
 }
@@ -162,6 +191,7 @@ nlohmann::json MemoryEstimateJson(const MemoryEstimate& e) {
   return {{"world_size", e.world_size},
           {"device", e.device == DeviceKind::kCuda ? "cuda" : "cpu"},
           {"parameters", e.parameters},
+          {"trainable_parameters", e.trainable_parameters},
           {"peak", MemoryTableJson(e.peak)},
           {"peak_total", PeakTotalJson(snapshot)},
           {"peak_during", std::move(phases)},
@@ -180,11 +210,15 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
   std::ostringstream out;
   const ActivationCheckpointingConfig& ac = config.activation_checkpointing;
   out << "model: " << ModelDisplayName(config.model.family) << ", " << config.model.n_layer
-      << " layers, " << config.model.n_embd << " wide, " << e.parameters
-      << " parameters; micro-batch " << config.train_micro_batch_size_per_gpu << " x "
-      << config.model.seq_len << " tokens, " << DTypeName(config.precision()) << ", ZeRO stage "
-      << config.zero.stage << " on " << e.world_size << (e.world_size == 1 ? " rank" : " ranks")
-      << "\n";
+      << " layers, " << config.model.n_embd << " wide, " << e.parameters << " parameters";
+  if (config.model.lora.enabled()) {
+    const LoraConfig& lora = config.model.lora;
+    out << " (frozen) + " << e.trainable_parameters << " in LoRA adapters (r " << lora.r
+        << ", alpha " << lora.alpha << ")";
+  }
+  out << "; micro-batch " << config.train_micro_batch_size_per_gpu << " x " << config.model.seq_len
+      << " tokens, " << DTypeName(config.precision()) << ", ZeRO stage " << config.zero.stage
+      << " on " << e.world_size << (e.world_size == 1 ? " rank" : " ranks") << "\n";
   out << "activation checkpointing: " << CheckpointPolicyName(ac.policy);
   if (ac.policy == CheckpointPolicy::kEveryK) out << " (one block in " << ac.every_k << ")";
   if (ac.cpu_checkpointing) out << ", block inputs in pinned host memory";

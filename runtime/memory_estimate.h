@@ -35,6 +35,8 @@ struct MemoryEstimate {
   int world_size = 1;
   DeviceKind device = DeviceKind::kCpu;  // what the model and the engine compute on
   int64_t parameters = 0;  // Ψ, the model's parameter count (the padded vocabulary included)
+  // The parameters trained: Ψ, or with LoRA the adapters' (the base is frozen).
+  int64_t trainable_parameters = 0;
   zero::EngineMemoryEstimate engine;
   Model::ActivationBytes activations;  // the model's, held from creation on
   int64_t batch_bytes = 0;             // the micro-batch's tokens and targets (device)

@@ -90,10 +90,11 @@ class Model {
   // With LoRA (model.lora): the adapters' pass; null without. The base weights are then frozen:
   // the model asks the store for no gradient of a base unit and computes none.
   const LoraPass* lora() const { return lora_.get(); }
-  // The seed of the adapters' dropout masks for the next Forward and its Backward (the trainer
-  // sets one per micro-batch); without dropout it changes nothing.
-  void set_lora_seed(uint64_t seed) {
-    if (lora_ != nullptr) lora_->set_seed(seed);
+  // The adapters' dropout masks for the next Forward and its Backward (LoraPass::set_seed: the
+  // step's seed and the index of the micro-batch's first sequence in the step's global batch);
+  // without dropout it changes nothing.
+  void set_lora_seed(uint64_t seed, int64_t first_sequence) {
+    if (lora_ != nullptr) lora_->set_seed(seed, first_sequence);
   }
 
  protected:

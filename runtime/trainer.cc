@@ -205,14 +205,10 @@ Status Trainer::CreateModel() {
     // filled since the check, a device out of memory): every rank stops with that rank's reason.
     // With LoRA the base model's weights are frozen in an engine of their own (partitioned as
     // the stage says, offloaded with offload_param) and the adapters train in engine_.
-    zero::ZeroOptions trained_options = zero_options;
+    const zero::ZeroOptions trained_options = lora ? AdapterOptions(zero_options) : zero_options;
     if (lora) {
-      zero::ZeroOptions base_options = zero_options;
-      base_options.frozen = true;
-      base_options.offload_optimizer = zero::OptimizerOffload{};
-      trained_options.offload_param = zero::ParamOffload{};
-      auto base =
-          zero::ZeroEngine::Create(ModelUnits(config_.model), base_options, engine_comm_, backend_);
+      auto base = zero::ZeroEngine::Create(ModelUnits(config_.model),
+                                           FrozenBaseOptions(zero_options), engine_comm_, backend_);
       HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, base.status()));
       base_engine_ = std::move(base).value();
     }
@@ -382,12 +378,11 @@ StatusOr<StepRecord> Trainer::Step() {
     const auto t0 = Clock::now();
     if (Status read = train_loader_->Next(inputs, targets); data.ok()) data = read;
     const auto t1 = Clock::now();
-    // The adapters' dropout masks: one draw per (seed, step, micro-batch, rank), the same
-    // whether the run was resumed or not.
-    model_->set_lora_seed(config_.train.seed ^
-                          (static_cast<uint64_t>(record.step) * 0x9E3779B97F4A7C15ull) ^
-                          (static_cast<uint64_t>(micro * comm_->world_size() + comm_->rank()) *
-                           0xC2B2AE3D27D4EB4Full));
+    // The adapters' dropout masks: each sequence's drawn from (seed, step, its place in the
+    // step's global batch), the same whether the run was resumed, on any number of ranks.
+    model_->set_lora_seed(
+        config_.train.seed ^ (static_cast<uint64_t>(record.step) * 0x9E3779B97F4A7C15ull),
+        (micro * comm_->world_size() + comm_->rank()) * int64_t{B});
     loss_sum += model_->Forward(inputs, targets, B, T, dloss);
     const auto t2 = Clock::now();
     model_->Backward();

@@ -217,6 +217,58 @@ TEST_P(LoraPeft, TwentyStepsMatchPeftOnOneRankAndOnTwoAtEveryStage) {
   }
 }
 
+double MaxRelative(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    worst = std::max(worst, std::abs(double(a[i]) - b[i]) / std::abs(double(b[i])));
+  }
+  return worst;
+}
+
+// With dropout, each sequence's mask comes from (seed, step, its place in the global batch):
+// one rank and two see the same masks, and a run stopped at stage 2 on two ranks, resumed on
+// one at stage 0 (the checkpoint holds the adapters; the base comes again from model.init_from),
+// continues the uninterrupted trajectory. Float rounding of the reductions differs by world size.
+TEST(LoraTraining, DropoutMasksAndResumeDoNotDependOnTheSplit) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "hoist_lora_test" / "resume";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::vector<std::string> dropout = {"lora.dropout=0.2", "train.steps=8"};
+  auto with = [&](std::vector<std::string> extra, const std::vector<std::string>& more) {
+    extra.insert(extra.end(), more.begin(), more.end());
+    return extra;
+  };
+  const std::vector<RankRun> one = TrainOnRanks(Job("gpt2", 1, dropout), 1);
+  ASSERT_TRUE(one[0].status.ok()) << one[0].status.ToString();
+  const std::vector<RankRun> two =
+      TrainOnRanks(Job("gpt2", 2, with(dropout, {"zero_optimization.stage=2"})), 2);
+  ASSERT_TRUE(two[0].status.ok()) << two[0].status.ToString();
+  EXPECT_LT(MaxRelative(two[0].losses, one[0].losses), 1e-5);
+  // Dropout changes the run: the losses are not those without it.
+  const std::vector<RankRun> plain = TrainOnRanks(Job("gpt2", 1, {"train.steps=8"}), 1);
+  ASSERT_TRUE(plain[0].status.ok());
+  EXPECT_GT(MaxRelative(plain[0].losses, one[0].losses), 1e-3);
+
+  const std::string checkpoint = "checkpoint.dir=\"" + (dir / "ck").string() + "\"";
+  const std::vector<RankRun> first =
+      TrainOnRanks(Job("gpt2", 2,
+                       with(dropout, {"zero_optimization.stage=2", "train.steps=4", checkpoint,
+                                      "checkpoint.interval_steps=4"})),
+                   2);
+  ASSERT_TRUE(first[0].status.ok()) << first[0].status.ToString();
+  TrainerOptions resume;
+  resume.resume = true;
+  const std::vector<RankRun> second =
+      TrainOnRanks(Job("gpt2", 1, with(dropout, {checkpoint})), 1, resume);
+  ASSERT_TRUE(second[0].status.ok()) << second[0].status.ToString();
+  ASSERT_EQ(second[0].losses.size(), 4u);
+  EXPECT_LT(MaxRelative(second[0].losses,
+                        std::vector<float>(one[0].losses.begin() + 4, one[0].losses.end())),
+            1e-5);
+  EXPECT_LT(MaxRelative(second[0].params, one[0].params), 1e-4);
+}
+
 TEST(LoraConfig, TargetsAreCheckedAgainstTheModelsLayers) {
   auto parse = [](const nlohmann::json& lora, const std::string& type = "gpt2") {
     nlohmann::json job = {{"model",

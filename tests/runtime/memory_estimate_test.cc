@@ -162,6 +162,53 @@ TEST(MemoryEstimate, LlamaPeakOfEveryPlaceIsTheMeasuredPeak) {
   fs::remove_all(pattern);
 }
 
+// LoRA: the frozen base's engine beside the adapters' on one timeline. Every place's peak is the
+// measured one, for both families, every stage, fp32 and bf16, checkpointing and offload; and
+// the gradient and optimizer columns hold the adapters' bytes alone (the base's would be
+// thousands of times more).
+TEST(MemoryEstimate, LoraPeakOfEveryPlaceIsTheMeasuredPeakAndOnlyAdaptersHaveStates) {
+  std::string pattern = (fs::temp_directory_path() / "hoist-estimate-XXXXXX").string();
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  const std::vector<Job> all = Matrix(pattern);
+  std::vector<Job> matrix;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i % 4 == 0 || i == 7 || i == 19 || i == 20) matrix.push_back(all[i]);
+  }
+  const std::vector<std::string> gpt2 = {"lora.r=2", "lora.target_modules=[\"c_attn\",\"c_proj\"]"};
+  std::vector<std::string> llama = {"model.model_type=\"llama\"",
+                                    "model.n_kv_head=1",
+                                    "model.intermediate_size=72",
+                                    "model.tie_word_embeddings=false",
+                                    "lora.r=3",
+                                    "lora.target_modules=[\"q_proj\",\"v_proj\",\"down_proj\"]"};
+  EXPECT_EQ(ExpectEstimatesMatch(matrix, gpt2).size(), matrix.size());
+  EXPECT_EQ(ExpectEstimatesMatch(matrix, llama).size(), matrix.size());
+  fs::remove_all(pattern);
+
+  // Gradients and optimizer states: the adapters' bytes, measured and estimated alike.
+  for (int stage : {0, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    std::vector<std::string> overrides = gpt2;
+    overrides.push_back("zero_optimization.stage=" + std::to_string(stage));
+    overrides.push_back("model.n_layer=4");
+    const Config config = TinyJob(2, 5, overrides);
+    const StatusOr<MemoryEstimate> estimate = EstimateMemory(config, 2);
+    ASSERT_TRUE(estimate.ok()) << estimate.status().ToString();
+    const std::vector<RankRun> runs = TrainOnRanks(config, 2);
+    ASSERT_TRUE(runs[0].status.ok()) << runs[0].status.ToString();
+    const int d = int(Place::kDevice);
+    for (Category c : {Category::kGrad, Category::kOptimizer, Category::kParam}) {
+      EXPECT_EQ(estimate->peak[d][int(c)], runs[0].memory.peak[d][int(c)]) << CategoryName(c);
+    }
+    // fp32 AdamW: m and v of the owned adapters (4 + 4 bytes), padded per unit to the ranks.
+    EXPECT_LE(runs[0].memory.peak[d][int(Category::kOptimizer)],
+              8 * estimate->trainable_parameters + 8 * 2 * config.model.n_layer);
+    EXPECT_LT(estimate->trainable_parameters * 20, estimate->parameters);
+    EXPECT_EQ(runs[0].states.grads + runs[0].states.optimizer,
+              estimate->engine.model_states.grads + estimate->engine.model_states.optimizer);
+  }
+}
+
 TEST(MemoryEstimate, JsonHasTheShapesOfTheJsonlLog) {
   const Config config = TinyJob(2, 5, {"zero_optimization.stage=3"});
   const StatusOr<MemoryEstimate> estimate = EstimateMemory(config, 2);
