@@ -260,8 +260,9 @@ TEST_P(CudaMatmul, RefusesBadArguments) {
   EXPECT_EQ(
       MatmulForward(*blas_, c.data(), a.data(), b.data(), nullptr, 4, 4, 4, type, nullptr).code(),
       StatusCode::kInvalidArgument);
-  EXPECT_EQ(MatmulBackward(*blas_, nullptr, nullptr, nullptr, a.data(), b.data(), c.data(), 4, 4, 4,
-                           type, stream())
+  // A null dweight is a frozen weight (allowed); a null dout is not.
+  EXPECT_EQ(MatmulBackward(*blas_, nullptr, g.as<float>(), nullptr, nullptr, b.data(), c.data(), 4,
+                           4, 4, type, stream())
                 .code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(MatmulBackward(*blas_, nullptr, g.as<float>(), nullptr, a.data(), b.data(), c.data(), 4,
