@@ -263,6 +263,12 @@ class Backend {
   // every backend gives the same bits. p in [0, 1) (p 0: out = inp); out may be inp.
   virtual Status Dropout(void* out, const void* inp, int64_t n, float p, uint64_t seed, DType type,
                          const Stream& stream) = 0;
+  // out (n elements of `type`) = the NF4 values of codes/absmax (kernels/nf4.h): kCodebook[code]
+  // * absmax[i / 64] in fp32, rounded once to `type`; every backend gives the same bits. codes
+  // (nf4::CodeBytes(n) bytes) and absmax (nf4::Blocks(n) floats) in the backend's device memory.
+  // A frozen 4-bit base's weights are dequantized by it right before use.
+  virtual Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax,
+                               int64_t n, const Stream& stream) = 0;
 };
 
 }  // namespace hoist::kernels

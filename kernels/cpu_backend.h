@@ -129,6 +129,9 @@ class CpuBackend final : public Backend {
               DType c_type, const Stream& stream) override;
   Status Dropout(void* out, const void* inp, int64_t n, float p, uint64_t seed, DType type,
                  const Stream& stream) override;
+  // NF4 (cpu_backend_nf4.cc): cpu::DequantizeNf4, rounded once to `type`.
+  Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax, int64_t n,
+                       const Stream& stream) override;
 
  private:
   Device* device_;

@@ -17,6 +17,7 @@
 #include "kernels/cuda/llama.h"
 #include "kernels/cuda/lora.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/nf4.h"
 
 namespace hoist::kernels {
 namespace {
@@ -336,6 +337,11 @@ Status CudaBackend::Gemm(bool trans_a, bool trans_b, int M, int N, int K, float 
 Status CudaBackend::Dropout(void* out, const void* inp, int64_t n, float p, uint64_t seed,
                             DType type, const Stream& stream) {
   return cuda::Dropout(out, inp, n, p, seed, type, RawStream(stream));
+}
+
+Status CudaBackend::DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax,
+                                  int64_t n, const Stream& stream) {
+  return cuda::DequantizeNf4(out, type, codes, absmax, n, RawStream(stream));
 }
 
 }  // namespace hoist::kernels

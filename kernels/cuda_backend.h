@@ -127,6 +127,9 @@ class CudaBackend final : public Backend {
               DType c_type, const Stream& stream) override;
   Status Dropout(void* out, const void* inp, int64_t n, float p, uint64_t seed, DType type,
                  const Stream& stream) override;
+  // NF4, over kernels/cuda/nf4.h.
+  Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax, int64_t n,
+                       const Stream& stream) override;
 
  private:
   CudaBackend() = default;

@@ -1,0 +1,65 @@
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda/cuda_status.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/dtype.h"
+#include "kernels/cuda/nf4.h"
+#include "kernels/nf4.h"
+#include "kernels/nf4_args.h"
+
+namespace hoist::kernels::cuda {
+namespace {
+
+using detail::FromFloat;
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 8192;
+
+// The codebook as a kernel argument: it lands in the constant bank, and no device copy of the
+// host table has to be kept.
+struct Codebook {
+  float value[16];
+};
+
+// One thread per byte of codes: its two elements, high nibble first.
+template <typename T>
+__global__ void DequantizeNf4Kernel(T* out, const uint8_t* codes, const float* absmax, int64_t n,
+                                    Codebook book) {
+  const int64_t bytes = nf4::CodeBytes(n);
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < bytes;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint8_t byte = codes[j];
+    const int64_t i = 2 * j;
+    // A block has an even length, so both elements share its absmax.
+    const float scale = absmax[i / nf4::kBlock];
+    out[i] = FromFloat<T>(book.value[byte >> 4] * scale);
+    if (i + 1 < n) out[i + 1] = FromFloat<T>(book.value[byte & 0x0F] * scale);
+  }
+}
+
+}  // namespace
+
+Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax, int64_t n,
+                     cudaStream_t stream) {
+  constexpr const char* kOp = "DequantizeNf4";
+  HOIST_RETURN_IF_ERROR(nf4_args::CheckDequantizeNf4(kOp, out, codes, absmax, n));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  if (n == 0) return Status::Ok();
+  Codebook book;
+  for (int k = 0; k < 16; ++k) book.value[k] = nf4::kCodebook[k];
+  const int blocks = static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>((nf4::CodeBytes(n) + kThreads - 1) / kThreads, kMaxBlocks)));
+  const auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    DequantizeNf4Kernel<T>
+        <<<blocks, kThreads, 0, stream>>>(static_cast<T*>(out), codes, absmax, n, book);
+  };
+  HOIST_CUDA_DISPATCH(type, launch);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
+}  // namespace hoist::kernels::cuda
