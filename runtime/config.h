@@ -65,6 +65,10 @@ struct LoraConfig {
   // path or the end of it after a dot: "c_attn", "attn.c_proj", "q_proj"), or "all-linear".
   std::vector<std::string> target_modules;
   bool use_rslora = false;  // scaling alpha / sqrt(r) instead of alpha / r
+  // `base_quantization`: "nf4" holds the frozen base's block matmul weights in 4 bits (QLoRA's
+  // NormalFloat4, zero/quantized_store.h), dequantized unit by unit for use; "none": the
+  // compute type.
+  bool nf4_base = false;
   // A PEFT adapter directory (adapter_config.json and adapter_model.safetensors) whose adapters
   // a fresh run starts from; its settings fill the keys the job leaves out.
   std::string init_from;

@@ -31,7 +31,7 @@ Status ReadLora(const Section& top, ModelConfig* model) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("lora"));
   HOIST_RETURN_IF_ERROR(
       s.AllowOnly({"r", "alpha", "lora_alpha", "dropout", "lora_dropout", "target_modules", "bias",
-                   "use_rslora", "init_from", "fan_in_fan_out", "task_type"}));
+                   "use_rslora", "init_from", "fan_in_fan_out", "task_type", "base_quantization"}));
   for (const auto& [short_key, peft_key] :
        {std::pair{"alpha", "lora_alpha"}, std::pair{"dropout", "lora_dropout"}}) {
     if (s.Has(short_key) && s.Has(peft_key)) {
@@ -129,6 +129,15 @@ Status ReadLora(const Section& top, ModelConfig* model) {
   HOIST_RETURN_IF_ERROR(s.String("task_type", &task));
   if (task != "CAUSAL_LM") {
     return s.Invalid("task_type", "must be \"CAUSAL_LM\" (hoist trains causal language models)");
+  }
+  std::string quantization = "none";
+  HOIST_RETURN_IF_ERROR(s.String("base_quantization", &quantization));
+  if (quantization == "nf4") {
+    lora.nf4_base = true;
+  } else if (quantization != "none") {
+    return s.Invalid(
+        "base_quantization",
+        "must be \"nf4\" (a 4-bit frozen base) or \"none\", found \"" + quantization + "\"");
   }
   bool fan_in_fan_out = false;  // PEFT's note on GPT-2's Conv1D weights; hoist knows them
   HOIST_RETURN_IF_ERROR(s.Bool("fan_in_fan_out", &fan_in_fan_out));

@@ -104,7 +104,10 @@ std::vector<zero::UnitSpec> ParamLayout::Units() const {
     units.push_back(std::move(unit));
   };
   add("embeddings", kEmbeddingTensors);
-  for (int l = 0; l < n_layer; ++l) add("block " + std::to_string(l), kBlockTensors);
+  for (int l = 0; l < n_layer; ++l) {
+    add("block " + std::to_string(l), kBlockTensors);
+    units.back().quantizable = true;
+  }
   add("final layernorm", kFinalTensors);
   return units;
 }

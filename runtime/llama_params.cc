@@ -100,7 +100,10 @@ std::vector<zero::UnitSpec> LlamaLayout::Units() const {
     units.push_back(std::move(unit));
   };
   add("embeddings", kEmbeddingTensors);
-  for (int l = 0; l < n_layer; ++l) add("block " + std::to_string(l), kBlockTensors);
+  for (int l = 0; l < n_layer; ++l) {
+    add("block " + std::to_string(l), kBlockTensors);
+    units.back().quantizable = true;
+  }
   add(tied ? "final norm" : "final norm and head", kFinalTensors);
   return units;
 }

@@ -48,6 +48,7 @@ nlohmann::json RunIdentity(const Config& config) {
     identity["lora.r"] = m.lora.r;
     identity["lora.alpha"] = m.lora.alpha;
     identity["lora.use_rslora"] = m.lora.use_rslora;
+    if (m.lora.nf4_base) identity["lora.base_quantization"] = "nf4";
     std::vector<std::string> targets = m.lora.target_modules;
     std::sort(targets.begin(), targets.end());
     identity["lora.target_modules"] = targets;

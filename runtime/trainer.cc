@@ -206,7 +206,20 @@ Status Trainer::CreateModel() {
     // With LoRA the base model's weights are frozen in an engine of their own (partitioned as
     // the stage says, offloaded with offload_param) and the adapters train in engine_.
     const zero::ZeroOptions trained_options = lora ? AdapterOptions(zero_options) : zero_options;
-    if (lora) {
+    if (lora && config_.model.lora.nf4_base) {
+      Status refused;
+      if (zero_options.stage == 3 || config_.zero.offload_param.device != OffloadDevice::kNone) {
+        refused = InvalidArgumentError(
+            "lora.base_quantization \"nf4\" keeps the 4-bit base whole on every rank: use "
+            "zero_optimization.stage 0, 1 or 2 without offload_param (the adapters' states are "
+            "partitioned as the stage says)");
+      }
+      HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, refused));
+      auto base =
+          zero::QuantizedStore::Create(ModelUnits(config_.model), config_.precision(), backend_);
+      HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, base.status()));
+      quantized_base_ = std::move(base).value();
+    } else if (lora) {
       auto base = zero::ZeroEngine::Create(ModelUnits(config_.model),
                                            FrozenBaseOptions(zero_options), engine_comm_, backend_);
       HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, base.status()));
@@ -218,8 +231,11 @@ Status Trainer::CreateModel() {
   }
   zero::ParamStore* store = engine_.get();
   if (lora) {
+    zero::ParamStore* base = quantized_base_ != nullptr
+                                 ? static_cast<zero::ParamStore*>(quantized_base_.get())
+                                 : base_engine_.get();
     joined_store_ = std::make_unique<zero::JoinedParamStore>(
-        base_engine_.get(), static_cast<int>(ModelUnits(config_.model).size()), engine_.get());
+        base, static_cast<int>(ModelUnits(config_.model).size()), engine_.get());
     store = joined_store_.get();
   }
   {
@@ -336,10 +352,11 @@ Status Trainer::Initialize() {
   }
   int64_t log_bytes = -1;
   // A LoRA checkpoint holds the adapters alone: the frozen base comes from where it came from.
-  if (resume_dir.empty() || base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(InitializeBase());
+  const bool lora = config_.model.lora.enabled();
+  if (resume_dir.empty() || lora) HOIST_RETURN_IF_ERROR(InitializeBase());
   if (!resume_dir.empty()) {
     HOIST_ASSIGN_OR_RETURN(log_bytes, LoadCheckpoint(resume_dir));
-  } else if (base_engine_ != nullptr) {
+  } else if (lora) {
     HOIST_RETURN_IF_ERROR(InitializeAdapters());
   }
   HOIST_ASSIGN_OR_RETURN(log_, JsonlLog::Open(config_.monitor.jsonl_path, rank, log_bytes));
@@ -388,7 +405,7 @@ StatusOr<StepRecord> Trainer::Step() {
     model_->Backward();
     HOIST_RETURN_IF_ERROR(model_->status());
     HOIST_RETURN_IF_ERROR(engine_->status());
-    if (base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(base_engine_->status());
+    if (joined_store_ != nullptr) HOIST_RETURN_IF_ERROR(joined_store_->status());
     phase_s[int(StepPhase::kData)] += std::chrono::duration<double>(t1 - t0).count();
     phase_s[int(StepPhase::kForward)] += std::chrono::duration<double>(t2 - t1).count();
     phase_s[int(StepPhase::kBackward)] += SecondsSince(t2);
@@ -474,7 +491,7 @@ StatusOr<float> Trainer::Evaluate() {
     sum += model_->Forward(inputs, targets, B, T);
     HOIST_RETURN_IF_ERROR(model_->status());
     HOIST_RETURN_IF_ERROR(engine_->status());
-    if (base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(base_engine_->status());
+    if (joined_store_ != nullptr) HOIST_RETURN_IF_ERROR(joined_store_->status());
   }
   // A parameter shard that could not be read was served as zeros: no loss from it.
   HOIST_RETURN_IF_ERROR(engine_->AgreeOnDeferredErrors());

@@ -40,6 +40,7 @@
 #include "runtime/metrics.h"
 #include "runtime/model.h"
 #include "runtime/offload_preflight.h"
+#include "zero/quantized_store.h"
 #include "zero/zero_engine.h"
 
 namespace hoist::runtime {
@@ -155,6 +156,8 @@ class Trainer {
   // Sets the base model's weights of a fresh or resumed run: from model.init_from, or drawn from
   // train.seed. With LoRA that is the frozen base, which checkpoints do not hold.
   Status InitializeBase();
+  // Writes the base model's weights from `fill` into whichever store holds them.
+  Status FillBase(const zero::ZeroEngine::RangeFill& fill);
   // With LoRA, the adapters of a fresh run: from lora.init_from (a PEFT adapter), or PEFT's
   // initialisation drawn from train.seed.
   Status InitializeAdapters();
@@ -202,6 +205,8 @@ class Trainer {
   // LoRA: the frozen base's engine (engine_ then holds the adapters), and the store that joins
   // the two for the model.
   std::unique_ptr<zero::ZeroEngine> base_engine_;
+  // Or, with lora.base_quantization "nf4", the frozen base in 4 bits.
+  std::unique_ptr<zero::QuantizedStore> quantized_base_;
   std::unique_ptr<zero::JoinedParamStore> joined_store_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<LossScaler> scaler_;

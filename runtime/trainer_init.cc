@@ -37,7 +37,7 @@ Status Trainer::InitializeFrom(const std::string& path) {
     if (!read.ok()) return;
     read = (*opened)->FillRange(unit, begin, count, out);
   };
-  HOIST_RETURN_IF_ERROR(base_engine().Initialize(fill));
+  HOIST_RETURN_IF_ERROR(FillBase(fill));
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, read));
   hf_config_ = (*opened)->hf_config();
   if (comm_->rank() == 0) HOIST_LOG(INFO) << "initialized the weights from " << path;
@@ -47,8 +47,20 @@ Status Trainer::InitializeFrom(const std::string& path) {
 Status Trainer::InitializeBase() {
   if (!config_.model.init_from.empty()) return InitializeFrom(config_.model.init_from);
   const uint64_t seed = config_.train.seed;
+  if (quantized_base_ != nullptr) {
+    return quantized_base_->Initialize(
+        [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); });
+  }
   return base_engine().Initialize(
       [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); });
+}
+
+Status Trainer::FillBase(const zero::ZeroEngine::RangeFill& fill) {
+  if (quantized_base_ == nullptr) return base_engine().Initialize(fill);
+  // Whole units: the 4-bit base is whole on every rank.
+  const std::vector<zero::UnitSpec> units = ModelUnits(config_.model);
+  return quantized_base_->Initialize(
+      [&](int unit, float* out) { fill(unit, 0, units[static_cast<size_t>(unit)].size, out); });
 }
 
 Status Trainer::InitializeAdapters() {

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "offload/pinned_pool.h"
 #include "zero/param_shards.h"
+#include "zero/quantized_store.h"
 
 namespace hoist::zero {
 
@@ -241,10 +242,72 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
   }
 }
 
+// A store's transient allocations, replayed call by call on a tracker.
+class StoreReplay {
+ public:
+  virtual ~StoreReplay() = default;
+  // The calls of one pass; `backward` allows gradients.
+  virtual Status Run(const std::vector<StoreCall>& calls, bool backward) = 0;
+  // After a micro-batch's backward: nothing may stay acquired.
+  virtual Status CheckBalanced() const = 0;
+  virtual void ZeroGrads() = 0;
+  virtual void Step() = 0;
+};
+
+// A QuantizedStore: a quantized unit dequantized into a transient buffer from its first acquire
+// to its last release; nothing else comes and goes.
+class QuantizedReplay final : public StoreReplay {
+ public:
+  QuantizedReplay(const std::vector<UnitSpec>& units, DType compute_type, MemoryTracker& tracker)
+      : units_(units), compute_type_(compute_type), tracker_(tracker), count_(units.size(), 0) {}
+
+  Status Run(const std::vector<StoreCall>& calls, bool) override {
+    for (const StoreCall& call : calls) {
+      const auto u = static_cast<size_t>(call.unit);
+      const int64_t bytes = DequantizedUnitBytes(units_[u], compute_type_);
+      switch (call.op) {
+        case StoreCall::Op::kAcquireParams:
+          if (count_[u]++ == 0) tracker_.Add(kCompute, Category::kParam, bytes);
+          break;
+        case StoreCall::Op::kReleaseParams:
+          if (count_[u] == 0) {
+            return InvalidArgumentError("the model's passes release unit " +
+                                        std::to_string(call.unit) + " without acquiring it");
+          }
+          if (--count_[u] == 0) tracker_.Remove(kCompute, Category::kParam, bytes);
+          break;
+        case StoreCall::Op::kPrefetch: break;
+        case StoreCall::Op::kAcquireGrads:
+        case StoreCall::Op::kReleaseGrads:
+          return InvalidArgumentError("the model's passes acquire the gradients of unit " +
+                                      std::to_string(call.unit) + ", which is frozen");
+      }
+    }
+    return Status::Ok();
+  }
+  Status CheckBalanced() const override {
+    for (size_t u = 0; u < count_.size(); ++u) {
+      if (count_[u] > 0) {
+        return InvalidArgumentError("the model's passes leave unit " + std::to_string(u) +
+                                    " acquired at the end of the backward pass");
+      }
+    }
+    return Status::Ok();
+  }
+  void ZeroGrads() override {}
+  void Step() override {}
+
+ private:
+  const std::vector<UnitSpec>& units_;
+  DType compute_type_;
+  MemoryTracker& tracker_;
+  std::vector<int> count_;
+};
+
 // ZeroEngine's transient allocations, replayed call by call: the same decisions on the same
 // bookkeeping (acquire counts, gathers alive, reductions in flight), with bytes reported to a
 // tracker instead of buffers allocated.
-class Replay {
+class Replay final : public StoreReplay {
  public:
   Replay(const PartitionPlan& plan, const ZeroOptions& options, MemoryTracker& tracker)
       : plan_(plan), options_(options), tracker_(tracker) {
@@ -256,14 +319,12 @@ class Replay {
     work_grads_.assign(n, 0);
   }
 
-  // The calls of one pass; `backward` allows gradients.
-  Status Run(const std::vector<StoreCall>& calls, bool backward) {
+  Status Run(const std::vector<StoreCall>& calls, bool backward) override {
     for (const StoreCall& call : calls) HOIST_RETURN_IF_ERROR(Call(call, backward));
     return Status::Ok();
   }
 
-  // After a micro-batch's backward: nothing may stay acquired.
-  Status CheckBalanced() const {
+  Status CheckBalanced() const override {
     for (int u = 0; u < plan_.num_units(); ++u) {
       if (acquire_count_[static_cast<size_t>(u)] > 0 || grads_acquired_[static_cast<size_t>(u)]) {
         return InvalidArgumentError("the model's passes leave unit " + std::to_string(u) +
@@ -273,9 +334,9 @@ class Replay {
     return Status::Ok();
   }
 
-  void ZeroGrads() { Drain(0); }
+  void ZeroGrads() override { Drain(0); }
 
-  void Step() {
+  void Step() override {
     if (options_.frozen) return;
     if (options_.stage >= 2) {
       Drain(0);
@@ -466,6 +527,18 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnit
   int units_seen = 0;
   for (const EngineUnits& engine : engines) {
     const ZeroOptions& options = engine.options;
+    if (engine.quantized) {
+      int64_t bytes = 0;
+      for (const UnitSpec& unit : engine.units) {
+        bytes += QuantizedUnitBytes(unit, options.compute_type);
+      }
+      tracker.Add(kCompute, Category::kParam, bytes);
+      estimate.model_states.params += bytes;
+      plans.push_back(PartitionPlan::Build(engine.units, 1, 0).value());
+      first_unit.push_back(units_seen);
+      units_seen += static_cast<int>(engine.units.size());
+      continue;
+    }
     HOIST_RETURN_IF_ERROR(ValidateZeroOptions(options));
     HOIST_ASSIGN_OR_RETURN(PartitionPlan plan,
                            PartitionPlan::Build(engine.units, world_size, rank));
@@ -485,9 +558,14 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnit
   }
   estimate.resident = tracker.Snapshot().current;
 
-  std::vector<std::unique_ptr<Replay>> replays;
+  std::vector<std::unique_ptr<StoreReplay>> replays;
   for (size_t e = 0; e < engines.size(); ++e) {
-    replays.push_back(std::make_unique<Replay>(plans[e], engines[e].options, tracker));
+    if (engines[e].quantized) {
+      replays.push_back(std::make_unique<QuantizedReplay>(
+          engines[e].units, engines[e].options.compute_type, tracker));
+    } else {
+      replays.push_back(std::make_unique<Replay>(plans[e], engines[e].options, tracker));
+    }
   }
   // A pass's calls, each sent to the engine that holds its unit (renumbered within it).
   auto run = [&](const std::vector<StoreCall>& calls, bool backward) -> Status {

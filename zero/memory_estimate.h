@@ -180,6 +180,9 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<UnitSpec>&
 struct EngineUnits {
   std::vector<UnitSpec> units;
   ZeroOptions options;
+  // A QuantizedStore (zero/quantized_store.h) instead of an engine: a frozen 4-bit base, whole,
+  // in options.compute_type.
+  bool quantized = false;
 };
 StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnits>& engines,
                                                     int world_size, int rank,

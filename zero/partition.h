@@ -32,6 +32,9 @@ struct UnitSpec {
   std::string name;
   int64_t size = 0;
   std::vector<ParamSegment> segments;
+  // A transformer block: its decayed segments are its matmul weights, which a frozen 4-bit base
+  // quantizes (zero/quantized_store.h); embeddings, heads, norms and biases stay in 16 bits.
+  bool quantizable = false;
 };
 
 struct UnitPartition {

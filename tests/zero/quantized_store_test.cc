@@ -1,0 +1,204 @@
+// QuantizedStore (a frozen 4-bit base): the quantizable units' decayed segments come back as the
+// nearest NF4 value times their block's absmax (checked against a float64 search of the
+// codebook), everything else as the compute type rounds it; the resident bytes are about half a
+// byte per quantized weight; the dequantized copy lives only while acquired; gradients are
+// refused; and the estimate of the store beside a trained engine equals the trackers.
+#include "zero/quantized_store.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "comm/thread_communicator.h"
+#include "core/memory_tracker.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu_backend.h"
+#include "kernels/nf4.h"
+#include "zero/memory_estimate.h"
+#include "zero/param_store.h"
+#include "zero/zero_engine.h"
+
+namespace hoist::zero {
+namespace {
+
+// An embedding, two blocks (a decayed matmul weight between undecayed norms and biases, sizes
+// that leave short last blocks of 64) and a final norm.
+std::vector<UnitSpec> Units() {
+  std::vector<UnitSpec> units = {
+      {"embed", 100, {{0, 100, true}}},
+      {"block0", 3 + 200 + 5, {{0, 3, false}, {3, 203, true}, {203, 208, false}}},
+      {"block1", 1 + 129, {{0, 1, false}, {1, 130, true}}},
+      {"norm", 4, {{0, 4, false}}}};
+  units[1].quantizable = units[2].quantizable = true;
+  return units;
+}
+
+float Value(int u, int64_t i) {
+  return static_cast<float>(std::sin(0.37 * (i + 1) + u) * (1.0 + 0.01 * i));
+}
+
+// What the store must hand out for element i of segment [begin, end) of a quantized segment:
+// the codebook value nearest (in float64) to x / absmax, times absmax.
+float Nf4Reference(const std::vector<float>& unit, int64_t begin, int64_t end, int64_t i) {
+  const int64_t block = begin + (i - begin) / 64 * 64;
+  double absmax = 0;
+  for (int64_t k = block; k < std::min(end, block + 64); ++k) {
+    absmax = std::max(absmax, std::abs(double{unit[static_cast<size_t>(k)]}));
+  }
+  const double x = unit[static_cast<size_t>(i)] / absmax;
+  int best = 0;
+  for (int c = 1; c < 16; ++c) {
+    if (std::abs(x - kernels::nf4::kCodebook[c]) < std::abs(x - kernels::nf4::kCodebook[best])) {
+      best = c;
+    }
+  }
+  return static_cast<float>(kernels::nf4::kCodebook[best] * static_cast<float>(absmax));
+}
+
+TEST(QuantizedStore, ServesNf4WeightsAndTheRestInTheComputeType) {
+  for (DType type : {DType::kFloat32, DType::kBFloat16}) {
+    SCOPED_TRACE(DTypeName(type));
+    const std::vector<UnitSpec> units = Units();
+    MemoryTracker tracker;
+    CpuDevice device(Place::kDevice, &tracker);
+    kernels::CpuBackend backend(&device);
+    auto store = QuantizedStore::Create(units, type, &backend);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE((*store)
+                    ->Initialize([&](int u, float* out) {
+                      for (int64_t i = 0; i < units[u].size; ++i) out[i] = Value(u, i);
+                    })
+                    .ok());
+    int64_t resident = 0;
+    for (const UnitSpec& unit : units) resident += QuantizedUnitBytes(unit, type);
+    EXPECT_EQ(tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)], resident);
+    // 200 + 129 quantized weights: codes (165 bytes with the odd segment's half byte) and 4 + 3
+    // absmaxes, against 2 or 4 bytes each in the compute type.
+    EXPECT_EQ(QuantizedUnitBytes(units[1], type),
+              4 * 4 + 100 + (type == DType::kFloat32 ? 12 + 20 : 8 + 12));
+    for (int u = 0; u < static_cast<int>(units.size()); ++u) {
+      const UnitSpec& spec = units[static_cast<size_t>(u)];
+      std::vector<float> values(static_cast<size_t>(spec.size));
+      for (int64_t i = 0; i < spec.size; ++i) values[static_cast<size_t>(i)] = Value(u, i);
+      const void* params = (*store)->AcquireParams(u);
+      ASSERT_NE(params, nullptr);
+      std::vector<float> got(static_cast<size_t>(spec.size));
+      kernels::cpu::ToFloat(params, type, got.data(), spec.size);
+      for (const ParamSegment& segment : spec.segments) {
+        for (int64_t i = segment.begin; i < segment.end; ++i) {
+          float want = QuantizedSegment(spec, segment)
+                           ? Nf4Reference(values, segment.begin, segment.end, i)
+                           : values[static_cast<size_t>(i)];
+          uint16_t half = 0;
+          if (type != DType::kFloat32) {
+            kernels::cpu::FromFloat(&want, &half, type, 1);
+            kernels::cpu::ToFloat(&half, type, &want, 1);
+          }
+          ASSERT_EQ(got[static_cast<size_t>(i)], want) << spec.name << " element " << i;
+        }
+      }
+      const int64_t during = tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)];
+      EXPECT_EQ(during - resident, DequantizedUnitBytes(spec, type)) << spec.name;
+      (*store)->ReleaseParams(u);
+      EXPECT_EQ(tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)], resident);
+    }
+    EXPECT_EQ((*store)->AcquireGrads(1), nullptr);
+    EXPECT_EQ((*store)->status().code(), StatusCode::kFailedPrecondition);
+  }
+}
+
+TEST(QuantizedStore, RefusesANonFiniteWeightNamingTheUnit) {
+  MemoryTracker tracker;
+  CpuDevice device(Place::kDevice, &tracker);
+  kernels::CpuBackend backend(&device);
+  const std::vector<UnitSpec> units = Units();
+  auto store = QuantizedStore::Create(units, DType::kBFloat16, &backend);
+  ASSERT_TRUE(store.ok());
+  const Status status = (*store)->Initialize([&](int u, float* out) {
+    for (int64_t i = 0; i < units[u].size; ++i) out[i] = (u == 2 && i == 50) ? NAN : 0.5f;
+  });
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("block1"), std::string::npos) << status.ToString();
+}
+
+// The store beside a trained engine (a 4-bit base under LoRA adapters): the estimate's replay
+// of both on one timeline equals the trackers.
+TEST(QuantizedStore, EstimateBesideTheAdaptersEngineMatchesTheTracker) {
+  const std::vector<UnitSpec> base = Units();
+  const std::vector<UnitSpec> adapters = {{"lora0", 24, {{0, 24, true}}},
+                                          {"lora1", 24, {{0, 24, true}}}};
+  using Op = StoreCall::Op;
+  ModelPasses passes;
+  for (int u = 0; u < 4; ++u) {
+    passes.forward.push_back({Op::kAcquireParams, u});
+    if (u == 1 || u == 2) passes.forward.push_back({Op::kAcquireParams, 3 + u});
+    if (u == 1 || u == 2) passes.forward.push_back({Op::kReleaseParams, 3 + u});
+    passes.forward.push_back({Op::kReleaseParams, u});
+  }
+  for (int u = 3; u >= 0; --u) {
+    passes.backward.push_back({Op::kAcquireParams, u});
+    if (u == 1 || u == 2) {
+      for (Op op : {Op::kAcquireParams, Op::kAcquireGrads, Op::kReleaseGrads, Op::kReleaseParams}) {
+        passes.backward.push_back({op, 3 + u});
+      }
+    }
+    passes.backward.push_back({Op::kReleaseParams, u});
+  }
+  ZeroOptions options;
+  options.stage = 1;
+  options.compute_type = DType::kBFloat16;
+  options.comm_type = DType::kBFloat16;
+  ZeroOptions frozen = options;
+  frozen.frozen = true;
+
+  MemoryTracker tracker;
+  CpuDevice device(Place::kDevice, &tracker);
+  kernels::CpuBackend backend(&device);
+  auto group = comm::ThreadGroup::Create(1, 30.0);
+  ASSERT_TRUE(group.ok());
+  auto store = QuantizedStore::Create(base, options.compute_type, &backend);
+  auto engine = ZeroEngine::Create(adapters, options, &(*group)->comm(0), &backend);
+  ASSERT_TRUE(store.ok() && engine.ok());
+  ASSERT_TRUE((*store)
+                  ->Initialize([&](int u, float* out) {
+                    for (int64_t i = 0; i < base[u].size; ++i) out[i] = Value(u, i);
+                  })
+                  .ok());
+  ASSERT_TRUE((*engine)
+                  ->Initialize([&](int u, float* out) {
+                    for (int64_t i = 0; i < adapters[u].size; ++i) out[i] = 0.01f * i;
+                  })
+                  .ok());
+  JoinedParamStore joined(store->get(), 4, engine->get());
+  tracker.ResetPeaks();
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE((*engine)->ZeroGrads().ok());
+    for (const auto* pass : {&passes.forward, &passes.backward}) {
+      for (const StoreCall& call : *pass) {
+        switch (call.op) {
+          case Op::kAcquireParams: ASSERT_NE(joined.AcquireParams(call.unit), nullptr); break;
+          case Op::kReleaseParams: joined.ReleaseParams(call.unit); break;
+          case Op::kPrefetch: joined.Prefetch(call.unit); break;
+          case Op::kAcquireGrads: ASSERT_NE(joined.AcquireGrads(call.unit), nullptr); break;
+          case Op::kReleaseGrads: joined.ReleaseGrads(call.unit); break;
+        }
+      }
+    }
+    ASSERT_TRUE((*engine)->Step(0.01f, 1.0f, 0.0f).ok());
+  }
+  auto estimate = EstimateEngineMemory(
+      {EngineUnits{base, frozen, /*quantized=*/true}, EngineUnits{adapters, options}}, 1, 0,
+      passes);
+  ASSERT_TRUE(estimate.ok()) << estimate.status().ToString();
+  const MemorySnapshot seen = tracker.Snapshot();
+  for (int c = 0; c < kNumCategories; ++c) {
+    EXPECT_EQ(seen.peak[int(Place::kDevice)][c], estimate->Peak(Place::kDevice, Category(c)))
+        << CategoryName(Category(c));
+  }
+  EXPECT_EQ(seen.peak_total[int(Place::kDevice)], estimate->PeakTotal(Place::kDevice));
+}
+
+}  // namespace
+}  // namespace hoist::zero

@@ -1,0 +1,75 @@
+// QuantizedStore: a frozen base held in 4 bits (QLoRA's NormalFloat4, kernels/nf4.h), the base
+// of a LoRA fine-tune that would not fit in 16 bits. The decayed segments of the quantizable
+// units (a transformer block's matmul weights) are kept as NF4 codes, two per byte, with one
+// fp32 absmax per 64 elements (about 0.56 bytes per weight); everything else (embeddings, the
+// head, norms, biases) in the compute type, as QLoRA keeps them. The weights are quantized as
+// they are set (Initialize: on import). AcquireParams dequantizes a quantized unit into a
+// transient compute-type buffer (Category::kParam, freed at the unit's last ReleaseParams), which
+// the model's matmuls then read; other units are served in place. Whole on every rank: the
+// store does no collectives, so it serves ZeRO stages 0-2 (stage 3 partitions the base, which
+// this store does not). Frozen: AcquireGrads fails. Used by one thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/status.h"
+#include "kernels/backend.h"
+#include "zero/param_store.h"
+#include "zero/partition.h"
+
+namespace hoist::zero {
+
+// Whether the store keeps segment `segment` of `unit` in 4 bits.
+bool QuantizedSegment(const UnitSpec& unit, const ParamSegment& segment);
+// The resident bytes of `unit` in the store: NF4 codes and absmaxes of its quantized segments,
+// the rest in `compute_type`, each segment's bytes rounded up to a multiple of 4.
+int64_t QuantizedUnitBytes(const UnitSpec& unit, DType compute_type);
+// The transient bytes AcquireParams holds for `unit` while it is acquired (0: served in place).
+int64_t DequantizedUnitBytes(const UnitSpec& unit, DType compute_type);
+
+class QuantizedStore final : public ParamStore {
+ public:
+  // Allocates the units' resident bytes from `backend`'s device (which must outlive the store).
+  static StatusOr<std::unique_ptr<QuantizedStore>> Create(std::vector<UnitSpec> units,
+                                                          DType compute_type,
+                                                          kernels::Backend* backend);
+  ~QuantizedStore() override;
+
+  // Sets the weights: `fill(unit, out)` writes the unit's fp32 values (unit size), which are
+  // quantized (or rounded to the compute type) and stored. A non-finite weight in a quantized
+  // segment is an error naming the unit and the element.
+  Status Initialize(const std::function<void(int unit, float* out)>& fill);
+
+  const void* AcquireParams(int unit) override;
+  DType param_type() const override { return compute_type_; }
+  void ReleaseParams(int unit) override;
+  void Prefetch(int) override {}
+  float* AcquireGrads(int unit) override;
+  void ReleaseGrads(int) override {}
+  Status status() const override { return status_; }
+
+  // The resident bytes (what the memory table counts as the base's params).
+  int64_t resident_bytes() const;
+
+ private:
+  QuantizedStore(std::vector<UnitSpec> units, DType compute_type, kernels::Backend* backend)
+      : units_(std::move(units)), compute_type_(compute_type), backend_(backend) {}
+  void Fail(const Status& status) {
+    if (status_.ok() && !status.ok()) status_ = status;
+  }
+
+  std::vector<UnitSpec> units_;
+  DType compute_type_;
+  kernels::Backend* backend_;
+  Status status_;
+  std::vector<Buffer> resident_;     // per unit
+  std::vector<Buffer> dequantized_;  // per unit, while acquired
+  std::vector<int> acquire_count_;
+};
+
+}  // namespace hoist::zero
