@@ -65,9 +65,6 @@ HOIST_NF4_HD inline uint8_t Nearest(float x) {
       (kCodebook[14] + kCodebook[15]) * 0.5f,
   };
   uint8_t code = 0;
-#if defined(__CUDACC__)
-#pragma unroll
-#endif
   for (int k = 0; k < 15; ++k) code += x > kMid[k] ? 1 : 0;
   return code;
 }
