@@ -48,6 +48,7 @@ nlohmann::json RunIdentity(const Config& config) {
     identity["lora.r"] = m.lora.r;
     identity["lora.alpha"] = m.lora.alpha;
     identity["lora.use_rslora"] = m.lora.use_rslora;
+    identity["lora.dropout"] = m.lora.dropout;
     std::vector<std::string> targets = m.lora.target_modules;
     std::sort(targets.begin(), targets.end());
     identity["lora.target_modules"] = targets;
@@ -210,6 +211,13 @@ StatusOr<ModelConfig> ModelFromRunIdentity(const nlohmann::json& saved, const st
       return bad("lora.use_rslora");
     }
     lora.use_rslora = saved["lora.use_rslora"].get<bool>();
+    if (saved.contains("lora.dropout")) {
+      const nlohmann::json& dropout = saved["lora.dropout"];
+      if (!dropout.is_number() || !(dropout.get<double>() >= 0) || !(dropout.get<double>() < 1)) {
+        return bad("lora.dropout");
+      }
+      lora.dropout = dropout.get<float>();
+    }
     const nlohmann::json targets = saved.value("lora.target_modules", nlohmann::json());
     if (!targets.is_array() || targets.empty()) return bad("lora.target_modules");
     for (const auto& t : targets) {
