@@ -23,6 +23,7 @@
 #include "runtime/hf_checkpoint.h"
 #include "runtime/lora.h"
 #include "runtime/model.h"
+#include "runtime/run_identity.h"
 #include "runtime/safetensors.h"
 #include "runtime/sampler.h"
 #include "trainer_test_util.h"
@@ -164,11 +165,14 @@ TEST_P(LoraExport, PeftExportIsPeftsOwnFileOnOneRankAndOnTwoAtStageThree) {
   }
 }
 
-TEST_P(LoraExport, HalfPrecisionPeftExportRoundsTheAdapters) {
+TEST_P(LoraExport, HalfPrecisionPeftExportRoundsTheAdaptersAndCarriesTheDropout) {
   const std::string family = GetParam();
   const std::string dir = TempDir(family + "_peft_bf16");
-  Train(Job(family, BaseDir(family) + "/fp32", dir, 1), 1);
+  // Dropout changes no weight at learning rate 0; the adapter config carries it.
+  Train(Job(family, BaseDir(family) + "/fp32", dir, 1, {"lora.dropout=0.05"}), 1);
   ASSERT_TRUE(Export(dir + "/ck", ExportFormat::kPeft, dir + "/bf16", DType::kBFloat16).ok());
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(dir + "/bf16/adapter_config.json"))["lora_dropout"],
+            0.05);
   auto fixture = SafetensorsFile::Open(kLora + "/" + family + "/adapter/adapter_model.safetensors");
   auto half = SafetensorsFile::Open(dir + "/bf16/adapter_model.safetensors");
   ASSERT_TRUE(fixture.ok() && half.ok());
@@ -277,6 +281,20 @@ TEST_P(LoraExport, SampleUsesTheMergedWeights) {
     greedy.push_back(token);
   }
   EXPECT_EQ(*sampled, greedy);
+}
+
+// The checkpoint records the dropout for the export; like the learning rate, a resume may change
+// it.
+TEST(LoraExportErrors, TheRecordedDropoutMayChangeOnResume) {
+  const Config with =
+      Job("gpt2", BaseDir("gpt2") + "/fp32", TempDir("dropout"), 1, {"lora.dropout=0.1"});
+  const Config without = Job("gpt2", BaseDir("gpt2") + "/fp32", TempDir("dropout"), 1);
+  const nlohmann::json saved = RunIdentity(with);
+  auto model = ModelFromRunIdentity(saved, "ck");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  EXPECT_FLOAT_EQ(model->lora.dropout, 0.1f);
+  const Status resumed = CheckSameRun(saved, without, "ck", 1);
+  EXPECT_TRUE(resumed.ok()) << resumed.ToString();
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, LoraExport, ::testing::Values("gpt2", "llama"));
