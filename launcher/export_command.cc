@@ -1,6 +1,6 @@
-// `hoist export --checkpoint DIR --format hf|llmc -o OUT [--dtype fp32|bf16|fp16]
+// `hoist export --checkpoint DIR --format hf|llmc|peft -o OUT [--dtype fp32|bf16|fp16]
 // [--max-shard-size BYTES]`: a training checkpoint's weights as a Hugging Face directory or an
-// llm.c file (runtime/export.h).
+// llm.c file, or a LoRA run's adapters as a PEFT adapter directory (runtime/export.h).
 #include <iostream>
 #include <memory>
 #include <string>
@@ -20,15 +20,20 @@ void AddExportCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "export",
       "Write a checkpoint's weights for other tools: a Hugging Face directory (config.json, "
-      "safetensors) or an llm.c checkpoint, from any world size, ZeRO stage and offload");
+      "safetensors) or an llm.c checkpoint, from any world size, ZeRO stage and offload; a LoRA "
+      "run's adapters as a PEFT adapter directory (peft), or merged into their base (hf, llmc)");
   cmd->add_option("--checkpoint", args->options.checkpoint,
                   "Checkpoint directory (its latest step) or one step directory")
       ->required();
-  cmd->add_option("--format", args->format, "hf (a directory) or llmc (one file)")
-      ->check(CLI::IsMember({"hf", "llmc"}));
-  cmd->add_option("-o,--output", args->options.output,
-                  "Output directory (hf) or file (llmc); files of the same names are replaced, and "
-                  "an earlier export's safetensors in the directory removed")
+  cmd->add_option("--format", args->format,
+                  "hf (a directory), llmc (one file) or peft (a LoRA checkpoint's adapters: "
+                  "adapter_config.json and adapter_model.safetensors); hf and llmc of a LoRA "
+                  "checkpoint merge the adapters into the base it names (model.init_from)")
+      ->check(CLI::IsMember({"hf", "llmc", "peft"}));
+  cmd->add_option(
+         "-o,--output", args->options.output,
+         "Output directory (hf, peft) or file (llmc); files of the same names are replaced, and "
+         "an earlier export's safetensors in the directory removed")
       ->required();
   cmd->add_option("--dtype", args->dtype, "Type of the written weights: fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
@@ -39,8 +44,9 @@ void AddExportCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->callback([args, exit_code] {
     runtime::ExportOptions options = args->options;
-    options.format =
-        args->format == "llmc" ? runtime::ExportFormat::kLlmc : runtime::ExportFormat::kHuggingFace;
+    options.format = args->format == "llmc"   ? runtime::ExportFormat::kLlmc
+                     : args->format == "peft" ? runtime::ExportFormat::kPeft
+                                              : runtime::ExportFormat::kHuggingFace;
     options.dtype = args->dtype == "bf16"   ? DType::kBFloat16
                     : args->dtype == "fp16" ? DType::kFloat16
                                             : DType::kFloat32;

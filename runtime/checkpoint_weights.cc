@@ -2,11 +2,13 @@
 
 #include <cstring>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_metadata.h"
 #include "runtime/lora.h"
+#include "runtime/lora_merge.h"
 #include "runtime/run_identity.h"
 #include "zero/partition.h"
 
@@ -58,6 +60,30 @@ Status ReadCheckpointWeights(const std::string& step_dir, const ModelConfig& mod
     }
   }
   return Status::Ok();
+}
+
+StatusOr<ModelWeights> ReadCheckpointModelWeights(const CheckpointModel& opened) {
+  ModelWeights out;
+  out.model = opened.model;
+  out.model.lora = LoraConfig();
+  out.weights.resize(static_cast<size_t>(ModelParameterCount(out.model)));
+  const nlohmann::json& metadata = opened.metadata;
+  if (metadata.contains("hf_config") && metadata["hf_config"].is_object()) {
+    out.hf_config = metadata["hf_config"];
+  }
+  if (!opened.model.lora.enabled()) {
+    HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(opened.step_dir, opened.model, out.weights.data()));
+    return out;
+  }
+  int64_t adapter_count = 0;
+  for (const zero::UnitSpec& unit : TrainedUnits(opened.model)) adapter_count += unit.size;
+  std::vector<float> adapters(static_cast<size_t>(adapter_count));
+  HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(opened.step_dir, opened.model, adapters.data()));
+  nlohmann::json base_config;
+  HOIST_RETURN_IF_ERROR(
+      ReadMergedLoraWeights(opened.model, adapters.data(), out.weights.data(), &base_config));
+  if (!out.hf_config.is_object()) out.hf_config = std::move(base_config);
+  return out;
 }
 
 }  // namespace hoist::runtime

@@ -4,28 +4,41 @@
 
 #include "runtime/checkpoint_weights.h"
 #include "runtime/gpt2_weights.h"
+#include "runtime/lora.h"
+#include "runtime/peft_export.h"
 
 namespace hoist::runtime {
 
 StatusOr<std::string> ExportCheckpoint(const ExportOptions& options) {
   HOIST_ASSIGN_OR_RETURN(const CheckpointModel opened, OpenCheckpointModel(options.checkpoint));
   const std::string& step_dir = opened.step_dir;
-  const nlohmann::json& metadata = opened.metadata;
-  const ModelConfig& model = opened.model;
-  std::vector<float> weights(static_cast<size_t>(ModelParameterCount(model)));
-  HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(step_dir, model, weights.data()));
+  if (options.format == ExportFormat::kPeft) {
+    if (!opened.model.lora.enabled()) {
+      return InvalidArgumentError("checkpoint " + step_dir +
+                                  " is of a full-training run, not a LoRA run: it has no "
+                                  "adapters to export in PEFT's layout; export it with --format "
+                                  "hf or llmc");
+    }
+    int64_t count = 0;
+    for (const zero::UnitSpec& unit : TrainedUnits(opened.model)) count += unit.size;
+    std::vector<float> adapters(static_cast<size_t>(count));
+    HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(step_dir, opened.model, adapters.data()));
+    HOIST_RETURN_IF_ERROR(
+        WritePeftAdapter(options.output, opened.model, adapters.data(), options.dtype));
+    return step_dir;
+  }
+  // The model's weights whole: a LoRA run's base with its adapters merged.
+  HOIST_ASSIGN_OR_RETURN(const ModelWeights whole, ReadCheckpointModelWeights(opened));
   if (options.format == ExportFormat::kLlmc) {
     HOIST_RETURN_IF_ERROR(
-        WriteLlmcCheckpoint(options.output, model, weights.data(), options.dtype));
+        WriteLlmcCheckpoint(options.output, whole.model, whole.weights.data(), options.dtype));
     return step_dir;
   }
   HfExportOptions hf;
   hf.dtype = options.dtype;
   hf.max_shard_bytes = options.max_shard_bytes;
-  if (metadata.contains("hf_config") && metadata["hf_config"].is_object()) {
-    hf.base_config = metadata["hf_config"];
-  }
-  HOIST_RETURN_IF_ERROR(WriteHfCheckpoint(options.output, model, weights.data(), hf));
+  if (whole.hf_config.is_object()) hf.base_config = whole.hf_config;
+  HOIST_RETURN_IF_ERROR(WriteHfCheckpoint(options.output, whole.model, whole.weights.data(), hf));
   return step_dir;
 }
 

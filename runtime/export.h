@@ -1,6 +1,8 @@
 // `hoist export`: a training checkpoint's weights, written as a Hugging Face directory or an llm.c
 // file, whatever world size, ZeRO stage and offload wrote the checkpoint (the weights are
-// assembled from every rank's shard, checksums verified: runtime/checkpoint_weights.h).
+// assembled from every rank's shard, checksums verified: runtime/checkpoint_weights.h). A LoRA
+// run's checkpoint exports its adapters in PEFT's layout (runtime/peft_export.h), or, as hf and
+// llmc, its base (model.init_from) with the adapters merged in (runtime/lora_merge.h).
 #pragma once
 
 #include <cstdint>
@@ -11,12 +13,16 @@
 
 namespace hoist::runtime {
 
-enum class ExportFormat { kHuggingFace, kLlmc };
+enum class ExportFormat {
+  kHuggingFace,
+  kLlmc,
+  kPeft,  // a LoRA run's adapters alone: adapter_config.json and adapter_model.safetensors
+};
 
 struct ExportOptions {
   std::string checkpoint;  // a checkpoint directory (its latest step) or one step directory
   ExportFormat format = ExportFormat::kHuggingFace;
-  std::string output;  // the directory (Hugging Face) or the file (llm.c)
+  std::string output;  // the directory (Hugging Face, PEFT) or the file (llm.c)
   DType dtype = DType::kFloat32;
   int64_t max_shard_bytes = 0;  // Hugging Face: split above this many bytes; 0: one file
 };

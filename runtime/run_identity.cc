@@ -49,6 +49,7 @@ nlohmann::json RunIdentity(const Config& config) {
     identity["lora.alpha"] = m.lora.alpha;
     identity["lora.use_rslora"] = m.lora.use_rslora;
     if (m.lora.nf4_base) identity["lora.base_quantization"] = "nf4";
+    identity["lora.dropout"] = m.lora.dropout;  // for the reader; may change on resume
     std::vector<std::string> targets = m.lora.target_modules;
     std::sort(targets.begin(), targets.end());
     identity["lora.target_modules"] = targets;
@@ -63,6 +64,10 @@ namespace {
 bool IsBatchSplit(const std::string& key) {
   return key == "train_micro_batch_size_per_gpu" || key == "gradient_accumulation_steps";
 }
+
+// Recorded for a reader (the adapter config of a PEFT export), free to change across a resume as
+// the learning rate is.
+bool IsFreeSetting(const std::string& key) { return key == "lora.dropout"; }
 
 // "8 (train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 2 x 2 ranks)"
 std::string DescribeBatch(int64_t batch, int64_t micro, int64_t accumulation, int64_t world) {
@@ -80,7 +85,7 @@ Status CheckSameRun(const nlohmann::json& saved, const Config& config, const std
   }
   const nlohmann::json expected = RunIdentity(config);
   for (const auto& [key, value] : expected.items()) {
-    if (IsBatchSplit(key) || key == "train_batch_size") continue;
+    if (IsBatchSplit(key) || key == "train_batch_size" || IsFreeSetting(key)) continue;
     if (!saved.contains(key) || saved[key] != value) {
       return FailedPreconditionError(
           "checkpoint " + dir + " was written with " + key + " = " +
@@ -211,6 +216,13 @@ StatusOr<ModelConfig> ModelFromRunIdentity(const nlohmann::json& saved, const st
       return bad("lora.use_rslora");
     }
     lora.use_rslora = saved["lora.use_rslora"].get<bool>();
+    if (saved.contains("lora.dropout")) {
+      const nlohmann::json& dropout = saved["lora.dropout"];
+      if (!dropout.is_number() || !(dropout.get<double>() >= 0) || !(dropout.get<double>() < 1)) {
+        return bad("lora.dropout");
+      }
+      lora.dropout = dropout.get<float>();
+    }
     const nlohmann::json targets = saved.value("lora.target_modules", nlohmann::json());
     if (!targets.is_array() || targets.empty()) return bad("lora.target_modules");
     for (const auto& t : targets) {

@@ -44,7 +44,9 @@ StatusOr<std::vector<int32_t>> SampleWith(const SampleOptions& options,
                                           const BpeTokenizer* tokenizer) {
   HOIST_ASSIGN_OR_RETURN(const CheckpointModel opened, OpenCheckpointModel(options.checkpoint));
   const std::string& step_dir = opened.step_dir;
-  const ModelConfig& m = opened.model;
+  // A LoRA run's base with its adapters merged, as the merged export writes it.
+  HOIST_ASSIGN_OR_RETURN(const ModelWeights whole, ReadCheckpointModelWeights(opened));
+  const ModelConfig& m = whole.model;
   if (tokenizer == nullptr && m.vocab_size > 256) {
     return InvalidArgumentError("the model in " + step_dir + " has a vocabulary of " +
                                 std::to_string(m.vocab_size) +
@@ -54,7 +56,7 @@ StatusOr<std::vector<int32_t>> SampleWith(const SampleOptions& options,
   CpuDevice device(Place::kDevice);
   HOIST_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                          CreateModel(m, /*max_B=*/1, m.seq_len, &device));
-  HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(step_dir, m, model->params()));
+  std::copy(whole.weights.begin(), whole.weights.end(), model->params());
 
   std::vector<int32_t> context;
   // An empty prompt starts from a newline, a natural start of text.
