@@ -45,6 +45,7 @@
 #include "kernels/backend.h"
 #include "offload/pinned_pool.h"
 #include "offload/state_swapper.h"
+#include "zero/moments_8bit.h"
 #include "zero/param_shards.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
@@ -56,6 +57,11 @@ struct AdamWParams {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
+  // bitsandbytes' AdamW8bit: m and v of this rank's shard as block-wise 8-bit codes with fp32
+  // absmaxes (zero/moments_8bit.h), the update computed in fp32 from the dequantized values.
+  // Units smaller than min_8bit_size elements keep fp32 moments. Not with NVMe offload.
+  bool eight_bit = false;
+  int64_t min_8bit_size = 4096;
 };
 
 // Where the optimizer states (fp32 master weights and the two moments) of this rank's shard live.
@@ -277,6 +283,17 @@ class ZeroEngine final : public ParamStore {
   std::vector<kernels::AdamWTensorRef> AdamWPieces(int unit, int64_t lo, int64_t hi, float* master,
                                                    float* m, float* v, const void* grads,
                                                    void* copies, int64_t origin) const;
+  // The 8-bit step's update of the unit's whole owned range with `ops` on `ops_stream`: the
+  // master at `master`, grads and copies at owned element 0; a unit below min_8bit_size takes
+  // the 32-bit AdamW over its fp32 moments.
+  Status Update8bit(kernels::Backend* ops, const Stream& ops_stream, int unit, float* master,
+                    const void* grads, void* copies, const kernels::AdamWStepScalars& h);
+  // Allocates `bytes` of optimizer state where the states live (StatePlace kDevice or kHost).
+  StatusOr<void*> AllocateStateArray(int64_t bytes);
+  // The 8-bit moments of Initialize: zero codes and absmaxes, zero fp32 moments.
+  Status ZeroMoments8bit();
+  Status ReadMoments8bit(float* m_out, float* v_out) const;
+  Status RestoreMoments8bit(const float* m_in, const float* v_in);
   Status UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
                      void* compute, const kernels::AdamWStepScalars& h);
   // The same over elements [begin, begin + count) of the flat owned shard.
@@ -343,6 +360,16 @@ class ZeroEngine final : public ParamStore {
   float* state_m_ = nullptr;
   float* state_v_ = nullptr;
   std::unique_ptr<offload::StateSwapper> swapper_;  // StatePlace::kNvme
+  // options_.adam.eight_bit: the layout and the arrays of the 8-bit moments (codes of m and v,
+  // their absmaxes), wherever the states live; state_m_ and state_v_ then hold the fp32 moments
+  // of the small units only (moments8_.fp32_offset), or are null where there are none.
+  Moments8bitLayout moments8_;
+  uint8_t* state_qm_ = nullptr;
+  uint8_t* state_qv_ = nullptr;
+  float* state_absmax_m_ = nullptr;
+  float* state_absmax_v_ = nullptr;
+  std::vector<Buffer> buffers8_;
+  std::vector<offload::PinnedBuffer> pinned8_;
   OffloadStats offload_stats_;
 
   // Per unit: the fp32 working gradient handed to the model, if any, and the weights it holds.
