@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
+
+#include "core/check.h"
 
 namespace hoist::kernels::cpu {
 namespace {
@@ -32,12 +35,37 @@ DynamicMap BuildDynamicMap(bool is_signed) {
     map.threshold[c] =
         static_cast<float>((static_cast<double>(map.code[c]) + map.code[c + 1]) / 2.0);
   }
+  map.threshold[255] = std::numeric_limits<float>::infinity();
+  // The buckets: [lo, hi) in magnitude; a positive bucket's base counts the midpoints below lo, a
+  // negative one's (values in (-hi, -lo]) those at or below -hi.
+  for (int sign = 0; sign < 2; ++sign) {
+    for (int e = 0; e < kQuantExponents; ++e) {
+      for (int m = 0; m < 256; ++m) {
+        const double scale = std::ldexp(1.0, e - 26);
+        const double lo = e == 0 ? 0.0 : scale * (1.0 + m / 256.0);
+        const double hi = e == 0 ? std::ldexp(1.0, -25) : scale * (1.0 + (m + 1) / 256.0);
+        int base = 0, inside = 0;
+        for (int t = 0; t < 255; ++t) {
+          const double x = map.threshold[t];
+          if (sign == 0) {
+            base += x < lo;
+            inside += x >= lo && x < hi;
+          } else {
+            base += x <= -hi;
+            inside += x > -hi && x <= -lo;
+          }
+        }
+        HOIST_CHECK_LE(inside, 1) << "two midpoints in one quantization bucket";
+        map.bucket_base[((sign * kQuantExponents + e) << 8) + m] = static_cast<uint8_t>(base);
+      }
+    }
+  }
   return map;
 }
 
 void QuantizeBlock(const DynamicMap& map, const float* x, int64_t n, float absmax, uint8_t* codes) {
   const float inv = InverseAbsmax(absmax);
-  for (int64_t i = 0; i < n; ++i) codes[i] = QuantizeNearest(map, x[i] * inv);
+  for (int64_t i = 0; i < n; ++i) codes[i] = QuantizeByBucket(map, x[i] * inv);
 }
 
 // Whether the codes of x under `absmax` dequantize to x's bits.

@@ -170,9 +170,9 @@ Status AdamW8bitMultiTensor(const std::vector<AdamW8bitTensor>& tensors, DType g
     for (int c = 0; c < 256; ++c) {
       maps.m_code[c] = m.code[c];
       maps.v_code[c] = v.code[c];
-      // The unused 256th midpoint is never read (QuantizeNearest reads indices 0..254).
-      maps.m_threshold[c] = c < 255 ? m.threshold[c] : 2.0f;
-      maps.v_threshold[c] = c < 255 ? v.threshold[c] : 2.0f;
+      // The 256th midpoint (infinity) is never read: QuantizeNearest reads indices 0..254.
+      maps.m_threshold[c] = m.threshold[c];
+      maps.v_threshold[c] = v.threshold[c];
     }
     return maps;
   }();

@@ -86,6 +86,37 @@ TEST(DynamicMap, QuantizeNearestPicksTheNearestCode) {
   }
 }
 
+// The fast path (a bucket by the bits, one comparison) counts the same midpoints as the binary
+// search: at every midpoint and its float neighbours, every code, and values of every magnitude
+// and sign, from subnormals to beyond the map's range.
+TEST(DynamicMap, BucketLookUpEqualsBinarySearch) {
+  for (bool is_signed : {true, false}) {
+    const DynamicMap& map = is_signed ? SignedDynamicMap() : UnsignedDynamicMap();
+    std::vector<float> xs = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-30f, 2.0f, -2.0f, 3.5f, -7.0f, 1e30f};
+    for (int c = 0; c < 256; ++c) {
+      for (float base : {map.code[c], c < 255 ? map.threshold[c] : 1.0f}) {
+        float up = base, down = base;
+        for (int k = 0; k < 3; ++k) {
+          xs.push_back(up);
+          xs.push_back(down);
+          xs.push_back(-up);
+          up = std::nextafter(up, 10.0f);
+          down = std::nextafter(down, -10.0f);
+        }
+      }
+    }
+    for (float x : RandomFloats(100000, 5, -1.0f, 1.0f)) {
+      xs.push_back(x);
+      xs.push_back(x * 1e-3f);
+      xs.push_back(x * 1e-6f);
+      xs.push_back(x * 3e-8f);
+    }
+    for (float x : xs) {
+      ASSERT_EQ(QuantizeByBucket(map, x), QuantizeNearest(map, x)) << x << " signed " << is_signed;
+    }
+  }
+}
+
 // The round trip's error: at most half the gap between the two codes around x / absmax (or the
 // distance to the end code beyond the map's range), times absmax, plus float rounding.
 TEST(DynamicMap, RoundTripErrorIsBoundedByTheMapSpacing) {
