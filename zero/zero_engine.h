@@ -9,6 +9,8 @@
 //   stage 2: params pΨ, grads 1/N, optimizer states 1/N                 (reduce-scatter,
 //   all-gather) stage 3: params 1/N, grads 1/N, optimizer states 1/N                (all-gather per
 //   unit)
+// With AdamWParams::eight_bit the moments take 2 + 8/256 bytes per parameter instead of 8 (one
+// code byte each, an fp32 absmax per block of 256; zero/moments_8bit.h), the master unchanged;
 // plus per-unit padding to a multiple of N (PartitionPlan) and transient buffers: fp32 working
 // gradients of a unit while the model adds to them, gathered units in stage 3 and reduction
 // buffers in flight (Category::kComm). The model computes in the compute type: it gets the
@@ -123,7 +125,8 @@ struct StepResult {
 struct ModelStateBytes {
   int64_t params = 0;     // compute-type weights (whole or shard, persistent units included)
   int64_t grads = 0;      // compute-type gradient accumulators
-  int64_t optimizer = 0;  // fp32 master (mixed precision only) and the two Adam moments
+  int64_t optimizer = 0;  // fp32 master (mixed precision only) and the two Adam moments (8-bit:
+                          // their codes and absmaxes, and the small units' fp32 moments)
 };
 
 // What the optimizer offload moved and how long the step waited for it, since the engine was
