@@ -51,6 +51,22 @@ struct AdamWTensorRef {
   float weight_decay = 0.0f;  // decoupled; 0 for the tensors that are not decayed
 };
 
+// One tensor of an 8-bit AdamW step (kernels/cpu/adamw8bit_step.h: bitsandbytes' block-wise
+// 8-bit AdamW): param, grad and copy as in AdamWTensorRef; the moments as n codes each (m of the
+// signed dynamic map, v of the unsigned one) and QuantBlocks(n) fp32 absmaxes each, the blocks
+// of kQuantBlockSize elements starting at element 0, all updated in place.
+struct AdamW8bitTensorRef {
+  float* param = nullptr;
+  uint8_t* m = nullptr;
+  uint8_t* v = nullptr;
+  float* absmax_m = nullptr;
+  float* absmax_v = nullptr;
+  const void* grad = nullptr;
+  void* copy = nullptr;
+  int64_t n = 0;
+  float weight_decay = 0.0f;
+};
+
 // The step's scalars: torch.optim.AdamW's update (kernels/cpu/adamw_step.h gives the arithmetic
 // every backend repeats operation for operation).
 struct AdamWStepScalars {
@@ -109,6 +125,11 @@ class Backend {
   // type where no tensor has a copy). Deterministic, and the same bits on every backend.
   virtual Status AdamW(std::span<const AdamWTensorRef> tensors, DType grad_type, DType copy_type,
                        const AdamWStepScalars& scalars, const Stream& stream) = 0;
+  // The same update with 8-bit moments: per block, dequantize, AdamW's arithmetic, requantize
+  // against the block's new absmax. Deterministic, and the same bits on every backend.
+  virtual Status AdamW8bit(std::span<const AdamW8bitTensorRef> tensors, DType grad_type,
+                           DType copy_type, const AdamWStepScalars& scalars,
+                           const Stream& stream) = 0;
 
   // The model's ops: GPT-2's forward and backward, with the shapes and arithmetic of
   // kernels/cpu/ops.h (N = B*T rows, C channels, OC output channels, NH heads, V real and Vp

@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "core/live_memory.h"
+#include "kernels/cpu/adamw8bit_step.h"
 #include "kernels/cpu/adamw_step.h"
+#include "kernels/cpu/blockwise_quant.h"
 #include "kernels/cpu/convert.h"
 
 namespace hoist::kernels {
@@ -204,6 +206,65 @@ Status CpuBackend::AdamW(std::span<const AdamWTensorRef> tensors, DType grad_typ
       h.weight_decay = t.weight_decay;
       cpu::AdamWFusedStep(shard, h);
       // An fp32 copy (the model's weights away from the master copy) is the master's bits.
+      if (t.copy != nullptr && !half_copy && t.copy != t.param) {
+        std::memcpy(t.copy, t.param, static_cast<size_t>(t.n) * sizeof(float));
+      }
+    }
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::AdamW8bit(std::span<const AdamW8bitTensorRef> tensors, DType grad_type,
+                             DType copy_type, const AdamWStepScalars& scalars,
+                             const Stream& stream) {
+  if (scalars.step < 1) {
+    return InvalidArgumentError("AdamW8bit: the step count is 1-based, got " +
+                                std::to_string(scalars.step));
+  }
+  for (const AdamW8bitTensorRef& t : tensors) {
+    HOIST_RETURN_IF_ERROR(CheckArray("AdamW8bit", "param", t.param, t.n));
+    HOIST_RETURN_IF_ERROR(CheckArray("AdamW8bit", "m", t.m, t.n));
+    HOIST_RETURN_IF_ERROR(CheckArray("AdamW8bit", "v", t.v, t.n));
+    HOIST_RETURN_IF_ERROR(CheckArray("AdamW8bit", "absmax_m", t.absmax_m, t.n));
+    HOIST_RETURN_IF_ERROR(CheckArray("AdamW8bit", "absmax_v", t.absmax_v, t.n));
+    HOIST_RETURN_IF_ERROR(CheckArray("AdamW8bit", "grad", t.grad, t.n));
+    const int64_t absmax_bytes = cpu::QuantBlocks(t.n) * static_cast<int64_t>(sizeof(float));
+    HOIST_RETURN_IF_ERROR(CheckDeviceArrays(
+        "AdamW8bit", {{"param", t.param, t.n * static_cast<int64_t>(sizeof(float))},
+                      {"m", t.m, t.n},
+                      {"v", t.v, t.n},
+                      {"absmax_m", t.absmax_m, absmax_bytes},
+                      {"absmax_v", t.absmax_v, absmax_bytes},
+                      {"grad", t.grad, t.n * static_cast<int64_t>(DTypeSize(grad_type))},
+                      {"copy", t.copy, t.n * static_cast<int64_t>(DTypeSize(copy_type))}}));
+  }
+  std::vector<AdamW8bitTensorRef> list(tensors.begin(), tensors.end());
+  return HostStreamOf(stream).Enqueue([list = std::move(list), grad_type, copy_type, scalars] {
+    cpu::AdamWHyperparams h;
+    h.lr = scalars.lr;
+    h.beta1 = scalars.beta1;
+    h.beta2 = scalars.beta2;
+    h.eps = scalars.eps;
+    h.grad_scale = scalars.grad_scale;
+    h.step = scalars.step;
+    for (const AdamW8bitTensorRef& t : list) {
+      if (t.n == 0) continue;
+      cpu::AdamW8bitShard shard;
+      shard.param = t.param;
+      shard.m = t.m;
+      shard.v = t.v;
+      shard.absmax_m = t.absmax_m;
+      shard.absmax_v = t.absmax_v;
+      shard.grad = t.grad;
+      shard.grad_format = grad_type;
+      shard.n = static_cast<size_t>(t.n);
+      const bool half_copy = t.copy != nullptr && IsHalf(copy_type);
+      if (half_copy) {
+        shard.param_copy = static_cast<uint16_t*>(t.copy);
+        shard.copy_format = copy_type;
+      }
+      h.weight_decay = t.weight_decay;
+      cpu::AdamW8bitStep(shard, h);
       if (t.copy != nullptr && !half_copy && t.copy != t.param) {
         std::memcpy(t.copy, t.param, static_cast<size_t>(t.n) * sizeof(float));
       }

@@ -56,6 +56,8 @@ class CpuBackend final : public Backend {
                       const Stream& stream) override;
   Status AdamW(std::span<const AdamWTensorRef> tensors, DType grad_type, DType copy_type,
                const AdamWStepScalars& scalars, const Stream& stream) override;
+  Status AdamW8bit(std::span<const AdamW8bitTensorRef> tensors, DType grad_type, DType copy_type,
+                   const AdamWStepScalars& scalars, const Stream& stream) override;
 
   // The model's ops (kernels/backend.h); 16-bit arrays through fp32 copies (cpu_backend_model.cc).
   Status EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,

@@ -7,6 +7,7 @@
 #include "core/cuda/cuda_status.h"
 #include "kernels/cuda/accumulate.h"
 #include "kernels/cuda/adamw.h"
+#include "kernels/cuda/adamw8bit.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/cast.h"
@@ -146,6 +147,27 @@ Status CudaBackend::AdamW(std::span<const AdamWTensorRef> tensors, DType grad_ty
   params.grad_scale = scalars.grad_scale;
   params.step = scalars.step;
   return cuda::AdamWMultiTensor(list, grad_type, copy_type, params, RawStream(stream));
+}
+
+Status CudaBackend::AdamW8bit(std::span<const AdamW8bitTensorRef> tensors, DType grad_type,
+                              DType copy_type, const AdamWStepScalars& scalars,
+                              const Stream& stream) {
+  std::vector<cuda::AdamW8bitTensor> list;
+  list.reserve(tensors.size());
+  for (const AdamW8bitTensorRef& t : tensors) {
+    if (t.n == 0) continue;
+    list.push_back(
+        {t.param, t.m, t.v, t.absmax_m, t.absmax_v, t.grad, t.copy, t.n, t.weight_decay});
+  }
+  if (list.empty()) return Status::Ok();
+  cuda::AdamWStepParams params;
+  params.lr = scalars.lr;
+  params.beta1 = scalars.beta1;
+  params.beta2 = scalars.beta2;
+  params.eps = scalars.eps;
+  params.grad_scale = scalars.grad_scale;
+  params.step = scalars.step;
+  return cuda::AdamW8bitMultiTensor(list, grad_type, copy_type, params, RawStream(stream));
 }
 
 // The model's ops: kernels/cuda/ on the stream they are given (the kernels check their arguments

@@ -54,6 +54,8 @@ class CudaBackend final : public Backend {
                       const Stream& stream) override;
   Status AdamW(std::span<const AdamWTensorRef> tensors, DType grad_type, DType copy_type,
                const AdamWStepScalars& scalars, const Stream& stream) override;
+  Status AdamW8bit(std::span<const AdamW8bitTensorRef> tensors, DType grad_type, DType copy_type,
+                   const AdamWStepScalars& scalars, const Stream& stream) override;
 
   // The model's ops (kernels/backend.h), over kernels/cuda/.
   Status EncoderForward(void* out, const int32_t* tokens, const void* wte, const void* wpe, int B,

@@ -121,8 +121,10 @@ struct ModelConfig {
 
 // `optimizer` {type, params {lr, betas [b1, b2], eps, weight_decay}}.
 struct OptimizerConfig {
-  // "AdamW" or "Adam"; the input is matched case-insensitively and stored in this spelling.
-  // "Adam" means AdamW (decoupled weight decay), as in DeepSpeed.
+  // "AdamW", "Adam" or "AdamW8bit"; the input is matched case-insensitively and stored in this
+  // spelling ("adamw_8bit" and "adamw_bnb_8bit", Hugging Face's names, are AdamW8bit too).
+  // "Adam" means AdamW (decoupled weight decay), as in DeepSpeed. AdamW8bit is bitsandbytes'
+  // block-wise 8-bit AdamW (zero::AdamWParams::eight_bit).
   std::string type = "AdamW";
   float lr = 1e-3f;
   float beta1 = 0.9f;
@@ -131,6 +133,8 @@ struct OptimizerConfig {
   // DeepSpeed's default (FusedAdam and DeepSpeedCPUAdam), not torch.optim.AdamW's 0.01, so that
   // a DeepSpeed config without the key trains the same job here.
   float weight_decay = 0.0f;
+  // AdamW8bit: parameter units smaller than this keep 32-bit moments (bitsandbytes' default).
+  int64_t min_8bit_size = 4096;
 };
 
 // `scheduler` {type, params}: DeepSpeed's warmup schedules. Which params are valid depends on

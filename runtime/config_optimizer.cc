@@ -46,26 +46,32 @@ Status ReadOptimizer(const Section& top, OptimizerConfig* opt, std::vector<std::
   HOIST_RETURN_IF_ERROR(s.AllowOnly({"type", "params"}));
   std::string type = opt->type;
   HOIST_RETURN_IF_ERROR(s.String("type", &type));
-  opt->type = Canonical(type, {"AdamW", "Adam"});
+  opt->type = Canonical(type, {"AdamW", "Adam", "AdamW8bit"});
+  if (!Canonical(type, {"adamw_8bit", "adamw_bnb_8bit"}).empty()) opt->type = "AdamW8bit";
+  const bool eight_bit = opt->type == "AdamW8bit";
   if (opt->type.empty()) {
     const std::string lower = Lower(type);
     for (std::string_view known : kDeepSpeedOptimizers) {
       if (known == lower) {
         return s.errors().Unimplemented(s.PathOf("type"),
                                         MissingFeature("the \"" + type + "\" optimizer") +
-                                            "; use \"AdamW\" or \"Adam\" (which is AdamW)");
+                                            "; use \"AdamW\", \"Adam\" (which is AdamW) or "
+                                            "\"AdamW8bit\"");
       }
     }
     std::string message = "unknown optimizer \"" + type + "\"";
-    std::string_view guess = ClosestMatch(type, {"AdamW", "Adam"});
+    std::string_view guess = ClosestMatch(type, {"AdamW", "Adam", "AdamW8bit"});
     if (!guess.empty()) message += "; did you mean \"" + std::string(guess) + "\"?";
-    return s.Invalid("type", message + " hoist supports \"AdamW\" and \"Adam\" (which is AdamW)");
+    return s.Invalid("type", message +
+                                 " hoist supports \"AdamW\", \"Adam\" (which is AdamW) and "
+                                 "\"AdamW8bit\" (bitsandbytes' 8-bit AdamW)");
   }
 
   HOIST_ASSIGN_OR_RETURN(Section p, s.Child("params"));
   std::vector<std::string_view> allowed = {"lr",           "betas",       "eps",
                                            "weight_decay", "adam_w_mode", "bias_correction",
                                            "amsgrad",      "torch_adam",  "max_grad_norm"};
+  if (eight_bit) allowed.push_back("min_8bit_size");
   const auto& one_bit = config_internal::OneBitOptimizerParams();
   allowed.insert(allowed.end(), one_bit.begin(), one_bit.end());
   HOIST_RETURN_IF_ERROR(p.AllowOnly(allowed));
@@ -106,6 +112,10 @@ Status ReadOptimizer(const Section& top, OptimizerConfig* opt, std::vector<std::
   HOIST_RETURN_IF_ERROR(p.FloatPair("betas", &opt->beta1, &opt->beta2));
   HOIST_RETURN_IF_ERROR(p.Float("eps", &opt->eps));
   HOIST_RETURN_IF_ERROR(p.Float("weight_decay", &opt->weight_decay));
+  HOIST_RETURN_IF_ERROR(p.Int("min_8bit_size", &opt->min_8bit_size));
+  if (opt->min_8bit_size < 0) {
+    return p.Invalid("min_8bit_size", "must be >= 0, found " + Num(double(opt->min_8bit_size)));
+  }
   if (!(opt->lr > 0)) return p.Invalid("lr", "must be > 0, found " + Num(opt->lr));
   const float betas[] = {opt->beta1, opt->beta2};
   for (int i = 0; i < 2; ++i) {

@@ -17,8 +17,12 @@ zero::ZeroOptions ZeroOptionsFrom(const Config& config) {
   options.stage3_prefetch_bucket_size = z.stage3_prefetch_bucket_size;
   options.stage3_param_persistence_threshold = z.stage3_param_persistence_threshold;
   options.stage3_max_live_parameters = z.stage3_max_live_parameters;
-  options.adam = {config.optimizer.beta1, config.optimizer.beta2, config.optimizer.eps,
-                  config.optimizer.weight_decay};
+  options.adam = {config.optimizer.beta1,
+                  config.optimizer.beta2,
+                  config.optimizer.eps,
+                  config.optimizer.weight_decay,
+                  config.optimizer.type == "AdamW8bit",
+                  config.optimizer.min_8bit_size};
   const OffloadOptimizerConfig& offload = z.offload_optimizer;
   switch (offload.device) {
     case OffloadDevice::kNone: options.offload_optimizer.place = zero::StatePlace::kDevice; break;

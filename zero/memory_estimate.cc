@@ -46,6 +46,14 @@ bool HasSeparateMaster(const ZeroOptions& options) {
          options.offload_param.place != ParamPlace::kDevice;
 }
 
+std::vector<int64_t> Moment8bitArrayBytes(const PartitionPlan& state_plan,
+                                          const ZeroOptions& options) {
+  const Moments8bitLayout layout = Moments8bitLayoutFor(state_plan, options.adam.min_8bit_size);
+  const int64_t absmax = layout.absmax_blocks * int64_t{sizeof(float)};
+  const int64_t fp32 = layout.fp32_elements * int64_t{sizeof(float)};
+  return {layout.code_elements, layout.code_elements, absmax, absmax, fp32, fp32};
+}
+
 offload::StateSwapperOptions OptimizerSwapOptions(const PartitionPlan& state_plan,
                                                   const ZeroOptions& options) {
   offload::StateSwapperOptions swap;
@@ -64,6 +72,11 @@ ModelStateBytes ModelStateBytesFor(const PartitionPlan& plan, const PartitionPla
   bytes.params = ParamBufferBytes(plan, options) + PersistentBufferBytes(plan, options);
   if (options.frozen) return bytes;  // the weights alone
   bytes.grads = GradBufferBytes(plan, options);
+  if (options.adam.eight_bit) {
+    bytes.optimizer = StateArrayBytes(state_plan) * (HasSeparateMaster(options) ? 1 : 0);
+    for (int64_t array : Moment8bitArrayBytes(state_plan, options)) bytes.optimizer += array;
+    return bytes;
+  }
   bytes.optimizer = StateArrayBytes(state_plan) * (HasSeparateMaster(options) ? 3 : 2);
   return bytes;
 }
@@ -214,25 +227,42 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
 
   const int64_t state_bytes = StateArrayBytes(state_plan);
   const OptimizerOffload& optimizer = options.offload_optimizer;
-  switch (optimizer.place) {
-    case StatePlace::kDevice:
-      tracker.Add(kCompute, Category::kOptimizer,
-                  state_bytes * (HasSeparateMaster(options) ? 3 : 2));
-      break;
-    case StatePlace::kHost:
-      if (optimizer.pin_memory) {
+  if (options.adam.eight_bit && optimizer.place != StatePlace::kNvme) {
+    // The master (where separate), then ZeroEngine's 8-bit arrays, each its own allocation.
+    std::vector<int64_t> arrays = Moment8bitArrayBytes(state_plan, options);
+    if (HasSeparateMaster(options)) arrays.insert(arrays.begin(), state_bytes);
+    for (int64_t array : arrays) {
+      if (array == 0) continue;
+      if (optimizer.place == StatePlace::kDevice) {
+        tracker.Add(kCompute, Category::kOptimizer, array);
+      } else if (optimizer.pin_memory) {
         tracker.Add(Place::kHostPinned, Category::kOptimizer,
-                    3 * PinnedHostPool::AllocationBytes(state_bytes));
+                    PinnedHostPool::AllocationBytes(array));
       } else {
-        tracker.Add(Place::kHost, Category::kOptimizer, 3 * state_bytes);
+        tracker.Add(Place::kHost, Category::kOptimizer, array);
       }
-      break;
-    case StatePlace::kNvme: {
-      const offload::StateSwapper::Layout layout =
-          offload::StateSwapper::LayoutFor(OptimizerSwapOptions(state_plan, options));
-      tracker.Add(Place::kNvme, Category::kOptimizer, layout.file_bytes);
-      tracker.Add(Place::kHostPinned, Category::kOptimizer, layout.slot_bytes);
-      break;
+    }
+  } else {
+    switch (optimizer.place) {
+      case StatePlace::kDevice:
+        tracker.Add(kCompute, Category::kOptimizer,
+                    state_bytes * (HasSeparateMaster(options) ? 3 : 2));
+        break;
+      case StatePlace::kHost:
+        if (optimizer.pin_memory) {
+          tracker.Add(Place::kHostPinned, Category::kOptimizer,
+                      3 * PinnedHostPool::AllocationBytes(state_bytes));
+        } else {
+          tracker.Add(Place::kHost, Category::kOptimizer, 3 * state_bytes);
+        }
+        break;
+      case StatePlace::kNvme: {
+        const offload::StateSwapper::Layout layout =
+            offload::StateSwapper::LayoutFor(OptimizerSwapOptions(state_plan, options));
+        tracker.Add(Place::kNvme, Category::kOptimizer, layout.file_bytes);
+        tracker.Add(Place::kHostPinned, Category::kOptimizer, layout.slot_bytes);
+        break;
+      }
     }
   }
   if (accelerator) {

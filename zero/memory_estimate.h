@@ -57,6 +57,13 @@ int64_t StateArrayBytes(const PartitionPlan& state_plan);
 // Whether the fp32 master weights are an array of their own: in mixed precision, and whenever
 // the model's copy is not the optimizer's (either offload). Otherwise the fp32 compute copy is it.
 bool HasSeparateMaster(const ZeroOptions& options);
+// The 8-bit AdamW's moment arrays (options.adam.eight_bit; zero/moments_8bit.h), in the order
+// ZeroEngine allocates them: codes of m and of v (1 byte per element of the 8-bit units' shards),
+// absmaxes of m and of v (4 bytes per block of 256), fp32 m and v of the units below
+// min_8bit_size. An array of 0 bytes is not allocated. Per parameter of an 8-bit unit: 2 + 8/256
+// bytes, plus the 4-byte master where HasSeparateMaster.
+std::vector<int64_t> Moment8bitArrayBytes(const PartitionPlan& state_plan,
+                                          const ZeroOptions& options);
 // The optimizer swapper of StatePlace::kNvme (its path left empty).
 offload::StateSwapperOptions OptimizerSwapOptions(const PartitionPlan& state_plan,
                                                   const ZeroOptions& options);

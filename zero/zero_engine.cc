@@ -59,6 +59,17 @@ Status ValidateZeroOptions(const ZeroOptions& options) {
         "offloading the optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps whole optimizer "
         "states on every rank)");
   }
+  if (options.adam.eight_bit && !options.frozen &&
+      options.offload_optimizer.place == StatePlace::kNvme) {
+    return InvalidArgumentError(
+        "optimizer.type AdamW8bit cannot offload its states to nvme yet "
+        "(zero_optimization.offload_optimizer.device \"nvme\"): use offload_optimizer.device "
+        "\"cpu\" or none, or optimizer.type AdamW");
+  }
+  if (options.adam.eight_bit && options.adam.min_8bit_size < 0) {
+    return InvalidArgumentError("optimizer.params.min_8bit_size must be >= 0, not " +
+                                std::to_string(options.adam.min_8bit_size));
+  }
   return Status::Ok();
 }
 
@@ -188,6 +199,7 @@ Status ZeroEngine::AllocateStates() {
         HOIST_ASSIGN_OR_RETURN(master_, device_->Allocate(state_bytes, Category::kOptimizer));
         state_master_ = master_.as<float>();
       }
+      if (options_.adam.eight_bit) break;  // the moments below
       HOIST_ASSIGN_OR_RETURN(m_, device_->Allocate(state_bytes, Category::kOptimizer));
       HOIST_ASSIGN_OR_RETURN(v_, device_->Allocate(state_bytes, Category::kOptimizer));
       state_m_ = m_.as<float>();
@@ -198,17 +210,19 @@ Status ZeroEngine::AllocateStates() {
       // The master copy is always separate here: the compute copy stays with the model.
       if (offload.pin_memory) {
         HOIST_ASSIGN_OR_RETURN(pinned_master_, pool_->Allocate(state_bytes, Category::kOptimizer));
+        state_master_ = pinned_master_.as<float>();
+        if (options_.adam.eight_bit) break;
         HOIST_ASSIGN_OR_RETURN(pinned_m_, pool_->Allocate(state_bytes, Category::kOptimizer));
         HOIST_ASSIGN_OR_RETURN(pinned_v_, pool_->Allocate(state_bytes, Category::kOptimizer));
-        state_master_ = pinned_master_.as<float>();
         state_m_ = pinned_m_.as<float>();
         state_v_ = pinned_v_.as<float>();
       } else {
         host_device_ = std::make_unique<CpuDevice>(Place::kHost, &tracker);
         HOIST_ASSIGN_OR_RETURN(master_, host_device_->Allocate(state_bytes, Category::kOptimizer));
+        state_master_ = master_.as<float>();
+        if (options_.adam.eight_bit) break;
         HOIST_ASSIGN_OR_RETURN(m_, host_device_->Allocate(state_bytes, Category::kOptimizer));
         HOIST_ASSIGN_OR_RETURN(v_, host_device_->Allocate(state_bytes, Category::kOptimizer));
-        state_master_ = master_.as<float>();
         state_m_ = m_.as<float>();
         state_v_ = v_.as<float>();
       }
@@ -225,7 +239,39 @@ Status ZeroEngine::AllocateStates() {
       break;
     }
   }
+  if (!options_.adam.eight_bit) return Status::Ok();
+  // The 8-bit moments, in the order the estimate counts them (AddResident).
+  moments8_ = Moments8bitLayoutFor(state_plan_, options_.adam.min_8bit_size);
+  const int64_t fp32_bytes = moments8_.fp32_elements * static_cast<int64_t>(sizeof(float));
+  const int64_t absmax_bytes = moments8_.absmax_blocks * static_cast<int64_t>(sizeof(float));
+  HOIST_ASSIGN_OR_RETURN(void* qm, AllocateStateArray(moments8_.code_elements));
+  HOIST_ASSIGN_OR_RETURN(void* qv, AllocateStateArray(moments8_.code_elements));
+  HOIST_ASSIGN_OR_RETURN(void* am, AllocateStateArray(absmax_bytes));
+  HOIST_ASSIGN_OR_RETURN(void* av, AllocateStateArray(absmax_bytes));
+  HOIST_ASSIGN_OR_RETURN(void* m, AllocateStateArray(fp32_bytes));
+  HOIST_ASSIGN_OR_RETURN(void* v, AllocateStateArray(fp32_bytes));
+  state_qm_ = static_cast<uint8_t*>(qm);
+  state_qv_ = static_cast<uint8_t*>(qv);
+  state_absmax_m_ = static_cast<float*>(am);
+  state_absmax_v_ = static_cast<float*>(av);
+  state_m_ = static_cast<float*>(m);
+  state_v_ = static_cast<float*>(v);
   return Status::Ok();
+}
+
+StatusOr<void*> ZeroEngine::AllocateStateArray(int64_t bytes) {
+  if (bytes == 0) return static_cast<void*>(nullptr);
+  const OptimizerOffload& offload = options_.offload_optimizer;
+  if (offload.place == StatePlace::kHost && offload.pin_memory) {
+    HOIST_ASSIGN_OR_RETURN(offload::PinnedBuffer buffer,
+                           pool_->Allocate(bytes, Category::kOptimizer));
+    pinned8_.push_back(std::move(buffer));
+    return static_cast<void*>(pinned8_.back().data());
+  }
+  Device& place = offload.place == StatePlace::kHost ? *host_device_ : *device_;
+  HOIST_ASSIGN_OR_RETURN(Buffer buffer, place.Allocate(bytes, Category::kOptimizer));
+  buffers8_.push_back(std::move(buffer));
+  return buffers8_.back().data();
 }
 
 void ZeroEngine::Fail(const Status& status) {
@@ -335,8 +381,12 @@ Status ZeroEngine::Initialize(const RangeFill& fill) {
     const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
     kernels::Backend& states = host_update_ ? *host_backend_ : *backend_;
     const Stream& state_stream = host_update_ ? host_backend_->compute_stream() : stream();
-    HOIST_RETURN_IF_ERROR(states.Zero(state_m_, state_bytes, state_stream));
-    HOIST_RETURN_IF_ERROR(states.Zero(state_v_, state_bytes, state_stream));
+    if (options_.adam.eight_bit) {
+      HOIST_RETURN_IF_ERROR(ZeroMoments8bit());
+    } else {
+      HOIST_RETURN_IF_ERROR(states.Zero(state_m_, state_bytes, state_stream));
+      HOIST_RETURN_IF_ERROR(states.Zero(state_v_, state_bytes, state_stream));
+    }
     HOIST_RETURN_IF_ERROR(Sync());
     if (param_shards_ == nullptr) return Status::Ok();
     return AgreeOnFailure(FinishOwnedWrites());

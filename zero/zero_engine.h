@@ -9,6 +9,8 @@
 //   stage 2: params pΨ, grads 1/N, optimizer states 1/N                 (reduce-scatter,
 //   all-gather) stage 3: params 1/N, grads 1/N, optimizer states 1/N                (all-gather per
 //   unit)
+// With AdamWParams::eight_bit the moments take 2 + 8/256 bytes per parameter instead of 8 (one
+// code byte each, an fp32 absmax per block of 256; zero/moments_8bit.h), the master unchanged;
 // plus per-unit padding to a multiple of N (PartitionPlan) and transient buffers: fp32 working
 // gradients of a unit while the model adds to them, gathered units in stage 3 and reduction
 // buffers in flight (Category::kComm). The model computes in the compute type: it gets the
@@ -45,6 +47,7 @@
 #include "kernels/backend.h"
 #include "offload/pinned_pool.h"
 #include "offload/state_swapper.h"
+#include "zero/moments_8bit.h"
 #include "zero/param_shards.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
@@ -56,6 +59,11 @@ struct AdamWParams {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
+  // bitsandbytes' AdamW8bit: m and v of this rank's shard as block-wise 8-bit codes with fp32
+  // absmaxes (zero/moments_8bit.h), the update computed in fp32 from the dequantized values.
+  // Units smaller than min_8bit_size elements keep fp32 moments. Not with NVMe offload.
+  bool eight_bit = false;
+  int64_t min_8bit_size = 4096;
 };
 
 // Where the optimizer states (fp32 master weights and the two moments) of this rank's shard live.
@@ -117,7 +125,8 @@ struct StepResult {
 struct ModelStateBytes {
   int64_t params = 0;     // compute-type weights (whole or shard, persistent units included)
   int64_t grads = 0;      // compute-type gradient accumulators
-  int64_t optimizer = 0;  // fp32 master (mixed precision only) and the two Adam moments
+  int64_t optimizer = 0;  // fp32 master (mixed precision only) and the two Adam moments (8-bit:
+                          // their codes and absmaxes, and the small units' fp32 moments)
 };
 
 // What the optimizer offload moved and how long the step waited for it, since the engine was
@@ -277,6 +286,17 @@ class ZeroEngine final : public ParamStore {
   std::vector<kernels::AdamWTensorRef> AdamWPieces(int unit, int64_t lo, int64_t hi, float* master,
                                                    float* m, float* v, const void* grads,
                                                    void* copies, int64_t origin) const;
+  // The 8-bit step's update of the unit's whole owned range with `ops` on `ops_stream`: the
+  // master at `master`, grads and copies at owned element 0; a unit below min_8bit_size takes
+  // the 32-bit AdamW over its fp32 moments.
+  Status Update8bit(kernels::Backend* ops, const Stream& ops_stream, int unit, float* master,
+                    const void* grads, void* copies, const kernels::AdamWStepScalars& h);
+  // Allocates `bytes` of optimizer state where the states live (StatePlace kDevice or kHost).
+  StatusOr<void*> AllocateStateArray(int64_t bytes);
+  // The 8-bit moments of Initialize: zero codes and absmaxes, zero fp32 moments.
+  Status ZeroMoments8bit();
+  Status ReadMoments8bit(float* m_out, float* v_out) const;
+  Status RestoreMoments8bit(const float* m_in, const float* v_in);
   Status UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
                      void* compute, const kernels::AdamWStepScalars& h);
   // The same over elements [begin, begin + count) of the flat owned shard.
@@ -343,6 +363,16 @@ class ZeroEngine final : public ParamStore {
   float* state_m_ = nullptr;
   float* state_v_ = nullptr;
   std::unique_ptr<offload::StateSwapper> swapper_;  // StatePlace::kNvme
+  // options_.adam.eight_bit: the layout and the arrays of the 8-bit moments (codes of m and v,
+  // their absmaxes), wherever the states live; state_m_ and state_v_ then hold the fp32 moments
+  // of the small units only (moments8_.fp32_offset), or are null where there are none.
+  Moments8bitLayout moments8_;
+  uint8_t* state_qm_ = nullptr;
+  uint8_t* state_qv_ = nullptr;
+  float* state_absmax_m_ = nullptr;
+  float* state_absmax_v_ = nullptr;
+  std::vector<Buffer> buffers8_;
+  std::vector<offload::PinnedBuffer> pinned8_;
   OffloadStats offload_stats_;
 
   // Per unit: the fp32 working gradient handed to the model, if any, and the weights it holds.

@@ -80,6 +80,7 @@ Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) cons
     HOIST_RETURN_IF_ERROR(
         StateCopy(dst, master(u), owned.owned_real * static_cast<int64_t>(sizeof(float)), down));
   }
+  if (options_.adam.eight_bit) return ReadMoments8bit(m_out, v_out);
   const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
   HOIST_RETURN_IF_ERROR(StateCopy(m_out, state_m_, state_bytes, down));
   HOIST_RETURN_IF_ERROR(StateCopy(v_out, state_v_, state_bytes, down));
@@ -114,6 +115,8 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
           std::memcpy(arrays[2], v_in + begin, bytes);
           return Status::Ok();
         })));
+  } else if (options_.adam.eight_bit) {
+    HOIST_RETURN_IF_ERROR(RestoreMoments8bit(m_in, v_in));
   } else {
     const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
     HOIST_RETURN_IF_ERROR(StateCopy(state_m_, m_in, state_bytes, up));

@@ -71,8 +71,11 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
       const UnitPartition& owned = state_plan_.unit(u);
       if (owned.owned_real == 0) continue;
       void* compute = BeginOwnedWrite(u);
-      updated = UpdatePiece(u, 0, owned.owned_real, master(u), state_m_ + owned.shard_offset,
-                            state_v_ + owned.shard_offset, compute, h);
+      // 8-bit: UpdatePiece finds the moments itself (Update8bit).
+      const bool flat = !options_.adam.eight_bit;
+      updated = UpdatePiece(u, 0, owned.owned_real, master(u),
+                            flat ? state_m_ + owned.shard_offset : nullptr,
+                            flat ? state_v_ + owned.shard_offset : nullptr, compute, h);
       EndOwnedWrite(u);
       if (!updated.ok()) break;
     }
@@ -158,10 +161,15 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
     HOIST_RETURN_IF_ERROR(downloaded_[slot]->Synchronize());
     // The whole owned range, the staging slot holding exactly its gradients.
     float* master_u = master(u);
-    const std::vector<kernels::AdamWTensorRef> pieces = AdamWPieces(
-        u, 0, owned.owned_real, master_u, state_m_ + owned.shard_offset,
-        state_v_ + owned.shard_offset, stage_grads_[slot].data(), stage_copy_[slot].data(), 0);
-    HOIST_RETURN_IF_ERROR(host_backend_->AdamW(pieces, type, type, h, host));
+    if (options_.adam.eight_bit) {
+      HOIST_RETURN_IF_ERROR(Update8bit(host_backend_.get(), host, u, master_u,
+                                       stage_grads_[slot].data(), stage_copy_[slot].data(), h));
+    } else {
+      const std::vector<kernels::AdamWTensorRef> pieces = AdamWPieces(
+          u, 0, owned.owned_real, master_u, state_m_ + owned.shard_offset,
+          state_v_ + owned.shard_offset, stage_grads_[slot].data(), stage_copy_[slot].data(), 0);
+      HOIST_RETURN_IF_ERROR(host_backend_->AdamW(pieces, type, type, h, host));
+    }
     HOIST_RETURN_IF_ERROR(host.Synchronize());
     // The new weights up: the rounded copy, or in fp32 the master's bits.
     const void* updated =
@@ -230,8 +238,14 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
     ops = host_backend_.get();
     ops_stream = &host_backend_->compute_stream();
   }
-  HOIST_RETURN_IF_ERROR(ops->AdamW(AdamWPieces(unit, lo, hi, master, m, v, grads, copies, origin),
-                                   type, type, h, *ops_stream));
+  if (options_.adam.eight_bit) {
+    // The whole owned range at once (NVMe's sub-groups, which cut units, are refused).
+    HOIST_CHECK(lo == 0 && hi == state_plan_.unit(unit).owned_real);
+    HOIST_RETURN_IF_ERROR(Update8bit(ops, *ops_stream, unit, master, grads, copies, h));
+  } else {
+    HOIST_RETURN_IF_ERROR(ops->AdamW(AdamWPieces(unit, lo, hi, master, m, v, grads, copies, origin),
+                                     type, type, h, *ops_stream));
+  }
   if (host_update_) {
     // The updated weights up: the rounded copy, or in fp32 the master's bits. The staging is the
     // next piece's once the copy is done.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "runtime/config.h"
+#include "runtime/engine_options.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {
@@ -94,6 +95,43 @@ TEST(ConfigOptimizerDefaults, TheDemoJobDrawsNoNotice) {
   StatusOr<Config> demo = LoadConfig("", {}, 1);
   ASSERT_TRUE(demo.ok()) << demo.status().ToString();
   EXPECT_THAT(demo->notices, IsEmpty());
+}
+
+}  // namespace
+}  // namespace hoist::runtime
+
+namespace hoist::runtime {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_util::ErrorOf;
+using testing_util::kMinimal;
+using testing_util::ParseOk;
+
+// bitsandbytes' class name and Hugging Face's optimizer names, in any case, are one optimizer.
+TEST(ConfigAdamW8bit, TypeIsAcceptedUnderItsNamesAndReachesTheEngine) {
+  for (const char* name : {"AdamW8bit", "adamw8bit", "adamw_8bit", "ADAMW_BNB_8BIT"}) {
+    const Config c = ParseOk(kMinimal, {std::string("optimizer.type=") + name});
+    EXPECT_EQ(c.optimizer.type, "AdamW8bit") << name;
+    EXPECT_EQ(c.optimizer.min_8bit_size, 4096);
+    const zero::ZeroOptions options = ZeroOptionsFrom(c);
+    EXPECT_TRUE(options.adam.eight_bit);
+    EXPECT_EQ(options.adam.min_8bit_size, 4096);
+  }
+  EXPECT_FALSE(ZeroOptionsFrom(ParseOk(kMinimal, {})).adam.eight_bit);
+}
+
+TEST(ConfigAdamW8bit, MinSizeIsAParamOfTheEightBitOptimizerOnly) {
+  const Config c =
+      ParseOk(kMinimal, {"optimizer.type=AdamW8bit", "optimizer.params.min_8bit_size=100"});
+  EXPECT_EQ(c.optimizer.min_8bit_size, 100);
+  EXPECT_EQ(ZeroOptionsFrom(c).adam.min_8bit_size, 100);
+  EXPECT_THAT(ErrorOf(kMinimal, {"optimizer.type=AdamW8bit", "optimizer.params.min_8bit_size=-1"})
+                  .message(),
+              HasSubstr("min_8bit_size"));
+  // AdamW has no such parameter: an unknown key.
+  EXPECT_THAT(ErrorOf(kMinimal, {"optimizer.params.min_8bit_size=100"}).message(),
+              HasSubstr("min_8bit_size"));
 }
 
 }  // namespace

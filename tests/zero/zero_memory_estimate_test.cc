@@ -374,6 +374,34 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
        }},
       {"optimizer on nvme, whole shard at once",
        [](ZeroOptions& o) { o.offload_optimizer.place = StatePlace::kNvme; }},
+      // 8-bit AdamW: codes, absmaxes (per decay segment of the owned range) and the small units'
+      // fp32 moments, on the device and offloaded; the toy units have three segments each.
+      {"8-bit AdamW, every unit 8-bit",
+       [](ZeroOptions& o) {
+         o.adam.eight_bit = true;
+         o.adam.min_8bit_size = 0;
+       },
+       zero_test::ToyUnits()},
+      {"8-bit AdamW, small units in fp32",
+       [](ZeroOptions& o) {
+         o.adam.eight_bit = true;
+         o.adam.min_8bit_size = 100;
+       }},
+      {"8-bit AdamW, optimizer in pinned memory",
+       [](ZeroOptions& o) {
+         o.adam.eight_bit = true;
+         o.adam.min_8bit_size = 50;
+         o.offload_optimizer.place = StatePlace::kHost;
+       }},
+      {"8-bit AdamW, optimizer in pageable memory, params on the host",
+       [](ZeroOptions& o) {
+         o.adam.eight_bit = true;
+         o.adam.min_8bit_size = 0;
+         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.pin_memory = false;
+         o.offload_param.place = ParamPlace::kHost;
+       },
+       zero_test::ToyUnits()},
       {"params in pageable memory",
        [](ZeroOptions& o) {
          o.offload_param.place = ParamPlace::kHost;

@@ -1,0 +1,230 @@
+// The ZeRO engine with 8-bit AdamW moments (ZeroOptions::adam.eight_bit) on the toy model: close
+// to the 32-bit run, the same bits across stages where the quantization blocks are the same, the
+// same bits with the states offloaded to the host, small units in fp32, and checkpoints that
+// round-trip exactly and resume bit-identically.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "comm/thread_communicator.h"
+#include "kernels/cpu/blockwise_quant.h"
+#include "tests/zero/zero_test_util.h"
+#include "zero/memory_estimate.h"
+
+namespace hoist::zero {
+namespace {
+
+using namespace zero_test;  // NOLINT(google-build-using-namespace): the shared harness
+
+RunOptions EightBit(int stage, int world, int64_t min_8bit_size = 0) {
+  RunOptions run;
+  run.world = world;
+  run.steps = 8;
+  run.zero.stage = stage;
+  run.zero.adam.weight_decay = 0.1f;
+  run.zero.adam.eight_bit = true;
+  run.zero.adam.min_8bit_size = min_8bit_size;
+  run.zero.stage3_param_persistence_threshold = 10;
+  return run;
+}
+
+double MaxAbsDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    worst = std::max(worst, std::fabs(double{a[i]} - b[i]));
+  }
+  return worst;
+}
+
+// Against the 32-bit run. Adam's step is at most lr * |m^| / (sqrt(v^) + eps) ~ lr per element
+// (the toy's gradients are consistent in sign); the 8-bit moments change each step's size by the
+// quantization's relative error, which over 8 steps must stay a small fraction of the distance
+// moved (8 lr = 0.4): 0.02 is 5% of it. The runs must differ (the moments are quantized).
+TEST(ZeroAdamW8bit, StaysCloseToTheThirtyTwoBitRun) {
+  RunOptions run = EightBit(0, 1);
+  const std::vector<RankResult> eight = Train(run);
+  ASSERT_TRUE(eight[0].status.ok()) << eight[0].status.ToString();
+  run.zero.adam.eight_bit = false;
+  const std::vector<RankResult> full = Train(run);
+  ASSERT_TRUE(full[0].status.ok()) << full[0].status.ToString();
+  const double diff = MaxAbsDifference(eight[0].params, full[0].params);
+  EXPECT_GT(diff, 0.0);
+  EXPECT_LT(diff, 0.02);
+}
+
+// Units below min_8bit_size keep fp32 moments and take the 32-bit AdamW: without clipping (which
+// couples the units through the global norm) they follow the 32-bit run bit for bit.
+TEST(ZeroAdamW8bit, UnitsBelowTheMinimumKeepThirtyTwoBitMoments) {
+  RunOptions run = EightBit(0, 1, /*min_8bit_size=*/50);  // "embed" (37) and "norm" (2)
+  run.max_norm = 0.0f;
+  const std::vector<RankResult> eight = Train(run);
+  run.zero.adam.eight_bit = false;
+  const std::vector<RankResult> full = Train(run);
+  ASSERT_TRUE(eight[0].status.ok() && full[0].status.ok());
+  const std::vector<float>& a = eight[0].params;
+  const std::vector<float>& b = full[0].params;
+  // Units in order: embed [0, 37), block0, block1, norm (the last 2).
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 37, b.begin()));
+  EXPECT_TRUE(std::equal(a.end() - 2, a.end(), b.end() - 2));
+  EXPECT_FALSE(std::equal(a.begin() + 37, a.end() - 2, b.begin() + 37));
+  // Optimizer bytes: fp32 m, v for 39 elements; codes and absmaxes (three segments of block0
+  // and block1: 3 blocks each) for the 106 others. fp32 on the device: no separate master.
+  EXPECT_EQ(eight[0].states.optimizer, 2 * 4 * 39 + 2 * 106 + 2 * 4 * 6);
+}
+
+// Stages 1-3 on one rank hold the same owned ranges, hence the same blocks, as stage 0: the same
+// bits. With offload_optimizer on the host the CPU runs the same kernel: the same bits again.
+TEST(ZeroAdamW8bit, StagesAndHostOffloadOnOneRankGiveStageZerosBits) {
+  const std::vector<RankResult> reference = Train(EightBit(0, 1));
+  ASSERT_TRUE(reference[0].status.ok());
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (int offload = 0; offload < 3; ++offload) {
+      RunOptions run = EightBit(stage, 1);
+      if (offload > 0) run.zero.offload_optimizer.place = StatePlace::kHost;
+      run.zero.offload_optimizer.pin_memory = offload == 1;
+      const std::vector<RankResult> got = Train(run);
+      ASSERT_TRUE(got[0].status.ok()) << got[0].status.ToString();
+      EXPECT_EQ(got[0].params, reference[0].params) << "stage " << stage << " offload " << offload;
+    }
+  }
+}
+
+// On two ranks an owned range can split a decay segment: each rank quantizes its part with its
+// own absmax where one rank had one block, so 8-bit runs of different world sizes differ by the
+// quantization error (the 32-bit bound above). Stage 0 on two ranks keeps whole states: one
+// rank's blocks. Stage 1 averages gradients with an all-reduce, stages 2 and 3 with a
+// reduce-scatter (their sums may round differently, as in 32 bits); stages 2 and 3 agree to the
+// bit, and host offload changes no bit at any stage.
+TEST(ZeroAdamW8bit, TwoRanksAgreeAcrossStagesAndOffload) {
+  const std::vector<RankResult> single = Train(EightBit(0, 1));
+  const std::vector<RankResult> stage0 = Train(EightBit(0, 2));
+  ASSERT_TRUE(stage0[0].status.ok()) << stage0[0].status.ToString();
+  EXPECT_LT(MaxAbsDifference(stage0[0].params, single[0].params), 1e-5);
+  const std::vector<RankResult> stage1 = Train(EightBit(1, 2));
+  const std::vector<RankResult> stage2 = Train(EightBit(2, 2));
+  ASSERT_TRUE(stage1[0].status.ok() && stage2[0].status.ok());
+  EXPECT_LT(MaxAbsDifference(stage1[0].params, single[0].params), 0.02);
+  EXPECT_LT(MaxAbsDifference(stage2[0].params, stage1[0].params), 0.02);
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (bool offload : {false, true}) {
+      RunOptions run = EightBit(stage, 2);
+      if (offload) run.zero.offload_optimizer.place = StatePlace::kHost;
+      const std::vector<RankResult> got = Train(run);
+      const std::vector<float>& want = stage == 1 ? stage1[0].params : stage2[0].params;
+      for (int r = 0; r < 2; ++r) {
+        ASSERT_TRUE(got[r].status.ok()) << got[r].status.ToString();
+        EXPECT_EQ(got[r].params, want) << "stage " << stage << " rank " << r;
+      }
+    }
+  }
+}
+
+TEST(ZeroAdamW8bit, RefusesNvmeOffloadNamingTheSetting) {
+  ZeroOptions options;
+  options.stage = 2;
+  options.adam.eight_bit = true;
+  options.offload_optimizer.place = StatePlace::kNvme;
+  const Status status = ValidateZeroOptions(options);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.ToString().find("AdamW8bit"), std::string::npos) << status.ToString();
+  EXPECT_NE(status.ToString().find("offload_optimizer.device"), std::string::npos);
+}
+
+// Checkpoints: on each rank, train, save (ReadState), restore into a fresh engine, save again:
+// the same bytes; then both engines go on training with the same bits.
+struct Saved {
+  std::vector<float> master, m, v;
+};
+
+void CheckpointRoundTrip(int stage, int world, StatePlace place) {
+  auto group = comm::ThreadGroup::Create(world, 30.0);
+  ASSERT_TRUE(group.ok());
+  std::vector<std::thread> threads;
+  std::vector<std::string> failures(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      std::string& failure = failures[static_cast<size_t>(r)];
+      MemoryTracker tracker;
+      CpuDevice device(Place::kDevice, &tracker);
+      kernels::CpuBackend backend(&device);
+      ZeroOptions options = EightBit(stage, world).zero;
+      options.compute_type = DType::kBFloat16;
+      options.comm_type = DType::kFloat32;
+      options.offload_optimizer.place = place;
+      const std::vector<UnitSpec> units = ToyUnits();
+      auto make = [&]() {
+        auto engine = ZeroEngine::Create(units, options, &(*group)->comm(r), &backend);
+        EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+        EXPECT_TRUE((*engine)
+                        ->Initialize([&](int u, float* values) {
+                          for (int64_t i = 0; i < units[u].size; ++i) {
+                            values[i] = InitialValue(u, i);
+                          }
+                        })
+                        .ok());
+        return std::move(*engine);
+      };
+      auto train = [&](ZeroEngine& e, int from, int to) {
+        for (int step = from; step < to; ++step) {
+          EXPECT_TRUE(e.ZeroGrads().ok());
+          MicroBatch(e, units, step, r, 1.0f, false);
+          EXPECT_TRUE(e.Step(0.05f, 1.0f, 1.0f).ok());
+        }
+      };
+      auto save = [&](const ZeroEngine& e) {
+        const auto n = static_cast<size_t>(e.state_elements());
+        Saved s{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
+        EXPECT_TRUE(e.ReadState(s.master.data(), s.m.data(), s.v.data()).ok());
+        return s;
+      };
+      std::unique_ptr<ZeroEngine> a = make();
+      train(*a, 0, 4);
+      const Saved first = save(*a);
+      std::unique_ptr<ZeroEngine> b = make();
+      Status restored =
+          b->RestoreState(first.master.data(), first.m.data(), first.v.data(), a->step_count());
+      if (!restored.ok()) {
+        failure = restored.ToString();
+        return;
+      }
+      const Saved second = save(*b);
+      auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+        return x.size() == y.size() &&
+               std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+      };
+      if (!same(first.master, second.master) || !same(first.m, second.m) ||
+          !same(first.v, second.v)) {
+        failure += "save -> restore -> save changed the bytes; ";
+      }
+      // Some block's extreme is negative (the case RequantizeBlockwise searches for).
+      train(*a, 4, 8);
+      train(*b, 4, 8);
+      const Saved end_a = save(*a), end_b = save(*b);
+      if (!same(end_a.master, end_b.master) || !same(end_a.m, end_b.m) || !same(end_a.v, end_b.v)) {
+        failure += "the resumed run diverged; ";
+      }
+      auto pa = a->GatherFullParams(), pb = b->GatherFullParams();
+      if (!pa.ok() || !pb.ok() || *pa != *pb) failure += "the weights differ; ";
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(failures[static_cast<size_t>(r)], "")
+        << "stage " << stage << " world " << world << " rank " << r;
+  }
+}
+
+TEST(ZeroAdamW8bit, CheckpointsRoundTripAndResumeBitIdentically) {
+  CheckpointRoundTrip(0, 1, StatePlace::kDevice);
+  for (int stage = 1; stage <= 3; ++stage) {
+    CheckpointRoundTrip(stage, 2, StatePlace::kDevice);
+    CheckpointRoundTrip(stage, 2, StatePlace::kHost);
+  }
+}
+
+}  // namespace
+}  // namespace hoist::zero
