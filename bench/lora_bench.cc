@@ -10,8 +10,8 @@
 // the median seconds per step and the tracker's peak. Random weights: the speed and the memory do
 // not depend on them.
 //
-//   lora_bench [--model NAME] [--steps N] [--rounds R] [--seq T] [--budget BYTES]
-//              [--estimate-only]
+//   lora_bench [--model NAME] [--modes full,lora,nf4] [--steps N] [--rounds R] [--seq T]
+//              [--budget BYTES] [--estimate-only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -53,6 +53,7 @@ const char* const kModeNames[] = {"full fine-tune", "LoRA, bf16 base", "LoRA, NF
 
 struct Flags {
   std::string model = "llama-110m";
+  std::string modes = "full,lora,nf4";
   int steps = 3;
   int rounds = 2;
   int seq = 128;
@@ -114,8 +115,7 @@ double Gib(int64_t bytes) { return double(bytes) / double(int64_t{1} << 30); }
 // CPU the device is host memory too).
 int64_t HostPeak(const hoist::runtime::MemoryEstimate& e) {
   using hoist::Place;
-  return e.PeakTotal(Place::kDevice) + e.PeakTotal(Place::kHost) +
-         e.PeakTotal(Place::kHostPinned);
+  return e.PeakTotal(Place::kDevice) + e.PeakTotal(Place::kHost) + e.PeakTotal(Place::kHostPinned);
 }
 
 }  // namespace
@@ -125,21 +125,23 @@ int main(int argc, char** argv) {
   hoist::bench::ParseFlags(
       argc, argv,
       {{"--model", [&](const std::string& v) { flags.model = v; }},
+       {"--modes", [&](const std::string& v) { flags.modes = v; }},
        {"--steps", [&](const std::string& v) { flags.steps = std::atoi(v.c_str()); }},
        {"--rounds", [&](const std::string& v) { flags.rounds = std::atoi(v.c_str()); }},
        {"--seq", [&](const std::string& v) { flags.seq = std::atoi(v.c_str()); }},
        {"--budget", [&](const std::string& v) { flags.budget = std::atoll(v.c_str()); }},
        {"--estimate-only", nullptr, &flags.estimate_only}},
-      "lora_bench [--model NAME] [--steps N] [--rounds R] [--seq T] [--budget BYTES] "
-      "[--estimate-only]");
+      "lora_bench [--model NAME] [--modes full,lora,nf4] [--steps N] [--rounds R] [--seq T] "
+      "[--budget BYTES] [--estimate-only]");
   if (flags.steps < 1 || flags.rounds < 1 || flags.seq < 1) {
     std::fprintf(stderr, "need --steps, --rounds and --seq >= 1\n");
     return 2;
   }
   const int64_t budget = flags.budget > 0 ? flags.budget : MemAvailable();
-  std::printf("lora_bench: micro-batch 1 x %d tokens, bf16, full activation checkpointing, "
-              "LoRA r 16 on every block linear layer; memory budget %.1f GiB%s\n\n",
-              flags.seq, Gib(budget), flags.budget > 0 ? "" : " (MemAvailable)");
+  std::printf(
+      "lora_bench: micro-batch 1 x %d tokens, bf16, full activation checkpointing, "
+      "LoRA r 16 on every block linear layer; memory budget %.1f GiB%s\n\n",
+      flags.seq, Gib(budget), flags.budget > 0 ? "" : " (MemAvailable)");
 
   // Part 1: the estimate of every shape and mode.
   std::printf("%-16s %10s %18s %18s %18s\n", "model", "params", kModeNames[0], kModeNames[1],
@@ -188,20 +190,31 @@ int main(int argc, char** argv) {
   }
   std::printf("\nmeasured: %s, %d steps after one warm-up step, %d rounds\n", shape->name,
               flags.steps, flags.rounds);
+  const char* const kModeFlags[] = {"full", "lora", "nf4"};
+  bool run_mode[kNumModes] = {};
+  for (int m = 0; m < kNumModes; ++m) {
+    const std::string list = "," + flags.modes + ",";
+    run_mode[m] = list.find("," + std::string(kModeFlags[m]) + ",") != std::string::npos;
+  }
   std::vector<double> seconds[kNumModes];
   int64_t peak[kNumModes] = {};
   using Clock = std::chrono::steady_clock;
   for (int round = 0; round < flags.rounds; ++round) {
     for (int m = 0; m < kNumModes; ++m) {
+      if (!run_mode[m]) continue;
       auto config = JobFor(*shape, Mode(m), flags.seq, flags.steps + 1);
       hoist::MemoryTracker tracker;
       hoist::runtime::TrainerOptions options;
       options.tracker = &tracker;
+      const auto created = Clock::now();
       auto trainer = hoist::runtime::Trainer::Create(*config, options);
       if (!trainer.ok()) {
         std::fprintf(stderr, "%s: %s\n", kModeNames[m], trainer.status().ToString().c_str());
         return 1;
       }
+      std::printf("  %s: set up in %.1f s\n", kModeNames[m],
+                  std::chrono::duration<double>(Clock::now() - created).count());
+      std::fflush(stdout);
       for (int step = 0; step <= flags.steps; ++step) {
         const auto start = Clock::now();
         auto record = (*trainer)->Step();
@@ -221,12 +234,14 @@ int main(int argc, char** argv) {
   }
   double full = 0;
   for (int m = 0; m < kNumModes; ++m) {
+    if (!run_mode[m]) continue;
     std::vector<double> s = seconds[m];
     std::sort(s.begin(), s.end());
     const double median = s[s.size() / 2];
     if (m == kFull) full = median;
-    std::printf("  %-16s %8.2f s/step (%.2fx the full fine-tune's), peak %.2f GiB tracked\n",
-                kModeNames[m], median, median / full, Gib(peak[m]));
+    std::printf("  %-16s %8.2f s/step", kModeNames[m], median);
+    if (full > 0) std::printf(" (%.2fx the full fine-tune's)", median / full);
+    std::printf(", peak %.2f GiB tracked\n", Gib(peak[m]));
   }
   return 0;
 }
