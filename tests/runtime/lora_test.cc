@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config_test_util.h"
@@ -417,6 +418,30 @@ TEST(LoraConfig, AnAdapterDirectoryFillsTheSettingsAndAKeyThatDisagreesIsRefused
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("adapter_config.json"), std::string::npos)
       << missing.status().ToString();
+}
+
+// The adapter's own settings are checked as the job's keys are: a lora_dropout of 1 would scale
+// by 1/(1 - p), an alpha of 0 trains nothing, and an r out of range makes a checkpoint that export
+// and resume cannot read back.
+TEST(LoraConfig, AnAdapterConfigWithSettingsOutOfRangeIsRefused) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "hoist_lora_test" / "bad_adapter";
+  std::ifstream in(kLora + "/llama/adapter/adapter_config.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  for (const auto& [key, value] :
+       {std::pair{"lora_dropout", nlohmann::json(1.0)},
+        std::pair{"lora_dropout", nlohmann::json(-0.5)}, std::pair{"lora_alpha", nlohmann::json(0)},
+        std::pair{"lora_alpha", nlohmann::json(-6)}, std::pair{"r", nlohmann::json(0)},
+        std::pair{"r", nlohmann::json(100000)}, std::pair{"r", nlohmann::json(2.5)}}) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    nlohmann::json bad = good;
+    bad[key] = value;
+    std::ofstream(dir / "adapter_config.json") << bad.dump();
+    StatusOr<LoraConfig> read = ReadPeftAdapterConfig(dir.string());
+    ASSERT_FALSE(read.ok()) << key << " " << value.dump();
+    EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(read.status().message().find(key), std::string::npos) << read.status().ToString();
+  }
 }
 
 }  // namespace
