@@ -198,9 +198,19 @@ StatusOr<LoraConfig> ReadPeftAdapterConfig(const std::string& dir) {
   }
   LoraConfig lora;
   try {
-    lora.r = json.at("r").get<int>();
+    const nlohmann::json& r = json.at("r");
+    if (!r.is_number_integer() || r.get<int64_t>() < 1 || r.get<int64_t>() > 65536) {
+      return bad("r", "is " + r.dump() + "; it must be an integer in [1, 65536]");
+    }
+    lora.r = r.get<int>();
     lora.alpha = json.value("lora_alpha", 8.0);
+    if (!(lora.alpha > 0) || !std::isfinite(lora.alpha)) {
+      return bad("lora_alpha", "is " + std::to_string(lora.alpha) + "; it must be positive");
+    }
     lora.dropout = json.value("lora_dropout", 0.0f);
+    if (!(lora.dropout >= 0.0f && lora.dropout < 1.0f)) {
+      return bad("lora_dropout", "is " + std::to_string(lora.dropout) + "; it must be in [0, 1)");
+    }
     lora.use_rslora = json.value("use_rslora", false);
     const nlohmann::json& targets = json.at("target_modules");
     if (targets.is_string()) {
@@ -230,7 +240,6 @@ StatusOr<LoraConfig> ReadPeftAdapterConfig(const std::string& dir) {
   } catch (const nlohmann::json::exception& e) {
     return InvalidArgumentError(path + ": " + e.what());
   }
-  if (lora.r <= 0) return bad("r", "must be positive");
   lora.init_from = dir;
   return lora;
 }

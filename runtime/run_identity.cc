@@ -94,6 +94,16 @@ Status CheckSameRun(const nlohmann::json& saved, const Config& config, const std
           "; resume with the settings the checkpoint was written with");
     }
   }
+  // Keys recorded only when set (a checkpoint written without them matches a job without them):
+  // one the checkpoint has and the job lacks is a change too.
+  for (const char* key : {"lora.base_quantization"}) {
+    if (saved.contains(key) && !expected.contains(key)) {
+      return FailedPreconditionError("checkpoint " + dir + " was written with " + key + " = " +
+                                     saved[key].dump() +
+                                     " but the job has none; resume with the settings the "
+                                     "checkpoint was written with");
+    }
+  }
   // The global batch must stay; how it is split over ranks, micro-batches and accumulation may
   // change (the data loader hands out the same sequences per step whatever the split).
   // Checkpoints written before train_batch_size was recorded imply it by the split.

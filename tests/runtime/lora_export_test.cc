@@ -297,6 +297,23 @@ TEST(LoraExportErrors, TheRecordedDropoutMayChangeOnResume) {
   EXPECT_TRUE(resumed.ok()) << resumed.ToString();
 }
 
+// The adapters were trained against the 4-bit base: a resume onto the 16-bit one (or back) is
+// another run, refused either way.
+TEST(LoraExportErrors, AResumeThatChangesTheBaseQuantizationIsRefused) {
+  const std::string dir = TempDir("quantization");
+  const Config nf4 = Job("gpt2", BaseDir("gpt2") + "/fp32", dir, 1,
+                         {"lora.base_quantization=\"nf4\"", "bf16.enabled=true"});
+  const Config none = Job("gpt2", BaseDir("gpt2") + "/fp32", dir, 1, {"bf16.enabled=true"});
+  for (const auto& [from, to] : {std::pair{&nf4, &none}, std::pair{&none, &nf4}}) {
+    const Status resumed = CheckSameRun(RunIdentity(*from), *to, "ck", 1);
+    ASSERT_FALSE(resumed.ok());
+    EXPECT_EQ(resumed.code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(resumed.message().find("lora.base_quantization"), std::string::npos)
+        << resumed.ToString();
+  }
+  EXPECT_TRUE(CheckSameRun(RunIdentity(nf4), nf4, "ck", 1).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, LoraExport, ::testing::Values("gpt2", "llama"));
 
 TEST(LoraExportErrors, PeftOfAFullTrainingCheckpointIsRefused) {

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config_test_util.h"
@@ -139,6 +140,66 @@ TEST_P(LoraPeft, LogitsLossAndAdapterGradientsMatchPeft) {
   }
   EXPECT_TRUE(std::all_of(m.grads(), m.grads() + base_total, [](float g) { return g == 0.0f; }))
       << "the frozen base got a gradient";
+}
+
+// Backward draws the dropout masks again and recomputes the adapters' hidden product from the
+// layer's input, so a block that recomputes its activations gives the same adapter gradients,
+// bit for bit, under every checkpointing policy, with dropout.
+TEST_P(LoraPeft, EveryCheckpointingPolicyGivesTheGradientsOfNoneWithDropout) {
+  const std::string family = GetParam();
+  auto source = OpenWeightSource(BaseDir(family) + "/fp32");
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ModelConfig model = (*source)->model();
+  auto lora = ReadPeftAdapterConfig(kLora + "/" + family + "/adapter");
+  ASSERT_TRUE(lora.ok()) << lora.status().ToString();
+  model.lora = *lora;
+  model.lora.dropout = 0.25f;
+  const int B = 2, T = 8;
+  model.seq_len = T;
+  auto layout = LoraLayout::For(model);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  std::vector<int32_t> inputs(B * T), targets(B * T);
+  for (int i = 0; i < B * T; ++i) {
+    inputs[static_cast<size_t>(i)] = (7 * i + 3) % model.vocab_size;
+    targets[static_cast<size_t>(i)] = (5 * i + 1) % model.vocab_size;
+  }
+  auto gradients = [&](CheckpointPolicy policy, float* loss) {
+    ActivationCheckpointingConfig checkpointing;
+    checkpointing.policy = policy;
+    checkpointing.every_k = 2;
+    CpuDevice device(Place::kDevice);
+    auto created = CreateModel(model, B, T, &device, nullptr, DType::kFloat32, checkpointing);
+    HOIST_CHECK(created.ok()) << created.status().ToString();
+    Model& m = **created;
+    int64_t at = 0;
+    int unit = 0;
+    for (const zero::UnitSpec& spec : ModelUnits(model)) {
+      HOIST_CHECK((*source)->FillUnit(unit++, m.params() + at).ok());
+      at += spec.size;
+    }
+    std::vector<float> adapters;
+    HOIST_CHECK(
+        ReadPeftAdapters(kLora + "/" + family + "/adapter", model.family, *layout, &adapters).ok());
+    // PEFT's fixture adapter may hold B = 0; a nonzero B makes dA (and dx through A) nonzero.
+    for (size_t i = 0; i < adapters.size(); ++i) adapters[i] += 0.01f * float((i % 7) + 1);
+    std::copy(adapters.begin(), adapters.end(), m.params() + at);
+    m.ZeroGradients();
+    m.set_lora_seed(1234, 6);
+    *loss = m.Forward(inputs.data(), targets.data(), B, T, 1.0f);
+    m.Backward();
+    HOIST_CHECK(m.status().ok()) << m.status().ToString();
+    return std::vector<float>(m.grads() + at, m.grads() + at + adapters.size());
+  };
+  float want_loss = 0;
+  const std::vector<float> want = gradients(CheckpointPolicy::kNone, &want_loss);
+  ASSERT_TRUE(std::any_of(want.begin(), want.end(), [](float g) { return g != 0.0f; }));
+  for (CheckpointPolicy policy :
+       {CheckpointPolicy::kFull, CheckpointPolicy::kEveryK, CheckpointPolicy::kSelective}) {
+    float loss = 0;
+    const std::vector<float> got = gradients(policy, &loss);
+    EXPECT_EQ(loss, want_loss) << CheckpointPolicyName(policy);
+    EXPECT_EQ(got, want) << CheckpointPolicyName(policy);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, LoraPeft, ::testing::Values("gpt2", "llama"));
@@ -417,6 +478,30 @@ TEST(LoraConfig, AnAdapterDirectoryFillsTheSettingsAndAKeyThatDisagreesIsRefused
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("adapter_config.json"), std::string::npos)
       << missing.status().ToString();
+}
+
+// The adapter's own settings are checked as the job's keys are: a lora_dropout of 1 would scale
+// by 1/(1 - p), an alpha of 0 trains nothing, and an r out of range makes a checkpoint that export
+// and resume cannot read back.
+TEST(LoraConfig, AnAdapterConfigWithSettingsOutOfRangeIsRefused) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "hoist_lora_test" / "bad_adapter";
+  std::ifstream in(kLora + "/llama/adapter/adapter_config.json");
+  const nlohmann::json good = nlohmann::json::parse(in);
+  for (const auto& [key, value] :
+       {std::pair{"lora_dropout", nlohmann::json(1.0)},
+        std::pair{"lora_dropout", nlohmann::json(-0.5)}, std::pair{"lora_alpha", nlohmann::json(0)},
+        std::pair{"lora_alpha", nlohmann::json(-6)}, std::pair{"r", nlohmann::json(0)},
+        std::pair{"r", nlohmann::json(100000)}, std::pair{"r", nlohmann::json(2.5)}}) {
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    nlohmann::json bad = good;
+    bad[key] = value;
+    std::ofstream(dir / "adapter_config.json") << bad.dump();
+    StatusOr<LoraConfig> read = ReadPeftAdapterConfig(dir.string());
+    ASSERT_FALSE(read.ok()) << key << " " << value.dump();
+    EXPECT_EQ(read.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(read.status().message().find(key), std::string::npos) << read.status().ToString();
+  }
 }
 
 }  // namespace
