@@ -37,7 +37,10 @@ Status Trainer::InitializeFrom(const std::string& path) {
     if (!read.ok()) return;
     read = (*opened)->FillRange(unit, begin, count, out);
   };
-  HOIST_RETURN_IF_ERROR(FillBase(fill));
+  // A store that refuses what it was given (a non-finite weight for the 4-bit base) fails on
+  // this rank: every rank stops with the first rank's reason rather than waiting for it.
+  const Status filled = FillBase(fill);
+  if (read.ok()) read = filled;
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, read));
   hf_config_ = (*opened)->hf_config();
   if (comm_->rank() == 0) HOIST_LOG(INFO) << "initialized the weights from " << path;

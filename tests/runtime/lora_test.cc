@@ -411,6 +411,39 @@ TEST(LoraTraining, AFourBitBaseTrainsWithinTwoPercentOfTheSixteenBitOne) {
   RecordProperty("bf16_tail_loss", std::to_string(want));
 }
 
+// A 4-bit base refuses a weight it cannot quantize, naming the unit, on every rank at once.
+TEST(LoraTraining, ANonFiniteWeightOfTheFourBitBaseStopsEveryRankNamingIt) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "hoist_lora_test" / "nan_base";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy(BaseDir("gpt2") + "/fp32", dir, fs::copy_options::recursive);
+  const std::string file = (dir / "model.safetensors").string();
+  int64_t at = 0;
+  {
+    auto opened = SafetensorsFile::Open(file);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    const SafetensorsTensor* t = opened->Find("h.1.mlp.c_fc.weight");
+    if (t == nullptr) t = opened->Find("transformer.h.1.mlp.c_fc.weight");
+    ASSERT_NE(t, nullptr);
+    at = 8 + opened->header_bytes() + t->begin + 4 * 5;
+  }
+  {
+    std::fstream out(file, std::ios::in | std::ios::out | std::ios::binary);
+    const float nan = std::nanf("");
+    out.seekp(at);
+    out.write(reinterpret_cast<const char*>(&nan), sizeof(nan));
+  }
+  const std::vector<RankRun> runs =
+      TrainOnRanks(Job("gpt2", 2,
+                       {"model.init_from=\"" + dir.string() + "\"",
+                        "lora.base_quantization=\"nf4\"", "zero_optimization.stage=1"}),
+                   2);
+  for (const RankRun& run : runs) {
+    EXPECT_EQ(run.status.code(), StatusCode::kInvalidArgument) << run.status.ToString();
+    EXPECT_NE(run.status.message().find("block 1"), std::string::npos) << run.status.ToString();
+  }
+}
+
 TEST(LoraConfig, TargetsAreCheckedAgainstTheModelsLayers) {
   auto parse = [](const nlohmann::json& lora, const std::string& type = "gpt2") {
     nlohmann::json job = {{"model",
