@@ -1,5 +1,5 @@
-// CpuBackend's NF4 op (kernels/backend.h): cpu::DequantizeNf4 straight into an fp32 out, and for
-// 16-bit outputs a chunk at a time through an fp32 buffer, rounded once.
+// CpuBackend's NF4 op (kernels/backend.h): each block's 16 possible values computed and rounded
+// once, then looked up per code (the bits of cpu::DequantizeNf4 rounded to the type).
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -25,22 +25,35 @@ Status CpuBackend::DequantizeNf4(void* out, DType type, const uint8_t* codes, co
                               {"codes", codes, nf4::CodeBytes(n)},
                               {"absmax", absmax, nf4::Blocks(n) * int64_t{sizeof(float)}}}));
   return HostStreamOf(stream).Enqueue([=] {
-    if (type == DType::kFloat32) {
-      cpu::DequantizeNf4(codes, absmax, n, static_cast<float*>(out));
-      return Status::Ok();
-    }
-    // Chunks of whole blocks (an even element count), so each starts on a byte and an absmax.
-    constexpr int64_t kChunk = 64 * nf4::kBlock;
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    const int64_t e = static_cast<int64_t>(DTypeSize(type));
-#pragma omp parallel
-    {
-      std::vector<float> buffer(kChunk);
-#pragma omp for schedule(static)
-      for (int64_t ch = 0; ch < chunks; ++ch) {
-        const int64_t first = ch * kChunk, count = std::min(kChunk, n - first);
-        cpu::DequantizeNf4(codes + first / 2, absmax + first / nf4::kBlock, count, buffer.data());
-        cpu::FromFloat(buffer.data(), static_cast<char*>(out) + first * e, type, count);
+    // Block by block: the block's 16 values (codebook x absmax, rounded once to `type`) looked
+    // up per code, which gives the bits of multiplying and rounding each element.
+    const int64_t blocks = nf4::Blocks(n);
+    const auto e = static_cast<size_t>(DTypeSize(type));
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      float values[16];
+      alignas(8) unsigned char table[16 * sizeof(float)];
+      for (int c = 0; c < 16; ++c) values[c] = nf4::kCodebook[c] * absmax[b];
+      cpu::FromFloat(values, table, type, 16);
+      const int64_t first = b * nf4::kBlock, count = std::min(nf4::kBlock, n - first);
+      auto* dst = static_cast<unsigned char*>(out) + static_cast<size_t>(first) * e;
+      const uint8_t* src = codes + first / 2;
+      if (e == 2) {
+        const auto* t = reinterpret_cast<const uint16_t*>(table);
+        auto* d = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t i = 0; i + 1 < count; i += 2) {
+          d[i] = t[src[i / 2] >> 4];
+          d[i + 1] = t[src[i / 2] & 15];
+        }
+        if (count % 2 != 0) d[count - 1] = t[src[(count - 1) / 2] >> 4];
+      } else {
+        const auto* t = reinterpret_cast<const float*>(table);
+        auto* d = reinterpret_cast<float*>(dst);
+        for (int64_t i = 0; i + 1 < count; i += 2) {
+          d[i] = t[src[i / 2] >> 4];
+          d[i + 1] = t[src[i / 2] & 15];
+        }
+        if (count % 2 != 0) d[count - 1] = t[src[(count - 1) / 2] >> 4];
       }
     }
     return Status::Ok();

@@ -284,8 +284,9 @@ class StoreReplay {
   virtual void Step() = 0;
 };
 
-// A QuantizedStore: a quantized unit dequantized into a transient buffer from its first acquire
-// to its last release; nothing else comes and goes.
+// A QuantizedStore: a quantized unit is dequantized into the store's own buffer, or, while that
+// holds another unit, into a transient one from its first acquire to its last release; nothing
+// else comes and goes.
 class QuantizedReplay final : public StoreReplay {
  public:
   QuantizedReplay(const std::vector<UnitSpec>& units, DType compute_type, MemoryTracker& tracker)
@@ -297,14 +298,24 @@ class QuantizedReplay final : public StoreReplay {
       const int64_t bytes = DequantizedUnitBytes(units_[u], compute_type_);
       switch (call.op) {
         case StoreCall::Op::kAcquireParams:
-          if (count_[u]++ == 0) tracker_.Add(kCompute, Category::kParam, bytes);
+          if (count_[u]++ > 0 || bytes == 0) break;
+          if (buffer_unit_ < 0) {
+            buffer_unit_ = call.unit;
+          } else {
+            tracker_.Add(kCompute, Category::kParam, bytes);
+          }
           break;
         case StoreCall::Op::kReleaseParams:
           if (count_[u] == 0) {
             return InvalidArgumentError("the model's passes release unit " +
                                         std::to_string(call.unit) + " without acquiring it");
           }
-          if (--count_[u] == 0) tracker_.Remove(kCompute, Category::kParam, bytes);
+          if (--count_[u] > 0 || bytes == 0) break;
+          if (buffer_unit_ == call.unit) {
+            buffer_unit_ = -1;
+          } else {
+            tracker_.Remove(kCompute, Category::kParam, bytes);
+          }
           break;
         case StoreCall::Op::kPrefetch: break;
         case StoreCall::Op::kAcquireGrads:
@@ -332,6 +343,7 @@ class QuantizedReplay final : public StoreReplay {
   DType compute_type_;
   MemoryTracker& tracker_;
   std::vector<int> count_;
+  int buffer_unit_ = -1;
 };
 
 // ZeroEngine's transient allocations, replayed call by call: the same decisions on the same
@@ -562,7 +574,8 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnit
       for (const UnitSpec& unit : engine.units) {
         bytes += QuantizedUnitBytes(unit, options.compute_type);
       }
-      tracker.Add(kCompute, Category::kParam, bytes);
+      tracker.Add(kCompute, Category::kParam,
+                  bytes + DequantizationBufferBytes(engine.units, options.compute_type));
       estimate.model_states.params += bytes;
       plans.push_back(PartitionPlan::Build(engine.units, 1, 0).value());
       first_unit.push_back(units_seen);

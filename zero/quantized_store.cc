@@ -1,5 +1,6 @@
 #include "zero/quantized_store.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -48,6 +49,13 @@ int64_t DequantizedUnitBytes(const UnitSpec& unit, DType compute_type) {
   return 0;
 }
 
+int64_t DequantizationBufferBytes(const std::vector<UnitSpec>& units, DType compute_type) {
+  int64_t most = 0;
+  for (const UnitSpec& unit : units)
+    most = std::max(most, DequantizedUnitBytes(unit, compute_type));
+  return most;
+}
+
 StatusOr<std::unique_ptr<QuantizedStore>> QuantizedStore::Create(std::vector<UnitSpec> units,
                                                                  DType compute_type,
                                                                  kernels::Backend* backend) {
@@ -57,6 +65,11 @@ StatusOr<std::unique_ptr<QuantizedStore>> QuantizedStore::Create(std::vector<Uni
   store->resident_.resize(n);
   store->dequantized_.resize(n);
   store->acquire_count_.assign(n, 0);
+  store->served_.assign(n, nullptr);
+  const int64_t buffer = DequantizationBufferBytes(store->units_, compute_type);
+  if (buffer > 0) {
+    HOIST_ASSIGN_OR_RETURN(store->buffer_, backend->device().Allocate(buffer, Category::kParam));
+  }
   for (size_t u = 0; u < n; ++u) {
     HOIST_ASSIGN_OR_RETURN(
         store->resident_[u],
@@ -125,22 +138,28 @@ const void* QuantizedStore::AcquireParams(int unit) {
     ++acquire_count_[u];
     return resident_[u].data();  // the compute-type values, back to back
   }
-  if (acquire_count_[u]++ > 0) return dequantized_[u].data();
-  StatusOr<Buffer> buffer = backend_->device().Allocate(transient, Category::kParam);
-  if (!buffer.ok()) {
-    Fail(ResourceExhaustedError("dequantizing the 4-bit unit " + spec.name + ": " +
-                                buffer.status().message() +
-                                "; a smaller train_micro_batch_size_per_gpu or "
-                                "activation_checkpointing frees memory"));
-    --acquire_count_[u];
-    return nullptr;
+  if (acquire_count_[u]++ > 0) return served_[u];
+  if (buffer_unit_ < 0) {
+    buffer_unit_ = unit;
+    served_[u] = buffer_.data();
+  } else {
+    StatusOr<Buffer> buffer = backend_->device().Allocate(transient, Category::kParam);
+    if (!buffer.ok()) {
+      Fail(ResourceExhaustedError("dequantizing the 4-bit unit " + spec.name + ": " +
+                                  buffer.status().message() +
+                                  "; a smaller train_micro_batch_size_per_gpu or "
+                                  "activation_checkpointing frees memory"));
+      --acquire_count_[u];
+      return nullptr;
+    }
+    dequantized_[u] = std::move(buffer).value();
+    served_[u] = dequantized_[u].data();
   }
-  dequantized_[u] = std::move(buffer).value();
   const Stream& stream = backend_->compute_stream();
   int64_t at = 0;
   for (const ParamSegment& segment : spec.segments) {
     const int64_t n = segment.end - segment.begin;
-    void* out = ElementPtr(dequantized_[u].data(), compute_type_, segment.begin);
+    void* out = ElementPtr(served_[u], compute_type_, segment.begin);
     const auto* base = static_cast<const uint8_t*>(resident_[u].data()) + at;
     Status done;
     if (QuantizedSegment(spec, segment)) {
@@ -157,12 +176,18 @@ const void* QuantizedStore::AcquireParams(int unit) {
     }
     at += SegmentBytes(spec, segment, compute_type_);
   }
-  return dequantized_[u].data();
+  return served_[u];
 }
 
 void QuantizedStore::ReleaseParams(int unit) {
   const auto u = static_cast<size_t>(unit);
   if (acquire_count_[u] == 0 || --acquire_count_[u] > 0) return;
+  served_[u] = nullptr;
+  if (buffer_unit_ == unit) {
+    // The next unit's dequantization is queued behind the ops that read this one.
+    buffer_unit_ = -1;
+    return;
+  }
   if (dequantized_[u].empty()) return;
   // The ops that read it are queued on the compute stream.
   if (Status synced = backend_->compute_stream().Synchronize(); !synced.ok()) Fail(synced);

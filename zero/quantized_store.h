@@ -4,9 +4,11 @@
 // fp32 absmax per 64 elements (about 0.56 bytes per weight); everything else (embeddings, the
 // head, norms, biases) in the compute type, as QLoRA keeps them. The weights are quantized as
 // they are set (Initialize: on import). AcquireParams dequantizes a quantized unit into a
-// transient compute-type buffer (Category::kParam, freed at the unit's last ReleaseParams), which
-// the model's matmuls then read; other units are served in place. Whole on every rank: the
-// store does no collectives, so it serves ZeRO stages 0-2 (stage 3 partitions the base, which
+// compute-type buffer that the model's matmuls then read: the store's own buffer, sized for the
+// largest quantized unit and held from Create on (a model acquires one block at a time), or, for
+// a second quantized unit acquired while the first is held, a transient one (Category::kParam,
+// freed at the unit's last ReleaseParams). Other units are served in place. Whole on every rank:
+// the store does no collectives, so it serves ZeRO stages 0-2 (stage 3 partitions the base, which
 // this store does not). Frozen: AcquireGrads fails. Used by one thread.
 #pragma once
 
@@ -29,8 +31,10 @@ bool QuantizedSegment(const UnitSpec& unit, const ParamSegment& segment);
 // The resident bytes of `unit` in the store: NF4 codes and absmaxes of its quantized segments,
 // the rest in `compute_type`, each segment's bytes rounded up to a multiple of 4.
 int64_t QuantizedUnitBytes(const UnitSpec& unit, DType compute_type);
-// The transient bytes AcquireParams holds for `unit` while it is acquired (0: served in place).
+// The bytes of `unit` dequantized (0: served in place).
 int64_t DequantizedUnitBytes(const UnitSpec& unit, DType compute_type);
+// The store's own dequantization buffer: the largest DequantizedUnitBytes of `units`.
+int64_t DequantizationBufferBytes(const std::vector<UnitSpec>& units, DType compute_type);
 
 class QuantizedStore final : public ParamStore {
  public:
@@ -68,7 +72,10 @@ class QuantizedStore final : public ParamStore {
   kernels::Backend* backend_;
   Status status_;
   std::vector<Buffer> resident_;     // per unit
-  std::vector<Buffer> dequantized_;  // per unit, while acquired
+  Buffer buffer_;                    // DequantizationBufferBytes
+  int buffer_unit_ = -1;             // the unit dequantized into buffer_ while acquired
+  std::vector<Buffer> dequantized_;  // per unit, while acquired beside buffer_'s
+  std::vector<void*> served_;        // per unit, while acquired: where it was dequantized
   std::vector<int> acquire_count_;
 };
 

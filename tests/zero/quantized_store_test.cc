@@ -71,7 +71,9 @@ TEST(QuantizedStore, ServesNf4WeightsAndTheRestInTheComputeType) {
                       for (int64_t i = 0; i < units[u].size; ++i) out[i] = Value(u, i);
                     })
                     .ok());
-    int64_t resident = 0;
+    // The units' bytes and one buffer of the largest quantized unit, dequantized.
+    int64_t resident = DequantizationBufferBytes(units, type);
+    EXPECT_EQ(resident, 208 * static_cast<int64_t>(DTypeSize(type)));
     for (const UnitSpec& unit : units) resident += QuantizedUnitBytes(unit, type);
     EXPECT_EQ(tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)], resident);
     // 200 + 129 quantized weights: codes (165 bytes with the odd segment's half byte) and 4 + 3
@@ -99,8 +101,18 @@ TEST(QuantizedStore, ServesNf4WeightsAndTheRestInTheComputeType) {
           ASSERT_EQ(got[static_cast<size_t>(i)], want) << spec.name << " element " << i;
         }
       }
-      const int64_t during = tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)];
-      EXPECT_EQ(during - resident, DequantizedUnitBytes(spec, type)) << spec.name;
+      // One unit at a time is dequantized into the store's own buffer; a second one held at the
+      // same time gets a buffer of its own until it is released.
+      const auto held = [&] {
+        return tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)] - resident;
+      };
+      EXPECT_EQ(held(), 0) << spec.name;
+      if (u == 1) {
+        ASSERT_NE((*store)->AcquireParams(2), nullptr);
+        EXPECT_EQ(held(), DequantizedUnitBytes(units[2], type));
+        (*store)->ReleaseParams(2);
+        EXPECT_EQ(held(), 0);
+      }
       (*store)->ReleaseParams(u);
       EXPECT_EQ(tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)], resident);
     }
@@ -133,6 +145,10 @@ TEST(QuantizedStore, EstimateBesideTheAdaptersEngineMatchesTheTracker) {
   ModelPasses passes;
   for (int u = 0; u < 4; ++u) {
     passes.forward.push_back({Op::kAcquireParams, u});
+    if (u == 1) {  // a second quantized unit while the first is held: a buffer of its own
+      passes.forward.push_back({Op::kAcquireParams, 2});
+      passes.forward.push_back({Op::kReleaseParams, 2});
+    }
     if (u == 1 || u == 2) passes.forward.push_back({Op::kAcquireParams, 3 + u});
     if (u == 1 || u == 2) passes.forward.push_back({Op::kReleaseParams, 3 + u});
     passes.forward.push_back({Op::kReleaseParams, u});
