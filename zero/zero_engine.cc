@@ -759,23 +759,6 @@ float* ZeroEngine::moment_at(float* offloaded, const Buffer& on_device, int unit
   return at < split_ ? on_device.as<float>() + at : offloaded + (at - split_);
 }
 
-Status ZeroEngine::CopyMoments(float* m, float* v, bool down) const {
-  const int64_t split_bytes = split_ * static_cast<int64_t>(sizeof(float));
-  const int64_t rest =
-      state_plan_.total_shard() * static_cast<int64_t>(sizeof(float)) - split_bytes;
-  const bool host = !states_on_device();
-  auto copy = [&](float* host_side, float* state, int64_t bytes, bool host_part) -> Status {
-    if (bytes == 0) return Status::Ok();
-    return down ? StateCopy(host_side, state, bytes, PartToHost(host_part), host_part)
-                : StateCopy(state, host_side, bytes, PartFromHost(host_part), host_part);
-  };
-  HOIST_RETURN_IF_ERROR(copy(m, split_m_.as<float>(), split_bytes, false));
-  HOIST_RETURN_IF_ERROR(copy(v, split_v_.as<float>(), split_bytes, false));
-  HOIST_RETURN_IF_ERROR(copy(m + split_, state_m_, rest, host));
-  HOIST_RETURN_IF_ERROR(copy(v + split_, state_v_, rest, host));
-  return Sync();
-}
-
 Status ZeroEngine::StateCopy(void* dst, const void* src, int64_t bytes,
                              kernels::CopyDirection direction, bool host_part) const {
   if (!host_update_ || !host_part) return backend_->Copy(dst, src, bytes, direction, stream());

@@ -124,6 +124,23 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
   return AgreeOnDeferredErrors();
 }
 
+Status ZeroEngine::CopyMoments(float* m, float* v, bool down) const {
+  const int64_t split_bytes = split_ * static_cast<int64_t>(sizeof(float));
+  const int64_t rest =
+      state_plan_.total_shard() * static_cast<int64_t>(sizeof(float)) - split_bytes;
+  const bool host = !states_on_device();
+  auto copy = [&](float* host_side, float* state, int64_t bytes, bool host_part) -> Status {
+    if (bytes == 0) return Status::Ok();
+    return down ? StateCopy(host_side, state, bytes, PartToHost(host_part), host_part)
+                : StateCopy(state, host_side, bytes, PartFromHost(host_part), host_part);
+  };
+  HOIST_RETURN_IF_ERROR(copy(m, split_m_.as<float>(), split_bytes, false));
+  HOIST_RETURN_IF_ERROR(copy(v, split_v_.as<float>(), split_bytes, false));
+  HOIST_RETURN_IF_ERROR(copy(m + split_, state_m_, rest, host));
+  HOIST_RETURN_IF_ERROR(copy(v + split_, state_v_, rest, host));
+  return Sync();
+}
+
 Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
   if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
   HOIST_CHECK(swapper_ != nullptr) << "ReadStateInPieces needs the optimizer states on NVMe";
