@@ -66,7 +66,7 @@ std::string Table(const MemoryPlan& plan, int top) {
   std::ostringstream out;
   char line[512];
   std::snprintf(line, sizeof(line),
-                "  %4s %5s  %-10s  %-16s %9s  %11s %11s %11s  %9s %9s %9s %9s %9s\n", "#", "stage",
+                "  %4s %5s  %-13s  %-16s %9s  %11s %11s %11s  %9s %9s %9s %9s %9s\n", "#", "stage",
                 "offload", "checkpointing", "micro", "device", "host/node", "nvme/node", "step",
                 "compute", "recompute", "comm", "offload");
   out << line;
@@ -75,12 +75,18 @@ std::string Table(const MemoryPlan& plan, int top) {
   for (int i = 0; i < shown; ++i) {
     const PlanCandidate& c = plan.candidates[static_cast<size_t>(i)];
     const PlanChoice& ch = c.choice;
-    const std::string offload = std::string(runtime::OffloadDeviceName(ch.offload_optimizer)) +
-                                "/" + runtime::OffloadDeviceName(ch.offload_param);
+    // A partial optimizer offload shows its ratio: "cpu 0.5/none".
+    std::string offload = runtime::OffloadDeviceName(ch.offload_optimizer);
+    if (ch.offload_optimizer == runtime::OffloadDevice::kCpu && ch.offload_ratio < 1) {
+      char ratio[16];
+      std::snprintf(ratio, sizeof(ratio), " %g", ch.offload_ratio);
+      offload += ratio;
+    }
+    offload += std::string("/") + runtime::OffloadDeviceName(ch.offload_param);
     const std::string micro =
         std::to_string(ch.micro_batch) + " x " + std::to_string(ch.accumulation);
     std::snprintf(line, sizeof(line),
-                  "%s %4d %5d  %-10s  %-16s %9s  %11s %11s %11s  %9s %9s %9s %9s %9s\n",
+                  "%s %4d %5d  %-13s  %-16s %9s  %11s %11s %11s  %9s %9s %9s %9s %9s\n",
                   i == 0 ? "*" : " ", i + 1, ch.stage, offload.c_str(), ch.PolicyName().c_str(),
                   micro.c_str(), FormatBytes(c.device_bytes).c_str(),
                   FormatBytes(c.host_bytes_per_node).c_str(),
@@ -142,6 +148,7 @@ std::string Why(const MemoryPlan& plan) {
 nlohmann::json ChoiceJson(const PlanChoice& c) {
   return {{"stage", c.stage},
           {"offload_optimizer", runtime::OffloadDeviceName(c.offload_optimizer)},
+          {"offload_optimizer_ratio", c.offload_ratio},
           {"offload_param", runtime::OffloadDeviceName(c.offload_param)},
           {"checkpointing", runtime::CheckpointPolicyName(c.policy)},
           {"every_k", c.every_k},

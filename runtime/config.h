@@ -234,6 +234,10 @@ struct OffloadOptimizerConfig {
   // DeepSpeed initialises the NVMe states in place of a CPU staging copy; hoist always writes
   // them straight to the file, so both values behave the same (accepted, read, no effect).
   bool fast_init = false;
+  // The share of the optimizer offloaded, in (0, 1] (DeepSpeed's ratio): below 1 the leading
+  // units of each rank's shard keep their states on the device and are updated there
+  // (zero::OptimizerOffload::ratio). device cpu only; not with AdamW8bit.
+  double ratio = 1.0;
 };
 
 // `zero_optimization.offload_param` (stage 3 only): each rank's compute-type parameter shards

@@ -261,19 +261,20 @@ Status ReadOffloadOptimizer(const Section& zero, int stage, std::string_view ena
                          "buffer_count allows, so this key has no effect");
     }
   }
-  // A ratio below 1 keeps part of the optimizer on the accelerator (ZeRO-Offload++): another
-  // placement of the same step, which hoist does not have.
-  double ratio = 1.0;
-  HOIST_RETURN_IF_ERROR(s.Double("ratio", &ratio));
-  if (!(ratio > 0 && ratio <= 1)) {
+  // A ratio below 1 keeps the optimizer states of the leading units on the accelerator and
+  // updates them there (ZeRO-Offload++'s partial offload; hoist splits at a unit boundary). hoist
+  // allows it at stages 1-3 (DeepSpeed at 3 only), to host memory only.
+  HOIST_RETURN_IF_ERROR(s.Double("ratio", &opt->ratio));
+  if (!(opt->ratio > 0 && opt->ratio <= 1)) {
     return s.Invalid(
         "ratio",
-        "must be in (0, 1] (the fraction of the optimizer offloaded), found " + Num(ratio));
+        "must be in (0, 1] (the fraction of the optimizer offloaded), found " + Num(opt->ratio));
   }
-  if (ratio < 1) {
+  if (opt->ratio < 1 && opt->device == OffloadDevice::kNvme) {
     return zero.errors().Unimplemented(
         s.PathOf("ratio"),
-        Unsupported("partial optimizer offload (ratio < 1)") + "; set it to 1 or remove it");
+        "a partial offload (ratio < 1) to nvme is not supported; set ratio to 1, or device to "
+        "\"cpu\"");
   }
   HOIST_RETURN_IF_ERROR(RequireBool(s, "super_offload", false, "SuperOffload"));
   // Where the gradients are converted to fp32 and how many cores DeepSpeedCPUAdam takes: the

@@ -30,6 +30,7 @@ zero::ZeroOptions ZeroOptionsFrom(const Config& config) {
     case OffloadDevice::kNvme: options.offload_optimizer.place = zero::StatePlace::kNvme; break;
   }
   options.offload_optimizer.pin_memory = offload.pin_memory;
+  options.offload_optimizer.ratio = offload.ratio;
   options.offload_optimizer.sub_group_size = z.sub_group_size;
   options.offload_optimizer.buffer_count =
       static_cast<int>(std::min<int64_t>(offload.buffer_count, 1 << 20));

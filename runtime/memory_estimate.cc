@@ -224,8 +224,13 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
   if (ac.cpu_checkpointing) out << ", block inputs in pinned host memory";
   out << "; attention " << (config.model.attention == AttentionKind::kTiled ? "tiled" : "direct")
       << "\n";
-  out << "offload: optimizer " << OffloadDeviceName(config.zero.offload_optimizer.device)
-      << ", parameters " << OffloadDeviceName(config.zero.offload_param.device) << "\n\n";
+  out << "offload: optimizer " << OffloadDeviceName(config.zero.offload_optimizer.device);
+  if (config.zero.offload_optimizer.device == OffloadDevice::kCpu &&
+      config.zero.offload_optimizer.ratio < 1) {
+    out << " (ratio " << config.zero.offload_optimizer.ratio
+        << ": the leading units' states stay on the device)";
+  }
+  out << ", parameters " << OffloadDeviceName(config.zero.offload_param.device) << "\n\n";
 
   // The peak table: one row per place used, one column per category.
   out << "predicted peak per rank:\n";

@@ -126,6 +126,12 @@ void AddOffloadOverrides(const char* section, const char* legacy_key, OffloadDev
   }
 }
 
+// offload_optimizer.ratio: the choice's with cpu, else 1 (which every device takes).
+void AddRatioOverride(const PlanChoice& choice, std::vector<std::string>* out) {
+  const double ratio = choice.offload_optimizer == OffloadDevice::kCpu ? choice.offload_ratio : 1.0;
+  out->push_back("zero_optimization.offload_optimizer.ratio=" + nlohmann::json(ratio).dump());
+}
+
 void AddPolicyOverrides(const PlanChoice& choice, const Config& base,
                         std::vector<std::string>* out) {
   out->push_back(std::string("activation_checkpointing.policy=") +
@@ -150,6 +156,7 @@ std::vector<std::string> AllOverrides(const PlanChoice& choice, const Config& ba
   std::vector<std::string> out = {"zero_optimization.stage=" + std::to_string(choice.stage)};
   AddOffloadOverrides("offload_optimizer", "cpu_offload", choice.offload_optimizer,
                       base.zero.offload_optimizer.nvme_path, paths.optimizer, base, &out);
+  AddRatioOverride(choice, &out);
   AddOffloadOverrides("offload_param", "cpu_offload_param", choice.offload_param,
                       base.zero.offload_param.nvme_path, paths.param, base, &out);
   AddPolicyOverrides(choice, base, &out);
@@ -170,6 +177,10 @@ std::vector<std::string> ChangedOverrides(const PlanChoice& choice, const Config
   if (choice.offload_optimizer != from.offload_optimizer) {
     AddOffloadOverrides("offload_optimizer", "cpu_offload", choice.offload_optimizer,
                         base.zero.offload_optimizer.nvme_path, paths.optimizer, base, &out);
+  }
+  if (choice.offload_optimizer != from.offload_optimizer ||
+      choice.offload_ratio != from.offload_ratio) {
+    AddRatioOverride(choice, &out);
   }
   if (choice.offload_param != from.offload_param) {
     AddOffloadOverrides("offload_param", "cpu_offload_param", choice.offload_param,
@@ -214,22 +225,29 @@ std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, D
   for (int stage = 0; stage <= 3; ++stage) {
     for (OffloadDevice optimizer : devices) {
       if (stage == 0 && optimizer != OffloadDevice::kNone) continue;
-      for (OffloadDevice param : devices) {
-        if (stage < 3 && param != OffloadDevice::kNone) continue;
-        if (device == DeviceKind::kCuda && param != OffloadDevice::kNone) continue;
-        for (const Policy& policy : policies) {
-          for (int64_t micro = 1; micro <= per_rank; ++micro) {
-            if (per_rank % micro != 0) continue;
-            PlanChoice choice;
-            choice.stage = stage;
-            choice.offload_optimizer = optimizer;
-            choice.offload_param = param;
-            choice.policy = policy.policy;
-            choice.every_k = policy.every_k;
-            choice.cpu_checkpointing = policy.cpu;
-            choice.micro_batch = micro;
-            choice.accumulation = per_rank / micro;
-            out.push_back(choice);
+      // A partial offload (ratio < 1) keeps the rest of the states on the device: a point
+      // between no offload and full offload to the host.
+      std::vector<double> ratios = {1.0};
+      if (optimizer == OffloadDevice::kCpu) ratios = {1.0, 0.75, 0.5, 0.25};
+      for (double ratio : ratios) {
+        for (OffloadDevice param : devices) {
+          if (stage < 3 && param != OffloadDevice::kNone) continue;
+          if (device == DeviceKind::kCuda && param != OffloadDevice::kNone) continue;
+          for (const Policy& policy : policies) {
+            for (int64_t micro = 1; micro <= per_rank; ++micro) {
+              if (per_rank % micro != 0) continue;
+              PlanChoice choice;
+              choice.stage = stage;
+              choice.offload_optimizer = optimizer;
+              choice.offload_ratio = ratio;
+              choice.offload_param = param;
+              choice.policy = policy.policy;
+              choice.every_k = policy.every_k;
+              choice.cpu_checkpointing = policy.cpu;
+              choice.micro_batch = micro;
+              choice.accumulation = per_rank / micro;
+              out.push_back(choice);
+            }
           }
         }
       }
@@ -245,6 +263,7 @@ bool Better(const PlanCandidate& a, const PlanCandidate& b) {
   const PlanChoice& y = b.choice;
   if (x.stage != y.stage) return x.stage < y.stage;
   if (x.offload_optimizer != y.offload_optimizer) return x.offload_optimizer < y.offload_optimizer;
+  if (x.offload_ratio != y.offload_ratio) return x.offload_ratio > y.offload_ratio;
   if (x.offload_param != y.offload_param) return x.offload_param < y.offload_param;
   if (x.policy != y.policy) return PolicyRank(x.policy) < PolicyRank(y.policy);
   if (x.every_k != y.every_k) return x.every_k > y.every_k;
@@ -365,6 +384,7 @@ PlanChoice PlanChoice::Of(const Config& config) {
   PlanChoice c;
   c.stage = config.zero.stage;
   c.offload_optimizer = config.zero.offload_optimizer.device;
+  c.offload_ratio = config.zero.offload_optimizer.ratio;
   c.offload_param = config.zero.offload_param.device;
   c.policy = config.activation_checkpointing.policy;
   c.every_k = c.policy == CheckpointPolicy::kEveryK ? config.activation_checkpointing.every_k : 2;
@@ -384,8 +404,11 @@ std::string PlanChoice::PolicyName() const {
 
 std::string PlanChoice::Describe() const {
   std::ostringstream out;
-  out << "stage " << stage << ", offload optimizer " << OffloadDeviceName(offload_optimizer)
-      << " + params " << OffloadDeviceName(offload_param) << ", checkpointing "
+  out << "stage " << stage << ", offload optimizer " << OffloadDeviceName(offload_optimizer);
+  if (offload_optimizer == OffloadDevice::kCpu && offload_ratio < 1) {
+    out << " (ratio " << offload_ratio << ")";
+  }
+  out << " + params " << OffloadDeviceName(offload_param) << ", checkpointing "
       << CheckpointPolicyName(policy);
   if (policy == CheckpointPolicy::kEveryK) out << "(" << every_k << ")";
   if (cpu_checkpointing) out << " with inputs on host";
@@ -421,7 +444,10 @@ StepCost EstimateStepCost(const Config& config, int world_size, int ranks_per_no
 
   const OffloadDevice optimizer = config.zero.offload_optimizer.device;
   const OffloadDevice param = config.zero.offload_param.device;
-  if (optimizer != OffloadDevice::kNone) cost.host_link_bytes += 2 * shard * p;
+  // A partial offload moves only its share of the gradients and weights.
+  const double offloaded =
+      optimizer == OffloadDevice::kCpu ? config.zero.offload_optimizer.ratio : 1.0;
+  if (optimizer != OffloadDevice::kNone) cost.host_link_bytes += 2 * shard * p * offloaded;
   if (optimizer == OffloadDevice::kNvme) cost.nvme_bytes += 2 * 3 * 4 * shard;
   if (param != OffloadDevice::kNone) cost.host_link_bytes += 2 * shard * p * g;
   if (param == OffloadDevice::kNvme) {

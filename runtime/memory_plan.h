@@ -6,6 +6,8 @@
 // The search. Every other setting of the base config is kept; over
 //   zero_optimization.stage                 0, 1, 2, 3;
 //   offload_optimizer.device                none, cpu, nvme (stages 1-3);
+//   offload_optimizer.ratio                 with cpu: 1, 0.75, 0.5, 0.25 (the share offloaded;
+//                                           the rest of the states stay on the device);
 //   offload_param.device                    none, cpu, nvme (stage 3);
 //   activation_checkpointing                none, selective, every_k (k = 2, and the base's k),
 //                                           full; every_k and full also with cpu_checkpointing;
@@ -49,14 +51,15 @@
 //                weights in forward and in backward of each micro-batch (2aΨp g). 0 on one rank.
 //   offload_s    host-link bytes / host_link_bytes_per_s + NVMe bytes / (nvme_bytes_per_s / R),
 //                the node's drive being shared by its R ranks: optimizer offload moves the
-//                gradient shard down and the updated weights up (2Ψn p, host link) and on nvme
+//                gradient shard down and the updated weights up (2Ψn p, host link; times
+//                offload_optimizer.ratio for a partial offload to cpu) and on nvme
 //                also reads and writes master weights and both moments (24Ψn, NVMe); parameter
 //                offload brings the shards in for forward and backward of each micro-batch (2Ψn p
 //                g over the host link; on nvme also 2 max(0, Ψn - max_in_cpu) p g from the
 //                drive); cpu_checkpointing moves every block's input down in forward and back
 //                in backward (2 L m T C p g, host link).
-// Ties (one rank: no communication) go to the lower stage, less offload, less checkpointing and
-// then the larger micro-batch.
+// Ties (one rank: no communication) go to the lower stage, less offload (then ratio 1 before a
+// partial offload), less checkpointing and then the larger micro-batch.
 //
 // Pure functions of their arguments, apart from MeasureMatmulFlopRate (which times the CPU) and
 // PlanMemory when it measures; thread-safe. No call logs.
@@ -93,6 +96,7 @@ double MeasureMatmulFlopRate();
 struct PlanChoice {
   int stage = 0;
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
+  double offload_ratio = 1.0;  // offload_optimizer.ratio (below 1 with cpu only)
   OffloadDevice offload_param = OffloadDevice::kNone;
   CheckpointPolicy policy = CheckpointPolicy::kNone;
   int every_k = 2;  // read with kEveryK

@@ -1,6 +1,7 @@
 #include "zero/memory_estimate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <string>
@@ -46,6 +47,28 @@ bool HasSeparateMaster(const ZeroOptions& options) {
          options.offload_param.place != ParamPlace::kDevice;
 }
 
+int64_t DeviceStateElements(const PartitionPlan& state_plan, const ZeroOptions& options) {
+  const OptimizerOffload& offload = options.offload_optimizer;
+  if (offload.place != StatePlace::kHost || !(offload.ratio < 1.0)) return 0;
+  const int64_t total = state_plan.total_shard();
+  const double target = (1.0 - offload.ratio) * static_cast<double>(total);
+  int64_t best = 0;
+  for (int u = 0; u < state_plan.num_units(); ++u) {
+    const UnitPartition& part = state_plan.unit(u);
+    const int64_t boundary = part.shard_offset + part.shard;
+    if (std::abs(static_cast<double>(boundary) - target) <=
+        std::abs(static_cast<double>(best) - target)) {
+      best = boundary;
+    }
+  }
+  return std::min(best, total);
+}
+
+bool DevicePartHasSeparateMaster(const ZeroOptions& options) {
+  return options.compute_type != DType::kFloat32 ||
+         options.offload_param.place != ParamPlace::kDevice;
+}
+
 std::vector<int64_t> Moment8bitArrayBytes(const PartitionPlan& state_plan,
                                           const ZeroOptions& options) {
   const Moments8bitLayout layout = Moments8bitLayoutFor(state_plan, options.adam.min_8bit_size);
@@ -77,7 +100,10 @@ ModelStateBytes ModelStateBytesFor(const PartitionPlan& plan, const PartitionPla
     for (int64_t array : Moment8bitArrayBytes(state_plan, options)) bytes.optimizer += array;
     return bytes;
   }
-  bytes.optimizer = StateArrayBytes(state_plan) * (HasSeparateMaster(options) ? 3 : 2);
+  const int64_t on_device = DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
+  bytes.optimizer =
+      (StateArrayBytes(state_plan) - on_device) * (HasSeparateMaster(options) ? 3 : 2) +
+      on_device * (DevicePartHasSeparateMaster(options) ? 3 : 2);
   return bytes;
 }
 
@@ -98,8 +124,11 @@ int64_t WorkingGradBytes(const UnitPartition& part) { return part.padded * int64
 
 int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOptions& options) {
   if (options.offload_optimizer.place == StatePlace::kDevice) return 0;
+  // The units of the host part only (all of them without a split).
+  const int64_t on_device = DeviceStateElements(state_plan, options);
   int64_t largest = 1;
   for (int u = 0; u < state_plan.num_units(); ++u) {
+    if (state_plan.unit(u).shard_offset < on_device) continue;
     largest = std::max(largest, state_plan.unit(u).owned_real);
   }
   return largest * static_cast<int64_t>(DTypeSize(options.compute_type));
@@ -248,14 +277,21 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
         tracker.Add(kCompute, Category::kOptimizer,
                     state_bytes * (HasSeparateMaster(options) ? 3 : 2));
         break;
-      case StatePlace::kHost:
+      case StatePlace::kHost: {
+        // Partial offload: the device part's arrays, then the host part's (none if empty).
+        const int64_t on_device = DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
+        tracker.Add(kCompute, Category::kOptimizer,
+                    on_device * (DevicePartHasSeparateMaster(options) ? 3 : 2));
+        const int64_t on_host = state_bytes - on_device;
+        if (on_host == 0) break;
         if (optimizer.pin_memory) {
           tracker.Add(Place::kHostPinned, Category::kOptimizer,
-                      3 * PinnedHostPool::AllocationBytes(state_bytes));
+                      3 * PinnedHostPool::AllocationBytes(on_host));
         } else {
-          tracker.Add(Place::kHost, Category::kOptimizer, 3 * state_bytes);
+          tracker.Add(Place::kHost, Category::kOptimizer, 3 * on_host);
         }
         break;
+      }
       case StatePlace::kNvme: {
         const offload::StateSwapper::Layout layout =
             offload::StateSwapper::LayoutFor(OptimizerSwapOptions(state_plan, options));

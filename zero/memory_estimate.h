@@ -57,6 +57,16 @@ int64_t StateArrayBytes(const PartitionPlan& state_plan);
 // Whether the fp32 master weights are an array of their own: in mixed precision, and whenever
 // the model's copy is not the optimizer's (either offload). Otherwise the fp32 compute copy is it.
 bool HasSeparateMaster(const ZeroOptions& options);
+// Partial optimizer offload (offload_optimizer kHost with ratio < 1): how many leading elements
+// of the flat owned shard (state plan order) keep their optimizer states on the device, updated
+// there as without offload; the rest are offloaded as with ratio 1. The split falls on the unit
+// boundary nearest to (1 - ratio) of the shard (ties to the device side), so a unit's states are
+// all in one place: 0 at ratio 1 (full offload), the whole shard where ratio is small enough
+// (no offload in effect). 0 for every other placement.
+int64_t DeviceStateElements(const PartitionPlan& state_plan, const ZeroOptions& options);
+// Whether the device part of a split keeps a master array of its own (as HasSeparateMaster with
+// the states on the device).
+bool DevicePartHasSeparateMaster(const ZeroOptions& options);
 // The 8-bit AdamW's moment arrays (options.adam.eight_bit; zero/moments_8bit.h), in the order
 // ZeroEngine allocates them: codes of m and of v (1 byte per element of the 8-bit units' shards),
 // absmaxes of m and of v (4 bytes per block of 256), fp32 m and v of the units below

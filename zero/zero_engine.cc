@@ -66,6 +66,24 @@ Status ValidateZeroOptions(const ZeroOptions& options) {
         "(zero_optimization.offload_optimizer.device \"nvme\"): use offload_optimizer.device "
         "\"cpu\" or none, or optimizer.type AdamW");
   }
+  const double ratio = options.offload_optimizer.ratio;
+  if (!(ratio > 0.0 && ratio <= 1.0)) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_optimizer.ratio must be in (0, 1] (the share of the optimizer "
+        "offloaded), not " +
+        std::to_string(ratio));
+  }
+  if (ratio < 1.0 && options.offload_optimizer.place == StatePlace::kNvme) {
+    return InvalidArgumentError(
+        "zero_optimization.offload_optimizer.ratio below 1 needs offload_optimizer.device \"cpu\" "
+        "(a partial offload to nvme is not supported): set ratio to 1 or use device \"cpu\"");
+  }
+  if (ratio < 1.0 && options.adam.eight_bit && !options.frozen &&
+      options.offload_optimizer.place == StatePlace::kHost) {
+    return InvalidArgumentError(
+        "optimizer.type AdamW8bit cannot offload part of its states yet "
+        "(zero_optimization.offload_optimizer.ratio below 1): set ratio to 1, or use AdamW");
+  }
   if (options.adam.eight_bit && options.adam.min_8bit_size < 0) {
     return InvalidArgumentError("optimizer.params.min_8bit_size must be >= 0, not " +
                                 std::to_string(options.adam.min_8bit_size));
@@ -207,22 +225,35 @@ Status ZeroEngine::AllocateStates() {
       break;
     }
     case StatePlace::kHost: {
+      // Partial offload: the leading units' states on the device first, as without offload.
+      split_ = DeviceStateElements(state_plan_, options_);
+      if (split_ > 0) {
+        const int64_t split_bytes = split_ * static_cast<int64_t>(sizeof(float));
+        if (DevicePartHasSeparateMaster(options_)) {
+          HOIST_ASSIGN_OR_RETURN(split_master_,
+                                 device_->Allocate(split_bytes, Category::kOptimizer));
+        }
+        HOIST_ASSIGN_OR_RETURN(split_m_, device_->Allocate(split_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(split_v_, device_->Allocate(split_bytes, Category::kOptimizer));
+      }
+      const int64_t host_bytes = state_bytes - split_ * static_cast<int64_t>(sizeof(float));
+      if (host_bytes == 0) break;  // everything stayed on the device
       // The master copy is always separate here: the compute copy stays with the model.
       if (offload.pin_memory) {
-        HOIST_ASSIGN_OR_RETURN(pinned_master_, pool_->Allocate(state_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(pinned_master_, pool_->Allocate(host_bytes, Category::kOptimizer));
         state_master_ = pinned_master_.as<float>();
         if (options_.adam.eight_bit) break;
-        HOIST_ASSIGN_OR_RETURN(pinned_m_, pool_->Allocate(state_bytes, Category::kOptimizer));
-        HOIST_ASSIGN_OR_RETURN(pinned_v_, pool_->Allocate(state_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(pinned_m_, pool_->Allocate(host_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(pinned_v_, pool_->Allocate(host_bytes, Category::kOptimizer));
         state_m_ = pinned_m_.as<float>();
         state_v_ = pinned_v_.as<float>();
       } else {
         host_device_ = std::make_unique<CpuDevice>(Place::kHost, &tracker);
-        HOIST_ASSIGN_OR_RETURN(master_, host_device_->Allocate(state_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(master_, host_device_->Allocate(host_bytes, Category::kOptimizer));
         state_master_ = master_.as<float>();
         if (options_.adam.eight_bit) break;
-        HOIST_ASSIGN_OR_RETURN(m_, host_device_->Allocate(state_bytes, Category::kOptimizer));
-        HOIST_ASSIGN_OR_RETURN(v_, host_device_->Allocate(state_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(m_, host_device_->Allocate(host_bytes, Category::kOptimizer));
+        HOIST_ASSIGN_OR_RETURN(v_, host_device_->Allocate(host_bytes, Category::kOptimizer));
         state_m_ = m_.as<float>();
         state_v_ = v_.as<float>();
       }
@@ -298,7 +329,11 @@ void* ZeroEngine::whole_grads(int unit) {
 float* ZeroEngine::master(int unit) const {
   const UnitPartition& owned = state_plan_.unit(unit);
   HOIST_CHECK(swapper_ == nullptr) << "the master weights are on NVMe";
-  if (state_master_ != nullptr) return state_master_ + owned.shard_offset;
+  if (owned.shard_offset < split_) {  // the device part of a partial offload
+    if (split_master_.data() != nullptr) return split_master_.as<float>() + owned.shard_offset;
+  } else if (state_master_ != nullptr) {
+    return state_master_ + (owned.shard_offset - split_);
+  }
   // fp32 on the device: the compute copy is the master copy.
   if (options_.stage == 3) return params_.as<float>() + plan_.unit(unit).shard_offset;
   return params_.as<float>() + plan_.unit(unit).full_offset + owned.owned_begin;
@@ -333,8 +368,6 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
 
 Status ZeroEngine::Initialize(const RangeFill& fill) {
   const DType type = options_.compute_type;
-  const kernels::CopyDirection up = states_on_device() ? kernels::CopyDirection::kHostToDevice
-                                                       : kernels::CopyDirection::kHostToHost;
   // The part of the current unit this rank keeps, [first, first + values.size()) in the unit's
   // coordinates: the whole unit where it keeps a whole copy, else its shard of the weights
   // (stage 3) and of the master weights. `values` is host memory that the next unit refills:
@@ -361,9 +394,12 @@ Status ZeroEngine::Initialize(const RangeFill& fill) {
     if (whole != nullptr) {
       HOIST_RETURN_IF_ERROR(StoreFromHost(whole, type, values.data(), part.padded));
     }
-    if (to_master && state_master_ != nullptr) {
+    const bool separate_master =
+        owned.shard_offset < split_ ? split_master_.data() != nullptr : state_master_ != nullptr;
+    if (to_master && separate_master) {
       HOIST_RETURN_IF_ERROR(StateCopy(master(u), at(owned.owned_begin),
-                                      owned.owned_real * static_cast<int64_t>(sizeof(float)), up));
+                                      owned.owned_real * static_cast<int64_t>(sizeof(float)),
+                                      PartFromHost(host_part(u)), host_part(u)));
     }
     if (options_.stage == 3) {
       HOIST_RETURN_IF_ERROR(
@@ -378,14 +414,22 @@ Status ZeroEngine::Initialize(const RangeFill& fill) {
     for (int u = 0; u < plan_.num_units(); ++u) HOIST_RETURN_IF_ERROR(init_unit(u, true));
     if (options_.frozen)
       return param_shards_ == nullptr ? Status::Ok() : AgreeOnFailure(FinishOwnedWrites());
-    const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
+    const int64_t split_bytes = split_ * static_cast<int64_t>(sizeof(float));
+    const int64_t state_bytes =
+        state_plan_.total_shard() * static_cast<int64_t>(sizeof(float)) - split_bytes;
     kernels::Backend& states = host_update_ ? *host_backend_ : *backend_;
     const Stream& state_stream = host_update_ ? host_backend_->compute_stream() : stream();
     if (options_.adam.eight_bit) {
       HOIST_RETURN_IF_ERROR(ZeroMoments8bit());
     } else {
-      HOIST_RETURN_IF_ERROR(states.Zero(state_m_, state_bytes, state_stream));
-      HOIST_RETURN_IF_ERROR(states.Zero(state_v_, state_bytes, state_stream));
+      if (split_ > 0) {
+        HOIST_RETURN_IF_ERROR(backend_->Zero(split_m_.data(), split_bytes, stream()));
+        HOIST_RETURN_IF_ERROR(backend_->Zero(split_v_.data(), split_bytes, stream()));
+      }
+      if (state_bytes > 0) {
+        HOIST_RETURN_IF_ERROR(states.Zero(state_m_, state_bytes, state_stream));
+        HOIST_RETURN_IF_ERROR(states.Zero(state_v_, state_bytes, state_stream));
+      }
     }
     HOIST_RETURN_IF_ERROR(Sync());
     if (param_shards_ == nullptr) return Status::Ok();
@@ -710,9 +754,14 @@ StatusOr<Buffer> ZeroEngine::AllocateTransient(int64_t bytes, Category category,
 
 Status ZeroEngine::Sync() const { return backend_->compute_stream().Synchronize(); }
 
+float* ZeroEngine::moment_at(float* offloaded, const Buffer& on_device, int unit) const {
+  const int64_t at = state_plan_.unit(unit).shard_offset;
+  return at < split_ ? on_device.as<float>() + at : offloaded + (at - split_);
+}
+
 Status ZeroEngine::StateCopy(void* dst, const void* src, int64_t bytes,
-                             kernels::CopyDirection direction) const {
-  if (!host_update_) return backend_->Copy(dst, src, bytes, direction, stream());
+                             kernels::CopyDirection direction, bool host_part) const {
+  if (!host_update_ || !host_part) return backend_->Copy(dst, src, bytes, direction, stream());
   // Host memory on both sides: the CPU's copy, done when it returns.
   return host_backend_->Copy(dst, src, bytes, kernels::CopyDirection::kHostToHost,
                              host_backend_->compute_stream());

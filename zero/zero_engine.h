@@ -82,6 +82,13 @@ struct OptimizerOffload {
   int64_t sub_group_size = 1000000000;   // elements updated (and swapped) at a time
   int buffer_count = 4;                  // kNvme: sub-group slots (offload/state_swapper.h)
   offload::StorageFactory open_storage;  // kNvme; empty: OpenBlockStorage with its defaults
+  // kHost: the share of the owned shard whose optimizer states (and update) are offloaded, in
+  // (0, 1] (DeepSpeed's offload_optimizer.ratio). Below 1 the shard splits at a unit boundary
+  // (DeviceStateElements in zero/memory_estimate.h): the leading units keep their states on the
+  // device and are updated there as without offload, the rest are offloaded as with ratio 1; on
+  // an accelerator the device part's update runs while the host part's gradients come down.
+  // Stages 1-3 (DeepSpeed: 3 only); not with NVMe or AdamW8bit.
+  double ratio = 1.0;
 };
 
 struct ZeroOptions {
@@ -243,10 +250,32 @@ class ZeroEngine final : public ParamStore {
                               : kernels::CopyDirection::kHostToHost;
   }
   bool states_on_device() const { return options_.offload_optimizer.place == StatePlace::kDevice; }
+  // Whether the unit's optimizer states are offloaded: all units under kHost/kNvme, except the
+  // leading ones a partial offload (ratio < 1) keeps on the device.
+  bool host_part(int unit) const {
+    return !states_on_device() && state_plan_.unit(unit).shard_offset >= split_;
+  }
+  // The same directions for one part of a split.
+  static kernels::CopyDirection PartToHost(bool host) {
+    return host ? kernels::CopyDirection::kHostToHost : kernels::CopyDirection::kDeviceToHost;
+  }
+  static kernels::CopyDirection PartFromHost(bool host) {
+    return host ? kernels::CopyDirection::kHostToHost : kernels::CopyDirection::kHostToDevice;
+  }
+  // The unit's m or v (owned element 0), in the split's device arrays or the offloaded ones.
+  float* moment_at(float* offloaded, const Buffer& on_device, int unit) const;
   // Copies to or from optimizer-state memory: on the engine's backend (its stream), or on the
   // CPU's where the states are host memory the backend cannot reach (host_update_).
   Status StateCopy(void* dst, const void* src, int64_t bytes,
-                   kernels::CopyDirection direction) const;
+                   kernels::CopyDirection direction) const {
+    return StateCopy(dst, src, bytes, direction, !states_on_device());
+  }
+  // The same for memory of the device part (host_part false) or the offloaded part of a split.
+  Status StateCopy(void* dst, const void* src, int64_t bytes, kernels::CopyDirection direction,
+                   bool host_part) const;
+  // The flat m and v arrays over both parts, copied to (down) or from host memory `m`, `v`
+  // (state plan shard layout).
+  Status CopyMoments(float* m, float* v, bool down) const;
   // dst (n elements of `type`: device memory, or the page-locked home of offloaded parameters)
   // = the fp32 values at `src`, pageable host memory (the initial weights, a checkpoint's), which
   // no backend op may read: they are rounded here on the host and copied up, with the same bits
@@ -362,6 +391,12 @@ class ZeroEngine final : public ParamStore {
   float* state_master_ = nullptr;
   float* state_m_ = nullptr;
   float* state_v_ = nullptr;
+  // Partial offload (OptimizerOffload::ratio < 1): the first split_ elements of the flat owned
+  // shard keep their states on the device in these arrays (the master only where
+  // DevicePartHasSeparateMaster); state_master_, state_m_ and state_v_ then hold the rest, their
+  // element 0 being shard element split_. 0 without a split.
+  int64_t split_ = 0;
+  Buffer split_master_, split_m_, split_v_;
   std::unique_ptr<offload::StateSwapper> swapper_;  // StatePlace::kNvme
   // options_.adam.eight_bit: the layout and the arrays of the 8-bit moments (codes of m and v,
   // their absmaxes), wherever the states live; state_m_ and state_v_ then hold the fp32 moments

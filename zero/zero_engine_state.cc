@@ -35,8 +35,8 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
                   static_cast<size_t>(count) * sizeof(float));
       return Status::Ok();
     }
-    HOIST_RETURN_IF_ERROR(
-        StateCopy(out, master(u), count * static_cast<int64_t>(sizeof(float)), StateToHost()));
+    HOIST_RETURN_IF_ERROR(StateCopy(out, master(u), count * static_cast<int64_t>(sizeof(float)),
+                                    PartToHost(host_part(u)), host_part(u)));
     return Sync();
   };
   std::vector<float> out;
@@ -72,32 +72,30 @@ Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) cons
           return Status::Ok();
         }));
   }
-  const kernels::CopyDirection down = StateToHost();
   for (int u = 0; u < plan_.num_units(); ++u) {
     const UnitPartition& owned = state_plan_.unit(u);
     float* dst = master_out + owned.shard_offset;
     std::memset(dst, 0, static_cast<size_t>(owned.shard) * sizeof(float));
-    HOIST_RETURN_IF_ERROR(
-        StateCopy(dst, master(u), owned.owned_real * static_cast<int64_t>(sizeof(float)), down));
+    HOIST_RETURN_IF_ERROR(StateCopy(dst, master(u),
+                                    owned.owned_real * static_cast<int64_t>(sizeof(float)),
+                                    PartToHost(host_part(u)), host_part(u)));
   }
   if (options_.adam.eight_bit) return ReadMoments8bit(m_out, v_out);
-  const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
-  HOIST_RETURN_IF_ERROR(StateCopy(m_out, state_m_, state_bytes, down));
-  HOIST_RETURN_IF_ERROR(StateCopy(v_out, state_v_, state_bytes, down));
-  return Sync();
+  // The same flat layout whatever the split (a checkpoint resumes at any ratio).
+  return CopyMoments(m_out, v_out, /*down=*/true);
 }
 
 Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const float* v_in,
                                 int64_t step_count) {
   if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
   const DType type = options_.compute_type;
-  const kernels::CopyDirection up = StateFromHost();
   for (int u = 0; u < plan_.num_units(); ++u) {
     const UnitPartition& owned = state_plan_.unit(u);
     const float* weights = master_in + owned.shard_offset;
     const int64_t bytes = owned.owned_real * static_cast<int64_t>(sizeof(float));
     if (swapper_ == nullptr && (param_shards_ != nullptr || master(u) != owned_params(u))) {
-      HOIST_RETURN_IF_ERROR(StateCopy(master(u), weights, bytes, up));
+      HOIST_RETURN_IF_ERROR(
+          StateCopy(master(u), weights, bytes, PartFromHost(host_part(u)), host_part(u)));
     }
     // The model's copy of the owned range (for fp32 on the device, the master itself).
     HOIST_RETURN_IF_ERROR(StoreFromHost(BeginOwnedWrite(u), type, weights, owned.owned_real));
@@ -118,14 +116,29 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
   } else if (options_.adam.eight_bit) {
     HOIST_RETURN_IF_ERROR(RestoreMoments8bit(m_in, v_in));
   } else {
-    const int64_t state_bytes = state_plan_.total_shard() * static_cast<int64_t>(sizeof(float));
-    HOIST_RETURN_IF_ERROR(StateCopy(state_m_, m_in, state_bytes, up));
-    HOIST_RETURN_IF_ERROR(StateCopy(state_v_, v_in, state_bytes, up));
-    HOIST_RETURN_IF_ERROR(Sync());
+    HOIST_RETURN_IF_ERROR(
+        CopyMoments(const_cast<float*>(m_in), const_cast<float*>(v_in), /*down=*/false));
   }
   step_count_ = step_count;
   HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
   return AgreeOnDeferredErrors();
+}
+
+Status ZeroEngine::CopyMoments(float* m, float* v, bool down) const {
+  const int64_t split_bytes = split_ * static_cast<int64_t>(sizeof(float));
+  const int64_t rest =
+      state_plan_.total_shard() * static_cast<int64_t>(sizeof(float)) - split_bytes;
+  const bool host = !states_on_device();
+  auto copy = [&](float* host_side, float* state, int64_t bytes, bool host_part) -> Status {
+    if (bytes == 0) return Status::Ok();
+    return down ? StateCopy(host_side, state, bytes, PartToHost(host_part), host_part)
+                : StateCopy(state, host_side, bytes, PartFromHost(host_part), host_part);
+  };
+  HOIST_RETURN_IF_ERROR(copy(m, split_m_.as<float>(), split_bytes, false));
+  HOIST_RETURN_IF_ERROR(copy(v, split_v_.as<float>(), split_bytes, false));
+  HOIST_RETURN_IF_ERROR(copy(m + split_, state_m_, rest, host));
+  HOIST_RETURN_IF_ERROR(copy(v + split_, state_v_, rest, host));
+  return Sync();
 }
 
 Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {

@@ -74,8 +74,8 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
       // 8-bit: UpdatePiece finds the moments itself (Update8bit).
       const bool flat = !options_.adam.eight_bit;
       updated = UpdatePiece(u, 0, owned.owned_real, master(u),
-                            flat ? state_m_ + owned.shard_offset : nullptr,
-                            flat ? state_v_ + owned.shard_offset : nullptr, compute, h);
+                            flat ? moment_at(state_m_, split_m_, u) : nullptr,
+                            flat ? moment_at(state_v_, split_v_, u) : nullptr, compute, h);
       EndOwnedWrite(u);
       if (!updated.ok()) break;
     }
@@ -104,8 +104,10 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     } else {
       offload_stats_.update_s += update_s;
     }
-    int64_t owned = 0;
-    for (int u = 0; u < plan_.num_units(); ++u) owned += state_plan_.unit(u).owned_real;
+    int64_t owned = 0;  // of the offloaded part
+    for (int u = 0; u < plan_.num_units(); ++u) {
+      if (host_part(u)) owned += state_plan_.unit(u).owned_real;
+    }
     offload_stats_.to_host_bytes += owned * static_cast<int64_t>(csize_);
     offload_stats_.from_host_bytes += owned * static_cast<int64_t>(csize_);
   }
@@ -136,9 +138,9 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
   const DType type = options_.compute_type;
   const Stream& copy = backend_->copy_stream();
   const Stream& host = host_backend_->compute_stream();
-  std::vector<int> units;
+  std::vector<int> units;  // the offloaded part's
   for (int u = 0; u < plan_.num_units(); ++u) {
-    if (state_plan_.unit(u).owned_real > 0) units.push_back(u);
+    if (state_plan_.unit(u).owned_real > 0 && host_part(u)) units.push_back(u);
   }
   auto bytes = [&](int u) { return state_plan_.unit(u).owned_real * static_cast<int64_t>(csize_); };
   // The i-th unit's gradients down into slot i % 2, after the compute stream's work so far (the
@@ -154,6 +156,15 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
     return downloaded_[slot]->Record(copy);
   };
   for (size_t i = 0; i < std::min<size_t>(2, units.size()); ++i) HOIST_RETURN_IF_ERROR(down(i));
+  // Partial offload: the device part's update queued on the compute stream, where it runs while
+  // the copy stream brings the offloaded part's gradients down and the CPU updates them.
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    const UnitPartition& owned = state_plan_.unit(u);
+    if (owned.owned_real == 0 || host_part(u)) continue;
+    HOIST_RETURN_IF_ERROR(UpdatePiece(u, 0, owned.owned_real, master(u),
+                                      moment_at(state_m_, split_m_, u),
+                                      moment_at(state_v_, split_v_, u), owned_params(u), h));
+  }
   for (size_t i = 0; i < units.size(); ++i) {
     const int u = units[i];
     const size_t slot = i % 2;
@@ -166,8 +177,8 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
                                        stage_grads_[slot].data(), stage_copy_[slot].data(), h));
     } else {
       const std::vector<kernels::AdamWTensorRef> pieces = AdamWPieces(
-          u, 0, owned.owned_real, master_u, state_m_ + owned.shard_offset,
-          state_v_ + owned.shard_offset, stage_grads_[slot].data(), stage_copy_[slot].data(), 0);
+          u, 0, owned.owned_real, master_u, moment_at(state_m_, split_m_, u),
+          moment_at(state_v_, split_v_, u), stage_grads_[slot].data(), stage_copy_[slot].data(), 0);
       HOIST_RETURN_IF_ERROR(host_backend_->AdamW(pieces, type, type, h, host));
     }
     HOIST_RETURN_IF_ERROR(host.Synchronize());
@@ -228,7 +239,8 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
   int64_t origin = 0;
   kernels::Backend* ops = backend_;
   const Stream* ops_stream = &stream();
-  if (host_update_) {
+  const bool host_update = host_update_ && host_part(unit);
+  if (host_update) {
     HOIST_RETURN_IF_ERROR(backend_->Copy(stage_grads_[0].data(), ElementPtr(grads, type, lo), bytes,
                                          kernels::CopyDirection::kDeviceToHost, stream()));
     HOIST_RETURN_IF_ERROR(Sync());
@@ -246,7 +258,7 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
     HOIST_RETURN_IF_ERROR(ops->AdamW(AdamWPieces(unit, lo, hi, master, m, v, grads, copies, origin),
                                      type, type, h, *ops_stream));
   }
-  if (host_update_) {
+  if (host_update) {
     // The updated weights up: the rounded copy, or in fp32 the master's bits. The staging is the
     // next piece's once the copy is done.
     HOIST_RETURN_IF_ERROR(ops_stream->Synchronize());
@@ -259,7 +271,8 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
   float* model = static_cast<float*>(compute) + lo;
   if (type == DType::kFloat32 && model != master) {
     HOIST_RETURN_IF_ERROR(backend_->Copy(
-        model, master, (hi - lo) * static_cast<int64_t>(sizeof(float)), StateToModel(), stream()));
+        model, master, (hi - lo) * static_cast<int64_t>(sizeof(float)),
+        host_part(unit) ? StateToModel() : kernels::CopyDirection::kDeviceToDevice, stream()));
   }
   return Status::Ok();
 }

@@ -117,6 +117,13 @@ TEST(PlanCli, WhyNamesTheHostLimitWhenOnlyItIsExceeded) {
       host = std::max(host, c["host_bytes_per_node"].get<int64_t>());
     }
   }
+  // The search includes partial optimizer offloads, with their ratio.
+  bool partial = false;
+  for (const nlohmann::json& c : plan["candidates"]) {
+    partial |= c["choice"]["offload_optimizer"] == "cpu" &&
+               c["choice"]["offload_optimizer_ratio"].get<double>() == 0.5;
+  }
+  EXPECT_TRUE(partial) << generous.output;
   const int64_t base_host = plan["base"]["host_bytes_per_node"].get<int64_t>();
   ASSERT_GT(host, 0);
   ASSERT_LT(host, base_host);

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "runtime/config.h"
+#include "runtime/engine_options.h"
 #include "tests/runtime/config_test_util.h"
+#include "zero/zero_engine.h"
 
 namespace hoist::runtime {
 namespace {
@@ -92,6 +94,22 @@ TEST(ConfigOffload, EveryOffloadParamKeyIsRead) {
   EXPECT_FALSE(p.pin_memory);
   EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNone);
   EXPECT_TRUE(c.notices.empty());
+}
+
+TEST(ConfigOffload, APartialOffloadRatioReachesTheEngineOnStages1To3) {
+  // DeepSpeed takes ratio < 1 at stage 3 only; hoist's engine splits the shard at any stage that
+  // offloads.
+  for (int stage : {1, 2, 3}) {
+    const Config c = ParseOk(kMinimal, {"zero_optimization.stage=" + std::to_string(stage),
+                                        "zero_optimization.offload_optimizer.device=cpu",
+                                        "zero_optimization.offload_optimizer.ratio=0.3"});
+    EXPECT_EQ(c.zero.offload_optimizer.ratio, 0.3);
+    const zero::ZeroOptions options = ZeroOptionsFrom(c);
+    EXPECT_EQ(options.offload_optimizer.place, zero::StatePlace::kHost);
+    EXPECT_EQ(options.offload_optimizer.ratio, 0.3);
+    EXPECT_TRUE(zero::ValidateZeroOptions(options).ok());
+  }
+  EXPECT_EQ(ParseOk(kMinimal, {}).zero.offload_optimizer.ratio, 1.0);
 }
 
 TEST(ConfigOffload, OptimizerOffloadIsAcceptedOnStages1To3) {
@@ -344,12 +362,13 @@ INSTANTIATE_TEST_SUITE_P(
                  {"zero_optimization.offload_optimizer.pipeline_read=\"true\""},
                  kInvalid,
                  "zero_optimization.offload_optimizer.pipeline_read: expected true or false"},
-        BadValue{"PartialRatio",
-                 {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
+        BadValue{"PartialRatioToNvme",
+                 {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=nvme",
+                  "zero_optimization.offload_optimizer.nvme_path=/local_nvme",
                   "zero_optimization.offload_optimizer.ratio=0.3"},
                  kUnimplemented,
-                 "zero_optimization.offload_optimizer.ratio: this build does not support partial "
-                 "optimizer offload (ratio < 1) yet; set it to 1 or remove it"},
+                 "zero_optimization.offload_optimizer.ratio: a partial offload (ratio < 1) to "
+                 "nvme is not supported; set ratio to 1, or device to \"cpu\""},
         BadValue{"ZeroRatio",
                  {"zero_optimization.offload_optimizer.ratio=0"},
                  kInvalid,

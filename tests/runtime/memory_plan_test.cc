@@ -164,6 +164,46 @@ TEST(MemoryPlan, ChosenConfigTrainsWithinTheBudget) {
   }
 }
 
+TEST(MemoryPlan, APartialOffloadIsChosenWhereItFitsAndNoOffloadDoesNot) {
+  // Just below every setting without offload, the cheapest that fits offloads part of the
+  // optimizer (it moves less over the host link than a full offload); its overrides set the
+  // ratio, and the job trains within the budget.
+  const int world = 2;
+  const Config base = TinyJob(world, 5);
+  const MemoryPlan generous = PlanOk(base, world, Budget(kGiB));
+  std::vector<double> ratios;
+  for (const PlanCandidate& c : generous.candidates) {
+    if (c.choice.offload_optimizer == OffloadDevice::kCpu) ratios.push_back(c.choice.offload_ratio);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  ratios.erase(std::unique(ratios.begin(), ratios.end()), ratios.end());
+  EXPECT_EQ(ratios, (std::vector<double>{0.25, 0.5, 0.75, 1.0}));
+  const int64_t budget =
+      LeastDevice(generous, [](const PlanChoice& c) { return !Offloads(c); }) - 1;
+  const MemoryPlan plan = PlanOk(base, world, Budget(budget));
+  const PlanChoice& choice = plan.candidates.front().choice;
+  SCOPED_TRACE(choice.Describe());
+  EXPECT_EQ(choice.offload_optimizer, OffloadDevice::kCpu);
+  EXPECT_LT(choice.offload_ratio, 1.0);
+  EXPECT_THAT(choice.Describe(), HasSubstr("offload optimizer cpu (ratio "));
+  EXPECT_THAT(plan.overrides,
+              ::testing::Contains(HasSubstr("zero_optimization.offload_optimizer.ratio=0.")));
+  EXPECT_EQ(plan.best.zero.offload_optimizer.ratio, choice.offload_ratio);
+  // A full offload of the same setting costs more.
+  PlanChoice full = choice;
+  full.offload_ratio = 1.0;
+  for (const PlanCandidate& c : plan.candidates) {
+    if (c.choice == full) {
+      EXPECT_GT(c.cost.total_s, plan.candidates.front().cost.total_s);
+    }
+  }
+  const std::vector<RankRun> runs = TrainOnRanks(plan.best, world);
+  for (const RankRun& run : runs) {
+    ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+    EXPECT_LE(run.memory.peak_total[int(Place::kDevice)], budget);
+  }
+}
+
 TEST(MemoryPlan, BudgetBelowEverythingNamesTheSmallestThatFits) {
   const Config base = TinyJob(1, 5);
   const MemoryPlan generous = PlanOk(base, 1, Budget(kGiB));

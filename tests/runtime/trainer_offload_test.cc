@@ -1,9 +1,9 @@
-// The tiny GPT trained with its optimizer states offloaded (to pinned host memory, or to NVMe
-// scratch files streamed in sub-groups) on 1 and 2 ranks at stages 1-3: the losses and final
-// weights equal the run without offload bit for bit, because the CPU AdamW step is the same
-// wherever the states live. The tracker shows the states moved off the device. Every storage fault
-// stops every rank with the storage's message and the last checkpoint resumes the trajectory;
-// every host-memory and nvme_path refusal happens before training, on every rank.
+// The tiny GPT trained with its optimizer states offloaded (to pinned host memory, half of them
+// (ratio 0.5), or to NVMe scratch files streamed in sub-groups) on 1 and 2 ranks at stages 1-3: the
+// losses and final weights equal the run without offload bit for bit, because the CPU AdamW step is
+// the same wherever the states live. The tracker shows the states moved off the device. Every
+// storage fault stops every rank with the storage's message and the last checkpoint resumes the
+// trajectory; every host-memory and nvme_path refusal happens before training, on every rank.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -76,9 +76,15 @@ TEST_P(TrainerOffload, MatchesTheRunWithoutOffloadBitForBit) {
   const std::vector<RankRun> want = TrainOnRanks(Job(world, Stage(stage)), world);
   const std::vector<RankRun> cpu = TrainOnRanks(Job(world, OnCpu(Stage(stage))), world);
   const std::vector<RankRun> nvme = TrainOnRanks(Job(world, OnNvme(dir, Stage(stage))), world);
+  // A partial offload: half of each shard's states stay on the device.
+  const std::vector<RankRun> half = TrainOnRanks(
+      Job(world, OnCpu(Stage(stage, {"zero_optimization.offload_optimizer.ratio=0.5"}))), world);
   for (int r = 0; r < world; ++r) {
     ASSERT_TRUE(want[r].status.ok()) << want[r].status.ToString();
     ASSERT_TRUE(cpu[r].status.ok()) << cpu[r].status.ToString();
+    ASSERT_TRUE(half[r].status.ok()) << half[r].status.ToString();
+    EXPECT_EQ(half[r].losses, want[r].losses) << "rank " << r;
+    EXPECT_EQ(half[r].params, want[r].params) << "rank " << r;
     ASSERT_TRUE(nvme[r].status.ok()) << nvme[r].status.ToString();
     ASSERT_EQ(want[r].losses.size(), size_t{kSteps});
     EXPECT_EQ(cpu[r].losses, want[r].losses) << "rank " << r;
@@ -470,6 +476,36 @@ TEST(TrainerOffloadCheckpoint, CheckpointsMoveBetweenOffloadedAndDeviceRuns) {
       }
       EXPECT_EQ(on_device[r].params, full[r].params);
       EXPECT_EQ(on_nvme[r].params, full[r].params);
+    }
+  }
+}
+
+TEST(TrainerOffloadCheckpoint, APartialOffloadCheckpointResumesAtAnyRatio) {
+  // The checkpoint of a ratio 0.5 run holds the same flat master, m and v as any other, so it
+  // resumes with full offload, without offload and at another ratio on the same trajectory.
+  for (int world : {1, 2}) {
+    TempDir checkpoints;
+    const std::vector<std::string> half = {"zero_optimization.offload_optimizer.ratio=0.5"};
+    std::vector<std::string> saving = OnCpu(Stage(2, half));
+    saving.push_back("checkpoint.dir=" + checkpoints.Quoted());
+    saving.push_back("checkpoint.interval_steps=3");
+    const std::vector<RankRun> full = TrainOnRanks(Job(world, saving), world);
+    ASSERT_TRUE(full[0].status.ok()) << full[0].status.ToString();
+    TrainerOptions resume;
+    resume.resume_from = checkpoints.path() + "/step_00000003";
+    const std::vector<std::vector<std::string>> settings = {
+        OnCpu(Stage(2)), Stage(2),
+        OnCpu(Stage(2, {"zero_optimization.offload_optimizer.ratio=0.25"})), OnCpu(Stage(3, half))};
+    for (const std::vector<std::string>& setting : settings) {
+      const std::vector<RankRun> resumed = TrainOnRanks(Job(world, setting), world, resume);
+      for (int r = 0; r < world; ++r) {
+        ASSERT_TRUE(resumed[r].status.ok()) << resumed[r].status.ToString();
+        ASSERT_EQ(resumed[r].losses.size(), size_t{kSteps - 3});
+        for (size_t i = 0; i < resumed[r].losses.size(); ++i) {
+          EXPECT_EQ(resumed[r].losses[i], full[r].losses[3 + i]);
+        }
+        EXPECT_EQ(resumed[r].params, full[r].params);
+      }
     }
   }
 }

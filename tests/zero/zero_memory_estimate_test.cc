@@ -402,6 +402,35 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
          o.offload_param.place = ParamPlace::kHost;
        },
        zero_test::ToyUnits()},
+      // Partial offload: the leading units' states on the device, the rest offloaded; the
+      // extremes leave one part empty.
+      {"optimizer half offloaded, pinned",
+       [](ZeroOptions& o) {
+         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.ratio = 0.5;
+       }},
+      {"optimizer a quarter offloaded, pageable",
+       [](ZeroOptions& o) {
+         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.pin_memory = false;
+         o.offload_optimizer.ratio = 0.25;
+       }},
+      {"optimizer three quarters offloaded, params on the host",
+       [](ZeroOptions& o) {
+         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.ratio = 0.75;
+         o.offload_param.place = ParamPlace::kHost;
+       }},
+      {"optimizer offload ratio with an empty host part",
+       [](ZeroOptions& o) {
+         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.ratio = 1e-6;
+       }},
+      {"optimizer offload ratio with an empty device part",
+       [](ZeroOptions& o) {
+         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.ratio = 0.999;
+       }},
       {"params in pageable memory",
        [](ZeroOptions& o) {
          o.offload_param.place = ParamPlace::kHost;
@@ -439,6 +468,28 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
       }
     }
   }
+}
+
+TEST(EngineMemoryEstimate, PartialOffloadStagesOnlyTheHostPartsUnits) {
+  // The host update's staging holds the largest owned range among the offloaded units: with
+  // units of 10, 300, 20 and 40 elements on one rank, ratio 0.1 keeps the first three (330 of
+  // 370) on the device and stages 40 elements; ratio 1 stages the 300-element unit.
+  auto plan = PartitionPlan::Build(Units({10, 300, 20, 40}), 1, 0);
+  ASSERT_TRUE(plan.ok());
+  ZeroOptions options;
+  options.stage = 1;
+  options.compute_type = DType::kBFloat16;
+  options.offload_optimizer.place = StatePlace::kHost;
+  EXPECT_EQ(HostUpdateStagingBytes(*plan, options), 300 * 2);
+  options.offload_optimizer.ratio = 0.1;
+  EXPECT_EQ(DeviceStateElements(*plan, options), 330);
+  EXPECT_EQ(HostUpdateStagingBytes(*plan, options), 40 * 2);
+  // bf16: master, m and v in both parts.
+  const ModelStateBytes bytes = ModelStateBytesFor(*plan, *plan, options);
+  EXPECT_EQ(bytes.optimizer, 12 * 370);
+  options.compute_type = DType::kFloat32;
+  // fp32: the device part's master is the model's copy.
+  EXPECT_EQ(ModelStateBytesFor(*plan, *plan, options).optimizer, 8 * 330 + 12 * 40);
 }
 
 TEST(EngineMemoryEstimate, ModelStatesFollowTheZeroPaperWithoutPadding) {
