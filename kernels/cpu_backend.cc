@@ -32,6 +32,18 @@ Status CheckArray(const char* op, const char* name, const void* p, int64_t n) {
   return Status::Ok();
 }
 
+// The step's scalars as the CPU kernels take them (weight_decay is set per tensor).
+cpu::AdamWHyperparams HyperparamsOf(const AdamWStepScalars& scalars) {
+  cpu::AdamWHyperparams h;
+  h.lr = scalars.lr;
+  h.beta1 = scalars.beta1;
+  h.beta2 = scalars.beta2;
+  h.eps = scalars.eps;
+  h.grad_scale = scalars.grad_scale;
+  h.step = scalars.step;
+  return h;
+}
+
 }  // namespace
 
 Status CheckDeviceArrays(const char* op, std::initializer_list<DeviceArrayArg> arrays) {
@@ -182,13 +194,7 @@ Status CpuBackend::AdamW(std::span<const AdamWTensorRef> tensors, DType grad_typ
   // The work owns its list: the caller's span may be gone by the time a threaded stream runs it.
   std::vector<AdamWTensorRef> list(tensors.begin(), tensors.end());
   return HostStreamOf(stream).Enqueue([list = std::move(list), grad_type, copy_type, scalars] {
-    cpu::AdamWHyperparams h;
-    h.lr = scalars.lr;
-    h.beta1 = scalars.beta1;
-    h.beta2 = scalars.beta2;
-    h.eps = scalars.eps;
-    h.grad_scale = scalars.grad_scale;
-    h.step = scalars.step;
+    cpu::AdamWHyperparams h = HyperparamsOf(scalars);
     for (const AdamWTensorRef& t : list) {
       if (t.n == 0) continue;
       cpu::AdamWShard shard;
@@ -240,13 +246,7 @@ Status CpuBackend::AdamW8bit(std::span<const AdamW8bitTensorRef> tensors, DType 
   }
   std::vector<AdamW8bitTensorRef> list(tensors.begin(), tensors.end());
   return HostStreamOf(stream).Enqueue([list = std::move(list), grad_type, copy_type, scalars] {
-    cpu::AdamWHyperparams h;
-    h.lr = scalars.lr;
-    h.beta1 = scalars.beta1;
-    h.beta2 = scalars.beta2;
-    h.eps = scalars.eps;
-    h.grad_scale = scalars.grad_scale;
-    h.step = scalars.step;
+    cpu::AdamWHyperparams h = HyperparamsOf(scalars);
     for (const AdamW8bitTensorRef& t : list) {
       if (t.n == 0) continue;
       cpu::AdamW8bitShard shard;

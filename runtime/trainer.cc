@@ -20,8 +20,6 @@
 #include "offload/open_storage.h"
 #include "runtime/checkpoint.h"
 #include "runtime/control_server.h"
-#include "runtime/engine_options.h"
-#include "runtime/lora.h"
 #include "runtime/memory_report.h"
 #include "runtime/run_identity.h"
 
@@ -181,80 +179,6 @@ Status Trainer::OpenAccelerator() {
     }
   }
   if (comm_->rank() == 0) HOIST_LOG(INFO) << "training on " << backend_->name();
-  return Status::Ok();
-}
-
-Status Trainer::CreateModel() {
-  const int B = static_cast<int>(config_.train_micro_batch_size_per_gpu);
-  const int T = config_.model.seq_len;
-  engine_comm_ = comm_;
-  if (options_.accelerator) HOIST_RETURN_IF_ERROR(OpenAccelerator());
-  const std::vector<zero::UnitSpec> units = TrainedUnits(config_.model);
-  zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
-  HOIST_RETURN_IF_ERROR(PrepareOffload(units, &zero_options));
-  const bool lora = config_.model.lora.enabled();
-  // The whole job against the node's memory, before any of it is allocated: refused with the
-  // numbers rather than killed by the OOM killer. (An accelerator's model states are in its own
-  // memory, which its allocator guards.)
-  if (!options_.accelerator) {
-    HOIST_RETURN_IF_ERROR(PreflightJobHostMemory(
-        config_, *comm_, options_.host_memory ? &*options_.host_memory : nullptr));
-  }
-  {
-    // Opening the scratch files and allocating the buffers can fail on one rank alone (a disk
-    // filled since the check, a device out of memory): every rank stops with that rank's reason.
-    // With LoRA the base model's weights are frozen in an engine of their own (partitioned as
-    // the stage says, offloaded with offload_param) and the adapters train in engine_.
-    const zero::ZeroOptions trained_options = lora ? AdapterOptions(zero_options) : zero_options;
-    if (lora && config_.model.lora.nf4_base) {
-      Status refused;
-      if (zero_options.stage == 3 || config_.zero.offload_param.device != OffloadDevice::kNone) {
-        refused = InvalidArgumentError(
-            "lora.base_quantization \"nf4\" keeps the 4-bit base whole on every rank: use "
-            "zero_optimization.stage 0, 1 or 2 without offload_param (the adapters' states are "
-            "partitioned as the stage says)");
-      }
-      HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, refused));
-      auto base =
-          zero::QuantizedStore::Create(ModelUnits(config_.model), config_.precision(), backend_);
-      HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, base.status()));
-      quantized_base_ = std::move(base).value();
-    } else if (lora) {
-      auto base = zero::ZeroEngine::Create(ModelUnits(config_.model),
-                                           FrozenBaseOptions(zero_options), engine_comm_, backend_);
-      HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, base.status()));
-      base_engine_ = std::move(base).value();
-    }
-    auto engine = zero::ZeroEngine::Create(units, trained_options, engine_comm_, backend_);
-    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, engine.status()));
-    engine_ = std::move(engine).value();
-  }
-  zero::ParamStore* store = engine_.get();
-  if (lora) {
-    zero::ParamStore* base = quantized_base_ != nullptr
-                                 ? static_cast<zero::ParamStore*>(quantized_base_.get())
-                                 : base_engine_.get();
-    joined_store_ = std::make_unique<zero::JoinedParamStore>(
-        base, static_cast<int>(ModelUnits(config_.model).size()), engine_.get());
-    store = joined_store_.get();
-  }
-  {
-    auto model = runtime::CreateModel(config_.model, B, T, backend_, store, config_.precision(),
-                                      config_.activation_checkpointing);
-    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, model.status()));
-    model_ = std::move(model).value();
-  }
-  model_->set_phase_hook([this](Model::Phase phase, int block) {
-    switch (phase) {
-      case Model::Phase::kForwardEmbedding:
-      case Model::Phase::kForwardBlock: EnterPhase(PhaseKind::kForward, block); break;
-      // The head's forward and backward: the final layernorm, the logits and the loss.
-      case Model::Phase::kForwardHead:
-      case Model::Phase::kBackwardHead: EnterPhase(PhaseKind::kLoss); break;
-      case Model::Phase::kBackwardBlock:
-      case Model::Phase::kBackwardEmbedding: EnterPhase(PhaseKind::kBackward, block); break;
-    }
-  });
   return Status::Ok();
 }
 

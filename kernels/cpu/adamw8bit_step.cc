@@ -34,19 +34,7 @@ void AdamW8bitStepAt(SimdLevel level, const AdamW8bitShard& shard, const AdamWHy
               shard.absmax_m != nullptr && shard.absmax_v != nullptr && shard.grad != nullptr);
   HOIST_CHECK(shard.param_copy == nullptr || IsHalf(shard.copy_format))
       << "the parameter copy of the 8-bit AdamW step is 16-bit";
-  // adamw_step.cc's constants, computed the same way.
-  const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
-  const double bc2 = 1.0 - std::pow(static_cast<double>(h.beta2), static_cast<double>(h.step));
-  AdamWCoeffs c;
-  c.beta1 = h.beta1;
-  c.beta2 = h.beta2;
-  c.one_minus_beta1 = 1.0f - h.beta1;
-  c.one_minus_beta2 = 1.0f - h.beta2;
-  c.decay_factor = static_cast<float>(1.0 - static_cast<double>(h.lr) * h.weight_decay);
-  c.step_size = static_cast<float>(h.lr / bc1);
-  c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  c.eps = h.eps;
-  c.grad_scale = h.grad_scale;
+  const AdamWCoeffs c = AdamWCoeffsFor(h);  // the 32-bit step's constants
   const DynamicMap& m_map = SignedDynamicMap();
   const DynamicMap& v_map = UnsignedDynamicMap();
 

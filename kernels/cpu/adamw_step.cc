@@ -32,14 +32,7 @@ const AdamWKernels& AdamWKernelsFor(SimdLevel level) {
 
 bool AdamWFusedLevelAvailable(SimdLevel level) { return CastLevelAvailable(level); }
 
-void AdamWFusedStepAt(SimdLevel level, const AdamWShard& shard, const AdamWHyperparams& h) {
-  const AdamWKernels& k = AdamWKernelsFor(level);
-  HOIST_CHECK_GE(h.step, 1);
-  if (shard.n == 0) return;
-  HOIST_CHECK(shard.param != nullptr && shard.m != nullptr && shard.v != nullptr &&
-              shard.grad != nullptr);
-  HOIST_CHECK(shard.param_copy == nullptr || IsHalf(shard.copy_format))
-      << "the parameter copy of the fused AdamW step is 16-bit";
+AdamWCoeffs AdamWCoeffsFor(const AdamWHyperparams& h) {
   // The same per-step constants as ops.h's AdamW: bias corrections in double because beta2^t
   // creeps towards 1 slowly, then rounded once to float.
   const double bc1 = 1.0 - std::pow(static_cast<double>(h.beta1), static_cast<double>(h.step));
@@ -54,6 +47,18 @@ void AdamWFusedStepAt(SimdLevel level, const AdamWShard& shard, const AdamWHyper
   c.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   c.eps = h.eps;
   c.grad_scale = h.grad_scale;
+  return c;
+}
+
+void AdamWFusedStepAt(SimdLevel level, const AdamWShard& shard, const AdamWHyperparams& h) {
+  const AdamWKernels& k = AdamWKernelsFor(level);
+  HOIST_CHECK_GE(h.step, 1);
+  if (shard.n == 0) return;
+  HOIST_CHECK(shard.param != nullptr && shard.m != nullptr && shard.v != nullptr &&
+              shard.grad != nullptr);
+  HOIST_CHECK(shard.param_copy == nullptr || IsHalf(shard.copy_format))
+      << "the parameter copy of the fused AdamW step is 16-bit";
+  const AdamWCoeffs c = AdamWCoeffsFor(h);
 
   const size_t grad_bytes = DTypeSize(shard.grad_format);
   const long long chunks = static_cast<long long>((shard.n + kChunk - 1) / kChunk);

@@ -20,6 +20,7 @@
 
 #include "core/cpu_features.h"
 #include "core/dtype.h"
+#include "kernels/cpu/vector_kernels.h"
 
 namespace hoist::kernels::cpu {
 
@@ -54,6 +55,8 @@ void AdamWFusedStep(const AdamWShard& shard, const AdamWHyperparams& h);
 // as the level's ISA (the same rule as cast.h's CastLevelAvailable); passing an unavailable level
 // is a bug (HOIST_CHECK).
 bool AdamWFusedLevelAvailable(SimdLevel level);
+// The per-step constants every AdamW kernel (32-bit and 8-bit) computes with.
+AdamWCoeffs AdamWCoeffsFor(const AdamWHyperparams& h);
 void AdamWFusedStepAt(SimdLevel level, const AdamWShard& shard, const AdamWHyperparams& h);
 
 }  // namespace hoist::kernels::cpu
