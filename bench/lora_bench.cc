@@ -10,8 +10,11 @@
 // the median seconds per step and the tracker's peak. Random weights: the speed and the memory do
 // not depend on them.
 //
+// With --device cuda (a build with CUDA) both parts are the GPU's: the estimate's device peak
+// against the GPU's memory (or --budget), and the steps computed on the GPU.
+//
 //   lora_bench [--model NAME] [--modes full,lora,nf4] [--steps N] [--rounds R] [--seq T]
-//              [--budget BYTES] [--estimate-only]
+//              [--budget BYTES] [--device cpu|cuda] [--estimate-only]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +22,12 @@
 #include <fstream>
 #include <string>
 #include <vector>
+
+#ifdef HOIST_LORA_BENCH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "runtime/cuda/cuda_accelerator.h"
+#endif
 
 #include "bench/bench_util.h"
 #include "core/memory_tracker.h"
@@ -59,6 +68,7 @@ struct Flags {
   int seq = 128;
   int64_t budget = 0;
   bool estimate_only = false;
+  std::string device = "cpu";
 };
 
 int64_t MemAvailable() {
@@ -111,11 +121,21 @@ hoist::StatusOr<Config> JobFor(const Shape& s, Mode mode, int seq, int steps) {
 
 double Gib(int64_t bytes) { return double(bytes) / double(int64_t{1} << 30); }
 
-// What the estimate says a job holds at its peak, all places of host memory together (on the
-// CPU the device is host memory too).
-int64_t HostPeak(const hoist::runtime::MemoryEstimate& e) {
+// What the estimate says a job holds at its peak where the budget applies: on the CPU all places
+// of host memory together (the device is host memory too), on the GPU its memory.
+int64_t BudgetPeak(const hoist::runtime::MemoryEstimate& e, bool gpu) {
   using hoist::Place;
+  if (gpu) return e.PeakTotal(Place::kDevice);
   return e.PeakTotal(Place::kDevice) + e.PeakTotal(Place::kHost) + e.PeakTotal(Place::kHostPinned);
+}
+
+// The GPU's total memory; 0 without a GPU or a CUDA build.
+int64_t GpuMemory() {
+#ifdef HOIST_LORA_BENCH_CUDA
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) return int64_t(total_bytes);
+#endif
+  return 0;
 }
 
 }  // namespace
@@ -130,18 +150,37 @@ int main(int argc, char** argv) {
        {"--rounds", [&](const std::string& v) { flags.rounds = std::atoi(v.c_str()); }},
        {"--seq", [&](const std::string& v) { flags.seq = std::atoi(v.c_str()); }},
        {"--budget", [&](const std::string& v) { flags.budget = std::atoll(v.c_str()); }},
+       {"--device", [&](const std::string& v) { flags.device = v; }},
        {"--estimate-only", nullptr, &flags.estimate_only}},
       "lora_bench [--model NAME] [--modes full,lora,nf4] [--steps N] [--rounds R] [--seq T] "
-      "[--budget BYTES] [--estimate-only]");
+      "[--budget BYTES] [--device cpu|cuda] [--estimate-only]");
   if (flags.steps < 1 || flags.rounds < 1 || flags.seq < 1) {
     std::fprintf(stderr, "need --steps, --rounds and --seq >= 1\n");
     return 2;
   }
-  const int64_t budget = flags.budget > 0 ? flags.budget : MemAvailable();
+  if (flags.device != "cpu" && flags.device != "cuda") {
+    std::fprintf(stderr, "--device: %s is neither cpu nor cuda\n", flags.device.c_str());
+    return 2;
+  }
+  const bool gpu = flags.device == "cuda";
+#ifndef HOIST_LORA_BENCH_CUDA
+  if (gpu) {
+    std::printf("lora_bench: --device cuda needs a build with CUDA; nothing measured\n");
+    return 0;
+  }
+#endif
+  const int64_t measured_budget = gpu ? GpuMemory() : MemAvailable();
+  if (gpu && flags.budget <= 0 && measured_budget == 0) {
+    std::printf("lora_bench: no GPU visible and no --budget; nothing measured\n");
+    return 0;
+  }
+  const int64_t budget = flags.budget > 0 ? flags.budget : measured_budget;
   std::printf(
       "lora_bench: micro-batch 1 x %d tokens, bf16, full activation checkpointing, "
-      "LoRA r 16 on every block linear layer; memory budget %.1f GiB%s\n\n",
-      flags.seq, Gib(budget), flags.budget > 0 ? "" : " (MemAvailable)");
+      "LoRA r 16 on every block linear layer, on the %s; memory budget %.1f GiB%s\n\n",
+      flags.seq, gpu ? "GPU" : "CPU", Gib(budget),
+      flags.budget > 0 ? "" : (gpu ? " (the GPU's memory)" : " (MemAvailable)"));
+  const auto device_kind = gpu ? hoist::DeviceKind::kCuda : hoist::DeviceKind::kCpu;
 
   // Part 1: the estimate of every shape and mode.
   std::printf("%-16s %10s %18s %18s %18s\n", "model", "params", kModeNames[0], kModeNames[1],
@@ -157,13 +196,13 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "\n%s: %s\n", shape.name, config.status().ToString().c_str());
         return 1;
       }
-      auto estimate = hoist::runtime::EstimateMemory(*config, 1);
+      auto estimate = hoist::runtime::EstimateMemory(*config, 1, device_kind);
       if (!estimate.ok()) {
         std::fprintf(stderr, "\n%s: %s\n", shape.name, estimate.status().ToString().c_str());
         return 1;
       }
       params = estimate->parameters;
-      const int64_t peak = HostPeak(*estimate);
+      const int64_t peak = BudgetPeak(*estimate, gpu);
       const bool fits = peak <= budget;
       if (fits) largest[m] = &shape;
       char cell[64];
@@ -206,6 +245,9 @@ int main(int argc, char** argv) {
       hoist::MemoryTracker tracker;
       hoist::runtime::TrainerOptions options;
       options.tracker = &tracker;
+#ifdef HOIST_LORA_BENCH_CUDA
+      if (gpu) options.accelerator = hoist::runtime::CudaAccelerator({});
+#endif
       const auto created = Clock::now();
       auto trainer = hoist::runtime::Trainer::Create(*config, options);
       if (!trainer.ok()) {
@@ -227,9 +269,11 @@ int main(int argc, char** argv) {
         }
       }
       const hoist::MemorySnapshot snapshot = tracker.Snapshot();
-      peak[m] = snapshot.peak_total[int(hoist::Place::kDevice)] +
-                snapshot.peak_total[int(hoist::Place::kHost)] +
-                snapshot.peak_total[int(hoist::Place::kHostPinned)];
+      peak[m] = snapshot.peak_total[int(hoist::Place::kDevice)];
+      if (!gpu) {
+        peak[m] += snapshot.peak_total[int(hoist::Place::kHost)] +
+                   snapshot.peak_total[int(hoist::Place::kHostPinned)];
+      }
     }
   }
   double full = 0;
@@ -239,9 +283,9 @@ int main(int argc, char** argv) {
     std::sort(s.begin(), s.end());
     const double median = s[s.size() / 2];
     if (m == kFull) full = median;
-    std::printf("  %-16s %8.2f s/step", kModeNames[m], median);
+    std::printf("  %-16s %9.3f s/step", kModeNames[m], median);
     if (full > 0) std::printf(" (%.2fx the full fine-tune's)", median / full);
-    std::printf(", peak %.2f GiB tracked\n", Gib(peak[m]));
+    std::printf(", peak %.2f GiB tracked%s\n", Gib(peak[m]), gpu ? " on the GPU" : "");
   }
   return 0;
 }

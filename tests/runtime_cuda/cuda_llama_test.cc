@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "comm/staged_communicator.h"
 #include "comm/thread_communicator.h"
 #include "core/cuda/cuda_device.h"
+#include "core/cuda/pinned_host_device.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
 #include "runtime/llama.h"
@@ -46,15 +48,23 @@ Outcome Train(const Job& job, bool gpu, int steps) {
   MemoryTracker tracker;
   CpuDevice cpu_device(Place::kDevice, &tracker);
   std::unique_ptr<kernels::Backend> backend;
+  std::unique_ptr<Device> staging;
   if (gpu) {
     auto cuda = kernels::CudaBackend::Create(0, &tracker);
     if (!cuda.ok()) return {cuda.status(), {}};
+    auto pinned = PinnedHostDevice::Open(&tracker);
+    if (!pinned.ok()) return {pinned.status(), {}};
     backend = std::move(cuda).value();
+    staging = std::move(pinned).value();
   } else {
     backend = std::make_unique<kernels::CpuBackend>(&cpu_device);
+    staging = std::make_unique<CpuDevice>(Place::kHostPinned, &tracker);
   }
   auto group = comm::ThreadGroup::Create(1, 60.0);
   if (!group.ok()) return {group.status(), {}};
+  // The thread group's collectives read and write host memory: on the GPU they go through
+  // pinned staging buffers, as `hoist train --device cuda` does for ranks that share a GPU.
+  comm::StagedCommunicator comm(&(*group)->comm(0), backend.get(), staging.get());
   zero::ZeroOptions options;
   options.stage = job.stage;
   options.compute_type = job.type;
@@ -63,8 +73,7 @@ Outcome Train(const Job& job, bool gpu, int steps) {
   options.adam.beta2 = 0.95f;
   options.adam.eps = 1e-8f;
   options.adam.weight_decay = 0.1f;
-  auto engine =
-      zero::ZeroEngine::Create(layout.Units(), options, &(*group)->comm(0), backend.get());
+  auto engine = zero::ZeroEngine::Create(layout.Units(), options, &comm, backend.get());
   if (!engine.ok()) return {engine.status(), {}};
   ActivationCheckpointingConfig checkpointing;
   checkpointing.policy = job.checkpointing;
