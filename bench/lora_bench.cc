@@ -5,7 +5,8 @@
 // (bf16 mixed precision, AdamW, ZeRO stage 0 on one rank, micro-batch 1 x --seq tokens, full
 // activation checkpointing; LoRA r 16 on every linear layer of the blocks) against the memory
 // this machine has available (MemAvailable, or --budget), and the largest shape that fits each.
-// Part 2 (measured): one shape (--model) trained for --steps steps in each mode, --rounds times
+// Part 2 (measured): one shape (--model; "largest": each mode's largest that fits) trained for
+// --steps steps in each mode, --rounds times
 // in turn (the machine is shared: the modes alternate so that noise falls on all of them), with
 // the median seconds per step and the tracker's peak. Random weights: the speed and the memory do
 // not depend on them.
@@ -218,22 +219,24 @@ int main(int argc, char** argv) {
   std::printf("\n");
   if (flags.estimate_only) return 0;
 
-  // Part 2: measured steps of one shape in each mode, the modes in turn.
+  // Part 2: measured steps of one shape in each mode (or each mode's largest), the modes in turn.
+  const bool each_largest = flags.model == "largest";
   const Shape* shape = nullptr;
   for (const Shape& s : kShapes) {
     if (flags.model == s.name) shape = &s;
   }
-  if (shape == nullptr) {
+  if (shape == nullptr && !each_largest) {
     std::fprintf(stderr, "lora_bench: no shape named %s\n", flags.model.c_str());
     return 2;
   }
-  std::printf("\nmeasured: %s, %d steps after one warm-up step, %d rounds\n", shape->name,
-              flags.steps, flags.rounds);
+  std::printf("\nmeasured: %s, %d steps after one warm-up step, %d rounds\n",
+              each_largest ? "each mode's largest" : shape->name, flags.steps, flags.rounds);
   const char* const kModeFlags[] = {"full", "lora", "nf4"};
   bool run_mode[kNumModes] = {};
   for (int m = 0; m < kNumModes; ++m) {
     const std::string list = "," + flags.modes + ",";
     run_mode[m] = list.find("," + std::string(kModeFlags[m]) + ",") != std::string::npos;
+    if (each_largest && largest[m] == nullptr) run_mode[m] = false;
   }
   std::vector<double> seconds[kNumModes];
   int64_t peak[kNumModes] = {};
@@ -241,7 +244,8 @@ int main(int argc, char** argv) {
   for (int round = 0; round < flags.rounds; ++round) {
     for (int m = 0; m < kNumModes; ++m) {
       if (!run_mode[m]) continue;
-      auto config = JobFor(*shape, Mode(m), flags.seq, flags.steps + 1);
+      const Shape& measured = each_largest ? *largest[m] : *shape;
+      auto config = JobFor(measured, Mode(m), flags.seq, flags.steps + 1);
       hoist::MemoryTracker tracker;
       hoist::runtime::TrainerOptions options;
       options.tracker = &tracker;
@@ -254,7 +258,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "%s: %s\n", kModeNames[m], trainer.status().ToString().c_str());
         return 1;
       }
-      std::printf("  %s: set up in %.1f s\n", kModeNames[m],
+      std::printf("  %s, %s: set up in %.1f s\n", kModeNames[m], measured.name,
                   std::chrono::duration<double>(Clock::now() - created).count());
       std::fflush(stdout);
       for (int step = 0; step <= flags.steps; ++step) {
@@ -274,7 +278,24 @@ int main(int argc, char** argv) {
         peak[m] += snapshot.peak_total[int(hoist::Place::kHost)] +
                    snapshot.peak_total[int(hoist::Place::kHostPinned)];
       }
+      // Each run as it ends, so that a run cut short by a time limit still reports the others.
+      std::printf("  %s, %s: %.3f s the last step, peak %.2f GiB tracked\n", kModeNames[m],
+                  measured.name, seconds[m].back(), Gib(peak[m]));
+      std::fflush(stdout);
     }
+  }
+  if (each_largest) {
+    // Different models: tokens per second, not a ratio.
+    for (int m = 0; m < kNumModes; ++m) {
+      if (!run_mode[m]) continue;
+      std::vector<double> s = seconds[m];
+      std::sort(s.begin(), s.end());
+      const double median = s[s.size() / 2];
+      std::printf("  %-16s %-16s %9.3f s/step, %8.0f tokens/s, peak %.2f GiB tracked%s\n",
+                  kModeNames[m], largest[m]->name, median, flags.seq / median, Gib(peak[m]),
+                  gpu ? " on the GPU" : "");
+    }
+    return 0;
   }
   double full = 0;
   for (int m = 0; m < kNumModes; ++m) {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "core/random.h"
 #include "runtime/gpt2.h"  // declares what this file defines
+#include "runtime/weight_init.h"
 
 namespace hoist::runtime {
 
@@ -123,9 +123,8 @@ void InitializeGpt2Unit(const ModelConfig& config, int unit, uint64_t seed, floa
     // One stream per (tensor, layer), so any unit can be drawn on its own.
     const uint64_t slice = static_cast<uint64_t>(tensor) * 1000003u +
                            static_cast<uint64_t>(ParamLayout::PerBlock(tensor) ? layer : 0);
-    Rng rng(seed ^ (slice * 0x9E3779B97F4A7C15ull));
-    float* p = out + layout.local_offsets[tensor];
-    for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>(rng.Normal() * std);
+    FillNormal(out + layout.local_offsets[tensor], count, seed ^ (slice * 0x9E3779B97F4A7C15ull),
+               std);
   };
   auto fill_ones = [&](int tensor) {
     float* w = out + layout.local_offsets[tensor];

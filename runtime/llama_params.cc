@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "core/random.h"
 #include "runtime/llama.h"  // declares what this file defines
+#include "runtime/weight_init.h"
 
 namespace hoist::runtime {
 
@@ -153,9 +153,8 @@ void InitializeLlamaUnit(const ModelConfig& config, int unit, uint64_t seed, flo
     // One stream per (tensor, layer), so any unit can be drawn on its own.
     const uint64_t slice = static_cast<uint64_t>(tensor) * 1000003u +
                            static_cast<uint64_t>(LlamaLayout::PerBlock(tensor) ? layer : 0);
-    Rng rng(seed ^ (slice * 0x9E3779B97F4A7C15ull));
-    float* p = out + layout.local_offsets[tensor];
-    for (int64_t i = 0; i < count; ++i) p[i] = static_cast<float>(rng.Normal() * kStd);
+    FillNormal(out + layout.local_offsets[tensor], count, seed ^ (slice * 0x9E3779B97F4A7C15ull),
+               kStd);
   };
   auto fill_ones = [&](int tensor) {
     float* w = out + layout.local_offsets[tensor];
