@@ -168,6 +168,7 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     std::string resume_from;
     std::string memory_profile;
     std::string memory_budget;
+    bool allow_8bit_optimizer = false;
     std::string device = "auto";
   };
   auto args = std::make_shared<Args>();
@@ -185,10 +186,15 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--memory-profile", args->memory_profile,
                   "Profile the memory of the first steps: a Chrome trace at FILE and an SVG "
                   "beside it (monitor.memory_profile.path; {rank} is the rank)");
-  cmd->add_option("--memory-budget", args->memory_budget,
-                  "Fit the job into this much device memory per rank (16GiB, 512MiB, ...): "
-                  "choose the ZeRO stage, offload, activation checkpointing and micro-batch as "
-                  "`hoist plan` does, say what changed, and train that");
+  CLI::Option* budget =
+      cmd->add_option("--memory-budget", args->memory_budget,
+                      "Fit the job into this much device memory per rank (16GiB, 512MiB, ...): "
+                      "choose the ZeRO stage, offload, activation checkpointing and micro-batch as "
+                      "`hoist plan` does, say what changed, and train that");
+  cmd->add_flag("--allow-8bit-optimizer", args->allow_8bit_optimizer,
+                "With --memory-budget: the plan may also turn AdamW's moments into 8-bit ones "
+                "(optimizer.type AdamW8bit)")
+      ->needs(budget);
   cmd->add_option("--device", args->device,
                   "Where the step runs: cuda (this rank's GPU, by local rank), cpu, or auto "
                   "(the GPU when one is visible and the job can run there, else the CPU)")
@@ -240,9 +246,9 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     }
     if (memory_budget > 0) {
       // Every rank plans alike from the same inputs, so a refusal ends every rank the same way.
-      config = PlanForTraining(*config, memory_budget, **communicator,
-                               rank_env->rank == 0 ? &std::cout : nullptr,
-                               *device ? DeviceKind::kCuda : DeviceKind::kCpu);
+      config = PlanForTraining(
+          *config, memory_budget, **communicator, rank_env->rank == 0 ? &std::cout : nullptr,
+          *device ? DeviceKind::kCuda : DeviceKind::kCpu, args->allow_8bit_optimizer);
       if (!config.ok()) {
         *exit_code = ReportError(config.status());
         return;

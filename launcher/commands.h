@@ -30,10 +30,12 @@ void AddPlanCommand(CLI::App& app, int* exit_code);
 // choose alike; the host limit is offload.max_host_bytes; NVMe only where the config names an
 // nvme_path). A collective: every rank calls it. Prints the choice and the changes to `out`
 // (rank 0's stdout; null: silent). Errors: the planner's, naming the budget.
-// `device`: what the ranks train on (the GPU: its memory is the budget).
+// `device`: what the ranks train on (the GPU: its memory is the budget);
+// `allow_8bit_optimizer`: PlanOptions' (--allow-8bit-optimizer).
 StatusOr<runtime::Config> PlanForTraining(const runtime::Config& config, int64_t budget_bytes,
                                           comm::Communicator& comm, std::ostream* out,
-                                          DeviceKind device = DeviceKind::kCpu);
+                                          DeviceKind device = DeviceKind::kCpu,
+                                          bool allow_8bit_optimizer = false);
 // `hoist estimate`, the per-rank memory of a config without running it
 // (launcher/estimate_command.cc).
 void AddEstimateCommand(CLI::App& app, int* exit_code);

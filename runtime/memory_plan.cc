@@ -150,6 +150,15 @@ void AddBatchOverrides(const PlanChoice& choice, const Config& base,
   out->push_back("gradient_accumulation_steps=" + std::to_string(choice.accumulation));
 }
 
+// optimizer.type: AdamW8bit where the choice has 8-bit moments and the base does not (the search
+// never turns an 8-bit base into a 32-bit one).
+void AddOptimizerOverride(const PlanChoice& choice, const Config& base,
+                          std::vector<std::string>* out) {
+  if (choice.optimizer_8bit && base.optimizer.type != "AdamW8bit") {
+    out->push_back("optimizer.type=\"AdamW8bit\"");
+  }
+}
+
 // Every key the search sets, whether or not it differs from the base.
 std::vector<std::string> AllOverrides(const PlanChoice& choice, const Config& base,
                                       const NvmePaths& paths) {
@@ -163,6 +172,7 @@ std::vector<std::string> AllOverrides(const PlanChoice& choice, const Config& ba
   out.push_back(std::string("activation_checkpointing.cpu_checkpointing=") +
                 (choice.cpu_checkpointing ? "true" : "false"));
   AddBatchOverrides(choice, base, &out);
+  AddOptimizerOverride(choice, base, &out);
   return out;
 }
 
@@ -194,10 +204,12 @@ std::vector<std::string> ChangedOverrides(const PlanChoice& choice, const Config
                   (choice.cpu_checkpointing ? "true" : "false"));
   }
   if (choice.micro_batch != from.micro_batch) AddBatchOverrides(choice, base, &out);
+  AddOptimizerOverride(choice, base, &out);
   return out;
 }
 
-std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, DeviceKind device) {
+std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, DeviceKind device,
+                                bool allow_8bit) {
   const int64_t per_rank = base.train_batch_size / world_size;
   const int n_layer = base.model.n_layer;
   struct Policy {
@@ -220,6 +232,13 @@ std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, D
   }
   std::vector<OffloadDevice> devices = {OffloadDevice::kNone, OffloadDevice::kCpu};
   if (nvme) devices.push_back(OffloadDevice::kNvme);
+  // Moments in 32 or 8 bits: an 8-bit base stays 8-bit; a 32-bit AdamW may become 8-bit.
+  std::vector<bool> eight_bits = {false};
+  if (base.optimizer.type == "AdamW8bit") {
+    eight_bits = {true};
+  } else if (allow_8bit) {
+    eight_bits = {false, true};
+  }
 
   std::vector<PlanChoice> out;
   for (int stage = 0; stage <= 3; ++stage) {
@@ -229,24 +248,30 @@ std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, D
       // between no offload and full offload to the host.
       std::vector<double> ratios = {1.0};
       if (optimizer == OffloadDevice::kCpu) ratios = {1.0, 0.75, 0.5, 0.25};
-      for (double ratio : ratios) {
-        for (OffloadDevice param : devices) {
-          if (stage < 3 && param != OffloadDevice::kNone) continue;
-          if (device == DeviceKind::kCuda && param != OffloadDevice::kNone) continue;
-          for (const Policy& policy : policies) {
-            for (int64_t micro = 1; micro <= per_rank; ++micro) {
-              if (per_rank % micro != 0) continue;
-              PlanChoice choice;
-              choice.stage = stage;
-              choice.offload_optimizer = optimizer;
-              choice.offload_ratio = ratio;
-              choice.offload_param = param;
-              choice.policy = policy.policy;
-              choice.every_k = policy.every_k;
-              choice.cpu_checkpointing = policy.cpu;
-              choice.micro_batch = micro;
-              choice.accumulation = per_rank / micro;
-              out.push_back(choice);
+      for (const bool eight_bit : eight_bits) {
+        // The engine keeps 8-bit moments on the device or wholly on the host, not on NVMe.
+        if (eight_bit && optimizer == OffloadDevice::kNvme) continue;
+        for (double ratio : ratios) {
+          if (eight_bit && ratio < 1) continue;
+          for (OffloadDevice param : devices) {
+            if (stage < 3 && param != OffloadDevice::kNone) continue;
+            if (device == DeviceKind::kCuda && param != OffloadDevice::kNone) continue;
+            for (const Policy& policy : policies) {
+              for (int64_t micro = 1; micro <= per_rank; ++micro) {
+                if (per_rank % micro != 0) continue;
+                PlanChoice choice;
+                choice.stage = stage;
+                choice.offload_optimizer = optimizer;
+                choice.offload_ratio = ratio;
+                choice.offload_param = param;
+                choice.policy = policy.policy;
+                choice.every_k = policy.every_k;
+                choice.cpu_checkpointing = policy.cpu;
+                choice.micro_batch = micro;
+                choice.accumulation = per_rank / micro;
+                choice.optimizer_8bit = eight_bit;
+                out.push_back(choice);
+              }
             }
           }
         }
@@ -261,6 +286,7 @@ bool Better(const PlanCandidate& a, const PlanCandidate& b) {
   if (a.cost.total_s != b.cost.total_s) return a.cost.total_s < b.cost.total_s;
   const PlanChoice& x = a.choice;
   const PlanChoice& y = b.choice;
+  if (x.optimizer_8bit != y.optimizer_8bit) return !x.optimizer_8bit;
   if (x.stage != y.stage) return x.stage < y.stage;
   if (x.offload_optimizer != y.offload_optimizer) return x.offload_optimizer < y.offload_optimizer;
   if (x.offload_ratio != y.offload_ratio) return x.offload_ratio > y.offload_ratio;
@@ -391,6 +417,7 @@ PlanChoice PlanChoice::Of(const Config& config) {
   c.cpu_checkpointing = config.activation_checkpointing.cpu_checkpointing;
   c.micro_batch = config.train_micro_batch_size_per_gpu;
   c.accumulation = config.gradient_accumulation_steps;
+  c.optimizer_8bit = config.optimizer.type == "AdamW8bit";
   return c;
 }
 
@@ -413,6 +440,7 @@ std::string PlanChoice::Describe() const {
   if (policy == CheckpointPolicy::kEveryK) out << "(" << every_k << ")";
   if (cpu_checkpointing) out << " with inputs on host";
   out << ", micro-batch " << micro_batch << " x " << accumulation;
+  if (optimizer_8bit) out << ", 8-bit AdamW";
   return out.str();
 }
 
@@ -520,7 +548,8 @@ StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOp
   const zero::ModelPasses passes = ModelStorePasses(base.model);
   std::vector<PlanCandidate> all;
   Status first_refusal = Status::Ok();
-  for (const PlanChoice& choice : Choices(base, world_size, nvme, used.device)) {
+  for (const PlanChoice& choice :
+       Choices(base, world_size, nvme, used.device, used.allow_8bit_optimizer)) {
     StatusOr<Config> config =
         ParseConfigQuietly(text, AllOverrides(choice, base, paths), world_size, kSource);
     StatusOr<MemoryEstimate> estimate =

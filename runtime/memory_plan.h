@@ -11,6 +11,10 @@
 //   offload_param.device                    none, cpu, nvme (stage 3);
 //   activation_checkpointing                none, selective, every_k (k = 2, and the base's k),
 //                                           full; every_k and full also with cpu_checkpointing;
+//   optimizer.type                          with PlanOptions::allow_8bit_optimizer and an
+//                                           AdamW (or Adam) base: also AdamW8bit, where the
+//                                           engine takes it (optimizer offload none, or cpu at
+//                                           ratio 1); an AdamW8bit base keeps AdamW8bit;
 //   train_micro_batch_size_per_gpu          each divisor m of train_batch_size / N, with
 //                                           gradient_accumulation_steps = train_batch_size/(m N),
 //                                           so train_batch_size stays;
@@ -58,8 +62,11 @@
 //                g over the host link; on nvme also 2 max(0, Ψn - max_in_cpu) p g from the
 //                drive); cpu_checkpointing moves every block's input down in forward and back
 //                in backward (2 L m T C p g, host link).
-// Ties (one rank: no communication) go to the lower stage, less offload (then ratio 1 before a
-// partial offload), less checkpointing and then the larger micro-batch.
+// 8-bit moments change no term: the model counts no optimizer time, and offload moves gradients
+// and weights, not moments. Ties (one rank: no communication) go to the 32-bit optimizer (8-bit
+// states change the numerics, so the plan takes them only where they fit what 32-bit cannot, or
+// let a faster setting fit), then the lower stage, less offload (then ratio 1 before a partial
+// offload), less checkpointing and then the larger micro-batch.
 //
 // Pure functions of their arguments, apart from MeasureMatmulFlopRate (which times the CPU) and
 // PlanMemory when it measures; thread-safe. No call logs.
@@ -103,11 +110,12 @@ struct PlanChoice {
   bool cpu_checkpointing = false;
   int64_t micro_batch = 1;
   int64_t accumulation = 1;
+  bool optimizer_8bit = false;  // optimizer.type AdamW8bit
 
   // The choice a parsed config makes.
   static PlanChoice Of(const Config& config);
   // "stage 3, offload optimizer cpu + params none, checkpointing every_k(2) on host, micro-batch
-  // 2 x 4".
+  // 2 x 4" (", 8-bit AdamW" after it where optimizer_8bit).
   std::string Describe() const;
   // "every_k(2)+cpu", "selective", ...: the policy column of a table.
   std::string PolicyName() const;
@@ -147,6 +155,9 @@ struct PlanOptions {
   // What the ranks train on. On a GPU (kCuda) the device budget is its memory, and the points
   // the GPU cannot run yet (parameter offload) are left out.
   DeviceKind device = DeviceKind::kCpu;
+  // Also search 8-bit AdamW moments for an AdamW job (they change its numerics: the caller opts
+  // in, `--allow-8bit-optimizer`).
+  bool allow_8bit_optimizer = false;
 
   bool HostLimited() const { return host_budget_bytes > 0; }
   // A size was given (not 0, not kNoNvmeLimit).

@@ -150,6 +150,41 @@ TEST(PlanCli, TrainRefusalLeavesTheUnlimitedNvmeBudgetOut) {
   EXPECT_FALSE(Contains(train.output, "TiB")) << train.output;
 }
 
+TEST(PlanCli, EightBitMomentsAreChosenOnlyWhenAllowed) {
+  const fs::path dir = testing::TempDir("hoist_plan_", "eight_bit");
+  Result r =
+      RunHoist("plan --memory 1GiB --flops 1e10 --json --allow-8bit-optimizer " + kJob, dir, false);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json plan = nlohmann::json::parse(r.output, nullptr, false);
+  ASSERT_FALSE(plan.is_discarded()) << r.output;
+  // Below every 32-bit setting that keeps the optimizer on the device.
+  int64_t least = INT64_MAX;
+  for (const nlohmann::json& c : plan["candidates"]) {
+    const nlohmann::json& choice = c["choice"];
+    if (!choice["optimizer_8bit"].get<bool>() && choice["offload_optimizer"] == "none") {
+      least = std::min(least, c["device_bytes"].get<int64_t>());
+    }
+  }
+  ASSERT_LT(least, INT64_MAX);
+  const std::string budget = std::to_string(least - 1);
+  Result train = RunHoist("train --memory-budget " + budget + " --allow-8bit-optimizer " + kJob +
+                              "--set monitor.jsonl.path=log.jsonl",
+                          dir);
+  ASSERT_EQ(train.exit_code, 0) << train.output;
+  EXPECT_TRUE(Contains(train.output, ", 8-bit AdamW, predicted device peak")) << train.output;
+  EXPECT_TRUE(Contains(train.output, "--set 'optimizer.type=\"AdamW8bit\"'")) << train.output;
+  EXPECT_LE(LoggedDevicePeak(dir / "log.jsonl"), least - 1);
+  // Without the flag the same budget keeps 32-bit moments.
+  Result plain = RunHoist("train --memory-budget " + budget + " " + kJob, dir);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+  EXPECT_FALSE(Contains(plain.output, "AdamW8bit")) << plain.output;
+  // The flag means nothing without a budget.
+  Result alone = RunHoist("train --allow-8bit-optimizer " + kJob, dir);
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_TRUE(Contains(alone.output, "--allow-8bit-optimizer requires --memory-budget"))
+      << alone.output;
+}
+
 TEST(PlanCli, HelpNamesTheBudgets) {
   const fs::path dir = testing::TempDir("hoist_plan_", "help");
   Result plan = RunHoist("plan --help", dir);

@@ -204,6 +204,77 @@ TEST(MemoryPlan, APartialOffloadIsChosenWhereItFitsAndNoOffloadDoesNot) {
   }
 }
 
+TEST(MemoryPlan, EightBitMomentsOnlyWhenAllowedAndOnlyWhereThirtyTwoBitsCostMore) {
+  const int world = 2;
+  const Config base = TinyJob(world, 5);
+  auto any_8bit = [](const MemoryPlan& plan) {
+    return std::any_of(plan.candidates.begin(), plan.candidates.end(),
+                       [](const PlanCandidate& c) { return c.choice.optimizer_8bit; });
+  };
+  PlanOptions allowed = Budget(kGiB);
+  allowed.allow_8bit_optimizer = true;
+  EXPECT_FALSE(any_8bit(PlanOk(base, world, Budget(kGiB))));
+  const MemoryPlan generous = PlanOk(base, world, allowed);
+  ASSERT_TRUE(any_8bit(generous));
+  // Everything fits: the 32-bit optimizer, 8-bit states tying with it on time.
+  EXPECT_FALSE(generous.candidates.front().choice.optimizer_8bit);
+  for (const PlanCandidate& c : generous.candidates) {
+    if (!c.choice.optimizer_8bit) continue;
+    // Only where the engine takes 8-bit moments, and with fewer optimizer bytes on the device
+    // than the same 32-bit setting.
+    EXPECT_NE(c.choice.offload_optimizer, OffloadDevice::kNvme);
+    EXPECT_EQ(c.choice.offload_ratio, 1.0);
+    PlanChoice same = c.choice;
+    same.optimizer_8bit = false;
+    for (const PlanCandidate& d : generous.candidates) {
+      if (d.choice == same && c.choice.offload_optimizer == OffloadDevice::kNone) {
+        EXPECT_LT(c.device_bytes, d.device_bytes) << c.choice.Describe();
+        EXPECT_EQ(c.cost.total_s, d.cost.total_s);
+      }
+    }
+  }
+
+  // Below every 32-bit setting that keeps its states on the device: 32 bits must offload (and
+  // pay the host link), while 8-bit moments still fit on the device, so the plan takes them.
+  const int64_t budget =
+      LeastDevice(generous, [](const PlanChoice& c) { return !c.optimizer_8bit && !Offloads(c); }) -
+      1;
+  allowed.device_budget_bytes = budget;
+  const MemoryPlan plan = PlanOk(base, world, allowed);
+  const PlanChoice& choice = plan.candidates.front().choice;
+  SCOPED_TRACE(choice.Describe());
+  EXPECT_TRUE(choice.optimizer_8bit);
+  EXPECT_FALSE(Offloads(choice));
+  EXPECT_THAT(choice.Describe(), HasSubstr(", 8-bit AdamW"));
+  EXPECT_THAT(plan.overrides, ::testing::Contains("optimizer.type=\"AdamW8bit\""));
+  EXPECT_EQ(plan.best.optimizer.type, "AdamW8bit");
+  // Not allowed, the same budget offloads.
+  allowed.allow_8bit_optimizer = false;
+  EXPECT_TRUE(Offloads(PlanOk(base, world, allowed).candidates.front().choice));
+  const std::vector<RankRun> runs = TrainOnRanks(plan.best, world);
+  for (const RankRun& run : runs) {
+    ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+    EXPECT_LE(run.memory.peak_total[int(Place::kDevice)], budget);
+  }
+}
+
+TEST(MemoryPlan, AnEightBitJobStaysEightBitAndIsNotOfferedWhatItCannotRun) {
+  const int world = 2;
+  const Config base = TinyJob(world, 5, {"optimizer.type=\"AdamW8bit\""});
+  PlanOptions options = Budget(kGiB);
+  options.nvme_budget_bytes = kNoNvmeLimit;
+  options.nvme_path = ::testing::TempDir();
+  const MemoryPlan plan = PlanOk(base, world, options);
+  ASSERT_FALSE(plan.candidates.empty());
+  EXPECT_EQ(plan.refused, 0) << ::testing::PrintToString(plan.notes);
+  for (const PlanCandidate& c : plan.candidates) {
+    EXPECT_TRUE(c.choice.optimizer_8bit);
+    EXPECT_NE(c.choice.offload_optimizer, OffloadDevice::kNvme);
+    EXPECT_EQ(c.choice.offload_ratio, 1.0);
+  }
+  EXPECT_THAT(plan.overrides, ::testing::Not(::testing::Contains(HasSubstr("optimizer.type"))));
+}
+
 TEST(MemoryPlan, BudgetBelowEverythingNamesTheSmallestThatFits) {
   const Config base = TinyJob(1, 5);
   const MemoryPlan generous = PlanOk(base, 1, Budget(kGiB));
