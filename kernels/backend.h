@@ -290,6 +290,13 @@ class Backend {
   // A frozen 4-bit base's weights are dequantized by it right before use.
   virtual Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax,
                                int64_t n, const Stream& stream) = 0;
+  // The absmaxes of a double-quantized NF4 tensor (QLoRA's double quantization, the absmaxes
+  // themselves in 8 bits): out[b] = code[codes[b]] * scales[b / 256] + offset in fp32, for b in
+  // [0, n), where code is kernels/cpu/blockwise_quant.h's signed dynamic map and 256 its
+  // kQuantBlockSize; every backend gives the same bits (a product, then a sum, each rounded).
+  // out, codes (n bytes) and scales (ceil(n / 256) floats) in the backend's device memory.
+  virtual Status DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales,
+                                     float offset, int64_t n, const Stream& stream) = 0;
 };
 
 }  // namespace hoist::kernels

@@ -134,6 +134,8 @@ class CpuBackend final : public Backend {
   // NF4 (cpu_backend_nf4.cc): cpu::DequantizeNf4, rounded once to `type`.
   Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax, int64_t n,
                        const Stream& stream) override;
+  Status DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales, float offset,
+                             int64_t n, const Stream& stream) override;
 
  private:
   Device* device_;

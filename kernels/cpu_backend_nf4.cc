@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/blockwise_quant.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/nf4.h"
 #include "kernels/cpu_backend.h"
@@ -55,6 +56,26 @@ Status CpuBackend::DequantizeNf4(void* out, DType type, const uint8_t* codes, co
         }
         if (count % 2 != 0) d[count - 1] = t[src[(count - 1) / 2] >> 4];
       }
+    }
+    return Status::Ok();
+  });
+}
+
+Status CpuBackend::DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales,
+                                       float offset, int64_t n, const Stream& stream) {
+  constexpr const char* kOp = "DequantizeNf4Absmax";
+  HOIST_RETURN_IF_ERROR(nf4_args::CheckDequantizeNf4Absmax(kOp, out, codes, scales, offset, n));
+  if (n == 0) return Status::Ok();
+  HOIST_RETURN_IF_ERROR(
+      CheckDeviceArrays(kOp, {{"out", out, n * int64_t{sizeof(float)}},
+                              {"codes", codes, n},
+                              {"scales", scales, cpu::QuantBlocks(n) * int64_t{sizeof(float)}}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    const cpu::DynamicMap& map = cpu::SignedDynamicMap();
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < n; ++b) {
+      const float scaled = map.code[codes[b]] * scales[b / cpu::kQuantBlockSize];
+      out[b] = scaled + offset;
     }
     return Status::Ok();
   });

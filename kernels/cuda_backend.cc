@@ -366,4 +366,9 @@ Status CudaBackend::DequantizeNf4(void* out, DType type, const uint8_t* codes, c
   return cuda::DequantizeNf4(out, type, codes, absmax, n, RawStream(stream));
 }
 
+Status CudaBackend::DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales,
+                                        float offset, int64_t n, const Stream& stream) {
+  return cuda::DequantizeNf4Absmax(out, codes, scales, offset, n, RawStream(stream));
+}
+
 }  // namespace hoist::kernels

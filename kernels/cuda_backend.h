@@ -132,6 +132,8 @@ class CudaBackend final : public Backend {
   // NF4, over kernels/cuda/nf4.h.
   Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax, int64_t n,
                        const Stream& stream) override;
+  Status DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales, float offset,
+                             int64_t n, const Stream& stream) override;
 
  private:
   CudaBackend() = default;

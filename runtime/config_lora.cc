@@ -31,9 +31,11 @@ Status ReadLora(const Section& top, ModelConfig* model) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("lora"));
   HOIST_RETURN_IF_ERROR(
       s.AllowOnly({"r", "alpha", "lora_alpha", "dropout", "lora_dropout", "target_modules", "bias",
-                   "use_rslora", "init_from", "fan_in_fan_out", "task_type", "base_quantization"}));
+                   "use_rslora", "init_from", "fan_in_fan_out", "task_type", "base_quantization",
+                   "double_quant", "bnb_4bit_use_double_quant"}));
   for (const auto& [short_key, peft_key] :
-       {std::pair{"alpha", "lora_alpha"}, std::pair{"dropout", "lora_dropout"}}) {
+       {std::pair{"alpha", "lora_alpha"}, std::pair{"dropout", "lora_dropout"},
+        std::pair{"double_quant", "bnb_4bit_use_double_quant"}}) {
     if (s.Has(short_key) && s.Has(peft_key)) {
       return s.Invalid(peft_key,
                        std::string("and ") + short_key + " are the same setting: keep one of them");
@@ -138,6 +140,14 @@ Status ReadLora(const Section& top, ModelConfig* model) {
     return s.Invalid(
         "base_quantization",
         "must be \"nf4\" (a 4-bit frozen base) or \"none\", found \"" + quantization + "\"");
+  }
+  for (const char* key : {"double_quant", "bnb_4bit_use_double_quant"}) {
+    HOIST_RETURN_IF_ERROR(s.Bool(key, &lora.nf4_double_quant));
+    if (s.Has(key) && lora.nf4_double_quant && !lora.nf4_base) {
+      return s.Invalid(key,
+                       "quantizes the 4-bit base's absmaxes: it needs base_quantization "
+                       "\"nf4\"");
+    }
   }
   bool fan_in_fan_out = false;  // PEFT's note on GPT-2's Conv1D weights; hoist knows them
   HOIST_RETURN_IF_ERROR(s.Bool("fan_in_fan_out", &fan_in_fan_out));

@@ -108,7 +108,8 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   // them); the model's passes number the adapters after the base.
   std::vector<zero::EngineUnits> engines;
   if (config.model.lora.enabled()) {
-    engines.push_back({units, FrozenBaseOptions(options), config.model.lora.nf4_base});
+    engines.push_back({units, FrozenBaseOptions(options), config.model.lora.nf4_base,
+                       config.model.lora.nf4_double_quant});
     engines.push_back({TrainedUnits(config.model), AdapterOptions(options)});
   } else {
     engines.push_back({units, options});

@@ -48,7 +48,10 @@ nlohmann::json RunIdentity(const Config& config) {
     identity["lora.r"] = m.lora.r;
     identity["lora.alpha"] = m.lora.alpha;
     identity["lora.use_rslora"] = m.lora.use_rslora;
-    if (m.lora.nf4_base) identity["lora.base_quantization"] = "nf4";
+    // The base is re-quantized on resume from model.init_from: it must be quantized alike.
+    if (m.lora.nf4_base) {
+      identity["lora.base_quantization"] = m.lora.nf4_double_quant ? "nf4+double_quant" : "nf4";
+    }
     identity["lora.dropout"] = m.lora.dropout;  // for the reader; may change on resume
     std::vector<std::string> targets = m.lora.target_modules;
     std::sort(targets.begin(), targets.end());

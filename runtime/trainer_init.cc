@@ -46,8 +46,8 @@ Status Trainer::CreateModel() {
             "partitioned as the stage says)");
       }
       HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, refused));
-      auto base =
-          zero::QuantizedStore::Create(ModelUnits(config_.model), config_.precision(), backend_);
+      auto base = zero::QuantizedStore::Create(ModelUnits(config_.model), config_.precision(),
+                                               backend_, config_.model.lora.nf4_double_quant);
       HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, base.status()));
       quantized_base_ = std::move(base).value();
     } else if (lora) {

@@ -608,10 +608,11 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnit
     if (engine.quantized) {
       int64_t bytes = 0;
       for (const UnitSpec& unit : engine.units) {
-        bytes += QuantizedUnitBytes(unit, options.compute_type);
+        bytes += QuantizedUnitBytes(unit, options.compute_type, engine.double_quant);
       }
       tracker.Add(kCompute, Category::kParam,
-                  bytes + DequantizationBufferBytes(engine.units, options.compute_type));
+                  bytes + DequantizationBufferBytes(engine.units, options.compute_type,
+                                                    engine.double_quant));
       estimate.model_states.params += bytes;
       plans.push_back(PartitionPlan::Build(engine.units, 1, 0).value());
       first_unit.push_back(units_seen);

@@ -200,6 +200,7 @@ struct EngineUnits {
   // A QuantizedStore (zero/quantized_store.h) instead of an engine: a frozen 4-bit base, whole,
   // in options.compute_type.
   bool quantized = false;
+  bool double_quant = false;  // with quantized: the store's double_quant
 };
 StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnits>& engines,
                                                     int world_size, int rank,

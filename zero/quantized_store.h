@@ -10,6 +10,13 @@
 // freed at the unit's last ReleaseParams). Other units are served in place. Whole on every rank:
 // the store does no collectives, so it serves ZeRO stages 0-2 (stage 3 partitions the base, which
 // this store does not). Frozen: AcquireGrads fails. Used by one thread.
+//
+// Double quantization (QLoRA's, `double_quant`): the absmaxes are stored in 8 bits too. A
+// segment's B absmaxes less their mean (an fp32 offset the store keeps on the host) are quantized
+// blockwise with the signed dynamic map in blocks of 256 (kernels/cpu/blockwise_quant.h: one fp32
+// scale per block), so a weight costs 0.5 + 1/64 + 4/(64 x 256) bytes (about 0.516) instead of
+// 0.5 + 4/64. AcquireParams first dequantizes the absmaxes into a scratch of the largest
+// segment's B floats (held from Create on, part of DequantizationBufferBytes), then the codes.
 #pragma once
 
 #include <cstdint>
@@ -28,20 +35,24 @@ namespace hoist::zero {
 
 // Whether the store keeps segment `segment` of `unit` in 4 bits.
 bool QuantizedSegment(const UnitSpec& unit, const ParamSegment& segment);
-// The resident bytes of `unit` in the store: NF4 codes and absmaxes of its quantized segments,
-// the rest in `compute_type`, each segment's bytes rounded up to a multiple of 4.
-int64_t QuantizedUnitBytes(const UnitSpec& unit, DType compute_type);
+// The resident bytes of `unit` in the store: NF4 codes and absmaxes (with `double_quant`, their
+// 8-bit codes and scales) of its quantized segments, the rest in `compute_type`, each segment's
+// bytes rounded up to a multiple of 4.
+int64_t QuantizedUnitBytes(const UnitSpec& unit, DType compute_type, bool double_quant = false);
 // The bytes of `unit` dequantized (0: served in place).
 int64_t DequantizedUnitBytes(const UnitSpec& unit, DType compute_type);
-// The store's own dequantization buffer: the largest DequantizedUnitBytes of `units`.
-int64_t DequantizationBufferBytes(const std::vector<UnitSpec>& units, DType compute_type);
+// The store's own dequantization buffer: the largest DequantizedUnitBytes of `units`, and with
+// `double_quant` the absmax scratch (fp32, the most absmaxes of any quantized segment).
+int64_t DequantizationBufferBytes(const std::vector<UnitSpec>& units, DType compute_type,
+                                  bool double_quant = false);
 
 class QuantizedStore final : public ParamStore {
  public:
   // Allocates the units' resident bytes from `backend`'s device (which must outlive the store).
   static StatusOr<std::unique_ptr<QuantizedStore>> Create(std::vector<UnitSpec> units,
                                                           DType compute_type,
-                                                          kernels::Backend* backend);
+                                                          kernels::Backend* backend,
+                                                          bool double_quant = false);
   ~QuantizedStore() override;
 
   // Sets the weights: `fill(unit, out)` writes the unit's fp32 values (unit size), which are
@@ -61,8 +72,12 @@ class QuantizedStore final : public ParamStore {
   int64_t resident_bytes() const;
 
  private:
-  QuantizedStore(std::vector<UnitSpec> units, DType compute_type, kernels::Backend* backend)
-      : units_(std::move(units)), compute_type_(compute_type), backend_(backend) {}
+  QuantizedStore(std::vector<UnitSpec> units, DType compute_type, kernels::Backend* backend,
+                 bool double_quant)
+      : units_(std::move(units)),
+        compute_type_(compute_type),
+        backend_(backend),
+        double_quant_(double_quant) {}
   void Fail(const Status& status) {
     if (status_.ok() && !status.ok()) status_ = status;
   }
@@ -70,9 +85,13 @@ class QuantizedStore final : public ParamStore {
   std::vector<UnitSpec> units_;
   DType compute_type_;
   kernels::Backend* backend_;
+  bool double_quant_;
   Status status_;
   std::vector<Buffer> resident_;     // per unit
-  Buffer buffer_;                    // DequantizationBufferBytes
+  Buffer buffer_;                    // DequantizationBufferBytes (the absmax scratch last)
+  float* absmax_scratch_ = nullptr;  // with double_quant_: inside buffer_
+  // With double_quant_: each unit's quantized segments' absmax offsets, in segment order.
+  std::vector<std::vector<float>> offsets_;
   int buffer_unit_ = -1;             // the unit dequantized into buffer_ while acquired
   std::vector<Buffer> dequantized_;  // per unit, while acquired beside buffer_'s
   std::vector<void*> served_;        // per unit, while acquired: where it was dequantized

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_status.h"
+#include "kernels/cpu/blockwise_quant.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/dtype.h"
 #include "kernels/cuda/nf4.h"
@@ -40,6 +41,20 @@ __global__ void DequantizeNf4Kernel(T* out, const uint8_t* codes, const float* a
   }
 }
 
+// The signed dynamic map, as a kernel argument (constant bank).
+struct SignedMap {
+  float code[256];
+};
+
+__global__ void DequantizeNf4AbsmaxKernel(float* out, const uint8_t* codes, const float* scales,
+                                          float offset, int64_t n, SignedMap map) {
+  for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < n;
+       b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // No fused multiply-add: the CPU rounds the product, then the sum.
+    out[b] = __fadd_rn(__fmul_rn(map.code[codes[b]], scales[b / cpu::kQuantBlockSize]), offset);
+  }
+}
+
 }  // namespace
 
 Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax, int64_t n,
@@ -58,6 +73,22 @@ Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* a
         <<<blocks, kThreads, 0, stream>>>(static_cast<T*>(out), codes, absmax, n, book);
   };
   HOIST_CUDA_DISPATCH(type, launch);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
+Status DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales, float offset,
+                           int64_t n, cudaStream_t stream) {
+  constexpr const char* kOp = "DequantizeNf4Absmax";
+  HOIST_RETURN_IF_ERROR(nf4_args::CheckDequantizeNf4Absmax(kOp, out, codes, scales, offset, n));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  if (n == 0) return Status::Ok();
+  SignedMap map;
+  const cpu::DynamicMap& signed_map = cpu::SignedDynamicMap();
+  for (int k = 0; k < 256; ++k) map.code[k] = signed_map.code[k];
+  const int blocks = static_cast<int>(
+      std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks)));
+  DequantizeNf4AbsmaxKernel<<<blocks, kThreads, 0, stream>>>(out, codes, scales, offset, n, map);
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::Ok();
 }

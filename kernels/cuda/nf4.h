@@ -16,5 +16,9 @@ namespace hoist::kernels::cuda {
 // on `stream`.
 Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax, int64_t n,
                      cudaStream_t stream);
+// out[b] = signed_map[codes[b]] * scales[b / 256] + offset (Backend::DequantizeNf4Absmax), the
+// product and the sum each rounded as the CPU rounds them.
+Status DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales, float offset,
+                           int64_t n, cudaStream_t stream);
 
 }  // namespace hoist::kernels::cuda

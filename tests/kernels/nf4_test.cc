@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/blockwise_quant.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/nf4.h"
@@ -287,6 +288,80 @@ TEST_F(Nf4Backend, DequantizeRefusesBadArgumentsNamingThem) {
   expect_refused(backend_.DequantizeNf4(&out, DType::kFloat32, nullptr, &amax, 1, s()), "codes");
   expect_refused(backend_.DequantizeNf4(&out, DType::kFloat32, &code, nullptr, 1, s()), "absmax");
   EXPECT_TRUE(backend_.DequantizeNf4(nullptr, DType::kBFloat16, nullptr, nullptr, 0, s()).ok());
+}
+
+// ---- Backend::DequantizeNf4Absmax (double quantization) ----
+
+// The absmaxes of NF4 blocks of N(0, 0.02) weights: their mean taken off, quantized blockwise with
+// the signed dynamic map.
+struct DoubleQuantized {
+  explicit DoubleQuantized(int64_t n) : codes(static_cast<size_t>(n)) {
+    const std::vector<float> w = NormalFloats(static_cast<size_t>(n * nf4::kBlock), 21, 0.02f);
+    absmax.resize(static_cast<size_t>(n));
+    std::vector<uint8_t> nf4_codes(static_cast<size_t>(nf4::CodeBytes(n * nf4::kBlock)));
+    EXPECT_TRUE(cpu::QuantizeNf4(w.data(), n * nf4::kBlock, nf4_codes.data(), absmax.data()).ok());
+    double sum = 0;
+    for (float a : absmax) sum += a;
+    offset = static_cast<float>(sum / double(n));
+    std::vector<float> centred = absmax;
+    for (float& a : centred) a -= offset;
+    scales.resize(static_cast<size_t>(cpu::QuantBlocks(n)));
+    cpu::QuantizeBlockwise(cpu::SignedDynamicMap(), centred.data(), n, codes.data(), scales.data());
+  }
+  std::vector<float> absmax;  // the exact ones
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  float offset = 0;
+};
+
+TEST_F(Nf4Backend, AbsmaxDequantizeIsTheBlockwiseMapPlusTheOffset) {
+  for (int64_t n : {1, 255, 256, 257, 3 * 256 + 17}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const DoubleQuantized q(n);
+    std::vector<float> want(static_cast<size_t>(n));
+    cpu::DequantizeBlockwise(cpu::SignedDynamicMap(), q.codes.data(), q.scales.data(), n,
+                             want.data());
+    for (float& w : want) w += q.offset;
+    std::vector<float> out(static_cast<size_t>(n) + 4, -7.0f);
+    ASSERT_TRUE(
+        backend_.DequantizeNf4Absmax(out.data(), q.codes.data(), q.scales.data(), q.offset, n, s())
+            .ok());
+    ASSERT_TRUE(s().Synchronize().ok());
+    // The nearest code is at most half the map's widest gap from the deviation over its scale.
+    const cpu::DynamicMap& map = cpu::SignedDynamicMap();
+    double half_gap = 0;
+    for (int k = 0; k < 255; ++k) {
+      half_gap = std::max(half_gap, (double{map.code[k + 1]} - map.code[k]) / 2);
+    }
+    double worst = 0;
+    for (int64_t b = 0; b < n; ++b) {
+      const auto i = static_cast<size_t>(b);
+      ASSERT_EQ(out[i], want[i]) << "absmax " << b;
+      const double scale = q.scales[static_cast<size_t>(b / cpu::kQuantBlockSize)];
+      EXPECT_LE(std::abs(double{out[i]} - q.absmax[i]), scale * half_gap * 1.0001 + 1e-9)
+          << "absmax " << b;
+      worst = std::max(worst, std::abs(double{out[i]} - q.absmax[i]) / q.absmax[i]);
+    }
+    // On these weights the absmaxes come back within a few parts per thousand.
+    EXPECT_LT(worst, 0.01);
+    for (size_t i = static_cast<size_t>(n); i < out.size(); ++i) ASSERT_EQ(out[i], -7.0f);
+  }
+}
+
+TEST_F(Nf4Backend, AbsmaxDequantizeRefusesBadArgumentsNamingThem) {
+  float out = 0.0f, scale = 1.0f;
+  uint8_t code = 0;
+  const auto expect_refused = [](const Status& status, const std::string& name) {
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_NE(status.ToString().find("DequantizeNf4Absmax: " + name), std::string::npos)
+        << status.ToString();
+  };
+  expect_refused(backend_.DequantizeNf4Absmax(&out, &code, &scale, 0.0f, -1, s()), "n");
+  expect_refused(backend_.DequantizeNf4Absmax(nullptr, &code, &scale, 0.0f, 1, s()), "out");
+  expect_refused(backend_.DequantizeNf4Absmax(&out, nullptr, &scale, 0.0f, 1, s()), "codes");
+  expect_refused(backend_.DequantizeNf4Absmax(&out, &code, nullptr, 0.0f, 1, s()), "scales");
+  expect_refused(backend_.DequantizeNf4Absmax(&out, &code, &scale, NAN, 1, s()), "offset");
+  EXPECT_TRUE(backend_.DequantizeNf4Absmax(nullptr, nullptr, nullptr, 0.0f, 0, s()).ok());
 }
 
 }  // namespace

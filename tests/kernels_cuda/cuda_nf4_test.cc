@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/blockwise_quant.h"
 #include "kernels/cpu/nf4.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
@@ -101,6 +102,35 @@ TEST_F(CudaNf4, DequantizeIsTheCpusBitForBit) {
       for (size_t i = bytes; i < got.size(); ++i) {
         ASSERT_EQ(static_cast<unsigned char>(got[i]), 0xFF) << "written past out at " << i;
       }
+    }
+  }
+}
+
+TEST_F(CudaNf4, AbsmaxDequantizeIsTheCpusBitForBit) {
+  // Double quantization's absmaxes: 8-bit codes, one scale per 256, an offset.
+  for (int64_t n : {int64_t{1}, int64_t{255}, int64_t{257}, int64_t{1000003}}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    std::vector<float> centred = RandomFloats(static_cast<size_t>(n), 7, -0.03f, 0.03f);
+    std::vector<uint8_t> codes(static_cast<size_t>(n));
+    std::vector<float> scales(static_cast<size_t>(cpu::QuantBlocks(n)));
+    cpu::QuantizeBlockwise(cpu::SignedDynamicMap(), centred.data(), n, codes.data(), scales.data());
+    const float offset = 0.0417f;
+    std::vector<float> want(static_cast<size_t>(n));
+    HOIST_ASSERT_OK(
+        cpu_.DequantizeNf4Absmax(want.data(), codes.data(), scales.data(), offset, n, cs()));
+    ASSERT_TRUE(cs().Synchronize().ok());
+    DeviceBytes d_codes(codes.data(), codes.size()),
+        d_scales(scales.data(), scales.size() * sizeof(float));
+    const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+    DeviceBytes d_out(bytes + 64);
+    d_out.Fill(0xFF);
+    HOIST_ASSERT_OK(gpu_->DequantizeNf4Absmax(d_out.as<float>(), d_codes.as<uint8_t>(),
+                                              d_scales.as<float>(), offset, n, gs()));
+    ASSERT_TRUE(gs().Synchronize().ok());
+    const std::vector<char> got = d_out.Download();
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), bytes), 0) << "GPU != CPU";
+    for (size_t i = bytes; i < got.size(); ++i) {
+      ASSERT_EQ(static_cast<unsigned char>(got[i]), 0xFF) << "written past out at " << i;
     }
   }
 }

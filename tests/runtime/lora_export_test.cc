@@ -304,7 +304,11 @@ TEST(LoraExportErrors, AResumeThatChangesTheBaseQuantizationIsRefused) {
   const Config nf4 = Job("gpt2", BaseDir("gpt2") + "/fp32", dir, 1,
                          {"lora.base_quantization=\"nf4\"", "bf16.enabled=true"});
   const Config none = Job("gpt2", BaseDir("gpt2") + "/fp32", dir, 1, {"bf16.enabled=true"});
-  for (const auto& [from, to] : {std::pair{&nf4, &none}, std::pair{&none, &nf4}}) {
+  const Config dq =
+      Job("gpt2", BaseDir("gpt2") + "/fp32", dir, 1,
+          {"lora.base_quantization=\"nf4\"", "lora.double_quant=true", "bf16.enabled=true"});
+  for (const auto& [from, to] : {std::pair{&nf4, &none}, std::pair{&none, &nf4},
+                                 std::pair{&nf4, &dq}, std::pair{&dq, &nf4}}) {
     const Status resumed = CheckSameRun(RunIdentity(*from), *to, "ck", 1);
     ASSERT_FALSE(resumed.ok());
     EXPECT_EQ(resumed.code(), StatusCode::kFailedPrecondition);

@@ -207,6 +207,29 @@ TEST(MemoryEstimate, LoraPeakOfEveryPlaceIsTheMeasuredPeakAndOnlyAdaptersHaveSta
     EXPECT_EQ(runs[0].states.grads + runs[0].states.optimizer,
               estimate->engine.model_states.grads + estimate->engine.model_states.optimizer);
   }
+
+  // A 4-bit base, its absmaxes in fp32 or in 8 bits: every category of the device as measured.
+  int64_t base_params[2] = {};
+  for (const bool double_quant : {false, true}) {
+    SCOPED_TRACE(double_quant ? "nf4, double quantization" : "nf4");
+    std::vector<std::string> overrides = gpt2;
+    for (const char* o : {"lora.base_quantization=\"nf4\"", "bf16.enabled=true",
+                          "zero_optimization.stage=1", "model.n_embd=64", "model.n_head=4"}) {
+      overrides.push_back(o);
+    }
+    if (double_quant) overrides.push_back("lora.double_quant=true");
+    const Config config = TinyJob(2, 5, overrides);
+    const StatusOr<MemoryEstimate> estimate = EstimateMemory(config, 2);
+    ASSERT_TRUE(estimate.ok()) << estimate.status().ToString();
+    const std::vector<RankRun> runs = TrainOnRanks(config, 2);
+    ASSERT_TRUE(runs[0].status.ok()) << runs[0].status.ToString();
+    const int d = int(Place::kDevice);
+    for (int c = 0; c < kNumCategories; ++c) {
+      EXPECT_EQ(estimate->peak[d][c], runs[0].memory.peak[d][c]) << CategoryName(Category(c));
+    }
+    base_params[double_quant] = runs[0].memory.peak[d][int(Category::kParam)];
+  }
+  EXPECT_LT(base_params[1], base_params[0]);
 }
 
 TEST(MemoryEstimate, JsonHasTheShapesOfTheJsonlLog) {

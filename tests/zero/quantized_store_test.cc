@@ -135,9 +135,74 @@ TEST(QuantizedStore, RefusesANonFiniteWeightNamingTheUnit) {
   EXPECT_NE(status.message().find("block1"), std::string::npos) << status.ToString();
 }
 
+TEST(QuantizedStore, DoubleQuantizedAbsmaxesCostAByteAndMoveTheWeightsLittle) {
+  const std::vector<UnitSpec> units = Units();
+  const DType type = DType::kFloat32;
+  MemoryTracker tracker;
+  CpuDevice device(Place::kDevice, &tracker);
+  kernels::CpuBackend backend(&device);
+  auto single = QuantizedStore::Create(units, type, &backend);
+  auto dq = QuantizedStore::Create(units, type, &backend, /*double_quant=*/true);
+  ASSERT_TRUE(single.ok() && dq.ok());
+  const auto fill = [&](int u, float* out) {
+    for (int64_t i = 0; i < units[u].size; ++i) out[i] = Value(u, i);
+  };
+  ASSERT_TRUE((*single)->Initialize(fill).ok());
+  ASSERT_TRUE((*dq)->Initialize(fill).ok());
+  // block0's quantized segment: 200 weights, 4 absmaxes in 4 bytes + one 4-byte scale, 100
+  // bytes of codes; its norms in fp32 (3 + 5 floats).
+  EXPECT_EQ(QuantizedUnitBytes(units[1], type, true), 4 + 4 + 100 + 12 + 20);
+  EXPECT_EQ(QuantizedUnitBytes(units[1], type, false), 4 * 4 + 100 + 12 + 20);
+  // The buffer gains the absmax scratch of the largest segment (4 floats).
+  EXPECT_EQ(DequantizationBufferBytes(units, type, true),
+            DequantizationBufferBytes(units, type) + 4 * 4);
+  int64_t resident =
+      DequantizationBufferBytes(units, type) + DequantizationBufferBytes(units, type, true);
+  for (const UnitSpec& unit : units) {
+    resident += QuantizedUnitBytes(unit, type) + QuantizedUnitBytes(unit, type, true);
+  }
+  EXPECT_EQ(tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)], resident);
+  for (int u : {1, 2}) {
+    const UnitSpec& spec = units[static_cast<size_t>(u)];
+    std::vector<float> a(static_cast<size_t>(spec.size)), b(a.size());
+    const void* pa = (*single)->AcquireParams(u);
+    const void* pb = (*dq)->AcquireParams(u);
+    ASSERT_TRUE(pa != nullptr && pb != nullptr);
+    ASSERT_TRUE(backend.compute_stream().Synchronize().ok());
+    kernels::cpu::ToFloat(pa, type, a.data(), spec.size);
+    kernels::cpu::ToFloat(pb, type, b.data(), spec.size);
+    int differ = 0;
+    for (const ParamSegment& segment : spec.segments) {
+      for (int64_t i = segment.begin; i < segment.end; ++i) {
+        const auto k = static_cast<size_t>(i);
+        if (!QuantizedSegment(spec, segment)) {
+          ASSERT_EQ(a[k], b[k]) << spec.name << " element " << i;
+          continue;
+        }
+        // The same codes under an absmax a few percent off at most (8 bits of its deviation
+        // from the segment's mean): the block's largest weight comes back as its absmax, so the
+        // weight moves by at most that fraction of the block's largest.
+        const int64_t first = segment.begin + (i - segment.begin) / 64 * 64;
+        float block_max = 0;
+        for (int64_t j = first; j < std::min(segment.end, first + 64); ++j) {
+          block_max = std::max(block_max, std::abs(a[static_cast<size_t>(j)]));
+        }
+        EXPECT_NEAR(b[k], a[k], 0.03 * block_max) << spec.name << " element " << i;
+        differ += a[k] != b[k];
+      }
+    }
+    EXPECT_GT(differ, 0) << spec.name << ": the absmaxes were not requantized";
+    (*single)->ReleaseParams(u);
+    (*dq)->ReleaseParams(u);
+  }
+}
+
 // The store beside a trained engine (a 4-bit base under LoRA adapters): the estimate's replay
 // of both on one timeline equals the trackers.
-TEST(QuantizedStore, EstimateBesideTheAdaptersEngineMatchesTheTracker) {
+class QuantizedStoreEstimate : public ::testing::TestWithParam<bool> {};
+
+TEST_P(QuantizedStoreEstimate, BesideTheAdaptersEngineMatchesTheTracker) {
+  const bool double_quant = GetParam();
   const std::vector<UnitSpec> base = Units();
   const std::vector<UnitSpec> adapters = {{"lora0", 24, {{0, 24, true}}},
                                           {"lora1", 24, {{0, 24, true}}}};
@@ -174,7 +239,7 @@ TEST(QuantizedStore, EstimateBesideTheAdaptersEngineMatchesTheTracker) {
   kernels::CpuBackend backend(&device);
   auto group = comm::ThreadGroup::Create(1, 30.0);
   ASSERT_TRUE(group.ok());
-  auto store = QuantizedStore::Create(base, options.compute_type, &backend);
+  auto store = QuantizedStore::Create(base, options.compute_type, &backend, double_quant);
   auto engine = ZeroEngine::Create(adapters, options, &(*group)->comm(0), &backend);
   ASSERT_TRUE(store.ok() && engine.ok());
   ASSERT_TRUE((*store)
@@ -205,8 +270,8 @@ TEST(QuantizedStore, EstimateBesideTheAdaptersEngineMatchesTheTracker) {
     ASSERT_TRUE((*engine)->Step(0.01f, 1.0f, 0.0f).ok());
   }
   auto estimate = EstimateEngineMemory(
-      {EngineUnits{base, frozen, /*quantized=*/true}, EngineUnits{adapters, options}}, 1, 0,
-      passes);
+      {EngineUnits{base, frozen, /*quantized=*/true, double_quant}, EngineUnits{adapters, options}},
+      1, 0, passes);
   ASSERT_TRUE(estimate.ok()) << estimate.status().ToString();
   const MemorySnapshot seen = tracker.Snapshot();
   for (int c = 0; c < kNumCategories; ++c) {
@@ -215,6 +280,9 @@ TEST(QuantizedStore, EstimateBesideTheAdaptersEngineMatchesTheTracker) {
   }
   EXPECT_EQ(seen.peak_total[int(Place::kDevice)], estimate->PeakTotal(Place::kDevice));
 }
+
+INSTANTIATE_TEST_SUITE_P(Absmaxes, QuantizedStoreEstimate, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "double_quant" : "fp32"; });
 
 }  // namespace
 }  // namespace hoist::zero
