@@ -51,12 +51,19 @@ size_t ChunkSize(int64_t n, int64_t chunk) {
   return static_cast<size_t>(n - begin < kChunk ? n - begin : kChunk);
 }
 
-// Calls fn(begin, count) for each chunk of [0, n), in parallel when there is more than one.
+// Calls fn(begin, count) for each chunk of [0, n), in parallel when there is more than one. One
+// chunk runs on the calling thread without an OpenMP construct: even a region serialized by its
+// if clause allocates and frees a team, which costs more than casting a few values (the 4-bit
+// base casts a 16-value table per block of 64 weights).
 template <typename Fn>
 void ForEachChunk(int64_t n, Fn fn) {
   HOIST_CHECK_GE(n, 0);
   const int64_t chunks = NumChunks(n);
-#pragma omp parallel for schedule(static) if (chunks > 1)
+  if (chunks <= 1) {
+    if (n > 0) fn(0, ChunkSize(n, 0));
+    return;
+  }
+#pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) fn(c * kChunk, ChunkSize(n, c));
 }
 
@@ -95,8 +102,9 @@ bool AllFiniteAt(SimdLevel level, const float* x, int64_t n) {
   const CastKernels& k = CastKernelsFor(level);
   HOIST_CHECK_GE(n, 0);
   const int64_t chunks = NumChunks(n);
+  if (chunks <= 1) return n == 0 || k.all_finite(x, ChunkSize(n, 0));  // as ForEachChunk
   bool finite = true;
-#pragma omp parallel for schedule(static) reduction(&& : finite) if (chunks > 1)
+#pragma omp parallel for schedule(static) reduction(&& : finite)
   for (int64_t c = 0; c < chunks; ++c) {
     finite = k.all_finite(x + c * kChunk, ChunkSize(n, c)) && finite;
   }
@@ -109,8 +117,9 @@ bool UnscaleInPlaceAt(SimdLevel level, float* x, int64_t n, float scale) {
   HOIST_CHECK_GE(n, 0);
   const float factor = 1.0f / scale;
   const int64_t chunks = NumChunks(n);
+  if (chunks <= 1) return n == 0 || k.scale_all_finite(x, ChunkSize(n, 0), factor);
   bool finite = true;
-#pragma omp parallel for schedule(static) reduction(&& : finite) if (chunks > 1)
+#pragma omp parallel for schedule(static) reduction(&& : finite)
   for (int64_t c = 0; c < chunks; ++c) {
     // Every chunk is scaled even after a non-finite one: the caller may still read the values.
     const bool chunk_finite = k.scale_all_finite(x + c * kChunk, ChunkSize(n, c), factor);
