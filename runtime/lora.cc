@@ -1,5 +1,6 @@
 #include "runtime/lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -270,6 +271,15 @@ Status ReadPeftAdapters(const std::string& dir, ModelFamily family, const LoraLa
         float* dst =
             out->data() + l * layout.unit_size + (b ? layout.b_offset[m] : layout.a_offset[m]);
         HOIST_RETURN_IF_ERROR(file.ReadFloat(*tensor, 0, tensor->elements(), dst));
+        // A NaN or an infinity would spread through every step; the file is damaged.
+        const float* bad =
+            std::find_if(dst, dst + tensor->elements(), [](float x) { return !std::isfinite(x); });
+        if (bad != dst + tensor->elements()) {
+          return InvalidArgumentError(path + ": " + name + " element " + std::to_string(bad - dst) +
+                                      " is " + std::to_string(*bad) +
+                                      "; adapters must be finite (the file is damaged, or the "
+                                      "run that wrote it diverged)");
+        }
         used.insert(name);
       }
     }

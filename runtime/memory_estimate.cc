@@ -260,7 +260,10 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
   out << "\nmodel states: " << FormatBytes(s.params + s.grads + s.optimizer) << " (params "
       << FormatBytes(s.params) << ", grads " << FormatBytes(s.grads) << ", optimizer "
       << FormatBytes(s.optimizer) << "); the ZeRO paper's formula gives "
-      << FormatBytes(e.zero_paper_model_states) << "\n";
+      << FormatBytes(e.zero_paper_model_states);
+  // The paper counts 32-bit Adam states (12 bytes a parameter in mixed precision).
+  if (config.optimizer.type == "AdamW8bit") out << " for 32-bit Adam states";
+  out << "\n";
   out << "activations: " << FormatBytes(e.activations.device) << " on the device";
   if (e.activations.host_pinned > 0) {
     out << ", " << FormatBytes(e.activations.host_pinned) << " in pinned host memory";

@@ -74,6 +74,12 @@ TEST(EstimateCli, TableNamesThePeakPhaseAndTheZeroFormula) {
   EXPECT_THAT(r.output, HasSubstr("during"));
   EXPECT_THAT(r.output, HasSubstr("the ZeRO paper's formula gives"));
   EXPECT_THAT(r.output, HasSubstr("per node (2 ranks)"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("for 32-bit Adam states")));
+  // 8-bit moments: the paper's figure is said to be for 32-bit ones.
+  const Result eight = Hoist("estimate --set optimizer.type='\"AdamW8bit\"'", dir);
+  ASSERT_EQ(eight.exit_code, 0) << eight.output;
+  EXPECT_THAT(eight.output, HasSubstr("the ZeRO paper's formula gives"));
+  EXPECT_THAT(eight.output, HasSubstr(" for 32-bit Adam states"));
   fs::remove_all(dir);
 }
 

@@ -541,6 +541,43 @@ TEST(LoraConfig, AnAdapterDirectoryFillsTheSettingsAndAKeyThatDisagreesIsRefused
 // The adapter's own settings are checked as the job's keys are: a lora_dropout of 1 would scale
 // by 1/(1 - p), an alpha of 0 trains nothing, and an r out of range makes a checkpoint that export
 // and resume cannot read back.
+// An adapter file with a NaN in it is refused, naming the tensor and the element.
+TEST(LoraConfig, AnAdapterFileWithANonFiniteValueIsRefusedNamingIt) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "hoist_lora_test" / "nan_adapter";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::copy(kLora + "/gpt2/adapter", dir, fs::copy_options::recursive);
+  auto source = OpenWeightSource(BaseDir("gpt2") + "/fp32");
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ModelConfig model = (*source)->model();
+  auto lora = ReadPeftAdapterConfig(dir.string());
+  ASSERT_TRUE(lora.ok()) << lora.status().ToString();
+  model.lora = *lora;
+  auto layout = LoraLayout::For(model);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  const std::string file = (dir / "adapter_model.safetensors").string();
+  std::string name;
+  int64_t at = 0;
+  {
+    auto opened = SafetensorsFile::Open(file);
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    const SafetensorsTensor& tensor = opened->tensors().back();
+    ASSERT_EQ(tensor.dtype, "F32");
+    name = tensor.name;
+    at = 8 + opened->header_bytes() + tensor.begin + 3 * int64_t{sizeof(float)};
+  }
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    const float nan = NAN;
+    f.seekp(at);
+    f.write(reinterpret_cast<const char*>(&nan), sizeof(nan));
+  }
+  std::vector<float> adapters;
+  const Status read = ReadPeftAdapters(dir.string(), model.family, *layout, &adapters);
+  ASSERT_EQ(read.code(), StatusCode::kInvalidArgument) << read.ToString();
+  EXPECT_NE(read.message().find(name + " element 3 is nan"), std::string::npos) << read.ToString();
+}
+
 TEST(LoraConfig, AnAdapterConfigWithSettingsOutOfRangeIsRefused) {
   const fs::path dir = fs::path(::testing::TempDir()) / "hoist_lora_test" / "bad_adapter";
   std::ifstream in(kLora + "/llama/adapter/adapter_config.json");
