@@ -130,13 +130,28 @@ int64_t BudgetPeak(const hoist::runtime::MemoryEstimate& e, bool gpu) {
   return e.PeakTotal(Place::kDevice) + e.PeakTotal(Place::kHost) + e.PeakTotal(Place::kHostPinned);
 }
 
-// The GPU's total memory; 0 without a GPU or a CUDA build.
+// The GPU's free memory once this process holds a CUDA context (the context, cuBLASLt's
+// workspace and the caching allocator's slack are outside the estimate: the first is left out
+// here, the others are a few percent); 0 without a GPU or a CUDA build.
 int64_t GpuMemory() {
 #ifdef HOIST_LORA_BENCH_CUDA
   size_t free_bytes = 0, total_bytes = 0;
-  if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) return int64_t(total_bytes);
+  if (cudaFree(nullptr) == cudaSuccess &&
+      cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+    return int64_t(free_bytes);
+  }
 #endif
   return 0;
+}
+
+// A step's GPU work may still be queued when Step returns: wait for it, so that each timed step
+// holds its own work.
+bool SyncGpu(bool gpu) {
+#ifdef HOIST_LORA_BENCH_CUDA
+  if (gpu) return cudaDeviceSynchronize() == cudaSuccess;
+#endif
+  (void)gpu;
+  return true;
 }
 
 }  // namespace
@@ -180,7 +195,7 @@ int main(int argc, char** argv) {
       "lora_bench: micro-batch 1 x %d tokens, bf16, full activation checkpointing, "
       "LoRA r 16 on every block linear layer, on the %s; memory budget %.1f GiB%s\n\n",
       flags.seq, gpu ? "GPU" : "CPU", Gib(budget),
-      flags.budget > 0 ? "" : (gpu ? " (the GPU's memory)" : " (MemAvailable)"));
+      flags.budget > 0 ? "" : (gpu ? " (the GPU's free memory)" : " (MemAvailable)"));
   const auto device_kind = gpu ? hoist::DeviceKind::kCuda : hoist::DeviceKind::kCpu;
 
   // Part 1: the estimate of every shape and mode.
@@ -264,6 +279,9 @@ int main(int argc, char** argv) {
       for (int step = 0; step <= flags.steps; ++step) {
         const auto start = Clock::now();
         auto record = (*trainer)->Step();
+        if (record.ok() && !SyncGpu(gpu)) {
+          record = hoist::InternalError("the GPU failed during the step");
+        }
         if (!record.ok()) {
           std::fprintf(stderr, "%s: %s\n", kModeNames[m], record.status().ToString().c_str());
           return 1;

@@ -72,11 +72,19 @@ Status CpuBackend::DequantizeNf4Absmax(float* out, const uint8_t* codes, const f
                               {"scales", scales, cpu::QuantBlocks(n) * int64_t{sizeof(float)}}}));
   return HostStreamOf(stream).Enqueue([=] {
     const cpu::DynamicMap& map = cpu::SignedDynamicMap();
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < n; ++b) {
+    const auto dequantize = [&](int64_t b) {
       const float scaled = map.code[codes[b]] * scales[b / cpu::kQuantBlockSize];
       out[b] = scaled + offset;
+    };
+    // A segment has one absmax per 64 weights: most are too short for a thread team (which
+    // costs an allocation even when serialized).
+    constexpr int64_t kParallelFrom = 1 << 16;
+    if (n < kParallelFrom) {
+      for (int64_t b = 0; b < n; ++b) dequantize(b);
+      return Status::Ok();
     }
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < n; ++b) dequantize(b);
     return Status::Ok();
   });
 }

@@ -46,12 +46,20 @@ struct SignedMap {
   float code[256];
 };
 
+// kThreads == 256: each thread copies one entry of the map (a __grid_constant__ argument, read
+// in place) into shared memory, where the per-absmax lookups by code are cheap.
+static_assert(kThreads == 256, "one thread per map entry");
+
 __global__ void DequantizeNf4AbsmaxKernel(float* out, const uint8_t* codes, const float* scales,
-                                          float offset, int64_t n, SignedMap map) {
+                                          float offset, int64_t n,
+                                          const __grid_constant__ SignedMap map) {
+  __shared__ float code[256];
+  code[threadIdx.x] = map.code[threadIdx.x];
+  __syncthreads();
   for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < n;
        b += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     // No fused multiply-add: the CPU rounds the product, then the sum.
-    out[b] = __fadd_rn(__fmul_rn(map.code[codes[b]], scales[b / cpu::kQuantBlockSize]), offset);
+    out[b] = __fadd_rn(__fmul_rn(code[codes[b]], scales[b / cpu::kQuantBlockSize]), offset);
   }
 }
 

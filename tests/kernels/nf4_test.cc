@@ -315,7 +315,8 @@ struct DoubleQuantized {
 };
 
 TEST_F(Nf4Backend, AbsmaxDequantizeIsTheBlockwiseMapPlusTheOffset) {
-  for (int64_t n : {1, 255, 256, 257, 3 * 256 + 17}) {
+  // 70001: above the size the CPU backend splits across threads.
+  for (int64_t n : {1, 255, 256, 257, 3 * 256 + 17, 70001}) {
     SCOPED_TRACE("n " + std::to_string(n));
     const DoubleQuantized q(n);
     std::vector<float> want(static_cast<size_t>(n));
