@@ -19,12 +19,9 @@ StatusOr<BpeModel> BpeModel::Create(std::unordered_map<std::string, int32_t> voc
     }
     limit = std::max(limit, id + 1);
   }
-  model.id_to_token_.resize(static_cast<size_t>(limit));
-  model.has_id_.assign(static_cast<size_t>(limit), false);
-  for (const auto& [token, id] : vocab) {
-    model.id_to_token_[id] = token;
-    model.has_id_[id] = true;
-  }
+  model.id_limit_ = limit;
+  model.id_to_token_.reserve(vocab.size());
+  for (const auto& [token, id] : vocab) model.id_to_token_.emplace(id, token);
   for (int b = 0; b < 256; ++b) {
     std::string one;
     AppendByteAlphabet(std::string_view(reinterpret_cast<const char*>(&b), 1), &one);
@@ -61,8 +58,8 @@ StatusOr<BpeModel> BpeModel::Create(std::unordered_map<std::string, int32_t> voc
 }
 
 const std::string* BpeModel::Token(int32_t id) const {
-  if (id < 0 || id >= id_limit() || !has_id_[id]) return nullptr;
-  return &id_to_token_[id];
+  auto it = id_to_token_.find(id);
+  return it == id_to_token_.end() ? nullptr : &it->second;
 }
 
 std::optional<int32_t> BpeModel::Id(const std::string& token) const {

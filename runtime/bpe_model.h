@@ -36,7 +36,7 @@ class BpeModel {
   const std::string* Token(int32_t id) const;
   std::optional<int32_t> Id(const std::string& token) const;
   // One more than the largest id.
-  int32_t id_limit() const { return static_cast<int32_t>(id_to_token_.size()); }
+  int32_t id_limit() const { return id_limit_; }
   size_t vocab_entries() const { return vocab_.size(); }
 
  private:
@@ -53,8 +53,10 @@ class BpeModel {
   }
 
   std::unordered_map<std::string, int32_t> vocab_;
-  std::vector<std::string> id_to_token_;
-  std::vector<bool> has_id_;
+  // By id: a vocabulary's ids may leave gaps (any id up to INT32_MAX - 1 is valid), so the table
+  // is sized by the tokens, not by the largest id.
+  std::unordered_map<int32_t, std::string> id_to_token_;
+  int32_t id_limit_ = 0;
   std::unordered_map<uint64_t, Merge> merges_;
   int32_t byte_ids_[256] = {};
   bool ignore_merges_ = false;

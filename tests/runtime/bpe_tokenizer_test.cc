@@ -219,6 +219,18 @@ TEST(BpeTokenizerErrors, VocabularyWithoutEveryByteIsNamed) {
   EXPECT_THAT(status.message(), HasSubstr("model.vocab"));
 }
 
+// Ids may leave gaps, up to the largest int32: a vocabulary whose largest id is near it is read
+// without a table of that many entries (a fuzzed file once asked for 53 GB here).
+TEST(BpeTokenizer, AnIdFarPastTheVocabularyNeedsNoTableOfItsSize) {
+  auto tokenizer = BpeTokenizer::Parse(
+      Edited([](nlohmann::json& c) { c["model"]["vocab"]["Ġthe"] = 1665000000; }), "tok.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  EXPECT_EQ((*tokenizer)->id_limit(), 1665000001);
+  const std::vector<int32_t> ids = (*tokenizer)->Encode(" the");
+  ASSERT_EQ(ids, (std::vector<int32_t>{1665000000}));
+  EXPECT_EQ((*tokenizer)->Decode(ids), " the");
+}
+
 TEST(BpeTokenizerErrors, MissingFileIsNotFoundNamingIt) {
   StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer =
       BpeTokenizer::Load(FixturePath("no_such_tokenizer.json"));
