@@ -20,17 +20,18 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #ifdef HOIST_LORA_BENCH_CUDA
 #include <cuda_runtime_api.h>
 
+#include "core/cuda/cuda_device.h"
 #include "runtime/cuda/cuda_accelerator.h"
 #endif
 
 #include "bench/bench_util.h"
+#include "core/device.h"
 #include "core/memory_tracker.h"
 #include "runtime/config.h"
 #include "runtime/memory_estimate.h"
@@ -71,20 +72,6 @@ struct Flags {
   bool estimate_only = false;
   std::string device = "cpu";
 };
-
-int64_t MemAvailable() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  while (meminfo >> key) {
-    if (key == "MemAvailable:") {
-      int64_t kib = 0;
-      meminfo >> kib;
-      return kib * 1024;
-    }
-    std::getline(meminfo, key);
-  }
-  return 0;
-}
 
 hoist::StatusOr<Config> JobFor(const Shape& s, Mode mode, int seq, int steps) {
   std::vector<std::string> o = {
@@ -130,16 +117,14 @@ int64_t BudgetPeak(const hoist::runtime::MemoryEstimate& e, bool gpu) {
   return e.PeakTotal(Place::kDevice) + e.PeakTotal(Place::kHost) + e.PeakTotal(Place::kHostPinned);
 }
 
-// The GPU's free memory once this process holds a CUDA context (the context, cuBLASLt's
-// workspace and the caching allocator's slack are outside the estimate: the first is left out
-// here, the others are a few percent); 0 without a GPU or a CUDA build.
+// GPU 0's free memory once this process holds a CUDA context (the context, cuBLASLt's workspace
+// and the caching allocator's slack are outside the estimate: the first is left out here, the
+// others are a few percent); 0 without a GPU or a CUDA build.
 int64_t GpuMemory() {
 #ifdef HOIST_LORA_BENCH_CUDA
-  size_t free_bytes = 0, total_bytes = 0;
-  if (cudaFree(nullptr) == cudaSuccess &&
-      cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
-    return int64_t(free_bytes);
-  }
+  hoist::MemoryTracker tracker;
+  auto device = hoist::CudaDevice::Open(0, &tracker);
+  if (device.ok()) return (*device)->FreeBytes().value_or(0);
 #endif
   return 0;
 }
@@ -185,7 +170,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 #endif
-  const int64_t measured_budget = gpu ? GpuMemory() : MemAvailable();
+  const int64_t measured_budget = gpu ? GpuMemory() : hoist::HostMemAvailableBytes().value_or(0);
   if (gpu && flags.budget <= 0 && measured_budget == 0) {
     std::printf("lora_bench: no GPU visible and no --budget; nothing measured\n");
     return 0;

@@ -232,13 +232,6 @@ std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, D
   }
   std::vector<OffloadDevice> devices = {OffloadDevice::kNone, OffloadDevice::kCpu};
   if (nvme) devices.push_back(OffloadDevice::kNvme);
-  // Moments in 32 or 8 bits: an 8-bit base stays 8-bit; a 32-bit AdamW may become 8-bit.
-  std::vector<bool> eight_bits = {false};
-  if (base.optimizer.type == "AdamW8bit") {
-    eight_bits = {true};
-  } else if (allow_8bit) {
-    eight_bits = {false, true};
-  }
 
   std::vector<PlanChoice> out;
   for (int stage = 0; stage <= 3; ++stage) {
@@ -248,36 +241,43 @@ std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, D
       // between no offload and full offload to the host.
       std::vector<double> ratios = {1.0};
       if (optimizer == OffloadDevice::kCpu) ratios = {1.0, 0.75, 0.5, 0.25};
-      for (const bool eight_bit : eight_bits) {
-        // The engine keeps 8-bit moments on the device or wholly on the host, not on NVMe.
-        if (eight_bit && optimizer == OffloadDevice::kNvme) continue;
-        for (double ratio : ratios) {
-          if (eight_bit && ratio < 1) continue;
-          for (OffloadDevice param : devices) {
-            if (stage < 3 && param != OffloadDevice::kNone) continue;
-            if (device == DeviceKind::kCuda && param != OffloadDevice::kNone) continue;
-            for (const Policy& policy : policies) {
-              for (int64_t micro = 1; micro <= per_rank; ++micro) {
-                if (per_rank % micro != 0) continue;
-                PlanChoice choice;
-                choice.stage = stage;
-                choice.offload_optimizer = optimizer;
-                choice.offload_ratio = ratio;
-                choice.offload_param = param;
-                choice.policy = policy.policy;
-                choice.every_k = policy.every_k;
-                choice.cpu_checkpointing = policy.cpu;
-                choice.micro_batch = micro;
-                choice.accumulation = per_rank / micro;
-                choice.optimizer_8bit = eight_bit;
-                out.push_back(choice);
-              }
+      for (double ratio : ratios) {
+        for (OffloadDevice param : devices) {
+          if (stage < 3 && param != OffloadDevice::kNone) continue;
+          if (device == DeviceKind::kCuda && param != OffloadDevice::kNone) continue;
+          for (const Policy& policy : policies) {
+            for (int64_t micro = 1; micro <= per_rank; ++micro) {
+              if (per_rank % micro != 0) continue;
+              PlanChoice choice;
+              choice.stage = stage;
+              choice.offload_optimizer = optimizer;
+              choice.offload_ratio = ratio;
+              choice.offload_param = param;
+              choice.policy = policy.policy;
+              choice.every_k = policy.every_k;
+              choice.cpu_checkpointing = policy.cpu;
+              choice.micro_batch = micro;
+              choice.accumulation = per_rank / micro;
+              out.push_back(choice);
             }
           }
         }
       }
     }
   }
+
+  // Moments in 8 bits: an AdamW8bit job keeps them, an AdamW job may take them too. The engine
+  // keeps 8-bit moments on the device or wholly on the host (not on NVMe, not split by a ratio).
+  const bool base_8bit = base.optimizer.type == "AdamW8bit";
+  if (!base_8bit && !allow_8bit) return out;
+  std::vector<PlanChoice> eight_bit;
+  for (const PlanChoice& choice : out) {
+    if (choice.offload_optimizer == OffloadDevice::kNvme || choice.offload_ratio < 1) continue;
+    eight_bit.push_back(choice);
+    eight_bit.back().optimizer_8bit = true;
+  }
+  if (base_8bit) return eight_bit;
+  out.insert(out.end(), eight_bit.begin(), eight_bit.end());
   return out;
 }
 

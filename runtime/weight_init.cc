@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/random.h"
+#include "kernels/cpu/parallel_for.h"
 
 namespace hoist::runtime {
 
@@ -14,13 +15,7 @@ void FillNormal(float* out, int64_t count, uint64_t stream, double std) {
     for (int64_t i = begin; i < end; ++i) out[i] = static_cast<float>(rng.Normal() * std);
   };
   const int64_t chunks = (count + kNormalChunk - 1) / kNormalChunk;
-  if (chunks <= 1) {
-    // No OpenMP region for one chunk: even a serialized one allocates a thread team.
-    if (chunks == 1) draw(0);
-    return;
-  }
-#pragma omp parallel for schedule(dynamic)
-  for (int64_t c = 0; c < chunks; ++c) draw(c);
+  kernels::cpu::ParallelFor(chunks, chunks > 1, draw);
 }
 
 }  // namespace hoist::runtime

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "kernels/cpu/adamw8bit_kernels.h"
 #include "kernels/cpu/blockwise_quant.h"
+#include "kernels/cpu/parallel_for.h"
 
 namespace hoist::kernels::cpu {
 namespace {
@@ -40,9 +41,8 @@ void AdamW8bitStepAt(SimdLevel level, const AdamW8bitShard& shard, const AdamWHy
 
   const size_t chunk = kBlocksPerChunk * static_cast<size_t>(kQuantBlockSize);
   const size_t grad_bytes = DTypeSize(shard.grad_format);
-  const long long chunks = static_cast<long long>((shard.n + chunk - 1) / chunk);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (long long i = 0; i < chunks; ++i) {
+  const int64_t chunks = static_cast<int64_t>((shard.n + chunk - 1) / chunk);
+  ParallelFor(chunks, chunks > 1, [&](int64_t i) {
     const size_t begin = static_cast<size_t>(i) * chunk;
     const size_t block = static_cast<size_t>(i) * kBlocksPerChunk;
     AdamW8bitShard piece = shard;
@@ -55,7 +55,7 @@ void AdamW8bitStepAt(SimdLevel level, const AdamW8bitShard& shard, const AdamWHy
     if (piece.param_copy != nullptr) piece.param_copy += begin;
     piece.n = shard.n - begin < chunk ? shard.n - begin : chunk;
     k.step(piece, c, m_map, v_map);
-  }
+  });
 }
 
 void AdamW8bitStep(const AdamW8bitShard& shard, const AdamWHyperparams& h) {

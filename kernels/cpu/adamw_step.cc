@@ -7,6 +7,7 @@
 #include "kernels/cpu/adamw_kernels.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/parallel_for.h"
 
 namespace hoist::kernels::cpu {
 namespace {
@@ -61,9 +62,8 @@ void AdamWFusedStepAt(SimdLevel level, const AdamWShard& shard, const AdamWHyper
   const AdamWCoeffs c = AdamWCoeffsFor(h);
 
   const size_t grad_bytes = DTypeSize(shard.grad_format);
-  const long long chunks = static_cast<long long>((shard.n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (long long i = 0; i < chunks; ++i) {
+  const int64_t chunks = static_cast<int64_t>((shard.n + kChunk - 1) / kChunk);
+  ParallelFor(chunks, chunks > 1, [&](int64_t i) {
     const size_t begin = static_cast<size_t>(i) * kChunk;
     AdamWShard piece = shard;
     piece.param += begin;
@@ -73,7 +73,7 @@ void AdamWFusedStepAt(SimdLevel level, const AdamWShard& shard, const AdamWHyper
     if (piece.param_copy != nullptr) piece.param_copy += begin;
     piece.n = shard.n - begin < kChunk ? shard.n - begin : kChunk;
     k.fused_step(piece, c);
-  }
+  });
 }
 
 void AdamWFusedStep(const AdamWShard& shard, const AdamWHyperparams& h) {

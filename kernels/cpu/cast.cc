@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "kernels/cpu/cast_kernels.h"
 #include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/parallel_for.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -51,20 +52,12 @@ size_t ChunkSize(int64_t n, int64_t chunk) {
   return static_cast<size_t>(n - begin < kChunk ? n - begin : kChunk);
 }
 
-// Calls fn(begin, count) for each chunk of [0, n), in parallel when there is more than one. One
-// chunk runs on the calling thread without an OpenMP construct: even a region serialized by its
-// if clause allocates and frees a team, which costs more than casting a few values (the 4-bit
-// base casts a 16-value table per block of 64 weights).
+// Calls fn(begin, count) for each chunk of [0, n), in parallel when there is more than one.
 template <typename Fn>
 void ForEachChunk(int64_t n, Fn fn) {
   HOIST_CHECK_GE(n, 0);
   const int64_t chunks = NumChunks(n);
-  if (chunks <= 1) {
-    if (n > 0) fn(0, ChunkSize(n, 0));
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) fn(c * kChunk, ChunkSize(n, c));
+  ParallelFor(chunks, chunks > 1, [&](int64_t c) { fn(c * kChunk, ChunkSize(n, c)); });
 }
 
 }  // namespace
@@ -102,7 +95,8 @@ bool AllFiniteAt(SimdLevel level, const float* x, int64_t n) {
   const CastKernels& k = CastKernelsFor(level);
   HOIST_CHECK_GE(n, 0);
   const int64_t chunks = NumChunks(n);
-  if (chunks <= 1) return n == 0 || k.all_finite(x, ChunkSize(n, 0));  // as ForEachChunk
+  // One chunk without OpenMP, as ParallelFor (kernels/cpu/parallel_for.h) does.
+  if (chunks <= 1) return n == 0 || k.all_finite(x, ChunkSize(n, 0));
   bool finite = true;
 #pragma omp parallel for schedule(static) reduction(&& : finite)
   for (int64_t c = 0; c < chunks; ++c) {

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/parallel_for.h"
 
 namespace hoist::kernels::cpu {
 namespace {
@@ -39,8 +40,7 @@ void Accumulate(void* acc, const void* add, DType type, float scale, int64_t n) 
   if (type == DType::kFloat32) {
     float* a = static_cast<float*>(acc);
     const float* b = static_cast<const float*>(add);
-#pragma omp parallel for schedule(static) if (n > kChunk)
-    for (int64_t i = 0; i < n; ++i) a[i] += scale * b[i];
+    ParallelFor(n, n > kChunk, [&](int64_t i) { a[i] += scale * b[i]; });
     return;
   }
   std::vector<float> wide_a(static_cast<size_t>(std::min(n, kChunk)));
@@ -58,8 +58,7 @@ void Accumulate(void* acc, const void* add, DType type, float scale, int64_t n) 
 void AccumulateFloat(void* acc, DType type, const float* add, int64_t n) {
   if (type == DType::kFloat32) {
     float* a = static_cast<float*>(acc);
-#pragma omp parallel for schedule(static) if (n > kChunk)
-    for (int64_t i = 0; i < n; ++i) a[i] += add[i];
+    ParallelFor(n, n > kChunk, [&](int64_t i) { a[i] += add[i]; });
     return;
   }
   std::vector<float> wide(static_cast<size_t>(std::min(n, kChunk)));

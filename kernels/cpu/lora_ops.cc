@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/dropout_mask.h"
 
 namespace hoist::kernels::cpu {
@@ -15,15 +16,14 @@ void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
     // beta 0 must not read C (it may hold NaN, which 0 * C would keep: the window is zeroed
     // first, whatever the BLAS does with beta 0), and sgemm with K 0 is not C = beta C in every
     // BLAS (it is done here).
-#pragma omp parallel for schedule(static) if (int64_t{M} * N > 16384)
-    for (int i = 0; i < M; ++i) {
+    ParallelFor(M, int64_t{M} * N > 16384, [&](int64_t i) {
       float* __restrict row = C + static_cast<size_t>(i) * static_cast<size_t>(ldc);
       if (beta == 0.0f) {
         for (int j = 0; j < N; ++j) row[j] = 0.0f;
       } else {
         for (int j = 0; j < N; ++j) row[j] *= beta;
       }
-    }
+    });
     if (K == 0) return;
   }
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
@@ -34,11 +34,10 @@ void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const fl
 void Dropout(float* out, const float* inp, int64_t n, float p, uint64_t seed, int64_t first) {
   const uint64_t base = dropout::StreamBase(seed);
   const float scale = dropout::KeepScale(p);
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
+  ParallelFor(n, n > 65536, [&](int64_t i) {
     const bool keep = dropout::Keep(base, static_cast<uint64_t>(first + i), p);
     out[i] = keep ? inp[i] * scale : 0.0f;
-  }
+  });
 }
 
 }  // namespace hoist::kernels::cpu
