@@ -469,10 +469,10 @@ int Run(const Args& args) {
       uring ? "io_uring" : "posix (pread/pwrite)", direct ? "yes" : "NO (buffered: page cache)",
       FormatBytes(swapper.file_bytes()).c_str(), kArrays, static_cast<long long>(swap.elements),
       static_cast<long long>(swapper.num_sub_groups()),
-      static_cast<long long>(swapper.sub_group_size()), FormatBytes(layout.array_stride).c_str(),
-      swapper.buffer_count(), FormatBytes(swapper.slot_bytes()).c_str(),
-      FormatBytes(pool.bytes_locked()).c_str(), FormatBytes(args.block_size).c_str(),
-      args.queue_depth);
+      static_cast<long long>(swapper.sub_group_size()),
+      FormatBytes(layout.array_strides.front()).c_str(), swapper.buffer_count(),
+      FormatBytes(swapper.slot_bytes()).c_str(), FormatBytes(pool.bytes_locked()).c_str(),
+      FormatBytes(args.block_size).c_str(), args.queue_depth);
   if (have_fio) {
     std::printf("fio: %s, io_uring, direct=1, bs %s, iodepth %d, size %s, numjobs 1\n",
                 fio_version.c_str(), FormatBytes(args.block_size).c_str(), args.queue_depth,

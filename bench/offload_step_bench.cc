@@ -5,7 +5,9 @@
 // states: on the device (the anchor), in pinned host memory, and on NVMe with buffer_count 3
 // (reads and writes overlapped with the update) and 1 (nothing overlapped). The share of the
 // NVMe I/O hidden behind the update is 1 - wait(3) / wait(1), from the time the step spent
-// blocked on the swapper in each. Stage 3 with the parameters on NVMe too is measured beside them.
+// blocked on the swapper in each. Stage 3 with the parameters on NVMe too is measured beside them,
+// and 8-bit AdamW on NVMe beside 8-bit AdamW on the device, with the bytes it moves against the
+// 32-bit optimizer's.
 // On a CPU build the "device" is host memory, so the cpu figure shows the cost of the separate
 // master copy and the swapper figures the cost of the disk; on an accelerator the first also
 // carries the host link.
@@ -170,6 +172,12 @@ int main(int argc, char** argv) {
   const Result serial = Measure(flags, on_nvme(1));
   const Result infinity = Measure(flags, stage3);
   const Result none3 = Measure(flags, {"zero_optimization.stage=3", "bf16.enabled=true"});
+  // 8-bit AdamW: the swapper's file holds codes and absmaxes beside the fp32 master.
+  const std::string adamw8bit = "optimizer.type=\"AdamW8bit\"";
+  const Result none8 = Measure(flags, with({adamw8bit}));
+  std::vector<std::string> nvme8 = on_nvme(3);
+  nvme8.push_back(adamw8bit);
+  const Result overlapped8 = Measure(flags, nvme8);
 
   std::printf("\n%-44s %10s %8s %10s %10s %9s\n", "placement", "s/step", "ratio", "I/O wait",
               "update", "GB/step");
@@ -183,6 +191,12 @@ int main(int argc, char** argv) {
   row("stage 2, optimizer on NVMe, buffer_count 1", serial, none);
   row("stage 3, nothing offloaded (anchor)", none3, none3);
   row("stage 3, params and optimizer on NVMe", infinity, none3);
+  row("stage 2, 8-bit AdamW on device (anchor)", none8, none8);
+  row("stage 2, 8-bit AdamW on NVMe, buffer_count 3", overlapped8, none8);
+  if (overlapped.nvme_bytes > 0) {
+    std::printf("\n8-bit AdamW on NVMe moves %.2f of the 32-bit states' bytes per step\n",
+                double(overlapped8.nvme_bytes) / double(overlapped.nvme_bytes));
+  }
   if (serial.nvme_wait_s > 0) {
     std::printf(
         "\nNVMe I/O hidden behind the update with buffer_count 3: %.0f%% "

@@ -83,6 +83,11 @@ offload::StateSwapperOptions OptimizerSwapOptions(const PartitionPlan& state_pla
   swap.elements = state_plan.total_shard();
   swap.arrays = 3;  // master, m, v
   swap.sub_group_size = options.offload_optimizer.sub_group_size;
+  if (options.adam.eight_bit) {
+    swap.layout = Moments8bitSwapArrays(
+        state_plan, Moments8bitLayoutFor(state_plan, options.adam.min_8bit_size),
+        swap.sub_group_size);
+  }
   swap.buffer_count = options.offload_optimizer.buffer_count;
   swap.category = Category::kOptimizer;
   return swap;

@@ -74,7 +74,8 @@ bool DevicePartHasSeparateMaster(const ZeroOptions& options);
 // bytes, plus the 4-byte master where HasSeparateMaster.
 std::vector<int64_t> Moment8bitArrayBytes(const PartitionPlan& state_plan,
                                           const ZeroOptions& options);
-// The optimizer swapper of StatePlace::kNvme (its path left empty).
+// The optimizer swapper of StatePlace::kNvme (its path left empty): master, m and v in fp32, or
+// with 8-bit moments the layout of Moments8bitSwapArrays.
 offload::StateSwapperOptions OptimizerSwapOptions(const PartitionPlan& state_plan,
                                                   const ZeroOptions& options);
 // This rank's model states by the ZeRO formula's terms (what ZeroEngine::model_state_bytes

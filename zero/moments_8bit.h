@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "offload/state_swapper.h"
 #include "zero/partition.h"
 
 namespace hoist::zero {
@@ -31,7 +32,44 @@ struct OwnedPiece {
   bool decay = false;
 };
 std::vector<OwnedPiece> OwnedPieces(const PartitionPlan& state_plan, int unit);
+// The same cut to [lo, hi), lo not cutting a block of 8-bit codes, each with its first block
+// counted from lo's (`block`).
+struct OwnedPieceFrom {
+  int64_t begin = 0, end = 0;
+  bool decay = false;
+  int64_t block = 0;
+};
+std::vector<OwnedPieceFrom> OwnedPiecesFrom(const PartitionPlan& state_plan, int unit, int64_t lo,
+                                            int64_t hi);
 
 Moments8bitLayout Moments8bitLayoutFor(const PartitionPlan& state_plan, int64_t min_8bit_size);
+
+// Where element `at` of `unit`'s owned shard (0 <= at <= shard) falls in the layout's arrays:
+// how many codes, absmaxes and fp32 moments come before it. `at` must not cut a block: it is a
+// block boundary of its weight-decay piece, a piece's end, or in the shard's padding, or the
+// unit keeps fp32 moments.
+struct Moments8bitIndex {
+  int64_t code = 0, absmax = 0, fp32 = 0;
+};
+Moments8bitIndex Moments8bitIndexAt(const PartitionPlan& state_plan,
+                                    const Moments8bitLayout& layout, int unit, int64_t at);
+
+// The 8-bit states on NVMe (offload/state_swapper.h): this rank's shard as seven arrays, in this
+// order, cut into sub-groups of about `sub_group_size` elements of the master weights (flat,
+// state plan order) that never cut a block of codes (a cut inside a piece moves to the block
+// boundary before it, or after it where that one is the sub-group's start).
+enum Moments8bitSwapArray {
+  kSwapMaster,   // fp32 master weights, per element of the shard
+  kSwapCodesM,   // 1 byte per element of the 8-bit units' shards
+  kSwapCodesV,   //
+  kSwapAbsmaxM,  // fp32, per block
+  kSwapAbsmaxV,  //
+  kSwapM32,      // fp32 moments of the units below min_8bit_size
+  kSwapV32,      //
+  kSwapArrays
+};
+std::vector<offload::SwapArray> Moments8bitSwapArrays(const PartitionPlan& state_plan,
+                                                      const Moments8bitLayout& layout,
+                                                      int64_t sub_group_size);
 
 }  // namespace hoist::zero

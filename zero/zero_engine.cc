@@ -59,13 +59,6 @@ Status ValidateZeroOptions(const ZeroOptions& options) {
         "offloading the optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps whole optimizer "
         "states on every rank)");
   }
-  if (options.adam.eight_bit && !options.frozen &&
-      options.offload_optimizer.place == StatePlace::kNvme) {
-    return InvalidArgumentError(
-        "optimizer.type AdamW8bit cannot offload its states to nvme yet "
-        "(zero_optimization.offload_optimizer.device \"nvme\"): use offload_optimizer.device "
-        "\"cpu\" or none, or optimizer.type AdamW");
-  }
   const double ratio = options.offload_optimizer.ratio;
   if (!(ratio > 0.0 && ratio <= 1.0)) {
     return InvalidArgumentError(
@@ -271,8 +264,9 @@ Status ZeroEngine::AllocateStates() {
     }
   }
   if (!options_.adam.eight_bit) return Status::Ok();
-  // The 8-bit moments, in the order the estimate counts them (AddResident).
   moments8_ = Moments8bitLayoutFor(state_plan_, options_.adam.min_8bit_size);
+  if (swapper_ != nullptr) return Status::Ok();  // in the swapper's file (Moments8bitSwapArrays)
+  // The 8-bit moments, in the order the estimate counts them (AddResident).
   const int64_t fp32_bytes = moments8_.fp32_elements * static_cast<int64_t>(sizeof(float));
   const int64_t absmax_bytes = moments8_.absmax_blocks * static_cast<int64_t>(sizeof(float));
   HOIST_ASSIGN_OR_RETURN(void* qm, AllocateStateArray(moments8_.code_elements));
@@ -438,13 +432,13 @@ Status ZeroEngine::Initialize(const RangeFill& fill) {
   // NVMe: the master weights go straight to the file, a sub-group at a time. Units are visited
   // in order (the shard keeps unit order), each filled once even when it spans sub-groups.
   int filled = -1;
-  Status written = swapper_->ForEachSubGroup(
+  Status written = swapper_->ForEachSubGroupView(
       offload::StateSwapper::Access::kWrite,
-      [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
-        const auto bytes = static_cast<size_t>(count) * sizeof(float);
-        std::memset(arrays[0], 0, bytes);
-        std::memset(arrays[1], 0, bytes);
-        std::memset(arrays[2], 0, bytes);
+      [&](int64_t, std::span<const offload::SwapPiece> pieces) {
+        const int64_t begin = pieces[0].first, count = pieces[0].count;
+        float* master = pieces[0].floats();
+        std::memset(master, 0, static_cast<size_t>(pieces[0].bytes()));
+        ZeroSwappedMoments(pieces);
         for (int u = 0; u < plan_.num_units(); ++u) {
           const UnitPartition& owned = state_plan_.unit(u);
           const int64_t lo = std::max(begin, owned.shard_offset);
@@ -456,7 +450,7 @@ Status ZeroEngine::Initialize(const RangeFill& fill) {
           }
           const int64_t real_hi = std::min(hi, owned.shard_offset + owned.owned_real);
           if (real_hi > lo) {
-            std::memcpy(arrays[0] + (lo - begin), at(owned.owned_begin + (lo - owned.shard_offset)),
+            std::memcpy(master + (lo - begin), at(owned.owned_begin + (lo - owned.shard_offset)),
                         static_cast<size_t>(real_hi - lo) * sizeof(float));
           }
         }

@@ -39,6 +39,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -61,7 +62,7 @@ struct AdamWParams {
   float weight_decay = 0.0f;
   // bitsandbytes' AdamW8bit: m and v of this rank's shard as block-wise 8-bit codes with fp32
   // absmaxes (zero/moments_8bit.h), the update computed in fp32 from the dequantized values.
-  // Units smaller than min_8bit_size elements keep fp32 moments. Not with NVMe offload.
+  // Units smaller than min_8bit_size elements keep fp32 moments.
   bool eight_bit = false;
   int64_t min_8bit_size = 4096;
 };
@@ -315,22 +316,52 @@ class ZeroEngine final : public ParamStore {
   std::vector<kernels::AdamWTensorRef> AdamWPieces(int unit, int64_t lo, int64_t hi, float* master,
                                                    float* m, float* v, const void* grads,
                                                    void* copies, int64_t origin) const;
-  // The 8-bit step's update of the unit's whole owned range with `ops` on `ops_stream`: the
-  // master at `master`, grads and copies at owned element 0; a unit below min_8bit_size takes
-  // the 32-bit AdamW over its fp32 moments.
-  Status Update8bit(kernels::Backend* ops, const Stream& ops_stream, int unit, float* master,
-                    const void* grads, void* copies, const kernels::AdamWStepScalars& h);
+  // Where one unit's moments are, from some owned element lo on: fp32 m and v, or (8-bit units)
+  // codes from lo and absmaxes from lo's block, lo not cutting a block.
+  struct MomentsAt {
+    float* m = nullptr;
+    float* v = nullptr;
+    uint8_t* qm = nullptr;
+    uint8_t* qv = nullptr;
+    float* absmax_m = nullptr;
+    float* absmax_v = nullptr;
+  };
+  // The unit's moments from owned element 0, in the resident arrays (not under kNvme).
+  MomentsAt ResidentMoments(int unit) const;
+  // The 8-bit step's update of owned elements [lo, hi) of the unit with `ops` on `ops_stream`:
+  // the master and `moments` at lo, grads and copies at owned element `origin`; a unit below
+  // min_8bit_size takes the 32-bit AdamW over its fp32 moments.
+  Status Update8bit(kernels::Backend* ops, const Stream& ops_stream, int unit, int64_t lo,
+                    int64_t hi, float* master, const MomentsAt& moments, const void* grads,
+                    void* copies, int64_t origin, const kernels::AdamWStepScalars& h);
   // Allocates `bytes` of optimizer state where the states live (StatePlace kDevice or kHost).
   StatusOr<void*> AllocateStateArray(int64_t bytes);
   // The 8-bit moments of Initialize: zero codes and absmaxes, zero fp32 moments.
   Status ZeroMoments8bit();
   Status ReadMoments8bit(float* m_out, float* v_out) const;
   Status RestoreMoments8bit(const float* m_in, const float* v_in);
-  Status UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
+  Status UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, const MomentsAt& moments,
                      void* compute, const kernels::AdamWStepScalars& h);
-  // The same over elements [begin, begin + count) of the flat owned shard.
-  Status UpdateRange(int64_t begin, int64_t count, float* master, float* m, float* v,
-                     const kernels::AdamWStepScalars& h);
+  // The optimizer states on NVMe, a swapped-in sub-group at a time (its pieces of the swapper's
+  // arrays: master, m and v, or the 8-bit layout's seven, zero/moments_8bit.h).
+  // visit(unit, lo, hi, moments) for each unit whose shard overlaps the sub-group: [lo, hi) the
+  // overlap in the unit's owned coordinates (its padding included), `moments` from lo on.
+  using UnitInSubGroup =
+      std::function<Status(int unit, int64_t lo, int64_t hi, const MomentsAt& moments)>;
+  Status ForEachUnitInSubGroup(std::span<const offload::SwapPiece> pieces,
+                               const UnitInSubGroup& visit) const;
+  // The step's update of the sub-group.
+  Status UpdateSubGroup(std::span<const offload::SwapPiece> pieces,
+                        const kernels::AdamWStepScalars& h);
+  // The moments of a fresh start: fp32 zeros, or the 8-bit zero codes and absmaxes.
+  void ZeroSwappedMoments(std::span<const offload::SwapPiece> pieces) const;
+  // The sub-group's m and v as fp32 (`m`, `v`: its elements [begin, begin + count) of the flat
+  // shard; zeros in the padding), and back (8-bit: requantized, reproducing the values bit for
+  // bit where they came from 8-bit moments).
+  Status SwappedMomentsToFloat(std::span<const offload::SwapPiece> pieces, float* m,
+                               float* v) const;
+  Status SwappedMomentsFromFloat(std::span<const offload::SwapPiece> pieces, const float* m,
+                                 const float* v) const;
   // The compute-type copy of the unit's owned range, to be rewritten: in place, or (parameter
   // offload) a zero-filled buffer that EndOwnedWrite stores; FinishOwnedWrites waits for the
   // stores and returns the first error.

@@ -3,6 +3,7 @@
 // the checkpoint's fp32 moments. A checkpoint holds the dequantized moments (the layout of a
 // 32-bit run, so either optimizer resumes from either), and restoring requantizes them with
 // absmaxes that reproduce them bit for bit (kernels/cpu/blockwise_quant.h).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -41,32 +42,48 @@ Status ZeroEngine::ZeroMoments8bit() {
   return Sync();
 }
 
-Status ZeroEngine::Update8bit(kernels::Backend* ops, const Stream& ops_stream, int unit,
-                              float* master, const void* grads, void* copies,
+ZeroEngine::MomentsAt ZeroEngine::ResidentMoments(int unit) const {
+  MomentsAt at;
+  if (!options_.adam.eight_bit) {
+    at.m = moment_at(state_m_, split_m_, unit);
+    at.v = moment_at(state_v_, split_v_, unit);
+    return at;
+  }
+  const auto u = static_cast<size_t>(unit);
+  if (moments8_.code_offset[u] < 0) {
+    at.m = state_m_ + moments8_.fp32_offset[u];
+    at.v = state_v_ + moments8_.fp32_offset[u];
+    return at;
+  }
+  at.qm = state_qm_ + moments8_.code_offset[u];
+  at.qv = state_qv_ + moments8_.code_offset[u];
+  at.absmax_m = state_absmax_m_ + moments8_.absmax_offset[u];
+  at.absmax_v = state_absmax_v_ + moments8_.absmax_offset[u];
+  return at;
+}
+
+Status ZeroEngine::Update8bit(kernels::Backend* ops, const Stream& ops_stream, int unit, int64_t lo,
+                              int64_t hi, float* master, const MomentsAt& moments,
+                              const void* grads, void* copies, int64_t origin,
                               const kernels::AdamWStepScalars& h) {
   const DType type = options_.compute_type;
-  const auto u = static_cast<size_t>(unit);
-  const int64_t code_offset = moments8_.code_offset[u];
-  if (code_offset < 0) {
-    const int64_t at = moments8_.fp32_offset[u];
-    return ops->AdamW(AdamWPieces(unit, 0, state_plan_.unit(unit).owned_real, master, state_m_ + at,
-                                  state_v_ + at, grads, copies, 0),
-                      type, type, h, ops_stream);
+  if (moments8_.code_offset[static_cast<size_t>(unit)] < 0) {
+    return ops->AdamW(
+        AdamWPieces(unit, lo, hi, master, moments.m, moments.v, grads, copies, origin), type, type,
+        h, ops_stream);
   }
   std::vector<kernels::AdamW8bitTensorRef> refs;
-  int64_t block = moments8_.absmax_offset[u];
-  for (const OwnedPiece& piece : OwnedPieces(state_plan_, unit)) {
+  for (const OwnedPieceFrom& piece : OwnedPiecesFrom(state_plan_, unit, lo, hi)) {
     kernels::AdamW8bitTensorRef& ref = refs.emplace_back();
-    ref.param = master + piece.begin;
-    ref.m = state_qm_ + code_offset + piece.begin;
-    ref.v = state_qv_ + code_offset + piece.begin;
-    ref.absmax_m = state_absmax_m_ + block;
-    ref.absmax_v = state_absmax_v_ + block;
-    ref.grad = ElementPtr(grads, type, piece.begin);
-    if (IsHalf(type)) ref.copy = ElementPtr(copies, type, piece.begin);
+    ref.param = master + (piece.begin - lo);
+    ref.m = moments.qm + (piece.begin - lo);
+    ref.v = moments.qv + (piece.begin - lo);
+    ref.absmax_m = moments.absmax_m + piece.block;
+    ref.absmax_v = moments.absmax_v + piece.block;
+    ref.grad = ElementPtr(grads, type, piece.begin - origin);
+    if (IsHalf(type)) ref.copy = ElementPtr(copies, type, piece.begin - origin);
     ref.n = piece.end - piece.begin;
     ref.weight_decay = piece.decay ? options_.adam.weight_decay : 0.0f;
-    block += QuantBlocks(ref.n);
   }
   return ops->AdamW8bit(refs, type, type, h, ops_stream);
 }

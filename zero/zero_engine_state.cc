@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
+#include <vector>
 
+#include "core/check.h"
+#include "kernels/cpu/blockwise_quant.h"
 #include "zero/zero_engine.h"
 
 namespace hoist::zero {
@@ -20,11 +23,11 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
   std::vector<float> swapped;
   if (swapper_ != nullptr) {
     swapped.resize(static_cast<size_t>(state_plan_.total_shard()));
-    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroup(
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroupView(
         offload::StateSwapper::Access::kRead,
-        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
-          std::memcpy(swapped.data() + begin, arrays[0],
-                      static_cast<size_t>(count) * sizeof(float));
+        [&](int64_t, std::span<const offload::SwapPiece> pieces) {
+          std::memcpy(swapped.data() + pieces[0].first, pieces[0].data,
+                      static_cast<size_t>(pieces[0].bytes()));
           return Status::Ok();
         })));
   }
@@ -62,14 +65,12 @@ Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) cons
   if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
   if (swapper_ != nullptr) {
     // The file holds zeros in the padding, as the outputs must.
-    return AgreeOnFailure(swapper_->ForEachSubGroup(
+    return AgreeOnFailure(swapper_->ForEachSubGroupView(
         offload::StateSwapper::Access::kRead,
-        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
-          const auto bytes = static_cast<size_t>(count) * sizeof(float);
-          std::memcpy(master_out + begin, arrays[0], bytes);
-          std::memcpy(m_out + begin, arrays[1], bytes);
-          std::memcpy(v_out + begin, arrays[2], bytes);
-          return Status::Ok();
+        [&](int64_t, std::span<const offload::SwapPiece> pieces) {
+          const int64_t begin = pieces[0].first;
+          std::memcpy(master_out + begin, pieces[0].data, static_cast<size_t>(pieces[0].bytes()));
+          return SwappedMomentsToFloat(pieces, m_out + begin, v_out + begin);
         }));
   }
   for (int u = 0; u < plan_.num_units(); ++u) {
@@ -104,14 +105,12 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
   HOIST_RETURN_IF_ERROR(Sync());
   HOIST_RETURN_IF_ERROR(AgreeOnFailure(FinishOwnedWrites()));
   if (swapper_ != nullptr) {
-    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroup(
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroupView(
         offload::StateSwapper::Access::kWrite,
-        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
-          const auto bytes = static_cast<size_t>(count) * sizeof(float);
-          std::memcpy(arrays[0], master_in + begin, bytes);
-          std::memcpy(arrays[1], m_in + begin, bytes);
-          std::memcpy(arrays[2], v_in + begin, bytes);
-          return Status::Ok();
+        [&](int64_t, std::span<const offload::SwapPiece> pieces) {
+          const int64_t begin = pieces[0].first;
+          std::memcpy(pieces[0].data, master_in + begin, static_cast<size_t>(pieces[0].bytes()));
+          return SwappedMomentsFromFloat(pieces, m_in + begin, v_in + begin);
         })));
   } else if (options_.adam.eight_bit) {
     HOIST_RETURN_IF_ERROR(RestoreMoments8bit(m_in, v_in));
@@ -144,20 +143,38 @@ Status ZeroEngine::CopyMoments(float* m, float* v, bool down) const {
 Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
   if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
   HOIST_CHECK(swapper_ != nullptr) << "ReadStateInPieces needs the optimizer states on NVMe";
-  return AgreeOnFailure(
-      swapper_->ForEachSubGroup(offload::StateSwapper::Access::kRead,
-                                [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
-                                  return visit(begin, count, arrays[0], arrays[1], arrays[2]);
-                                }));
+  std::vector<float> m, v;  // 8-bit: the sub-group's moments as fp32
+  return AgreeOnFailure(swapper_->ForEachSubGroupView(
+      offload::StateSwapper::Access::kRead,
+      [&](int64_t, std::span<const offload::SwapPiece> pieces) {
+        const int64_t begin = pieces[0].first, count = pieces[0].count;
+        if (!options_.adam.eight_bit) {
+          return visit(begin, count, pieces[0].floats(), pieces[1].floats(), pieces[2].floats());
+        }
+        m.resize(static_cast<size_t>(count));
+        v.resize(static_cast<size_t>(count));
+        HOIST_RETURN_IF_ERROR(SwappedMomentsToFloat(pieces, m.data(), v.data()));
+        return visit(begin, count, pieces[0].floats(), m.data(), v.data());
+      }));
 }
 
 Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_count) {
   HOIST_CHECK(swapper_ != nullptr) << "RestoreStateInPieces needs the optimizer states on NVMe";
   const DType type = options_.compute_type;
-  Status written = swapper_->ForEachSubGroup(
+  std::vector<float> m, v;  // 8-bit: the sub-group's moments as fp32, requantized after
+  Status written = swapper_->ForEachSubGroupView(
       offload::StateSwapper::Access::kWrite,
-      [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
-        HOIST_RETURN_IF_ERROR(fill(begin, count, arrays[0], arrays[1], arrays[2]));
+      [&](int64_t, std::span<const offload::SwapPiece> pieces) {
+        const int64_t begin = pieces[0].first, count = pieces[0].count;
+        float* master = pieces[0].floats();
+        if (!options_.adam.eight_bit) {
+          HOIST_RETURN_IF_ERROR(fill(begin, count, master, pieces[1].floats(), pieces[2].floats()));
+        } else {
+          m.resize(static_cast<size_t>(count));
+          v.resize(static_cast<size_t>(count));
+          HOIST_RETURN_IF_ERROR(fill(begin, count, master, m.data(), v.data()));
+          HOIST_RETURN_IF_ERROR(SwappedMomentsFromFloat(pieces, m.data(), v.data()));
+        }
         // The model's copy of every unit whose shard overlaps this piece.
         for (int u = 0; u < plan_.num_units(); ++u) {
           const UnitPartition& owned = state_plan_.unit(u);
@@ -168,7 +185,7 @@ Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_cou
           const int64_t real_hi = std::min(hi, owned.shard_offset + owned.owned_real);
           if (real_hi > lo) {
             HOIST_RETURN_IF_ERROR(StoreFromHost(ElementPtr(compute, type, lo - owned.shard_offset),
-                                                type, arrays[0] + (lo - begin), real_hi - lo));
+                                                type, master + (lo - begin), real_hi - lo));
           }
         }
         return Sync();  // the swapper writes the sub-group out once this returns
@@ -179,6 +196,78 @@ Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_cou
   step_count_ = step_count;
   HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
   return AgreeOnDeferredErrors();
+}
+
+void ZeroEngine::ZeroSwappedMoments(std::span<const offload::SwapPiece> pieces) const {
+  using kernels::cpu::QuantizeNearest;
+  for (size_t a = 1; a < pieces.size(); ++a) {
+    int fill = 0;
+    // The zero of m's signed map is its middle code; v's is code 0.
+    if (options_.adam.eight_bit && a == kSwapCodesM) {
+      fill = QuantizeNearest(kernels::cpu::SignedDynamicMap(), 0.0f);
+    } else if (options_.adam.eight_bit && a == kSwapCodesV) {
+      fill = QuantizeNearest(kernels::cpu::UnsignedDynamicMap(), 0.0f);
+    }
+    std::memset(pieces[a].data, fill, static_cast<size_t>(pieces[a].bytes()));
+  }
+}
+
+Status ZeroEngine::SwappedMomentsToFloat(std::span<const offload::SwapPiece> pieces, float* m,
+                                         float* v) const {
+  const int64_t begin = pieces[0].first;
+  if (!options_.adam.eight_bit) {
+    std::memcpy(m, pieces[1].data, static_cast<size_t>(pieces[1].bytes()));
+    std::memcpy(v, pieces[2].data, static_cast<size_t>(pieces[2].bytes()));
+    return Status::Ok();
+  }
+  std::memset(m, 0, static_cast<size_t>(pieces[0].bytes()));
+  std::memset(v, 0, static_cast<size_t>(pieces[0].bytes()));
+  return ForEachUnitInSubGroup(
+      pieces, [&](int u, int64_t lo, int64_t hi, const MomentsAt& at) -> Status {
+        const int64_t x = state_plan_.unit(u).shard_offset + lo - begin;  // lo in the sub-group
+        if (at.m != nullptr) {                                            // fp32 moments
+          std::memcpy(m + x, at.m, static_cast<size_t>(hi - lo) * sizeof(float));
+          std::memcpy(v + x, at.v, static_cast<size_t>(hi - lo) * sizeof(float));
+          return Status::Ok();
+        }
+        for (const OwnedPieceFrom& piece : OwnedPiecesFrom(state_plan_, u, lo, hi)) {
+          const int64_t at_piece = piece.begin - lo, n = piece.end - piece.begin;
+          kernels::cpu::DequantizeBlockwise(kernels::cpu::SignedDynamicMap(), at.qm + at_piece,
+                                            at.absmax_m + piece.block, n, m + x + at_piece);
+          kernels::cpu::DequantizeBlockwise(kernels::cpu::UnsignedDynamicMap(), at.qv + at_piece,
+                                            at.absmax_v + piece.block, n, v + x + at_piece);
+        }
+        return Status::Ok();
+      });
+}
+
+Status ZeroEngine::SwappedMomentsFromFloat(std::span<const offload::SwapPiece> pieces,
+                                           const float* m, const float* v) const {
+  const int64_t begin = pieces[0].first;
+  if (!options_.adam.eight_bit) {
+    std::memcpy(pieces[1].data, m, static_cast<size_t>(pieces[1].bytes()));
+    std::memcpy(pieces[2].data, v, static_cast<size_t>(pieces[2].bytes()));
+    return Status::Ok();
+  }
+  // Zero codes and absmaxes first: the padding's stay so (never read).
+  ZeroSwappedMoments(pieces);
+  return ForEachUnitInSubGroup(
+      pieces, [&](int u, int64_t lo, int64_t hi, const MomentsAt& at) -> Status {
+        const int64_t x = state_plan_.unit(u).shard_offset + lo - begin;
+        if (at.m != nullptr) {
+          std::memcpy(at.m, m + x, static_cast<size_t>(hi - lo) * sizeof(float));
+          std::memcpy(at.v, v + x, static_cast<size_t>(hi - lo) * sizeof(float));
+          return Status::Ok();
+        }
+        for (const OwnedPieceFrom& piece : OwnedPiecesFrom(state_plan_, u, lo, hi)) {
+          const int64_t at_piece = piece.begin - lo, n = piece.end - piece.begin;
+          kernels::cpu::RequantizeBlockwise(kernels::cpu::SignedDynamicMap(), m + x + at_piece, n,
+                                            at.qm + at_piece, at.absmax_m + piece.block);
+          kernels::cpu::RequantizeBlockwise(kernels::cpu::UnsignedDynamicMap(), v + x + at_piece, n,
+                                            at.qv + at_piece, at.absmax_v + piece.block);
+        }
+        return Status::Ok();
+      });
 }
 
 }  // namespace hoist::zero

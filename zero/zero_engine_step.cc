@@ -71,20 +71,16 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
       const UnitPartition& owned = state_plan_.unit(u);
       if (owned.owned_real == 0) continue;
       void* compute = BeginOwnedWrite(u);
-      // 8-bit: UpdatePiece finds the moments itself (Update8bit).
-      const bool flat = !options_.adam.eight_bit;
-      updated = UpdatePiece(u, 0, owned.owned_real, master(u),
-                            flat ? moment_at(state_m_, split_m_, u) : nullptr,
-                            flat ? moment_at(state_v_, split_v_, u) : nullptr, compute, h);
+      updated = UpdatePiece(u, 0, owned.owned_real, master(u), ResidentMoments(u), compute, h);
       EndOwnedWrite(u);
       if (!updated.ok()) break;
     }
     if (updated.ok()) updated = Sync();
   } else {
-    updated = swapper_->ForEachSubGroup(
+    updated = swapper_->ForEachSubGroupView(
         offload::StateSwapper::Access::kReadWrite,
-        [&](int64_t begin, int64_t count, std::span<float* const> arrays) {
-          HOIST_RETURN_IF_ERROR(UpdateRange(begin, count, arrays[0], arrays[1], arrays[2], h));
+        [&](int64_t, std::span<const offload::SwapPiece> pieces) {
+          HOIST_RETURN_IF_ERROR(UpdateSubGroup(pieces, h));
           return Sync();  // the swapper writes the sub-group back once this returns
         });
     CloseOwnedWrite();
@@ -161,9 +157,8 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
   for (int u = 0; u < plan_.num_units(); ++u) {
     const UnitPartition& owned = state_plan_.unit(u);
     if (owned.owned_real == 0 || host_part(u)) continue;
-    HOIST_RETURN_IF_ERROR(UpdatePiece(u, 0, owned.owned_real, master(u),
-                                      moment_at(state_m_, split_m_, u),
-                                      moment_at(state_v_, split_v_, u), owned_params(u), h));
+    HOIST_RETURN_IF_ERROR(
+        UpdatePiece(u, 0, owned.owned_real, master(u), ResidentMoments(u), owned_params(u), h));
   }
   for (size_t i = 0; i < units.size(); ++i) {
     const int u = units[i];
@@ -173,8 +168,9 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
     // The whole owned range, the staging slot holding exactly its gradients.
     float* master_u = master(u);
     if (options_.adam.eight_bit) {
-      HOIST_RETURN_IF_ERROR(Update8bit(host_backend_.get(), host, u, master_u,
-                                       stage_grads_[slot].data(), stage_copy_[slot].data(), h));
+      HOIST_RETURN_IF_ERROR(Update8bit(host_backend_.get(), host, u, 0, owned.owned_real, master_u,
+                                       ResidentMoments(u), stage_grads_[slot].data(),
+                                       stage_copy_[slot].data(), 0, h));
     } else {
       const std::vector<kernels::AdamWTensorRef> pieces = AdamWPieces(
           u, 0, owned.owned_real, master_u, moment_at(state_m_, split_m_, u),
@@ -228,8 +224,9 @@ void* ZeroEngine::owned_params(int unit) {
   return ElementPtr(whole_params(unit), type, state_plan_.unit(unit).owned_begin);
 }
 
-Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, float* m, float* v,
-                               void* compute, const kernels::AdamWStepScalars& h) {
+Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master,
+                               const MomentsAt& moments, void* compute,
+                               const kernels::AdamWStepScalars& h) {
   const DType type = options_.compute_type;
   const int64_t bytes = (hi - lo) * static_cast<int64_t>(csize_);
   // Owned element i's gradient and compute-type copy: in place, or in the host update's staging
@@ -251,12 +248,12 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
     ops_stream = &host_backend_->compute_stream();
   }
   if (options_.adam.eight_bit) {
-    // The whole owned range at once (NVMe's sub-groups, which cut units, are refused).
-    HOIST_CHECK(lo == 0 && hi == state_plan_.unit(unit).owned_real);
-    HOIST_RETURN_IF_ERROR(Update8bit(ops, *ops_stream, unit, master, grads, copies, h));
+    HOIST_RETURN_IF_ERROR(
+        Update8bit(ops, *ops_stream, unit, lo, hi, master, moments, grads, copies, origin, h));
   } else {
-    HOIST_RETURN_IF_ERROR(ops->AdamW(AdamWPieces(unit, lo, hi, master, m, v, grads, copies, origin),
-                                     type, type, h, *ops_stream));
+    HOIST_RETURN_IF_ERROR(
+        ops->AdamW(AdamWPieces(unit, lo, hi, master, moments.m, moments.v, grads, copies, origin),
+                   type, type, h, *ops_stream));
   }
   if (host_update) {
     // The updated weights up: the rounded copy, or in fp32 the master's bits. The staging is the
@@ -277,19 +274,56 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, 
   return Status::Ok();
 }
 
-Status ZeroEngine::UpdateRange(int64_t begin, int64_t count, float* master, float* m, float* v,
-                               const kernels::AdamWStepScalars& h) {
+Status ZeroEngine::ForEachUnitInSubGroup(std::span<const offload::SwapPiece> pieces,
+                                         const UnitInSubGroup& visit) const {
+  const int64_t begin = pieces[0].first;
+  const int64_t end = begin + pieces[0].count;
   for (int u = 0; u < plan_.num_units(); ++u) {
     const UnitPartition& owned = state_plan_.unit(u);
-    const int64_t lo = std::max(begin, owned.shard_offset);
-    const int64_t hi = std::min(begin + count, owned.shard_offset + owned.owned_real);
+    const int64_t lo = std::max(begin, owned.shard_offset) - owned.shard_offset;
+    const int64_t hi = std::min(end, owned.shard_offset + owned.shard) - owned.shard_offset;
     if (lo >= hi) continue;
-    // Units come in order, each over one or more sub-groups: its copy stays open until the next.
-    HOIST_RETURN_IF_ERROR(UpdatePiece(u, lo - owned.shard_offset, hi - owned.shard_offset,
-                                      master + (lo - begin), m + (lo - begin), v + (lo - begin),
-                                      OpenOwnedWrite(u), h));
+    MomentsAt at;
+    if (!options_.adam.eight_bit) {
+      const int64_t x = owned.shard_offset + lo - begin;  // in the sub-group
+      at.m = pieces[1].floats() + x;
+      at.v = pieces[2].floats() + x;
+    } else {
+      const Moments8bitIndex index = Moments8bitIndexAt(state_plan_, moments8_, u, lo);
+      auto in = [&](int array, int64_t first) {
+        return pieces[static_cast<size_t>(array)].data +
+               (first - pieces[static_cast<size_t>(array)].first) *
+                   pieces[static_cast<size_t>(array)].element_bytes;
+      };
+      if (moments8_.code_offset[static_cast<size_t>(u)] < 0) {
+        at.m = reinterpret_cast<float*>(in(kSwapM32, index.fp32));
+        at.v = reinterpret_cast<float*>(in(kSwapV32, index.fp32));
+      } else {
+        at.qm = reinterpret_cast<uint8_t*>(in(kSwapCodesM, index.code));
+        at.qv = reinterpret_cast<uint8_t*>(in(kSwapCodesV, index.code));
+        at.absmax_m = reinterpret_cast<float*>(in(kSwapAbsmaxM, index.absmax));
+        at.absmax_v = reinterpret_cast<float*>(in(kSwapAbsmaxV, index.absmax));
+      }
+    }
+    HOIST_RETURN_IF_ERROR(visit(u, lo, hi, at));
   }
   return Status::Ok();
+}
+
+Status ZeroEngine::UpdateSubGroup(std::span<const offload::SwapPiece> pieces,
+                                  const kernels::AdamWStepScalars& h) {
+  float* master = pieces[0].floats();
+  const int64_t begin = pieces[0].first;
+  return ForEachUnitInSubGroup(
+      pieces, [&](int u, int64_t lo, int64_t hi, const MomentsAt& moments) -> Status {
+        const UnitPartition& owned = state_plan_.unit(u);
+        hi = std::min(hi, owned.owned_real);
+        if (lo >= hi) return Status::Ok();  // padding only
+        // Units come in order, each over one or more sub-groups: its copy stays open until the
+        // next.
+        return UpdatePiece(u, lo, hi, master + (owned.shard_offset + lo - begin), moments,
+                           OpenOwnedWrite(u), h);
+      });
 }
 
 void* ZeroEngine::OpenOwnedWrite(int unit) {

@@ -150,6 +150,89 @@ TEST(StateSwapper, AnIoErrorIsReturnedWithTheRequestAndNothingIsLeftInFlight) {
   }
 }
 
+// An explicit layout: arrays of 4, 1 and 4 bytes an element, each cut into sub-groups of its own
+// lengths (one sub-group holds none of array 1, the last none of array 2). Every pipeline shape
+// keeps each array's bytes of each sub-group in place; the file holds each array's longest
+// sub-group, rounded to 4 KiB, once per sub-group.
+TEST(StateSwapper, AnExplicitLayoutKeepsEveryArraysPiecesInPlace) {
+  StateSwapperOptions options;
+  options.path = "mem";
+  options.layout = {SwapArray{4, {0, 1500, 1600, 5000, 5001}},
+                    SwapArray{1, {0, 1500, 1500, 9000, 9100}}, SwapArray{4, {0, 7, 12, 20, 20}}};
+  const StateSwapper::Layout layout = StateSwapper::LayoutFor(options);
+  EXPECT_EQ(layout.sub_groups, 4);
+  EXPECT_EQ(layout.sub_group, 3400);
+  EXPECT_EQ(layout.array_strides, (std::vector<int64_t>{16384, 8192, 4096}));
+  EXPECT_EQ(layout.file_bytes, 4 * (16384 + 8192 + 4096));
+  auto byte_at = [](int64_t array, int64_t i, int round) {
+    return static_cast<std::byte>((array * 31 + i * 7 + round) & 0xff);
+  };
+  for (int buffers : {1, 2, 3}) {
+    MemoryTracker tracker;
+    PinnedHostPool pool(tracker, {.lock_pages = false});
+    MemoryFactory factory;
+    options.buffer_count = buffers;
+    auto swapper = StateSwapper::Create(options, factory.Make(), pool, tracker);
+    ASSERT_TRUE(swapper.ok()) << swapper.status().ToString();
+    StateSwapper& s = **swapper;
+    EXPECT_EQ(s.elements(), 5001);
+    std::vector<int64_t> seen;
+    for (int round = 0; round <= 2; ++round) {
+      const auto access =
+          round == 0 ? StateSwapper::Access::kWrite : StateSwapper::Access::kReadWrite;
+      ASSERT_TRUE(s.ForEachSubGroupView(
+                       access,
+                       [&](int64_t group, std::span<const SwapPiece> pieces) {
+                         if (round == 0) seen.push_back(group);
+                         for (size_t a = 0; a < pieces.size(); ++a) {
+                           const SwapArray& array = options.layout[a];
+                           const auto g = static_cast<size_t>(group);
+                           if (pieces[a].first != array.bounds[g] ||
+                               pieces[a].count != array.bounds[g + 1] - array.bounds[g]) {
+                             return InternalError("a piece out of place");
+                           }
+                           const int64_t bytes = pieces[a].bytes();
+                           const int64_t first = pieces[a].first * array.element_bytes;
+                           for (int64_t i = 0; i < bytes; ++i) {
+                             if (round > 0 &&
+                                 pieces[a].data[i] != byte_at(int64_t(a), first + i, round - 1)) {
+                               return InternalError("stale byte");
+                             }
+                             pieces[a].data[i] = byte_at(int64_t(a), first + i, round);
+                           }
+                         }
+                         return Status::Ok();
+                       })
+                      .ok())
+          << "buffers " << buffers << " round " << round;
+    }
+    EXPECT_EQ(seen, (std::vector<int64_t>{0, 1, 2, 3}));
+  }
+}
+
+TEST(StateSwapper, RefusesABadExplicitLayout) {
+  MemoryTracker tracker;
+  PinnedHostPool pool(tracker, {.lock_pages = false});
+  MemoryFactory factory;
+  const std::vector<std::vector<SwapArray>> bad = {
+      {SwapArray{4, {0, 10}}, SwapArray{1, {0, 5, 10}}},  // sub-group counts differ
+      {SwapArray{4, {0, 10, 5}}},                         // goes backwards
+      {SwapArray{0, {0, 10}}},                            // no element size
+      {SwapArray{4, {1, 10}}},                            // does not start at 0
+      {SwapArray{4, {0, 0}}, SwapArray{1, {0, 3}}},       // array 0 empty
+  };
+  for (const std::vector<SwapArray>& layout : bad) {
+    StateSwapperOptions options;
+    options.path = "mem";
+    options.layout = layout;
+    auto swapper = StateSwapper::Create(options, factory.Make(), pool, tracker);
+    ASSERT_FALSE(swapper.ok());
+    EXPECT_EQ(swapper.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(swapper.status().message().find("state swapper"), std::string::npos)
+        << swapper.status().ToString();
+  }
+}
+
 // A tracker, an unlocked pool and in-memory storage for one swapper.
 struct InMemory {
   MemoryTracker tracker;

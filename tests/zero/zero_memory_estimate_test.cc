@@ -402,6 +402,23 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
          o.offload_param.place = ParamPlace::kHost;
        },
        zero_test::ToyUnits()},
+      // 8-bit moments on NVMe: the swapper's seven arrays, its sub-groups cut on block
+      // boundaries (the uneven units' 300 and 261 span two blocks).
+      {"8-bit AdamW, optimizer on nvme, sub-groups of 100",
+       [](ZeroOptions& o) {
+         o.adam.eight_bit = true;
+         o.adam.min_8bit_size = 64;
+         o.offload_optimizer.place = StatePlace::kNvme;
+         o.offload_optimizer.sub_group_size = 100;
+         o.offload_optimizer.buffer_count = 2;
+       }},
+      {"8-bit AdamW, optimizer and params on nvme, whole shard",
+       [](ZeroOptions& o) {
+         o.adam.eight_bit = true;
+         o.adam.min_8bit_size = 0;
+         o.offload_optimizer.place = StatePlace::kNvme;
+         o.offload_param.place = ParamPlace::kNvme;
+       }},
       // Partial offload: the leading units' states on the device, the rest offloaded; the
       // extremes leave one part empty.
       {"optimizer half offloaded, pinned",

@@ -54,6 +54,8 @@ struct RunOptions {
   HostStream::Mode streams = HostStream::Mode::kInline;
   // The collectives go through comm::StagedCommunicator (device -> host staging -> device).
   bool staged_comm = false;
+  // The model's units; empty: ToyUnits().
+  std::vector<UnitSpec> units;
 };
 
 struct RankResult {
@@ -102,16 +104,18 @@ inline std::vector<RankResult> Train(const RunOptions& run) {
       comm::Communicator* comm = run.staged_comm ? &staged : &(*group)->comm(r);
       ZeroOptions options = run.zero;
       if (run.per_rank) run.per_rank(r, options);
-      auto engine = ZeroEngine::Create(ToyUnits(), options, comm, &backend);
+      const std::vector<UnitSpec> units = run.units.empty() ? ToyUnits() : run.units;
+      auto engine = ZeroEngine::Create(units, options, comm, &backend);
       if (!engine.ok()) {
         out.status = engine.status();
         return;
       }
       ZeroEngine& e = **engine;
-      out.status = e.Initialize([](int u, float* values) {
-        for (int64_t i = 0; i < ToyUnits()[u].size; ++i) values[i] = InitialValue(u, i);
+      out.status = e.Initialize([&](int u, float* values) {
+        for (int64_t i = 0; i < units[static_cast<size_t>(u)].size; ++i) {
+          values[i] = InitialValue(u, i);
+        }
       });
-      const std::vector<UnitSpec> units = ToyUnits();
       for (int step = 0; step < run.steps && out.status.ok(); ++step) {
         out.status = e.ZeroGrads();
         if (!out.status.ok()) break;
