@@ -266,13 +266,12 @@ std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, D
     }
   }
 
-  // Moments in 8 bits: an AdamW8bit job keeps them, an AdamW job may take them too. The engine
-  // keeps 8-bit moments on the device, wholly on the host or on NVMe (not split by a ratio).
+  // Moments in 8 bits: an AdamW8bit job keeps them, an AdamW job may take them too, wherever
+  // the engine keeps moments.
   const bool base_8bit = base.optimizer.type == "AdamW8bit";
   if (!base_8bit && !allow_8bit) return out;
   std::vector<PlanChoice> eight_bit;
   for (const PlanChoice& choice : out) {
-    if (choice.offload_ratio < 1) continue;
     eight_bit.push_back(choice);
     eight_bit.back().optimizer_8bit = true;
   }

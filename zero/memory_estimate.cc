@@ -70,11 +70,20 @@ bool DevicePartHasSeparateMaster(const ZeroOptions& options) {
 }
 
 std::vector<int64_t> Moment8bitArrayBytes(const PartitionPlan& state_plan,
-                                          const ZeroOptions& options) {
+                                          const ZeroOptions& options, bool offloaded) {
   const Moments8bitLayout layout = Moments8bitLayoutFor(state_plan, options.adam.min_8bit_size);
-  const int64_t absmax = layout.absmax_blocks * int64_t{sizeof(float)};
-  const int64_t fp32 = layout.fp32_elements * int64_t{sizeof(float)};
-  return {layout.code_elements, layout.code_elements, absmax, absmax, fp32, fp32};
+  const int64_t split = options.offload_optimizer.place == StatePlace::kDevice
+                            ? state_plan.total_shard()
+                            : DeviceStateElements(state_plan, options);
+  const Moments8bitIndex before = Moments8bitBefore(state_plan, layout, split);
+  Moments8bitIndex part = before;
+  if (offloaded) {
+    part = {layout.code_elements - before.code, layout.absmax_blocks - before.absmax,
+            layout.fp32_elements - before.fp32};
+  }
+  const int64_t absmax = part.absmax * int64_t{sizeof(float)};
+  const int64_t fp32 = part.fp32 * int64_t{sizeof(float)};
+  return {part.code, part.code, absmax, absmax, fp32, fp32};
 }
 
 offload::StateSwapperOptions OptimizerSwapOptions(const PartitionPlan& state_plan,
@@ -102,7 +111,11 @@ ModelStateBytes ModelStateBytesFor(const PartitionPlan& plan, const PartitionPla
   bytes.grads = GradBufferBytes(plan, options);
   if (options.adam.eight_bit) {
     bytes.optimizer = StateArrayBytes(state_plan) * (HasSeparateMaster(options) ? 1 : 0);
-    for (int64_t array : Moment8bitArrayBytes(state_plan, options)) bytes.optimizer += array;
+    for (bool offloaded : {false, true}) {
+      for (int64_t array : Moment8bitArrayBytes(state_plan, options, offloaded)) {
+        bytes.optimizer += array;
+      }
+    }
     return bytes;
   }
   const int64_t on_device = DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
@@ -262,18 +275,31 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
   const int64_t state_bytes = StateArrayBytes(state_plan);
   const OptimizerOffload& optimizer = options.offload_optimizer;
   if (options.adam.eight_bit && optimizer.place != StatePlace::kNvme) {
-    // The master (where separate), then ZeroEngine's 8-bit arrays, each its own allocation.
-    std::vector<int64_t> arrays = Moment8bitArrayBytes(state_plan, options);
-    if (HasSeparateMaster(options)) arrays.insert(arrays.begin(), state_bytes);
-    for (int64_t array : arrays) {
-      if (array == 0) continue;
-      if (optimizer.place == StatePlace::kDevice) {
-        tracker.Add(kCompute, Category::kOptimizer, array);
-      } else if (optimizer.pin_memory) {
-        tracker.Add(Place::kHostPinned, Category::kOptimizer,
-                    PinnedHostPool::AllocationBytes(array));
-      } else {
-        tracker.Add(Place::kHost, Category::kOptimizer, array);
+    // Each part (the device's, the offloaded one's): the master where separate, then
+    // ZeroEngine's 8-bit arrays, each its own allocation.
+    const int64_t on_device =
+        optimizer.place == StatePlace::kDevice
+            ? state_bytes
+            : DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
+    for (bool offloaded : {false, true}) {
+      std::vector<int64_t> arrays = Moment8bitArrayBytes(state_plan, options, offloaded);
+      if (offloaded && on_device < state_bytes) {
+        arrays.insert(arrays.begin(), state_bytes - on_device);  // always separate
+      } else if (!offloaded && on_device > 0 &&
+                 (optimizer.place == StatePlace::kDevice ? HasSeparateMaster(options)
+                                                         : DevicePartHasSeparateMaster(options))) {
+        arrays.insert(arrays.begin(), on_device);
+      }
+      for (int64_t array : arrays) {
+        if (array == 0) continue;
+        if (!offloaded) {
+          tracker.Add(kCompute, Category::kOptimizer, array);
+        } else if (optimizer.pin_memory) {
+          tracker.Add(Place::kHostPinned, Category::kOptimizer,
+                      PinnedHostPool::AllocationBytes(array));
+        } else {
+          tracker.Add(Place::kHost, Category::kOptimizer, array);
+        }
       }
     }
   } else {

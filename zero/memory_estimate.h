@@ -67,13 +67,15 @@ int64_t DeviceStateElements(const PartitionPlan& state_plan, const ZeroOptions& 
 // Whether the device part of a split keeps a master array of its own (as HasSeparateMaster with
 // the states on the device).
 bool DevicePartHasSeparateMaster(const ZeroOptions& options);
-// The 8-bit AdamW's moment arrays (options.adam.eight_bit; zero/moments_8bit.h), in the order
-// ZeroEngine allocates them: codes of m and of v (1 byte per element of the 8-bit units' shards),
-// absmaxes of m and of v (4 bytes per block of 256), fp32 m and v of the units below
-// min_8bit_size. An array of 0 bytes is not allocated. Per parameter of an 8-bit unit: 2 + 8/256
-// bytes, plus the 4-byte master where HasSeparateMaster.
+// The 8-bit AdamW's moment arrays (options.adam.eight_bit; zero/moments_8bit.h) of one part of
+// the shard, in the order ZeroEngine allocates them: codes of m and of v (1 byte per element of
+// the 8-bit units' shards), absmaxes of m and of v (4 bytes per block of 256), fp32 m and v of
+// the units below min_8bit_size. `offloaded`: the part offload_optimizer cpu holds (the units
+// past DeviceStateElements; none without offload), else the part on the device. An array of 0
+// bytes is not allocated. Per parameter of an 8-bit unit: 2 + 8/256 bytes, plus the 4-byte
+// master where HasSeparateMaster.
 std::vector<int64_t> Moment8bitArrayBytes(const PartitionPlan& state_plan,
-                                          const ZeroOptions& options);
+                                          const ZeroOptions& options, bool offloaded);
 // The optimizer swapper of StatePlace::kNvme (its path left empty): master, m and v in fp32, or
 // with 8-bit moments the layout of Moments8bitSwapArrays.
 offload::StateSwapperOptions OptimizerSwapOptions(const PartitionPlan& state_plan,

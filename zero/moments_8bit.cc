@@ -96,6 +96,16 @@ Moments8bitIndex Moments8bitIndexAt(const PartitionPlan& state_plan,
   return index;
 }
 
+Moments8bitIndex Moments8bitBefore(const PartitionPlan& state_plan, const Moments8bitLayout& layout,
+                                   int64_t split) {
+  for (int u = 0; u < state_plan.num_units(); ++u) {
+    if (state_plan.unit(u).shard_offset >= split) {
+      return Moments8bitIndexAt(state_plan, layout, u, 0);
+    }
+  }
+  return {layout.code_elements, layout.absmax_blocks, layout.fp32_elements};
+}
+
 namespace {
 
 // The unit whose shard holds flat element x (0 <= x < total_shard).

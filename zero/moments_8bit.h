@@ -54,6 +54,12 @@ struct Moments8bitIndex {
 Moments8bitIndex Moments8bitIndexAt(const PartitionPlan& state_plan,
                                     const Moments8bitLayout& layout, int unit, int64_t at);
 
+// Codes, absmaxes and fp32 moments of the units before the first whose shard starts at or past
+// flat element `split` (all of them when none does): the device part of a partial offload,
+// whose arrays the offloaded part's follow.
+Moments8bitIndex Moments8bitBefore(const PartitionPlan& state_plan, const Moments8bitLayout& layout,
+                                   int64_t split);
+
 // The 8-bit states on NVMe (offload/state_swapper.h): this rank's shard as seven arrays, in this
 // order, cut into sub-groups of about `sub_group_size` elements of the master weights (flat,
 // state plan order) that never cut a block of codes (a cut inside a piece moves to the block

@@ -71,12 +71,6 @@ Status ValidateZeroOptions(const ZeroOptions& options) {
         "zero_optimization.offload_optimizer.ratio below 1 needs offload_optimizer.device \"cpu\" "
         "(a partial offload to nvme is not supported): set ratio to 1 or use device \"cpu\"");
   }
-  if (ratio < 1.0 && options.adam.eight_bit && !options.frozen &&
-      options.offload_optimizer.place == StatePlace::kHost) {
-    return InvalidArgumentError(
-        "optimizer.type AdamW8bit cannot offload part of its states yet "
-        "(zero_optimization.offload_optimizer.ratio below 1): set ratio to 1, or use AdamW");
-  }
   if (options.adam.eight_bit && options.adam.min_8bit_size < 0) {
     return InvalidArgumentError("optimizer.params.min_8bit_size must be >= 0, not " +
                                 std::to_string(options.adam.min_8bit_size));
@@ -226,8 +220,10 @@ Status ZeroEngine::AllocateStates() {
           HOIST_ASSIGN_OR_RETURN(split_master_,
                                  device_->Allocate(split_bytes, Category::kOptimizer));
         }
-        HOIST_ASSIGN_OR_RETURN(split_m_, device_->Allocate(split_bytes, Category::kOptimizer));
-        HOIST_ASSIGN_OR_RETURN(split_v_, device_->Allocate(split_bytes, Category::kOptimizer));
+        if (!options_.adam.eight_bit) {  // else the 8-bit arrays below
+          HOIST_ASSIGN_OR_RETURN(split_m_, device_->Allocate(split_bytes, Category::kOptimizer));
+          HOIST_ASSIGN_OR_RETURN(split_v_, device_->Allocate(split_bytes, Category::kOptimizer));
+        }
       }
       const int64_t host_bytes = state_bytes - split_ * static_cast<int64_t>(sizeof(float));
       if (host_bytes == 0) break;  // everything stayed on the device
@@ -266,34 +262,49 @@ Status ZeroEngine::AllocateStates() {
   if (!options_.adam.eight_bit) return Status::Ok();
   moments8_ = Moments8bitLayoutFor(state_plan_, options_.adam.min_8bit_size);
   if (swapper_ != nullptr) return Status::Ok();  // in the swapper's file (Moments8bitSwapArrays)
-  // The 8-bit moments, in the order the estimate counts them (AddResident).
-  const int64_t fp32_bytes = moments8_.fp32_elements * static_cast<int64_t>(sizeof(float));
-  const int64_t absmax_bytes = moments8_.absmax_blocks * static_cast<int64_t>(sizeof(float));
-  HOIST_ASSIGN_OR_RETURN(void* qm, AllocateStateArray(moments8_.code_elements));
-  HOIST_ASSIGN_OR_RETURN(void* qv, AllocateStateArray(moments8_.code_elements));
-  HOIST_ASSIGN_OR_RETURN(void* am, AllocateStateArray(absmax_bytes));
-  HOIST_ASSIGN_OR_RETURN(void* av, AllocateStateArray(absmax_bytes));
-  HOIST_ASSIGN_OR_RETURN(void* m, AllocateStateArray(fp32_bytes));
-  HOIST_ASSIGN_OR_RETURN(void* v, AllocateStateArray(fp32_bytes));
-  state_qm_ = static_cast<uint8_t*>(qm);
-  state_qv_ = static_cast<uint8_t*>(qv);
-  state_absmax_m_ = static_cast<float*>(am);
-  state_absmax_v_ = static_cast<float*>(av);
-  state_m_ = static_cast<float*>(m);
-  state_v_ = static_cast<float*>(v);
+  // The 8-bit moments, in the order the estimate counts them (AddResident): the device part's
+  // arrays (all of them without offload), then the offloaded part's.
+  const int64_t split = states_on_device() ? state_plan_.total_shard() : split_;
+  const Moments8bitIndex before = Moments8bitBefore(state_plan_, moments8_, split);
+  parts8_[1].first = before;
+  const Moments8bitIndex sizes[2] = {
+      before,
+      {moments8_.code_elements - before.code, moments8_.absmax_blocks - before.absmax,
+       moments8_.fp32_elements - before.fp32}};
+  for (int part = 0; part < 2; ++part) {
+    const bool offloaded = part == 1;
+    const int64_t absmax_bytes = sizes[part].absmax * static_cast<int64_t>(sizeof(float));
+    const int64_t fp32_bytes = sizes[part].fp32 * static_cast<int64_t>(sizeof(float));
+    Moments8bitPart& arrays = parts8_[part];
+    HOIST_ASSIGN_OR_RETURN(void* qm, AllocateStateArray(sizes[part].code, offloaded));
+    HOIST_ASSIGN_OR_RETURN(void* qv, AllocateStateArray(sizes[part].code, offloaded));
+    HOIST_ASSIGN_OR_RETURN(void* am, AllocateStateArray(absmax_bytes, offloaded));
+    HOIST_ASSIGN_OR_RETURN(void* av, AllocateStateArray(absmax_bytes, offloaded));
+    HOIST_ASSIGN_OR_RETURN(void* m, AllocateStateArray(fp32_bytes, offloaded));
+    HOIST_ASSIGN_OR_RETURN(void* v, AllocateStateArray(fp32_bytes, offloaded));
+    arrays.qm = static_cast<uint8_t*>(qm);
+    arrays.qv = static_cast<uint8_t*>(qv);
+    arrays.absmax_m = static_cast<float*>(am);
+    arrays.absmax_v = static_cast<float*>(av);
+    arrays.m = static_cast<float*>(m);
+    arrays.v = static_cast<float*>(v);
+  }
   return Status::Ok();
 }
 
-StatusOr<void*> ZeroEngine::AllocateStateArray(int64_t bytes) {
+StatusOr<void*> ZeroEngine::AllocateStateArray(int64_t bytes, bool offloaded) {
   if (bytes == 0) return static_cast<void*>(nullptr);
   const OptimizerOffload& offload = options_.offload_optimizer;
-  if (offload.place == StatePlace::kHost && offload.pin_memory) {
+  if (offloaded && offload.pin_memory) {
     HOIST_ASSIGN_OR_RETURN(offload::PinnedBuffer buffer,
                            pool_->Allocate(bytes, Category::kOptimizer));
     pinned8_.push_back(std::move(buffer));
     return static_cast<void*>(pinned8_.back().data());
   }
-  Device& place = offload.place == StatePlace::kHost ? *host_device_ : *device_;
+  if (offloaded && host_device_ == nullptr) {
+    host_device_ = std::make_unique<CpuDevice>(Place::kHost, device_->tracker());
+  }
+  Device& place = offloaded ? *host_device_ : *device_;
   HOIST_ASSIGN_OR_RETURN(Buffer buffer, place.Allocate(bytes, Category::kOptimizer));
   buffers8_.push_back(std::move(buffer));
   return buffers8_.back().data();

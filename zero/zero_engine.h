@@ -334,8 +334,15 @@ class ZeroEngine final : public ParamStore {
   Status Update8bit(kernels::Backend* ops, const Stream& ops_stream, int unit, int64_t lo,
                     int64_t hi, float* master, const MomentsAt& moments, const void* grads,
                     void* copies, int64_t origin, const kernels::AdamWStepScalars& h);
-  // Allocates `bytes` of optimizer state where the states live (StatePlace kDevice or kHost).
-  StatusOr<void*> AllocateStateArray(int64_t bytes);
+  // Allocates `bytes` of optimizer state on the device, or `offloaded` where kHost puts it.
+  StatusOr<void*> AllocateStateArray(int64_t bytes, bool offloaded);
+  // The 8-bit moments whole, in host memory, in moments8_'s coordinates.
+  struct Moments8bitCopy {
+    std::vector<uint8_t> qm, qv;
+    std::vector<float> absmax_m, absmax_v, m, v;
+  };
+  // Copies `copy` into both parts' arrays, or (down) the parts' arrays into `copy`, sized here.
+  Status TransferMoments8bit(Moments8bitCopy& copy, bool down) const;
   // The 8-bit moments of Initialize: zero codes and absmaxes, zero fp32 moments.
   Status ZeroMoments8bit();
   Status ReadMoments8bit(float* m_out, float* v_out) const;
@@ -430,13 +437,21 @@ class ZeroEngine final : public ParamStore {
   Buffer split_master_, split_m_, split_v_;
   std::unique_ptr<offload::StateSwapper> swapper_;  // StatePlace::kNvme
   // options_.adam.eight_bit: the layout and the arrays of the 8-bit moments (codes of m and v,
-  // their absmaxes), wherever the states live; state_m_ and state_v_ then hold the fp32 moments
-  // of the small units only (moments8_.fp32_offset), or are null where there are none.
+  // their absmaxes, and the fp32 moments of the small units), wherever the states live: part 0
+  // on the device (all units without offload, the leading ones of a partial offload), part 1
+  // offloaded; each part's arrays start at its first unit's (`first`: the part's element 0 in
+  // moments8_'s coordinates). Null arrays where a part has none; unused under kNvme.
+  struct Moments8bitPart {
+    uint8_t* qm = nullptr;
+    uint8_t* qv = nullptr;
+    float* absmax_m = nullptr;
+    float* absmax_v = nullptr;
+    float* m = nullptr;
+    float* v = nullptr;
+    Moments8bitIndex first;
+  };
   Moments8bitLayout moments8_;
-  uint8_t* state_qm_ = nullptr;
-  uint8_t* state_qv_ = nullptr;
-  float* state_absmax_m_ = nullptr;
-  float* state_absmax_v_ = nullptr;
+  Moments8bitPart parts8_[2];
   std::vector<Buffer> buffers8_;
   std::vector<offload::PinnedBuffer> pinned8_;
   OffloadStats offload_stats_;

@@ -21,25 +21,53 @@ using kernels::cpu::UnsignedDynamicMap;
 
 }  // namespace
 
-Status ZeroEngine::ZeroMoments8bit() {
-  const kernels::CopyDirection up = StateFromHost();
-  // m's zero is the signed map's middle code; v's is code 0.
-  std::vector<uint8_t> codes(static_cast<size_t>(moments8_.code_elements),
-                             kernels::cpu::QuantizeNearest(SignedDynamicMap(), 0.0f));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_qm_, codes.data(), moments8_.code_elements, up));
-  HOIST_RETURN_IF_ERROR(Sync());
-  std::fill(codes.begin(), codes.end(), kernels::cpu::QuantizeNearest(UnsignedDynamicMap(), 0.0f));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_qv_, codes.data(), moments8_.code_elements, up));
-  HOIST_RETURN_IF_ERROR(Sync());
-  const int64_t most = std::max(moments8_.absmax_blocks, moments8_.fp32_elements);
-  const std::vector<float> zeros(static_cast<size_t>(most), 0.0f);
-  const int64_t absmax_bytes = moments8_.absmax_blocks * static_cast<int64_t>(sizeof(float));
-  const int64_t fp32_bytes = moments8_.fp32_elements * static_cast<int64_t>(sizeof(float));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_absmax_m_, zeros.data(), absmax_bytes, up));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_absmax_v_, zeros.data(), absmax_bytes, up));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_m_, zeros.data(), fp32_bytes, up));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_v_, zeros.data(), fp32_bytes, up));
+Status ZeroEngine::TransferMoments8bit(Moments8bitCopy& copy, bool down) const {
+  if (down) {
+    copy.qm.resize(static_cast<size_t>(moments8_.code_elements));
+    copy.qv.resize(copy.qm.size());
+    copy.absmax_m.resize(static_cast<size_t>(moments8_.absmax_blocks));
+    copy.absmax_v.resize(copy.absmax_m.size());
+    copy.m.resize(static_cast<size_t>(moments8_.fp32_elements));
+    copy.v.resize(copy.m.size());
+  }
+  const Moments8bitIndex ends[2] = {
+      parts8_[1].first,
+      {moments8_.code_elements, moments8_.absmax_blocks, moments8_.fp32_elements}};
+  for (int part = 0; part < 2; ++part) {
+    const bool offloaded = part == 1;
+    const Moments8bitPart& arrays = parts8_[part];
+    const Moments8bitIndex& first = arrays.first;
+    // Part 0 is device memory, part 1 host memory (StateCopy's host part).
+    const kernels::CopyDirection direction = down ? PartToHost(offloaded) : PartFromHost(offloaded);
+    auto move = [&](void* state, void* host, int64_t bytes) -> Status {
+      if (bytes == 0) return Status::Ok();
+      return down ? StateCopy(host, state, bytes, direction, offloaded)
+                  : StateCopy(state, host, bytes, direction, offloaded);
+    };
+    const int64_t codes = ends[part].code - first.code;
+    const int64_t absmax = (ends[part].absmax - first.absmax) * int64_t{sizeof(float)};
+    const int64_t fp32 = (ends[part].fp32 - first.fp32) * int64_t{sizeof(float)};
+    HOIST_RETURN_IF_ERROR(move(arrays.qm, copy.qm.data() + first.code, codes));
+    HOIST_RETURN_IF_ERROR(move(arrays.qv, copy.qv.data() + first.code, codes));
+    HOIST_RETURN_IF_ERROR(move(arrays.absmax_m, copy.absmax_m.data() + first.absmax, absmax));
+    HOIST_RETURN_IF_ERROR(move(arrays.absmax_v, copy.absmax_v.data() + first.absmax, absmax));
+    HOIST_RETURN_IF_ERROR(move(arrays.m, copy.m.data() + first.fp32, fp32));
+    HOIST_RETURN_IF_ERROR(move(arrays.v, copy.v.data() + first.fp32, fp32));
+  }
   return Sync();
+}
+
+Status ZeroEngine::ZeroMoments8bit() {
+  Moments8bitCopy zeros;
+  // m's zero is the signed map's middle code; v's is code 0.
+  zeros.qm.assign(static_cast<size_t>(moments8_.code_elements),
+                  kernels::cpu::QuantizeNearest(SignedDynamicMap(), 0.0f));
+  zeros.qv.assign(zeros.qm.size(), kernels::cpu::QuantizeNearest(UnsignedDynamicMap(), 0.0f));
+  zeros.absmax_m.assign(static_cast<size_t>(moments8_.absmax_blocks), 0.0f);
+  zeros.absmax_v = zeros.absmax_m;
+  zeros.m.assign(static_cast<size_t>(moments8_.fp32_elements), 0.0f);
+  zeros.v = zeros.m;
+  return TransferMoments8bit(zeros, /*down=*/false);
 }
 
 ZeroEngine::MomentsAt ZeroEngine::ResidentMoments(int unit) const {
@@ -50,15 +78,16 @@ ZeroEngine::MomentsAt ZeroEngine::ResidentMoments(int unit) const {
     return at;
   }
   const auto u = static_cast<size_t>(unit);
+  const Moments8bitPart& part = parts8_[host_part(unit) ? 1 : 0];
   if (moments8_.code_offset[u] < 0) {
-    at.m = state_m_ + moments8_.fp32_offset[u];
-    at.v = state_v_ + moments8_.fp32_offset[u];
+    at.m = part.m + (moments8_.fp32_offset[u] - part.first.fp32);
+    at.v = part.v + (moments8_.fp32_offset[u] - part.first.fp32);
     return at;
   }
-  at.qm = state_qm_ + moments8_.code_offset[u];
-  at.qv = state_qv_ + moments8_.code_offset[u];
-  at.absmax_m = state_absmax_m_ + moments8_.absmax_offset[u];
-  at.absmax_v = state_absmax_v_ + moments8_.absmax_offset[u];
+  at.qm = part.qm + (moments8_.code_offset[u] - part.first.code);
+  at.qv = part.qv + (moments8_.code_offset[u] - part.first.code);
+  at.absmax_m = part.absmax_m + (moments8_.absmax_offset[u] - part.first.absmax);
+  at.absmax_v = part.absmax_v + (moments8_.absmax_offset[u] - part.first.absmax);
   return at;
 }
 
@@ -89,19 +118,8 @@ Status ZeroEngine::Update8bit(kernels::Backend* ops, const Stream& ops_stream, i
 }
 
 Status ZeroEngine::ReadMoments8bit(float* m_out, float* v_out) const {
-  const kernels::CopyDirection down = StateToHost();
-  const int64_t fp32_bytes = moments8_.fp32_elements * static_cast<int64_t>(sizeof(float));
-  const int64_t absmax_bytes = moments8_.absmax_blocks * static_cast<int64_t>(sizeof(float));
-  std::vector<uint8_t> qm(static_cast<size_t>(moments8_.code_elements)), qv(qm.size());
-  std::vector<float> am(static_cast<size_t>(moments8_.absmax_blocks)), av(am.size());
-  std::vector<float> m32(static_cast<size_t>(moments8_.fp32_elements)), v32(m32.size());
-  HOIST_RETURN_IF_ERROR(StateCopy(qm.data(), state_qm_, moments8_.code_elements, down));
-  HOIST_RETURN_IF_ERROR(StateCopy(qv.data(), state_qv_, moments8_.code_elements, down));
-  HOIST_RETURN_IF_ERROR(StateCopy(am.data(), state_absmax_m_, absmax_bytes, down));
-  HOIST_RETURN_IF_ERROR(StateCopy(av.data(), state_absmax_v_, absmax_bytes, down));
-  HOIST_RETURN_IF_ERROR(StateCopy(m32.data(), state_m_, fp32_bytes, down));
-  HOIST_RETURN_IF_ERROR(StateCopy(v32.data(), state_v_, fp32_bytes, down));
-  HOIST_RETURN_IF_ERROR(Sync());
+  Moments8bitCopy copy;
+  HOIST_RETURN_IF_ERROR(TransferMoments8bit(copy, /*down=*/true));
   const int64_t total = state_plan_.total_shard();
   std::memset(m_out, 0, static_cast<size_t>(total) * sizeof(float));
   std::memset(v_out, 0, static_cast<size_t>(total) * sizeof(float));
@@ -112,8 +130,8 @@ Status ZeroEngine::ReadMoments8bit(float* m_out, float* v_out) const {
     float* v = v_out + owned.shard_offset;
     if (moments8_.code_offset[u] < 0) {
       const auto at = static_cast<size_t>(moments8_.fp32_offset[u]);
-      std::memcpy(m, m32.data() + at, static_cast<size_t>(owned.owned_real) * sizeof(float));
-      std::memcpy(v, v32.data() + at, static_cast<size_t>(owned.owned_real) * sizeof(float));
+      std::memcpy(m, copy.m.data() + at, static_cast<size_t>(owned.owned_real) * sizeof(float));
+      std::memcpy(v, copy.v.data() + at, static_cast<size_t>(owned.owned_real) * sizeof(float));
       continue;
     }
     const auto codes = static_cast<size_t>(moments8_.code_offset[u]);
@@ -121,10 +139,10 @@ Status ZeroEngine::ReadMoments8bit(float* m_out, float* v_out) const {
     for (const OwnedPiece& piece : OwnedPieces(state_plan_, unit)) {
       const int64_t n = piece.end - piece.begin;
       const auto at = codes + static_cast<size_t>(piece.begin);
-      kernels::cpu::DequantizeBlockwise(SignedDynamicMap(), qm.data() + at, am.data() + block, n,
-                                        m + piece.begin);
-      kernels::cpu::DequantizeBlockwise(UnsignedDynamicMap(), qv.data() + at, av.data() + block, n,
-                                        v + piece.begin);
+      kernels::cpu::DequantizeBlockwise(SignedDynamicMap(), copy.qm.data() + at,
+                                        copy.absmax_m.data() + block, n, m + piece.begin);
+      kernels::cpu::DequantizeBlockwise(UnsignedDynamicMap(), copy.qv.data() + at,
+                                        copy.absmax_v.data() + block, n, v + piece.begin);
       block += static_cast<size_t>(QuantBlocks(n));
     }
   }
@@ -132,9 +150,13 @@ Status ZeroEngine::ReadMoments8bit(float* m_out, float* v_out) const {
 }
 
 Status ZeroEngine::RestoreMoments8bit(const float* m_in, const float* v_in) {
-  std::vector<uint8_t> qm(static_cast<size_t>(moments8_.code_elements)), qv(qm.size());
-  std::vector<float> am(static_cast<size_t>(moments8_.absmax_blocks)), av(am.size());
-  std::vector<float> m32(static_cast<size_t>(moments8_.fp32_elements)), v32(m32.size());
+  Moments8bitCopy copy;
+  copy.qm.resize(static_cast<size_t>(moments8_.code_elements));
+  copy.qv.resize(copy.qm.size());
+  copy.absmax_m.resize(static_cast<size_t>(moments8_.absmax_blocks));
+  copy.absmax_v.resize(copy.absmax_m.size());
+  copy.m.resize(static_cast<size_t>(moments8_.fp32_elements));
+  copy.v.resize(copy.m.size());
   for (int unit = 0; unit < plan_.num_units(); ++unit) {
     const auto u = static_cast<size_t>(unit);
     const UnitPartition& owned = state_plan_.unit(unit);
@@ -142,36 +164,28 @@ Status ZeroEngine::RestoreMoments8bit(const float* m_in, const float* v_in) {
     const float* v = v_in + owned.shard_offset;
     if (moments8_.code_offset[u] < 0) {
       const auto at = static_cast<size_t>(moments8_.fp32_offset[u]);
-      std::memcpy(m32.data() + at, m, static_cast<size_t>(owned.owned_real) * sizeof(float));
-      std::memcpy(v32.data() + at, v, static_cast<size_t>(owned.owned_real) * sizeof(float));
+      std::memcpy(copy.m.data() + at, m, static_cast<size_t>(owned.owned_real) * sizeof(float));
+      std::memcpy(copy.v.data() + at, v, static_cast<size_t>(owned.owned_real) * sizeof(float));
       continue;
     }
     const auto codes = static_cast<size_t>(moments8_.code_offset[u]);
     auto block = static_cast<size_t>(moments8_.absmax_offset[u]);
     // The codes of the padding stay the zero codes (never read).
-    std::fill(qm.begin() + static_cast<std::ptrdiff_t>(codes),
-              qm.begin() + static_cast<std::ptrdiff_t>(codes + static_cast<size_t>(owned.shard)),
-              kernels::cpu::QuantizeNearest(SignedDynamicMap(), 0.0f));
+    std::fill(
+        copy.qm.begin() + static_cast<std::ptrdiff_t>(codes),
+        copy.qm.begin() + static_cast<std::ptrdiff_t>(codes + static_cast<size_t>(owned.shard)),
+        kernels::cpu::QuantizeNearest(SignedDynamicMap(), 0.0f));
     for (const OwnedPiece& piece : OwnedPieces(state_plan_, unit)) {
       const int64_t n = piece.end - piece.begin;
       const auto at = codes + static_cast<size_t>(piece.begin);
-      kernels::cpu::RequantizeBlockwise(SignedDynamicMap(), m + piece.begin, n, qm.data() + at,
-                                        am.data() + block);
-      kernels::cpu::RequantizeBlockwise(UnsignedDynamicMap(), v + piece.begin, n, qv.data() + at,
-                                        av.data() + block);
+      kernels::cpu::RequantizeBlockwise(SignedDynamicMap(), m + piece.begin, n, copy.qm.data() + at,
+                                        copy.absmax_m.data() + block);
+      kernels::cpu::RequantizeBlockwise(UnsignedDynamicMap(), v + piece.begin, n,
+                                        copy.qv.data() + at, copy.absmax_v.data() + block);
       block += static_cast<size_t>(QuantBlocks(n));
     }
   }
-  const kernels::CopyDirection up = StateFromHost();
-  const int64_t fp32_bytes = moments8_.fp32_elements * static_cast<int64_t>(sizeof(float));
-  const int64_t absmax_bytes = moments8_.absmax_blocks * static_cast<int64_t>(sizeof(float));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_qm_, qm.data(), moments8_.code_elements, up));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_qv_, qv.data(), moments8_.code_elements, up));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_absmax_m_, am.data(), absmax_bytes, up));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_absmax_v_, av.data(), absmax_bytes, up));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_m_, m32.data(), fp32_bytes, up));
-  HOIST_RETURN_IF_ERROR(StateCopy(state_v_, v32.data(), fp32_bytes, up));
-  return Sync();
+  return TransferMoments8bit(copy, /*down=*/false);
 }
 
 }  // namespace hoist::zero

@@ -201,6 +201,48 @@ TEST(ZeroAdamW8bit, NvmeOffloadGivesTheDeviceRunsBits) {
   EXPECT_TRUE(std::filesystem::is_empty(std::filesystem::path(dir.File("", 0)).parent_path()));
 }
 
+// A partial offload keeps the leading units' 8-bit moments on the device and the rest on the
+// host, each part updated by the same kernel: every ratio (the extremes leave one part empty)
+// gives the bits of no offload and of full offload, at every stage, on one and two ranks.
+TEST(ZeroAdamW8bit, PartialOffloadGivesTheBitsOfNoOffloadAtEveryRatio) {
+  for (int stage = 1; stage <= 3; ++stage) {
+    for (int world : {1, 2}) {
+      for (DType type : {DType::kFloat32, DType::kBFloat16}) {
+        RunOptions device = EightBit(stage, world, /*min_8bit_size=*/50);
+        device.units = LongUnits();
+        device.zero.compute_type = type;
+        device.zero.comm_type = type;
+        const std::vector<RankResult> want = Train(device);
+        ASSERT_TRUE(want[0].status.ok()) << want[0].status.ToString();
+        for (double ratio : {1e-6, 0.5, 0.999, 1.0}) {
+          for (bool pinned : {true, false}) {
+            if (!pinned && ratio != 0.5) continue;  // keeps the test quick
+            RunOptions run = device;
+            run.zero.offload_optimizer.place = StatePlace::kHost;
+            run.zero.offload_optimizer.ratio = ratio;
+            run.zero.offload_optimizer.pin_memory = pinned;
+            const std::vector<RankResult> got = Train(run);
+            for (int r = 0; r < world; ++r) {
+              const std::string where = "stage " + std::to_string(stage) + " world " +
+                                        std::to_string(world) + " " + DTypeName(type) + " ratio " +
+                                        std::to_string(ratio) + " rank " + std::to_string(r);
+              ASSERT_TRUE(got[r].status.ok()) << where << ": " << got[r].status.ToString();
+              EXPECT_EQ(got[r].params, want[r].params) << where;
+              if (ratio == 0.5) {  // both parts hold moments
+                const MemorySnapshot& memory = got[r].memory;
+                const int opt = int(Category::kOptimizer);
+                EXPECT_GT(memory.peak[int(Place::kDevice)][opt], 0) << where;
+                EXPECT_GT(memory.peak[int(pinned ? Place::kHostPinned : Place::kHost)][opt], 0)
+                    << where;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // The file holds the master (4 bytes a parameter), the codes (2) and the absmaxes: about half
 // the bytes of the 32-bit optimizer's file (12), on a model big enough that the 4 KiB alignment
 // of each array does not dominate.
@@ -230,7 +272,7 @@ struct Saved {
   std::vector<float> master, m, v;
 };
 
-void CheckpointRoundTrip(int stage, int world, StatePlace place) {
+void CheckpointRoundTrip(int stage, int world, StatePlace place, double ratio = 1.0) {
   ScratchDir dir;
   auto group = comm::ThreadGroup::Create(world, 30.0);
   ASSERT_TRUE(group.ok());
@@ -246,9 +288,11 @@ void CheckpointRoundTrip(int stage, int world, StatePlace place) {
       options.compute_type = DType::kBFloat16;
       options.comm_type = DType::kFloat32;
       options.offload_optimizer.place = place;
+      options.offload_optimizer.ratio = ratio;
       options.offload_optimizer.sub_group_size = 300;  // cuts inside the long units' pieces
-      const std::vector<UnitSpec> units = place == StatePlace::kNvme ? LongUnits() : ToyUnits();
-      if (place == StatePlace::kNvme) options.adam.min_8bit_size = 50;
+      const bool long_units = place == StatePlace::kNvme || ratio < 1.0;
+      const std::vector<UnitSpec> units = long_units ? LongUnits() : ToyUnits();
+      if (long_units) options.adam.min_8bit_size = 50;
       int engines = 0;
       auto make = [&]() {
         options.offload_optimizer.nvme_file = dir.File("engine" + std::to_string(engines++), r);
@@ -319,6 +363,7 @@ TEST(ZeroAdamW8bit, CheckpointsRoundTripAndResumeBitIdentically) {
     CheckpointRoundTrip(stage, 2, StatePlace::kDevice);
     CheckpointRoundTrip(stage, 2, StatePlace::kHost);
     CheckpointRoundTrip(stage, 2, StatePlace::kNvme);
+    CheckpointRoundTrip(stage, 2, StatePlace::kHost, /*ratio=*/0.5);
   }
   CheckpointRoundTrip(1, 1, StatePlace::kNvme);
 }

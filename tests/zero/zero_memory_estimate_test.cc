@@ -419,6 +419,23 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
          o.offload_optimizer.place = StatePlace::kNvme;
          o.offload_param.place = ParamPlace::kNvme;
        }},
+      {"8-bit AdamW, half offloaded, pinned",
+       [](ZeroOptions& o) {
+         o.adam.eight_bit = true;
+         o.adam.min_8bit_size = 64;
+         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.ratio = 0.5;
+       }},
+      {"8-bit AdamW, a quarter offloaded, pageable, params on the host",
+       [](ZeroOptions& o) {
+         o.adam.eight_bit = true;
+         o.adam.min_8bit_size = 0;
+         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.pin_memory = false;
+         o.offload_optimizer.ratio = 0.25;
+         o.offload_param.place = ParamPlace::kHost;
+       },
+       zero_test::ToyUnits()},
       // Partial offload: the leading units' states on the device, the rest offloaded; the
       // extremes leave one part empty.
       {"optimizer half offloaded, pinned",
