@@ -336,12 +336,14 @@ class ZeroEngine final : public ParamStore {
                     void* copies, int64_t origin, const kernels::AdamWStepScalars& h);
   // Allocates `bytes` of optimizer state on the device, or `offloaded` where kHost puts it.
   StatusOr<void*> AllocateStateArray(int64_t bytes, bool offloaded);
-  // The 8-bit moments whole, in host memory, in moments8_'s coordinates.
+  // The 8-bit moments whole, in host memory, in moments8_'s coordinates (zero-filled).
   struct Moments8bitCopy {
+    explicit Moments8bitCopy(const Moments8bitLayout& layout);
     std::vector<uint8_t> qm, qv;
     std::vector<float> absmax_m, absmax_v, m, v;
   };
-  // Copies `copy` into both parts' arrays, or (down) the parts' arrays into `copy`, sized here.
+  // Copies `copy` (sized for moments8_) into both parts' arrays, or (down) the parts' arrays
+  // into it.
   Status TransferMoments8bit(Moments8bitCopy& copy, bool down) const;
   // The 8-bit moments of Initialize: zero codes and absmaxes, zero fp32 moments.
   Status ZeroMoments8bit();

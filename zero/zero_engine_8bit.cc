@@ -21,15 +21,15 @@ using kernels::cpu::UnsignedDynamicMap;
 
 }  // namespace
 
+ZeroEngine::Moments8bitCopy::Moments8bitCopy(const Moments8bitLayout& layout)
+    : qm(static_cast<size_t>(layout.code_elements)),
+      qv(qm.size()),
+      absmax_m(static_cast<size_t>(layout.absmax_blocks)),
+      absmax_v(absmax_m.size()),
+      m(static_cast<size_t>(layout.fp32_elements)),
+      v(m.size()) {}
+
 Status ZeroEngine::TransferMoments8bit(Moments8bitCopy& copy, bool down) const {
-  if (down) {
-    copy.qm.resize(static_cast<size_t>(moments8_.code_elements));
-    copy.qv.resize(copy.qm.size());
-    copy.absmax_m.resize(static_cast<size_t>(moments8_.absmax_blocks));
-    copy.absmax_v.resize(copy.absmax_m.size());
-    copy.m.resize(static_cast<size_t>(moments8_.fp32_elements));
-    copy.v.resize(copy.m.size());
-  }
   const Moments8bitIndex ends[2] = {
       parts8_[1].first,
       {moments8_.code_elements, moments8_.absmax_blocks, moments8_.fp32_elements}};
@@ -58,15 +58,12 @@ Status ZeroEngine::TransferMoments8bit(Moments8bitCopy& copy, bool down) const {
 }
 
 Status ZeroEngine::ZeroMoments8bit() {
-  Moments8bitCopy zeros;
+  Moments8bitCopy zeros(moments8_);
   // m's zero is the signed map's middle code; v's is code 0.
-  zeros.qm.assign(static_cast<size_t>(moments8_.code_elements),
-                  kernels::cpu::QuantizeNearest(SignedDynamicMap(), 0.0f));
-  zeros.qv.assign(zeros.qm.size(), kernels::cpu::QuantizeNearest(UnsignedDynamicMap(), 0.0f));
-  zeros.absmax_m.assign(static_cast<size_t>(moments8_.absmax_blocks), 0.0f);
-  zeros.absmax_v = zeros.absmax_m;
-  zeros.m.assign(static_cast<size_t>(moments8_.fp32_elements), 0.0f);
-  zeros.v = zeros.m;
+  std::fill(zeros.qm.begin(), zeros.qm.end(),
+            kernels::cpu::QuantizeNearest(SignedDynamicMap(), 0.0f));
+  std::fill(zeros.qv.begin(), zeros.qv.end(),
+            kernels::cpu::QuantizeNearest(UnsignedDynamicMap(), 0.0f));
   return TransferMoments8bit(zeros, /*down=*/false);
 }
 
@@ -118,7 +115,7 @@ Status ZeroEngine::Update8bit(kernels::Backend* ops, const Stream& ops_stream, i
 }
 
 Status ZeroEngine::ReadMoments8bit(float* m_out, float* v_out) const {
-  Moments8bitCopy copy;
+  Moments8bitCopy copy(moments8_);
   HOIST_RETURN_IF_ERROR(TransferMoments8bit(copy, /*down=*/true));
   const int64_t total = state_plan_.total_shard();
   std::memset(m_out, 0, static_cast<size_t>(total) * sizeof(float));
@@ -150,13 +147,7 @@ Status ZeroEngine::ReadMoments8bit(float* m_out, float* v_out) const {
 }
 
 Status ZeroEngine::RestoreMoments8bit(const float* m_in, const float* v_in) {
-  Moments8bitCopy copy;
-  copy.qm.resize(static_cast<size_t>(moments8_.code_elements));
-  copy.qv.resize(copy.qm.size());
-  copy.absmax_m.resize(static_cast<size_t>(moments8_.absmax_blocks));
-  copy.absmax_v.resize(copy.absmax_m.size());
-  copy.m.resize(static_cast<size_t>(moments8_.fp32_elements));
-  copy.v.resize(copy.m.size());
+  Moments8bitCopy copy(moments8_);  // v's zero code is 0: the padding's codes stay zero
   for (int unit = 0; unit < plan_.num_units(); ++unit) {
     const auto u = static_cast<size_t>(unit);
     const UnitPartition& owned = state_plan_.unit(unit);
