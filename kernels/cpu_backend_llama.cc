@@ -13,6 +13,7 @@ using cpu_backend_detail::CheckArgs;
 using cpu_backend_detail::HostStreamOf;
 using cpu_backend_detail::kOptional;
 using cpu_backend_detail::Positive;
+using cpu_backend_detail::RowBlocks;
 using cpu_backend_detail::Use;
 using cpu_backend_detail::Wide;
 
@@ -134,9 +135,12 @@ Status CpuBackend::RmsNormForward(void* out, float* rstd, const void* inp, const
                                         {"inp", inp, NC * e},
                                         {"weight", weight, C * e}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide o(out, type, NC, Use::kOut), x(inp, type, NC, Use::kIn), w(weight, type, C, Use::kIn);
-    cpu::RmsNormForward(o.get(), rstd, x.get(), w.get(), N, C, eps, type);
-    o.Finish();
+    Wide w(weight, type, C, Use::kIn);
+    RowBlocks(type, N, {{out, Use::kOut, C}, {inp, Use::kIn, C}},
+              [&](float* const* views, int64_t first, int64_t count) {
+                cpu::RmsNormForward(views[0], rstd + first, views[1], w.get(),
+                                    static_cast<int>(count), C, eps, type);
+              });
     return Status::Ok();
   });
 }
@@ -155,15 +159,33 @@ Status CpuBackend::RmsNormBackward(void* dinp, float* dweight, const void* dout,
                                         {"weight", weight, C * e},
                                         {"rstd", rstd, int64_t{N} * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide di(dinp, type, NC, Use::kInOut), d(dout, type, NC, Use::kIn), x(inp, type, NC, Use::kIn),
-        w(weight, type, C, Use::kIn);
-    cpu::RmsNormBackward(di.get(), dweight, d.get(), x.get(), w.get(), rstd, N, C);
-    di.Finish();
+    Wide w(weight, type, C, Use::kIn);
+    RowBlocks(type, N, {{dinp, Use::kInOut, C}, {dout, Use::kIn, C}, {inp, Use::kIn, C}},
+              [&](float* const* views, int64_t first, int64_t count) {
+                cpu::RmsNormBackward(views[0], dweight, views[1], views[2], w.get(), rstd + first,
+                                     static_cast<int>(count), C);
+              });
     return Status::Ok();
   });
 }
 
 namespace {
+
+// A rotary op over the 16-bit qkv a block of one sequence's positions at a time (RowBlocks):
+// the table's rows from the block's first position on.
+void RopeRows(void* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int hd,
+              DType type,
+              void (*rotate)(float*, const float*, const float*, int, int, int, int, int)) {
+  const int64_t row = int64_t{NH + 2 * NKV} * hd;  // a position's q, k and v
+  const int64_t half = hd / 2;
+  for (int b = 0; b < B; ++b) {
+    RowBlocks(type, T, {{ElementPtr(qkv, type, int64_t{b} * T * row), Use::kInOut, row}},
+              [&](float* const* views, int64_t first, int64_t count) {
+                rotate(views[0], cos + first * half, sin + first * half, 1, static_cast<int>(count),
+                       NH, NKV, hd);
+              });
+  }
+}
 
 Status CheckRope(const char* op, int B, int T, int NH, int NKV, int hd) {
   HOIST_RETURN_IF_ERROR(CheckHeads(op, B, T, NH, NKV, hd));
@@ -185,9 +207,7 @@ Status CpuBackend::RopeForward(void* qkv, const float* cos, const float* sin, in
   HOIST_RETURN_IF_ERROR(
       CheckArgs(kOp, {{"qkv", qkv, n * e}, {"cos", cos, table}, {"sin", sin, table}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide x(qkv, type, n, Use::kInOut);
-    cpu::RopeForward(x.get(), cos, sin, B, T, NH, NKV, hd);
-    x.Finish();
+    RopeRows(qkv, cos, sin, B, T, NH, NKV, hd, type, cpu::RopeForward);
     return Status::Ok();
   });
 }
@@ -201,9 +221,7 @@ Status CpuBackend::RopeBackward(void* dqkv, const float* cos, const float* sin, 
   HOIST_RETURN_IF_ERROR(
       CheckArgs(kOp, {{"dqkv", dqkv, n * e}, {"cos", cos, table}, {"sin", sin, table}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide x(dqkv, type, n, Use::kInOut);
-    cpu::RopeBackward(x.get(), cos, sin, B, T, NH, NKV, hd);
-    x.Finish();
+    RopeRows(dqkv, cos, sin, B, T, NH, NKV, hd, type, cpu::RopeBackward);
     return Status::Ok();
   });
 }
@@ -216,9 +234,10 @@ Status CpuBackend::SwiGluForward(void* out, const void* inp, int N, int I, DType
   const int64_t e = static_cast<int64_t>(DTypeSize(type)), NI = int64_t{N} * I;
   HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, NI * e}, {"inp", inp, 2 * NI * e}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide o(out, type, NI, Use::kOut), x(inp, type, 2 * NI, Use::kIn);
-    cpu::SwiGluForward(o.get(), x.get(), N, I);
-    o.Finish();
+    RowBlocks(type, N, {{out, Use::kOut, I}, {inp, Use::kIn, 2 * int64_t{I}}},
+              [&](float* const* views, int64_t, int64_t count) {
+                cpu::SwiGluForward(views[0], views[1], static_cast<int>(count), I);
+              });
     return Status::Ok();
   });
 }
@@ -232,10 +251,12 @@ Status CpuBackend::SwiGluBackward(void* dinp, const void* inp, const void* dout,
   HOIST_RETURN_IF_ERROR(CheckArgs(
       kOp, {{"dinp", dinp, 2 * NI * e}, {"inp", inp, 2 * NI * e}, {"dout", dout, NI * e}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide di(dinp, type, 2 * NI, Use::kInOut), x(inp, type, 2 * NI, Use::kIn),
-        d(dout, type, NI, Use::kIn);
-    cpu::SwiGluBackward(di.get(), x.get(), d.get(), N, I);
-    di.Finish();
+    RowBlocks(
+        type, N,
+        {{dinp, Use::kInOut, 2 * int64_t{I}}, {inp, Use::kIn, 2 * int64_t{I}}, {dout, Use::kIn, I}},
+        [&](float* const* views, int64_t, int64_t count) {
+          cpu::SwiGluBackward(views[0], views[1], views[2], static_cast<int>(count), I);
+        });
     return Status::Ok();
   });
 }

@@ -34,6 +34,7 @@ using cpu_backend_detail::HostStreamOf;
 using cpu_backend_detail::kOptional;
 using cpu_backend_detail::NonNegative;
 using cpu_backend_detail::Positive;
+using cpu_backend_detail::RowBlocks;
 using cpu_backend_detail::Use;
 using cpu_backend_detail::Wide;
 
@@ -51,12 +52,32 @@ Status CpuBackend::EncoderForward(void* out, const int32_t* tokens, const void* 
                                         {"wte", wte, C * e},
                                         {"wpe", wpe, int64_t{T} * C * e}}));
   return HostStreamOf(stream).Enqueue([=] {
-    int32_t vocab_rows = 0;
-    for (int64_t i = 0; i < BT; ++i) vocab_rows = std::max(vocab_rows, tokens[i] + 1);
-    Wide o(out, type, BT * C, Use::kOut), table(wte, type, int64_t{vocab_rows} * C, Use::kIn),
-        positions(wpe, type, int64_t{T} * C, Use::kIn);
-    cpu::EncoderForward(o.get(), tokens, table.get(), positions.get(), B, T, C);
-    o.Finish();
+    if (type == DType::kFloat32) {
+      cpu::EncoderForward(static_cast<float*>(out), tokens, static_cast<const float*>(wte),
+                          static_cast<const float*>(wpe), B, T, C);
+      return Status::Ok();
+    }
+    // A block of one sequence's positions at a time; each token's row of the table widened as
+    // it is read: the fp32 kernel's sums, without a widened copy of the table.
+    for (int b = 0; b < B; ++b) {
+      const int32_t* seq = tokens + int64_t{b} * T;
+      RowBlocks(type, T,
+                {{ElementPtr(out, type, int64_t{b} * T * C), Use::kOut, C}, {wpe, Use::kIn, C}},
+                [&](float* const* views, int64_t first, int64_t count) {
+#pragma omp parallel
+                  {
+                    std::vector<float> te(static_cast<size_t>(C));
+#pragma omp for schedule(static)
+                    for (int64_t t = 0; t < count; ++t) {
+                      cpu::ToFloat(ElementPtr(wte, type, int64_t{seq[first + t]} * C), type,
+                                   te.data(), C);
+                      float* o = views[0] + t * C;
+                      const float* pe = views[1] + t * C;
+                      for (int c = 0; c < C; ++c) o[c] = te[static_cast<size_t>(c)] + pe[c];
+                    }
+                  }
+                });
+    }
     return Status::Ok();
   });
 }
@@ -74,8 +95,20 @@ Status CpuBackend::EncoderBackward(float* dwte, float* dwpe, const void* dout,
                                         {"dout", dout, BT * C * e},
                                         {"tokens", tokens, BT * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide d(dout, type, BT * C, Use::kIn);
-    cpu::EncoderBackward(dwte, dwpe, d.get(), tokens, B, T, C);
+    if (type == DType::kFloat32) {
+      cpu::EncoderBackward(dwte, dwpe, static_cast<const float*>(dout), tokens, B, T, C);
+      return Status::Ok();
+    }
+    // Sequence by sequence, a block of positions at a time: the tokens in their order, so every
+    // row of dwte and dwpe sums in the same order as over the whole batch.
+    for (int b = 0; b < B; ++b) {
+      RowBlocks(type, T, {{ElementPtr(dout, type, int64_t{b} * T * C), Use::kIn, C}},
+                [&](float* const* views, int64_t first, int64_t count) {
+                  cpu::EncoderBackward(dwte, dwpe + first * C, views[0],
+                                       tokens + int64_t{b} * T + first, 1, static_cast<int>(count),
+                                       C);
+                });
+    }
     return Status::Ok();
   });
 }
@@ -94,10 +127,12 @@ Status CpuBackend::LayerNormForward(void* out, float* mean, float* rstd, const v
                                         {"weight", weight, C * e},
                                         {"bias", bias, C * e}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide o(out, type, NC, Use::kOut), x(inp, type, NC, Use::kIn), w(weight, type, C, Use::kIn),
-        b(bias, type, C, Use::kIn);
-    cpu::LayerNormForward(o.get(), mean, rstd, x.get(), w.get(), b.get(), N, C);
-    o.Finish();
+    Wide w(weight, type, C, Use::kIn), b(bias, type, C, Use::kIn);
+    RowBlocks(type, N, {{out, Use::kOut, C}, {inp, Use::kIn, C}},
+              [&](float* const* views, int64_t first, int64_t count) {
+                cpu::LayerNormForward(views[0], mean + first, rstd + first, views[1], w.get(),
+                                      b.get(), static_cast<int>(count), C);
+              });
     return Status::Ok();
   });
 }
@@ -119,10 +154,12 @@ Status CpuBackend::LayerNormBackward(void* dinp, float* dweight, float* dbias, c
                                         {"mean", mean, int64_t{N} * 4},
                                         {"rstd", rstd, int64_t{N} * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
-    Wide di(dinp, type, NC, Use::kInOut), d(dout, type, NC, Use::kIn), x(inp, type, NC, Use::kIn),
-        w(weight, type, C, Use::kIn);
-    cpu::LayerNormBackward(di.get(), dweight, dbias, d.get(), x.get(), w.get(), mean, rstd, N, C);
-    di.Finish();
+    Wide w(weight, type, C, Use::kIn);
+    RowBlocks(type, N, {{dinp, Use::kInOut, C}, {dout, Use::kIn, C}, {inp, Use::kIn, C}},
+              [&](float* const* views, int64_t first, int64_t count) {
+                cpu::LayerNormBackward(views[0], dweight, dbias, views[1], views[2], w.get(),
+                                       mean + first, rstd + first, static_cast<int>(count), C);
+              });
     return Status::Ok();
   });
 }

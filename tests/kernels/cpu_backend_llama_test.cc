@@ -164,6 +164,63 @@ TEST_P(CpuBackendLlama, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
   }
 }
 
+// The 16-bit row ops work a block of rows at a time (cpu_backend_args.h RowBlocks): over several
+// blocks and a tail (and, for the rotation, blocks that restart in every sequence), still bit for
+// bit the fp32 kernel on widened arrays, gradients added in fp32 and rounded once, dweight summed
+// in the same row order.
+TEST_P(CpuBackendLlama, SixteenBitRowOpsOverManyBlocksAreTheWidenedKernels) {
+  constexpr int bN = 2100, bC = 96, bI = 200;  // 4 blocks of RMSNorm rows, 7 of SwiGLU's
+  constexpr int bB = 3, bT = 700, bNH = 4, bNKV = 2, bhd = 16;  // 2 blocks a sequence
+  constexpr int bW = (bNH + 2 * bNKV) * bhd;
+  const RopeTable table = MakeRopeTable(RopeInvFreq(bhd, 10000.0).value(), bT);
+  for (const DType h : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(h));
+    const std::vector<uint16_t> x = Narrow(RandomFloats(size_t{bN} * bC, 40, -2.0f, 2.0f), h),
+                                w = Narrow(RandomFloats(bC, 41, 0.5f, 1.5f), h),
+                                dy = Narrow(RandomFloats(x.size(), 42), h),
+                                dx0 = Narrow(RandomFloats(x.size(), 43), h),
+                                gu = Narrow(RandomFloats(size_t{bN} * 2 * bI, 44, -3.0f, 3.0f), h),
+                                sdout = Narrow(RandomFloats(size_t{bN} * bI, 45), h),
+                                dgu0 = Narrow(RandomFloats(gu.size(), 46), h),
+                                qkv = Narrow(RandomFloats(size_t{bB} * bT * bW, 47), h);
+    std::vector<uint16_t> y(x.size()), dx = dx0, sw(sdout.size()), dgu = dgu0, roped = qkv,
+                                       unroped = qkv;
+    std::vector<float> rstd(bN), dw(bC, 0.125f);
+    EXPECT_OK(
+        backend_.RmsNormForward(y.data(), rstd.data(), x.data(), w.data(), bN, bC, kEps, h, s()));
+    EXPECT_OK(backend_.RmsNormBackward(dx.data(), dw.data(), dy.data(), x.data(), w.data(),
+                                       rstd.data(), bN, bC, h, s()));
+    EXPECT_OK(backend_.SwiGluForward(sw.data(), gu.data(), bN, bI, h, s()));
+    EXPECT_OK(backend_.SwiGluBackward(dgu.data(), gu.data(), sdout.data(), bN, bI, h, s()));
+    EXPECT_OK(backend_.RopeForward(roped.data(), table.cos.data(), table.sin.data(), bB, bT, bNH,
+                                   bNKV, bhd, h, s()));
+    EXPECT_OK(backend_.RopeBackward(unroped.data(), table.cos.data(), table.sin.data(), bB, bT, bNH,
+                                    bNKV, bhd, h, s()));
+    Sync();
+
+    std::vector<float> y_ref(x.size()), rstd_ref(bN), dx_ref = Widen(dx0, h), dw_ref(bC, 0.125f);
+    cpu::RmsNormForward(y_ref.data(), rstd_ref.data(), Widen(x, h).data(), Widen(w, h).data(), bN,
+                        bC, kEps, h);
+    cpu::RmsNormBackward(dx_ref.data(), dw_ref.data(), Widen(dy, h).data(), Widen(x, h).data(),
+                         Widen(w, h).data(), rstd_ref.data(), bN, bC);
+    EXPECT_TRUE(SameBits(y, Narrow(y_ref, h)));
+    EXPECT_TRUE(SameBits(rstd, rstd_ref));
+    EXPECT_TRUE(SameBits(dx, Narrow(dx_ref, h)));
+    EXPECT_TRUE(SameBits(dw, dw_ref)) << "dweight in the same row order";
+    std::vector<float> sw_ref(sw.size()), dgu_ref = Widen(dgu0, h);
+    cpu::SwiGluForward(sw_ref.data(), Widen(gu, h).data(), bN, bI);
+    cpu::SwiGluBackward(dgu_ref.data(), Widen(gu, h).data(), Widen(sdout, h).data(), bN, bI);
+    EXPECT_TRUE(SameBits(sw, Narrow(sw_ref, h)));
+    EXPECT_TRUE(SameBits(dgu, Narrow(dgu_ref, h)));
+    std::vector<float> roped_ref = Widen(qkv, h), unroped_ref = Widen(qkv, h);
+    cpu::RopeForward(roped_ref.data(), table.cos.data(), table.sin.data(), bB, bT, bNH, bNKV, bhd);
+    cpu::RopeBackward(unroped_ref.data(), table.cos.data(), table.sin.data(), bB, bT, bNH, bNKV,
+                      bhd);
+    EXPECT_TRUE(SameBits(roped, Narrow(roped_ref, h))) << "each position's own angles";
+    EXPECT_TRUE(SameBits(unroped, Narrow(unroped_ref, h)));
+  }
+}
+
 // 16-bit accuracy against float64 references of the formulas on the (exact) widened inputs. u is
 // the type's unit roundoff (2^-8 bf16, 2^-11 fp16). Each output is rounded once (u |ref|),
 // RMSNorm's twice (the normalised value, then the output: 2u |ref|); the fp32 arithmetic before the

@@ -212,6 +212,60 @@ TEST_P(CpuBackendModel, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
   }
 }
 
+// LayerNorm and the encoder over several blocks of rows and a tail (cpu_backend_args.h
+// RowBlocks; the encoder's blocks restart in every sequence and read each token's row of the
+// table as it goes): bit for bit the fp32 kernels on widened arrays, rounded once, the parameter
+// gradients summed in the same row order.
+TEST_P(CpuBackendModel, SixteenBitRowOpsOverManyBlocksAreTheWidenedKernels) {
+  constexpr int bB = 2, bT = 1500, bC = 96, bV = 300, bN = bB * bT;
+  for (const DType h : {DType::kBFloat16, DType::kFloat16}) {
+    SCOPED_TRACE(DTypeName(h));
+    const std::vector<uint16_t> x = Narrow(RandomFloats(size_t{bN} * bC, 50), h),
+                                w = Narrow(RandomFloats(bC, 51, 0.5f, 1.5f), h),
+                                b = Narrow(RandomFloats(bC, 52), h),
+                                dy = Narrow(RandomFloats(x.size(), 53), h),
+                                dx0 = Narrow(RandomFloats(x.size(), 54), h),
+                                wte = Narrow(RandomFloats(size_t{bV} * bC, 55), h),
+                                wpe = Narrow(RandomFloats(size_t{bT} * bC, 56), h);
+    const std::vector<int32_t> tokens = RandomInts(bN, bV, 57);
+    std::vector<uint16_t> y(x.size()), dx = dx0, enc(x.size());
+    std::vector<float> mean(bN), rstd(bN), dw(bC, 0.25f), db(bC, -0.5f);
+    std::vector<float> dwte(size_t{bV} * bC, 0.5f), dwpe(size_t{bT} * bC, -0.25f);
+    EXPECT_OK(backend_.LayerNormForward(y.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                        b.data(), bN, bC, h, s()));
+    EXPECT_OK(backend_.LayerNormBackward(dx.data(), dw.data(), db.data(), dy.data(), x.data(),
+                                         w.data(), mean.data(), rstd.data(), bN, bC, h, s()));
+    EXPECT_OK(backend_.EncoderForward(enc.data(), tokens.data(), wte.data(), wpe.data(), bB, bT, bC,
+                                      h, s()));
+    EXPECT_OK(backend_.EncoderBackward(dwte.data(), dwpe.data(), dy.data(), tokens.data(), bB, bT,
+                                       bC, h, s()));
+    Sync();
+
+    std::vector<float> y_ref(x.size()), mean_ref(bN), rstd_ref(bN), dx_ref = Widen(dx0, h);
+    std::vector<float> dw_ref(bC, 0.25f), db_ref(bC, -0.5f);
+    cpu::LayerNormForward(y_ref.data(), mean_ref.data(), rstd_ref.data(), Widen(x, h).data(),
+                          Widen(w, h).data(), Widen(b, h).data(), bN, bC);
+    cpu::LayerNormBackward(dx_ref.data(), dw_ref.data(), db_ref.data(), Widen(dy, h).data(),
+                           Widen(x, h).data(), Widen(w, h).data(), mean_ref.data(), rstd_ref.data(),
+                           bN, bC);
+    EXPECT_TRUE(SameBits(y, Narrow(y_ref, h)));
+    EXPECT_TRUE(SameBits(mean, mean_ref));
+    EXPECT_TRUE(SameBits(rstd, rstd_ref));
+    EXPECT_TRUE(SameBits(dx, Narrow(dx_ref, h)));
+    EXPECT_TRUE(SameBits(dw, dw_ref));
+    EXPECT_TRUE(SameBits(db, db_ref));
+    std::vector<float> enc_ref(x.size()), dwte_ref(dwte.size(), 0.5f),
+        dwpe_ref(dwpe.size(), -0.25f);
+    cpu::EncoderForward(enc_ref.data(), tokens.data(), Widen(wte, h).data(), Widen(wpe, h).data(),
+                        bB, bT, bC);
+    cpu::EncoderBackward(dwte_ref.data(), dwpe_ref.data(), Widen(dy, h).data(), tokens.data(), bB,
+                         bT, bC);
+    EXPECT_TRUE(SameBits(enc, Narrow(enc_ref, h)));
+    EXPECT_TRUE(SameBits(dwte, dwte_ref)) << "repeated tokens summed in the batch's order";
+    EXPECT_TRUE(SameBits(dwpe, dwpe_ref));
+  }
+}
+
 // Where this process chose oneDNN's bf16 products, the backend's bf16 matmuls are those products:
 // bf16 operands as they are, bias added in fp32 and the out rounded once; with a GELU, both from
 // the fp32 product; dinp added to in fp32 and rounded once, dweight and dbias fp32 accumulators.
