@@ -56,16 +56,13 @@ const dnnl::engine& Engine() {
   return engine;
 }
 
-// C (M,N) [+]= A (M,K) @ B (K,N) [+ bias (N)], A, B and the bias bf16, A and B given by their
-// (row, column) strides; C fp32 or bf16 (then the fp32 result, the old value added, is rounded
-// once).
+// A product (gemm_bf16.h's Bf16Product) and whether it adds a bias (N, bf16) before the sum.
 struct GemmKey {
-  int64_t m, n, k, a_row, a_col, b_row, b_col, ldc;
-  bool accumulate;
-  bool c_bf16 = false;
+  Bf16Product p;
   bool bias = false;
   auto Tie() const {
-    return std::tie(m, n, k, a_row, a_col, b_row, b_col, ldc, accumulate, c_bf16, bias);
+    return std::tie(p.m, p.n, p.k, p.a_row, p.a_col, p.b_row, p.b_col, p.ldc, p.accumulate,
+                    p.c_bf16, p.scale, bias);
   }
   bool operator<(const GemmKey& o) const { return Tie() < o.Tie(); }
 };
@@ -84,17 +81,18 @@ Built Primitive(const GemmKey& key) {
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   using dt = dnnl::memory::data_type;
-  dnnl::memory::desc a({key.m, key.k}, dt::bf16, dnnl::memory::dims{key.a_row, key.a_col});
-  dnnl::memory::desc b({key.k, key.n}, dt::bf16, dnnl::memory::dims{key.b_row, key.b_col});
-  dnnl::memory::desc c({key.m, key.n}, key.c_bf16 ? dt::bf16 : dt::f32,
-                       dnnl::memory::dims{key.ldc, 1});
-  dnnl::memory::desc bias({1, key.n}, dt::bf16, dnnl::memory::dims{key.n, 1});
+  const Bf16Product& p = key.p;
+  dnnl::memory::desc a({p.m, p.k}, dt::bf16, dnnl::memory::dims{p.a_row, p.a_col});
+  dnnl::memory::desc b({p.k, p.n}, dt::bf16, dnnl::memory::dims{p.b_row, p.b_col});
+  dnnl::memory::desc c({p.m, p.n}, p.c_bf16 ? dt::bf16 : dt::f32, dnnl::memory::dims{p.ldc, 1});
+  dnnl::memory::desc bias({1, p.n}, dt::bf16, dnnl::memory::dims{p.n, 1});
   dnnl::primitive_attr attr;
   // A library-managed scratchpad is shared per thread and ties a primitive to the thread that
   // built it; these primitives run on whichever thread (ranks, host streams) calls them, so each
   // call brings its own.
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (key.accumulate) {
+  if (p.scale != 1.0f) attr.set_output_scales(0, {p.scale});
+  if (p.accumulate) {
     dnnl::post_ops ops;
     ops.append_sum(1.0f);
     attr.set_post_ops(ops);
@@ -104,31 +102,51 @@ Built Primitive(const GemmKey& key) {
   return cache.emplace(key, Built{pd, dnnl::matmul(pd)}).first->second;
 }
 
+// A primitive bound to one thread's memory objects, argument map and stream, so that a call only
+// points the objects at its arrays: attention's products are small (a 32x64x64 one takes ~2 us)
+// and building these per call cost about a third of that.
+struct Bound {
+  Built built;
+  std::unordered_map<int, dnnl::memory> args;
+  dnnl::stream stream;
+  size_t scratch_bytes;
+};
+
+Bound& ThreadPrimitive(const GemmKey& key) {
+  thread_local std::map<GemmKey, Bound> bound;
+  auto it = bound.find(key);
+  if (it != bound.end()) return it->second;
+  Built built = Primitive(key);
+  const dnnl::matmul::primitive_desc& pd = built.pd;
+  std::unordered_map<int, dnnl::memory> args = {
+      {DNNL_ARG_SRC, dnnl::memory(pd.src_desc(), Engine(), nullptr)},
+      {DNNL_ARG_WEIGHTS, dnnl::memory(pd.weights_desc(), Engine(), nullptr)},
+      {DNNL_ARG_DST, dnnl::memory(pd.dst_desc(), Engine(), nullptr)},
+      {DNNL_ARG_SCRATCHPAD, dnnl::memory(pd.scratchpad_desc(), Engine(), nullptr)}};
+  if (key.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(pd.bias_desc(), Engine(), nullptr));
+  const size_t scratch_bytes = pd.scratchpad_desc().get_size();
+  return bound.emplace(key, Bound{built, std::move(args), dnnl::stream(Engine()), scratch_bytes})
+      .first->second;
+}
+
 void Gemm(const GemmKey& key, const uint16_t* a, const uint16_t* b, void* c,
           const uint16_t* bias = nullptr) {
   try {
-    auto [pd, prim] = Primitive(key);
-    dnnl::memory am(pd.src_desc(), Engine(), const_cast<uint16_t*>(a));
-    dnnl::memory bm(pd.weights_desc(), Engine(), const_cast<uint16_t*>(b));
-    dnnl::memory cm(pd.dst_desc(), Engine(), c);
-    std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
-    if (key.bias) {
-      args.emplace(DNNL_ARG_BIAS,
-                   dnnl::memory(pd.bias_desc(), Engine(), const_cast<uint16_t*>(bias)));
-    }
+    Bound& bound = ThreadPrimitive(key);
     // The scratchpad: this thread's, grown to the largest a call has needed, 64-byte aligned.
     thread_local std::vector<uint8_t> scratch;
-    const dnnl::memory::desc scratch_desc = pd.scratchpad_desc();
-    if (scratch.size() < scratch_desc.get_size() + 64) scratch.resize(scratch_desc.get_size() + 64);
+    if (scratch.size() < bound.scratch_bytes + 64) scratch.resize(bound.scratch_bytes + 64);
     void* aligned = scratch.data() + (64 - reinterpret_cast<uintptr_t>(scratch.data()) % 64) % 64;
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(scratch_desc, Engine(), aligned));
-    dnnl::stream stream(Engine());
-    prim.execute(stream, args);
-    stream.wait();
+    bound.args.at(DNNL_ARG_SRC).set_data_handle(const_cast<uint16_t*>(a));
+    bound.args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<uint16_t*>(b));
+    bound.args.at(DNNL_ARG_DST).set_data_handle(c);
+    bound.args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(aligned);
+    if (key.bias) bound.args.at(DNNL_ARG_BIAS).set_data_handle(const_cast<uint16_t*>(bias));
+    bound.built.prim.execute(bound.stream, bound.args);
+    bound.stream.wait();
   } catch (const dnnl::error& e) {
-    HOIST_CHECK(false) << "oneDNN bf16 matmul (" << key.m << "x" << key.k << " @ " << key.k << "x"
-                       << key.n << ") failed: " << e.what();
+    HOIST_CHECK(false) << "oneDNN bf16 matmul (" << key.p.m << "x" << key.p.k << " @ " << key.p.k
+                       << "x" << key.p.n << ") failed: " << e.what();
   }
 }
 
@@ -136,8 +154,7 @@ std::string DnnlLibrary() {
   const dnnl_version_t* v = dnnl_version();
   std::string impl;
   try {
-    GemmKey key{64, 64, 64, 64, 1, 1, 64, 64, false};
-    impl = Primitive(key).pd.impl_info_str();
+    impl = Primitive({{64, 64, 64, 64, 1, 1, 64, 64}}).pd.impl_info_str();
   } catch (const dnnl::error&) {
     impl = "none";
   }
@@ -254,16 +271,15 @@ const GemmChoice& ActiveGemmPath() {
 void MatmulForwardBf16(void* out, bool out_bf16, const uint16_t* inp, const uint16_t* weight,
                        const uint16_t* bias, int N, int C, int OC) {
   // B (C,OC) is weight transposed: element (k, n) at weight[n * C + k].
-  GemmKey key{N, OC, C, C, 1, 1, C, OC, false, out_bf16, bias != nullptr};
-  Gemm(key, inp, weight, out, bias);
+  Gemm({{N, OC, C, C, 1, 1, C, OC, false, out_bf16}, bias != nullptr}, inp, weight, out, bias);
 }
 
 void MatmulBackwardBf16(void* dinp, bool dinp_bf16, float* dweight, float* dbias,
                         const uint16_t* dout, const uint16_t* inp, const uint16_t* weight, int N,
                         int C, int OC) {
-  if (dinp != nullptr) Gemm({N, C, OC, OC, 1, C, 1, C, true, dinp_bf16}, dout, weight, dinp);
+  if (dinp != nullptr) Gemm({{N, C, OC, OC, 1, C, 1, C, true, dinp_bf16}}, dout, weight, dinp);
   // A (OC,N) is dout transposed: element (m, k) at dout[k * OC + m].
-  if (dweight != nullptr) Gemm({OC, C, N, 1, OC, C, 1, C, true}, dout, inp, dweight);
+  if (dweight != nullptr) Gemm({{OC, C, N, 1, OC, C, 1, C, true}}, dout, inp, dweight);
   if (dbias == nullptr) return;
   // Column sums in fp32, rows in order within each block of columns (as BiasBackward).
   constexpr int kBlock = 128;
@@ -285,6 +301,10 @@ void MatmulBackwardBf16(void* dinp, bool dinp_bf16, float* dweight, float* dbias
   }
 }
 
+void GemmBf16(const Bf16Product& product, const uint16_t* a, const uint16_t* b, void* c) {
+  Gemm({product}, a, b, c);
+}
+
 #else
 
 void MatmulForwardBf16(void*, bool, const uint16_t*, const uint16_t*, const uint16_t*, int, int,
@@ -295,6 +315,10 @@ void MatmulForwardBf16(void*, bool, const uint16_t*, const uint16_t*, const uint
 void MatmulBackwardBf16(void*, bool, float*, float*, const uint16_t*, const uint16_t*,
                         const uint16_t*, int, int, int) {
   HOIST_CHECK(false) << "MatmulBackwardBf16 called in a build without oneDNN";
+}
+
+void GemmBf16(const Bf16Product&, const uint16_t*, const uint16_t*, void*) {
+  HOIST_CHECK(false) << "GemmBf16 called in a build without oneDNN";
 }
 
 #endif

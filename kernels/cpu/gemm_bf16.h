@@ -49,4 +49,19 @@ void MatmulBackwardBf16(void* dinp, bool dinp_bf16, float* dweight, float* dbias
                         const uint16_t* dout, const uint16_t* inp, const uint16_t* weight, int N,
                         int C, int OC);
 
+// The product the two above are made of, for kernels that multiply blocks of larger arrays
+// (attention's heads): c (m,n) = scale * a (m,k) @ b (k,n), plus c's old value when `accumulate`.
+// a and b are bf16 at (row, column) element strides, so a transposed operand is its strides
+// swapped; c is fp32, or bf16 (c_bf16: the fp32 result, the old value added, rounded once), at row
+// stride ldc. A primitive per distinct product is built at its first call and kept. Called inside
+// an OpenMP parallel region, the product runs on the calling thread alone.
+struct Bf16Product {
+  int64_t m, n, k;
+  int64_t a_row, a_col, b_row, b_col, ldc;
+  bool accumulate = false;
+  bool c_bf16 = false;
+  float scale = 1.0f;
+};
+void GemmBf16(const Bf16Product& product, const uint16_t* a, const uint16_t* b, void* c);
+
 }  // namespace hoist::kernels::cpu
