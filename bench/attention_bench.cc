@@ -3,7 +3,13 @@
 // and growing T. The direct kernel is the anchor: the ratio column is tiled time / direct time,
 // measured in the same run. Each op is the median of repeats.
 //
-//   attention_bench [--repeats N] [--batch B] [--tiles QxK] [--seq T[,T...]]
+// --bf16: instead, the direct attention of a bf16 run both ways, at the shapes of GPT-2 124M
+// (B=4, T=64), the small GPT (B=8, T=256, 4 heads of 64) and a long sequence (B=1, T=1024): the
+// fp32 path (bf16 q, k, v and gradients widened to fp32 copies, the fp32 kernel, the results
+// rounded back, as CpuBackend's Wide views do) is the anchor of the bf16 kernels
+// (kernels/cpu/attention_bf16.h); the ratio is fp32 time / bf16 time.
+//
+//   attention_bench [--repeats N] [--batch B] [--tiles QxK] [--seq T[,T...]] [--bf16]
 #include <cblas.h>
 #include <omp.h>
 
@@ -19,7 +25,10 @@
 #include "bench/bench_util.h"
 #include "core/cpu_features.h"
 #include "core/random.h"
+#include "kernels/cpu/attention_bf16.h"
+#include "kernels/cpu/cast.h"
 #include "kernels/cpu/flash_attention.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops.h"
 
 namespace {
@@ -79,10 +88,55 @@ void BenchSequence(int B, int T, int C, int NH, int repeats, const ops::TiledAtt
       Bytes(workspace).c_str());
 }
 
+std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
+  std::vector<uint16_t> out(x.size());
+  ops::CastFp32ToBf16(out.data(), x.data(), static_cast<int64_t>(x.size()));
+  return out;
+}
+
+void BenchBf16(int B, int T, int NH, int hs, int repeats) {
+  const int C = NH * hs;
+  const size_t N = size_t(B) * T, n_qkv = N * 3 * C, n_out = N * C;
+  const auto qkv = ToBf16(RandomVector(n_qkv, 11, -2.0f, 2.0f));
+  const auto dout = ToBf16(RandomVector(n_out, 12));
+  std::vector<uint16_t> out(n_out), dqkv(n_qkv, 0);
+  std::vector<float> att(ops::DirectAttentionSavedFloats(B, T, NH));
+  // The fp32 path's copies, allocated once (CpuBackend's come from a per-thread pool).
+  std::vector<float> qkv32(n_qkv), out32(n_out), dqkv32(n_qkv), dout32(n_out);
+  const double fp32_fwd = MedianSeconds(repeats, [&] {
+    ops::CastBf16ToFp32(qkv32.data(), qkv.data(), n_qkv);
+    std::fill(out32.begin(), out32.end(), 0.0f);
+    ops::AttentionForward(out32.data(), att.data(), qkv32.data(), B, T, C, NH);
+    ops::CastFp32ToBf16(out.data(), out32.data(), n_out);
+  });
+  const double fp32_bwd = MedianSeconds(repeats, [&] {
+    ops::CastBf16ToFp32(dqkv32.data(), dqkv.data(), n_qkv);
+    ops::CastBf16ToFp32(dout32.data(), dout.data(), n_out);
+    ops::CastBf16ToFp32(qkv32.data(), qkv.data(), n_qkv);
+    ops::AttentionBackward(dqkv32.data(), dout32.data(), qkv32.data(), att.data(), B, T, C, NH);
+    ops::CastFp32ToBf16(dqkv.data(), dqkv32.data(), n_qkv);
+  });
+  std::fill(dqkv.begin(), dqkv.end(), 0);
+  const double bf16_fwd = MedianSeconds(repeats, [&] {
+    ops::AttentionForwardGqaBf16(out.data(), att.data(), qkv.data(), B, T, NH, NH, hs);
+  });
+  const double bf16_bwd = MedianSeconds(repeats, [&] {
+    ops::AttentionBackwardGqaBf16(dqkv.data(), dout.data(), qkv.data(), att.data(), B, T, NH, NH,
+                                  hs);
+  });
+  std::printf(
+      "B=%-2d T=%-5d NH=%-2d hs=%-3d fwd %7.2f / %7.2f ms (%.2fx)  bwd %7.2f / %7.2f ms (%.2fx)  "
+      "fwd+bwd %7.2f / %7.2f ms %.2fx\n",
+      B, T, NH, hs, fp32_fwd * 1e3, bf16_fwd * 1e3, fp32_fwd / bf16_fwd, fp32_bwd * 1e3,
+      bf16_bwd * 1e3, fp32_bwd / bf16_bwd, (fp32_fwd + fp32_bwd) * 1e3, (bf16_fwd + bf16_bwd) * 1e3,
+      (fp32_fwd + fp32_bwd) / (bf16_fwd + bf16_bwd));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int repeats = 7, B = 1;
+  bool bf16 = false;
   const int C = 768, NH = 12;
   std::vector<int> seqs = {256, 1024, 2048};
   ops::TiledAttentionOptions options = ops::DefaultTiledAttentionOptions(1024);
@@ -94,6 +148,8 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--tiles") && i + 1 < argc &&
                std::sscanf(argv[i + 1], "%dx%d", &options.q_rows, &options.k_cols) == 2) {
       ++i;
+    } else if (!std::strcmp(argv[i], "--bf16")) {
+      bf16 = true;
     } else if (!std::strcmp(argv[i], "--seq") && i + 1 < argc) {
       seqs.clear();
       for (char* p = argv[++i]; *p != '\0';) {
@@ -101,7 +157,8 @@ int main(int argc, char** argv) {
         if (*p == ',') ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--repeats N] [--batch B] [--tiles QxK] [--seq T[,T...]]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--repeats N] [--batch B] [--tiles QxK] [--seq T[,T...]] [--bf16]\n",
                    argv[0]);
       return 2;
     }
@@ -109,6 +166,21 @@ int main(int argc, char** argv) {
   std::printf(
       "CPU: %s, SIMD %s, OpenMP threads %d, BLAS: %s\n", hoist::GetCpuFeatures().model_name.c_str(),
       hoist::SimdLevelName(hoist::ActiveSimdLevel()), omp_get_max_threads(), openblas_get_config());
+  if (bf16) {
+    if (!ops::Bf16GemmAvailable()) {
+      std::printf("no bf16 attention here: %s\n", ops::DecideGemmPath().reason.c_str());
+      return 0;
+    }
+    std::printf("causal attention of a bf16 run, times fp32 path / bf16 kernels (fp32/bf16)\n");
+    BenchBf16(4, 64, 12, 64, repeats);
+    BenchBf16(8, 256, 4, 64, repeats);
+    BenchBf16(1, 1024, 12, 64, repeats);
+    const ops::AttentionChoice choice = ops::DecideAttentionPath();
+    std::printf("a bf16 run here takes %s: %s (probe B=2 T=256 4x64: bf16 %.2f, fp32 %.2f ms)\n",
+                choice.bf16 ? "bf16" : "fp32", choice.reason.c_str(), choice.bf16_ms,
+                choice.fp32_ms);
+    return 0;
+  }
   std::printf("causal attention B=%d C=%d NH=%d, tiles %dx%d; times tiled / direct (ratio)\n", B, C,
               NH, options.q_rows, options.k_cols);
   for (int T : seqs) BenchSequence(B, T, C, NH, repeats, options);

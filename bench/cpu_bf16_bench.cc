@@ -3,11 +3,12 @@
 // For GPT-2 124M (B=4, T=64) and a small GPT (4 layers, 256 wide, 4 heads, vocabulary 8192,
 // B=8, T=256) it times a training pass (gradients zeroed, forward with targets, backward; no
 // optimizer step) four ways: hoist fp32, hoist bf16 (Gpt2Model in DType::kBFloat16 on the CPU
-// backend: its matmuls take the path kernels/cpu/gemm_bf16.h chose, printed first), PyTorch eager
-// fp32 and PyTorch with bf16 autocast (transformers' GPT2LMHeadModel, eager attention, no dropout),
-// with as many threads as OpenMP gives hoist. The four run interleaved, round after round, so that
-// a machine's load drifts over all of them alike; each figure is the median over the rounds of
-// each round's median pass. Compare the lines of one run, not runs with each other.
+// backend: its matmuls and attention take the path kernels/cpu/gemm_bf16.h chose, printed
+// first), PyTorch eager fp32 and PyTorch with bf16 autocast (transformers' GPT2LMHeadModel, eager
+// attention, no dropout), with as many threads as OpenMP gives hoist. The four run interleaved,
+// round after round, so that a machine's load drifts over all of them alike; each figure is the
+// median over the rounds of each round's median pass. Compare the lines of one run, not runs with
+// each other.
 //
 //   cpu_bf16_bench [--rounds R] [--steps S] [--only small|124m] [--python PATH]
 #include <omp.h>
@@ -27,6 +28,7 @@
 #include "core/cpu_features.h"
 #include "core/device.h"
 #include "core/random.h"
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "runtime/gpt2.h"
 
@@ -218,6 +220,11 @@ int main(int argc, char** argv) {
       hoist::GetCpuFeatures().model_name.c_str(), hoist::kernels::cpu::GemmPathName(gemm.path),
       gemm.reason.c_str(), gemm.isa.c_str(), gemm.library.c_str(), gemm.bf16_gflops,
       gemm.fp32_gflops);
+  const hoist::kernels::cpu::AttentionChoice& attention =
+      hoist::kernels::cpu::ActiveAttentionPath();
+  std::printf("bf16 attention: %s: %s (B=2 T=256 4x64 forward+backward: bf16 %.2f, fp32 %.2f ms)\n",
+              attention.bf16 ? "bf16 (oneDNN)" : "fp32 (BLAS sgemm)", attention.reason.c_str(),
+              attention.bf16_ms, attention.fp32_ms);
   hoist::CpuDevice device(hoist::Place::kDevice);
   if (only.empty() || only == "small") {
     ModelConfig small;

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu_backend.h"
 
 namespace hoist::kernels::cpu_backend_detail {
@@ -18,6 +20,16 @@ namespace hoist::kernels::cpu_backend_detail {
 inline const HostStream& HostStreamOf(const Stream& stream) {
   HOIST_CHECK(stream.kind() == DeviceKind::kCpu) << "a CPU backend op on a device stream";
   return static_cast<const HostStream&>(stream);
+}
+
+// bf16 products take oneDNN's path where the run's choice (made once, at the first bf16 product)
+// says so; fp32 and fp16 always take the widened sgemm path. Attention's products follow their
+// own choice, made within the matmuls' (kernels/cpu/attention_bf16.h).
+inline bool UseBf16Gemm(DType type) {
+  return type == DType::kBFloat16 && cpu::ActiveGemmPath().path == cpu::GemmPath::kBf16Dnnl;
+}
+inline bool UseBf16Attention(DType type) {
+  return type == DType::kBFloat16 && cpu::ActiveAttentionPath().bf16;
 }
 
 inline Status NotNull(const char* op, const char* name, const void* p) {

@@ -1,8 +1,9 @@
 // CpuBackend's ops of the Llama family: kernels/cpu/ops.h on the stream, 16-bit arrays through
-// fp32 copies as in cpu_backend_model.cc.
+// fp32 copies as in cpu_backend_model.cc, bf16 attention on bf16 operands where the matmuls are.
 #include <cstdint>
 #include <string>
 
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cpu_backend_args.h"
@@ -15,6 +16,7 @@ using cpu_backend_detail::kOptional;
 using cpu_backend_detail::Positive;
 using cpu_backend_detail::RowBlocks;
 using cpu_backend_detail::Use;
+using cpu_backend_detail::UseBf16Attention;
 using cpu_backend_detail::Wide;
 
 namespace {
@@ -53,6 +55,11 @@ Status CpuBackend::GqaAttentionForward(void* out, float* att, const void* qkv, v
                                         {"att", att, int64_t{B} * NH * T * T * 4},
                                         {"qkv", qkv, n_qkv * e}}));
   return HostStreamOf(stream).Enqueue([=] {
+    if (UseBf16Attention(type)) {
+      cpu::AttentionForwardGqaBf16(static_cast<uint16_t*>(out), att,
+                                   static_cast<const uint16_t*>(qkv), B, T, NH, NKV, hd);
+      return Status::Ok();
+    }
     Wide o(out, type, n_out, Use::kOut), q(qkv, type, n_qkv, Use::kIn);
     cpu::AttentionForwardGqa(o.get(), att, q.get(), B, T, NH, NKV, hd);
     o.Finish();
@@ -72,6 +79,12 @@ Status CpuBackend::GqaAttentionBackward(void* dqkv, const void* dout, const void
                                         {"qkv", qkv, n_qkv * e},
                                         {"att", att, int64_t{B} * NH * T * T * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
+    if (UseBf16Attention(type)) {
+      cpu::AttentionBackwardGqaBf16(static_cast<uint16_t*>(dqkv),
+                                    static_cast<const uint16_t*>(dout),
+                                    static_cast<const uint16_t*>(qkv), att, B, T, NH, NKV, hd);
+      return Status::Ok();
+    }
     Wide dq(dqkv, type, n_qkv, Use::kInOut), d(dout, type, n_out, Use::kIn),
         q(qkv, type, n_qkv, Use::kIn);
     cpu::AttentionBackwardGqa(dq.get(), d.get(), q.get(), att, B, T, NH, NKV, hd);

@@ -3,14 +3,15 @@
 // into it once the kernel is done (an accumulated gradient: widened, added to in fp32, rounded
 // once). The copies are transient host buffers of the op's own; the CPU rank's model computes
 // in fp32, so the 16-bit forms serve as the oracle of the other backends. The exception: bf16
-// products, which on CPUs with AVX512_BF16 or AMX read the bf16 operands as they are and
-// accumulate in fp32 (kernels/cpu/gemm_bf16.h).
+// products (the matmuls' and attention's), which on CPUs with AVX512_BF16 or AMX read the bf16
+// operands as they are and accumulate in fp32 (kernels/cpu/gemm_bf16.h, attention_bf16.h).
 #include <algorithm>
 #include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops.h"
@@ -18,15 +19,6 @@
 #include "kernels/cpu_backend_args.h"
 
 namespace hoist::kernels {
-namespace {
-
-// bf16 products take oneDNN's path where the run's choice (made once, at the first bf16 product)
-// says so; fp32 and fp16 always take the widened sgemm path.
-bool UseBf16Gemm(DType type) {
-  return type == DType::kBFloat16 && cpu::ActiveGemmPath().path == cpu::GemmPath::kBf16Dnnl;
-}
-
-}  // namespace
 
 using cpu_backend_detail::CheckArgs;
 using cpu_backend_detail::ChunkedElementwise;
@@ -36,6 +28,8 @@ using cpu_backend_detail::NonNegative;
 using cpu_backend_detail::Positive;
 using cpu_backend_detail::RowBlocks;
 using cpu_backend_detail::Use;
+using cpu_backend_detail::UseBf16Attention;
+using cpu_backend_detail::UseBf16Gemm;
 using cpu_backend_detail::Wide;
 
 Status CpuBackend::EncoderForward(void* out, const int32_t* tokens, const void* wte,
@@ -267,6 +261,11 @@ Status CpuBackend::AttentionForward(void* out, float* att, const void* qkv, void
                                         {"att", att, int64_t{B} * NH * T * T * 4},
                                         {"qkv", qkv, 3 * BTC * e}}));
   return HostStreamOf(stream).Enqueue([=] {
+    if (UseBf16Attention(type)) {
+      cpu::AttentionForwardGqaBf16(static_cast<uint16_t*>(out), att,
+                                   static_cast<const uint16_t*>(qkv), B, T, NH, NH, C / NH);
+      return Status::Ok();
+    }
     Wide o(out, type, BTC, Use::kOut), q(qkv, type, 3 * BTC, Use::kIn);
     cpu::AttentionForward(o.get(), att, q.get(), B, T, C, NH);
     o.Finish();
@@ -285,6 +284,12 @@ Status CpuBackend::AttentionBackward(void* dqkv, const void* dout, const void* q
                                         {"qkv", qkv, 3 * BTC * e},
                                         {"att", att, int64_t{B} * NH * T * T * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
+    if (UseBf16Attention(type)) {
+      cpu::AttentionBackwardGqaBf16(static_cast<uint16_t*>(dqkv),
+                                    static_cast<const uint16_t*>(dout),
+                                    static_cast<const uint16_t*>(qkv), att, B, T, NH, NH, C / NH);
+      return Status::Ok();
+    }
     Wide dq(dqkv, type, 3 * BTC, Use::kInOut), d(dout, type, BTC, Use::kIn),
         q(qkv, type, 3 * BTC, Use::kIn);
     cpu::AttentionBackward(dq.get(), d.get(), q.get(), att, B, T, C, NH);

@@ -17,6 +17,7 @@
 
 #include "core/cpu_features.h"
 #include "core/memory_tracker.h"
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/gemm_bf16.h"
 
@@ -216,6 +217,20 @@ std::string Bf16GemmLine() {
   return line + ")";
 }
 
+// Which path bf16 attention takes in this process and why, with the probe's times.
+std::string Bf16AttentionLine() {
+  const kernels::cpu::AttentionChoice& c = kernels::cpu::ActiveAttentionPath();
+  std::string line = std::string(c.bf16 ? "bf16 (oneDNN)" : "fp32 (BLAS sgemm)") + ": " + c.reason;
+  if (c.bf16_ms > 0) {
+    char times[96];
+    std::snprintf(times, sizeof(times),
+                  " (B=2 T=256 4x64 forward+backward: bf16 %.2f, fp32 %.2f ms)", c.bf16_ms,
+                  c.fp32_ms);
+    line += times;
+  }
+  return line;
+}
+
 }  // namespace
 
 void PrintReport(std::ostream& out) {
@@ -281,6 +296,7 @@ void PrintReport(std::ostream& out) {
       std::string("avx2+fma ") + YesNo(cpu.avx2_fma) + ", avx512 " + YesNo(cpu.avx512f) +
           ", avx512_bf16 " + YesNo(cpu.avx512_bf16) + ", amx_bf16 " + YesNo(cpu.amx_bf16));
   Row(out, "bf16 GEMM", Bf16GemmLine());
+  Row(out, "bf16 attention", Bf16AttentionLine());
   Row(out, "cores", CoreCounts());
   Row(out, "OpenMP max threads", OpenMpThreads());
   Row(out, "memory total", MemInfoField("MemTotal"));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/cpu_features.h"
+#include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/gemm_bf16.h"
 
 #if defined(HOIST_HAVE_CUDA)
@@ -51,6 +52,14 @@ TEST(Report, NamesTheBf16GemmPathAndWhy) {
   EXPECT_NE(line.find(c.reason), std::string::npos) << line;
   EXPECT_NE(line.find("ISA " + c.isa), std::string::npos) << line;
   EXPECT_NE(ValueOf(Report(), "oneDNN"), "");
+}
+
+// The bf16 attention line names the path this process took and why.
+TEST(Report, NamesTheBf16AttentionPathAndWhy) {
+  const kernels::cpu::AttentionChoice& c = kernels::cpu::ActiveAttentionPath();
+  const std::string line = ValueOf(Report(), "bf16 attention");
+  EXPECT_EQ(line.rfind(c.bf16 ? "bf16 (oneDNN)" : "fp32 (BLAS sgemm)", 0), 0u) << line;
+  EXPECT_NE(line.find(c.reason), std::string::npos) << line;
 }
 
 TEST(Report, SaysWhetherIoUringIsUsable) {
