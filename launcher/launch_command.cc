@@ -162,7 +162,8 @@ void AddLaunchCommand(CLI::App& app, int* exit_code) {
     context.usable_cores = UsableCores(cpus);
     context.cores_text = DescribeCores(cpus);
     context.omp_num_threads_set = std::getenv("OMP_NUM_THREADS") != nullptr;
-    context.omp_wait_policy_set = std::getenv("OMP_WAIT_POLICY") != nullptr;
+    const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+    context.omp_wait_policy = wait_policy != nullptr ? wait_policy : "";
     StatusOr<LaunchPlan> plan = BuildLaunchPlan(args->request, context);
     if (!plan.ok()) {
       *exit_code = ReportError(plan.status());

@@ -359,15 +359,28 @@ ThreadShare ShareThreads(const LaunchRequest& request, const LaunchContext& cont
   const std::string count = std::to_string(threads);
   share.env = {{"OMP_NUM_THREADS", count}, {"OPENBLAS_NUM_THREADS", count}};
   const bool oversubscribed = int64_t{threads} * workers > context.usable_cores;
-  if (oversubscribed && !context.omp_wait_policy_set) {
+  std::string waiting;
+  if (oversubscribed && context.omp_wait_policy.empty()) {
     share.env.emplace_back("OMP_WAIT_POLICY", "passive");
+    waiting = "; more threads than cores, so they wait passively";
+  } else if (oversubscribed) {
+    // The user's setting stays; an active one spins against the other ranks' threads (on 2
+    // cores, 2 ranks of 2 threads ran a third as fast as with passive).
+    std::string policy = context.omp_wait_policy;
+    std::transform(policy.begin(), policy.end(), policy.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    waiting = "; more threads than cores, and OMP_WAIT_POLICY=" + context.omp_wait_policy +
+              " from your environment" +
+              (policy == "passive" ? ""
+                                   : ": waiting threads may spin against the other ranks' "
+                                     "(unset it, or set it to passive)");
   }
   share.note =
       std::to_string(workers) + (workers == 1 ? " rank" : " ranks") + " on " + context.cores_text +
       ": " + count + " OpenMP thread" + (threads == 1 ? "" : "s") + " each" +
       (request.threads_per_rank > 0 ? " (--threads-per-rank)"
                                     : " (set OMP_NUM_THREADS or --threads-per-rank to choose)") +
-      (oversubscribed ? "; more threads than cores, so they wait passively" : "");
+      waiting;
   return share;
 }
 

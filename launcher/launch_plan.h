@@ -89,7 +89,7 @@ struct LaunchContext {
   int usable_cores = 0;
   std::string cores_text;
   bool omp_num_threads_set = false;  // OMP_NUM_THREADS is in the environment: it wins
-  bool omp_wait_policy_set = false;  // OMP_WAIT_POLICY is in the environment
+  std::string omp_wait_policy;       // OMP_WAIT_POLICY's value in the environment; empty: unset
 };
 
 // One worker of the local launcher.

@@ -213,12 +213,21 @@ TEST(LaunchPlan, MoreWorkersThanCoresWaitPassively) {
   EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
   EXPECT_EQ(env["OMP_WAIT_POLICY"], "passive");
   EXPECT_NE(plan->threads_note.find("wait passively"), std::string::npos) << plan->threads_note;
-  // The user's own wait policy stays.
+  // The user's own wait policy stays, and an active one is named as the cause of spinning.
   LaunchContext context = OnCores(2);
-  context.omp_wait_policy_set = true;
+  context.omp_wait_policy = "ACTIVE";
   plan = BuildLaunchPlan(TrainRequest(3), context);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(EnvOf(plan->workers[0]).count("OMP_WAIT_POLICY"), 0u);
+  EXPECT_EQ(plan->threads_note.find("wait passively"), std::string::npos) << plan->threads_note;
+  EXPECT_NE(plan->threads_note.find("OMP_WAIT_POLICY=ACTIVE from your environment: waiting "
+                                    "threads may spin"),
+            std::string::npos)
+      << plan->threads_note;
+  context.omp_wait_policy = "passive";
+  plan = BuildLaunchPlan(TrainRequest(3), context);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->threads_note.find("spin"), std::string::npos) << plan->threads_note;
 }
 
 TEST(LaunchPlan, AnExplicitThreadCountWins) {
