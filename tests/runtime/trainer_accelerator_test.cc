@@ -185,6 +185,22 @@ TEST(TrainerAccelerator, TrainsTheCpuRunToTheBitOnEveryStage) {
        {"zero_optimization.stage=3", "zero_optimization.offload_optimizer.device=\"nvme\"",
         "zero_optimization.offload_optimizer.nvme_path=\"" + nvme + "\"",
         "zero_optimization.sub_group_size=5000"}},
+      // 8-bit AdamW: on NVMe (sub-groups cut on block boundaries), and split by a ratio (the
+      // device part's codes updated on the device, the host part's by the CPU's kernel).
+      {2,
+       {"zero_optimization.stage=2", "bf16.enabled=true", "optimizer.type=\"AdamW8bit\"",
+        "optimizer.params.min_8bit_size=0", "zero_optimization.offload_optimizer.device=\"nvme\"",
+        "zero_optimization.offload_optimizer.nvme_path=\"" + nvme + "\"",
+        "zero_optimization.sub_group_size=3000"}},
+      {2,
+       {"zero_optimization.stage=2", "bf16.enabled=true", "optimizer.type=\"AdamW8bit\"",
+        "optimizer.params.min_8bit_size=0", "zero_optimization.offload_optimizer.device=\"cpu\"",
+        "zero_optimization.offload_optimizer.ratio=0.5"}},
+      {1,
+       {"zero_optimization.stage=3", "optimizer.type=\"AdamW8bit\"",
+        "optimizer.params.min_8bit_size=1000", "zero_optimization.offload_optimizer.device=\"cpu\"",
+        "zero_optimization.offload_optimizer.pin_memory=false",
+        "zero_optimization.offload_optimizer.ratio=0.5"}},
   };
   for (const auto& job : jobs) {
     std::string name = std::to_string(job.world) + " ranks";
