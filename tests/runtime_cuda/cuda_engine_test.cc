@@ -56,6 +56,8 @@ struct Job {
   zero::StatePlace optimizer = zero::StatePlace::kDevice;
   zero::ParamPlace params = zero::ParamPlace::kDevice;
   CheckpointPolicy checkpointing = CheckpointPolicy::kNone;
+  bool adamw8bit = false;  // 8-bit moments (every unit)
+  double ratio = 1.0;      // offload_optimizer.ratio
 };
 
 struct Outcome {
@@ -98,6 +100,9 @@ Outcome Train(const Job& job, bool gpu) {
       options.stage = job.stage;
       options.compute_type = job.storage;
       options.offload_optimizer.place = job.optimizer;
+      options.offload_optimizer.ratio = job.ratio;
+      options.adam.eight_bit = job.adamw8bit;
+      options.adam.min_8bit_size = 0;
       options.offload_optimizer.sub_group_size = 20000;  // several sub-groups on NVMe
       options.offload_optimizer.nvme_file = ::testing::TempDir() + "/cuda_engine_" + job.name +
                                             "_" + std::to_string(gpu) + "_rank" +
@@ -267,6 +272,22 @@ std::vector<Job> Jobs() {
   Job nvme = Make("stage3_optimizer_on_nvme", 1, 3);
   nvme.optimizer = zero::StatePlace::kNvme;
   jobs.push_back(nvme);
+  // 8-bit AdamW: on the device (the CUDA kernel), split by a ratio (the device part on the GPU,
+  // the host part by the CPU's kernel) and on NVMe (sub-groups cut on block boundaries).
+  Job eight = Make("stage2_adamw8bit", 1, 2);
+  eight.adamw8bit = true;
+  jobs.push_back(eight);
+  // (One rank: two would quantize other blocks than the one-rank oracle.)
+  Job eight_split = Make("stage2_bf16_adamw8bit_half_offloaded", 1, 2);
+  eight_split.adamw8bit = true;
+  eight_split.storage = DType::kBFloat16;
+  eight_split.optimizer = zero::StatePlace::kHost;
+  eight_split.ratio = 0.5;
+  jobs.push_back(eight_split);
+  Job eight_nvme = Make("stage3_adamw8bit_on_nvme", 1, 3);
+  eight_nvme.adamw8bit = true;
+  eight_nvme.optimizer = zero::StatePlace::kNvme;
+  jobs.push_back(eight_nvme);
   return jobs;
 }
 
