@@ -199,7 +199,8 @@ void ChunkedElementwise(DType type, int64_t n, std::initializer_list<ElementArra
 // threads, so a kernel that sums over rows in row order (a parameter's gradient) sums in the same
 // order as over the whole arrays: bit for bit what whole-array Wide views give, with about
 // kRowBlockElements floats per array instead of copies of the arrays. fp32 arrays are used in
-// place, all rows in one call. An array read and written is one kInOut entry.
+// place, all rows in one call. An array read and written is one kInOut entry. A kOut block is
+// not cleared: the kernel must write every element of it (Wide's kOut views start zeroed).
 constexpr int64_t kRowBlockElements = int64_t{1} << 16;
 struct RowArray {
   const void* data;

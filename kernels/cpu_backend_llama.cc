@@ -189,6 +189,10 @@ namespace {
 void RopeRows(void* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV, int hd,
               DType type,
               void (*rotate)(float*, const float*, const float*, int, int, int, int, int)) {
+  if (type == DType::kFloat32) {  // in place, every sequence at once
+    rotate(static_cast<float*>(qkv), cos, sin, B, T, NH, NKV, hd);
+    return;
+  }
   const int64_t row = int64_t{NH + 2 * NKV} * hd;  // a position's q, k and v
   const int64_t half = hd / 2;
   for (int b = 0; b < B; ++b) {

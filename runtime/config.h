@@ -240,7 +240,7 @@ struct OffloadOptimizerConfig {
   bool fast_init = false;
   // The share of the optimizer offloaded, in (0, 1] (DeepSpeed's ratio): below 1 the leading
   // units of each rank's shard keep their states on the device and are updated there
-  // (zero::OptimizerOffload::ratio). device cpu only; not with AdamW8bit.
+  // (zero::OptimizerOffload::ratio). device cpu only (AdamW and AdamW8bit).
   double ratio = 1.0;
 };
 

@@ -475,7 +475,13 @@ StepCost EstimateStepCost(const Config& config, int world_size, int ranks_per_no
   const double offloaded =
       optimizer == OffloadDevice::kCpu ? config.zero.offload_optimizer.ratio : 1.0;
   if (optimizer != OffloadDevice::kNone) cost.host_link_bytes += 2 * shard * p * offloaded;
-  if (optimizer == OffloadDevice::kNvme) cost.nvme_bytes += 2 * 3 * 4 * shard;
+  if (optimizer == OffloadDevice::kNvme) {
+    // Read and written each step: the fp32 master and moments (12 bytes a parameter), or the
+    // master with 8-bit codes and their absmaxes (4 + 2 + 8/256).
+    const double per_element =
+        config.optimizer.type == "AdamW8bit" ? 4.0 + 2.0 + 8.0 / 256.0 : 3.0 * 4.0;
+    cost.nvme_bytes += 2 * per_element * shard;
+  }
   if (param != OffloadDevice::kNone) cost.host_link_bytes += 2 * shard * p * g;
   if (param == OffloadDevice::kNvme) {
     // Up to max_in_cpu elements of the shards stay in host memory; the rest are read each time.

@@ -12,9 +12,9 @@
 //   activation_checkpointing                none, selective, every_k (k = 2, and the base's k),
 //                                           full; every_k and full also with cpu_checkpointing;
 //   optimizer.type                          with PlanOptions::allow_8bit_optimizer and an
-//                                           AdamW (or Adam) base: also AdamW8bit, where the
-//                                           engine takes it (optimizer offload none, or cpu at
-//                                           ratio 1); an AdamW8bit base keeps AdamW8bit;
+//                                           AdamW (or Adam) base: also AdamW8bit, with every
+//                                           placement of the optimizer above; an AdamW8bit base
+//                                           keeps AdamW8bit;
 //   train_micro_batch_size_per_gpu          each divisor m of train_batch_size / N, with
 //                                           gradient_accumulation_steps = train_batch_size/(m N),
 //                                           so train_batch_size stays;

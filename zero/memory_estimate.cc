@@ -109,8 +109,12 @@ ModelStateBytes ModelStateBytesFor(const PartitionPlan& plan, const PartitionPla
   bytes.params = ParamBufferBytes(plan, options) + PersistentBufferBytes(plan, options);
   if (options.frozen) return bytes;  // the weights alone
   bytes.grads = GradBufferBytes(plan, options);
+  const int64_t on_device = DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
   if (options.adam.eight_bit) {
-    bytes.optimizer = StateArrayBytes(state_plan) * (HasSeparateMaster(options) ? 1 : 0);
+    // The master where separate (for the device part of a split, as on the device).
+    bytes.optimizer =
+        (StateArrayBytes(state_plan) - on_device) * (HasSeparateMaster(options) ? 1 : 0) +
+        on_device * (DevicePartHasSeparateMaster(options) ? 1 : 0);
     for (bool offloaded : {false, true}) {
       for (int64_t array : Moment8bitArrayBytes(state_plan, options, offloaded)) {
         bytes.optimizer += array;
@@ -118,7 +122,6 @@ ModelStateBytes ModelStateBytesFor(const PartitionPlan& plan, const PartitionPla
     }
     return bytes;
   }
-  const int64_t on_device = DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
   bytes.optimizer =
       (StateArrayBytes(state_plan) - on_device) * (HasSeparateMaster(options) ? 3 : 2) +
       on_device * (DevicePartHasSeparateMaster(options) ? 3 : 2);

@@ -71,7 +71,8 @@ bool DevicePartHasSeparateMaster(const ZeroOptions& options);
 // the shard, in the order ZeroEngine allocates them: codes of m and of v (1 byte per element of
 // the 8-bit units' shards), absmaxes of m and of v (4 bytes per block of 256), fp32 m and v of
 // the units below min_8bit_size. `offloaded`: the part offload_optimizer cpu holds (the units
-// past DeviceStateElements; none without offload), else the part on the device. An array of 0
+// past DeviceStateElements; none without offload; under nvme, all of them, in the swapper's
+// file), else the part on the device. An array of 0
 // bytes is not allocated. Per parameter of an 8-bit unit: 2 + 8/256 bytes, plus the 4-byte
 // master where HasSeparateMaster.
 std::vector<int64_t> Moment8bitArrayBytes(const PartitionPlan& state_plan,

@@ -292,24 +292,6 @@ Status ZeroEngine::AllocateStates() {
   return Status::Ok();
 }
 
-StatusOr<void*> ZeroEngine::AllocateStateArray(int64_t bytes, bool offloaded) {
-  if (bytes == 0) return static_cast<void*>(nullptr);
-  const OptimizerOffload& offload = options_.offload_optimizer;
-  if (offloaded && offload.pin_memory) {
-    HOIST_ASSIGN_OR_RETURN(offload::PinnedBuffer buffer,
-                           pool_->Allocate(bytes, Category::kOptimizer));
-    pinned8_.push_back(std::move(buffer));
-    return static_cast<void*>(pinned8_.back().data());
-  }
-  if (offloaded && host_device_ == nullptr) {
-    host_device_ = std::make_unique<CpuDevice>(Place::kHost, device_->tracker());
-  }
-  Device& place = offloaded ? *host_device_ : *device_;
-  HOIST_ASSIGN_OR_RETURN(Buffer buffer, place.Allocate(bytes, Category::kOptimizer));
-  buffers8_.push_back(std::move(buffer));
-  return buffers8_.back().data();
-}
-
 void ZeroEngine::Fail(const Status& status) {
   if (status_.ok() && !status.ok()) status_ = status;
 }

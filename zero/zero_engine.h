@@ -88,7 +88,8 @@ struct OptimizerOffload {
   // (DeviceStateElements in zero/memory_estimate.h): the leading units keep their states on the
   // device and are updated there as without offload, the rest are offloaded as with ratio 1; on
   // an accelerator the device part's update runs while the host part's gradients come down.
-  // Stages 1-3 (DeepSpeed: 3 only); not with NVMe or AdamW8bit.
+  // Stages 1-3 (DeepSpeed: 3 only); not with NVMe. With AdamW8bit the 8-bit arrays split the
+  // same way (parts8_).
   double ratio = 1.0;
 };
 

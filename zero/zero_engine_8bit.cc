@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/check.h"
 #include "kernels/cpu/blockwise_quant.h"
 #include "zero/zero_engine.h"
 
@@ -20,6 +21,22 @@ using kernels::cpu::SignedDynamicMap;
 using kernels::cpu::UnsignedDynamicMap;
 
 }  // namespace
+
+StatusOr<void*> ZeroEngine::AllocateStateArray(int64_t bytes, bool offloaded) {
+  if (bytes == 0) return static_cast<void*>(nullptr);
+  const OptimizerOffload& offload = options_.offload_optimizer;
+  if (offloaded && offload.pin_memory) {
+    HOIST_ASSIGN_OR_RETURN(offload::PinnedBuffer buffer,
+                           pool_->Allocate(bytes, Category::kOptimizer));
+    pinned8_.push_back(std::move(buffer));
+    return static_cast<void*>(pinned8_.back().data());
+  }
+  HOIST_CHECK(!offloaded || host_device_ != nullptr) << "an offloaded part without its host";
+  Device& place = offloaded ? *host_device_ : *device_;
+  HOIST_ASSIGN_OR_RETURN(Buffer buffer, place.Allocate(bytes, Category::kOptimizer));
+  buffers8_.push_back(std::move(buffer));
+  return buffers8_.back().data();
+}
 
 ZeroEngine::Moments8bitCopy::Moments8bitCopy(const Moments8bitLayout& layout)
     : qm(static_cast<size_t>(layout.code_elements)),

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -128,6 +129,18 @@ TEST(MemoryPlan, CostModelChargesRecomputationCommunicationAndOffload) {
   EXPECT_GT(cpu.offload_s, 0);
   EXPECT_EQ(cpu.nvme_bytes, 0);
   EXPECT_GT(cpu.total_s, cost(2, {"zero_optimization.stage=1"}).total_s);
+  // NVMe: each rank reads and writes its shard's fp32 master and moments (12 bytes an element),
+  // or with 8-bit moments the master, the codes and their absmaxes (6 + 1/32).
+  const std::vector<std::string> nvme = {"zero_optimization.stage=2",
+                                         "zero_optimization.offload_optimizer.device=nvme",
+                                         "zero_optimization.offload_optimizer.nvme_path=\"/tmp\""};
+  std::vector<std::string> nvme8 = nvme;
+  nvme8.push_back("optimizer.type=\"AdamW8bit\"");
+  const StepCost fp32 = cost(2, nvme), eight = cost(2, nvme8);
+  const double shard = std::ceil(psi / 2);
+  EXPECT_DOUBLE_EQ(fp32.nvme_bytes, 2 * 12 * shard);
+  EXPECT_DOUBLE_EQ(eight.nvme_bytes, 2 * (6 + 1.0 / 32) * shard);
+  EXPECT_LT(eight.total_s, fp32.total_s);
 }
 
 // Three budgets, each trained for a few steps on two ranks: the measured device peak of every

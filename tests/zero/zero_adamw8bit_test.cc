@@ -214,7 +214,7 @@ TEST(ZeroAdamW8bit, PartialOffloadGivesTheBitsOfNoOffloadAtEveryRatio) {
         device.zero.comm_type = type;
         const std::vector<RankResult> want = Train(device);
         ASSERT_TRUE(want[0].status.ok()) << want[0].status.ToString();
-        for (double ratio : {1e-6, 0.5, 0.999, 1.0}) {
+        for (double ratio : {1e-6, 0.5, 0.7, 1.0}) {
           for (bool pinned : {true, false}) {
             if (!pinned && ratio != 0.5) continue;  // keeps the test quick
             RunOptions run = device;

@@ -524,6 +524,15 @@ TEST(EngineMemoryEstimate, PartialOffloadStagesOnlyTheHostPartsUnits) {
   options.compute_type = DType::kFloat32;
   // fp32: the device part's master is the model's copy.
   EXPECT_EQ(ModelStateBytesFor(*plan, *plan, options).optimizer, 8 * 330 + 12 * 40);
+  // 8-bit moments (every unit): codes 2 bytes an element, absmaxes 8 bytes a block of 256 (the
+  // 300-element unit has two blocks), and the master of the offloaded part alone in fp32.
+  options.adam.eight_bit = true;
+  options.adam.min_8bit_size = 0;
+  EXPECT_EQ(ModelStateBytesFor(*plan, *plan, options).optimizer,
+            2 * 370 + 8 * (1 + 2 + 1 + 1) + 4 * 40);
+  options.compute_type = DType::kBFloat16;  // both parts keep a master
+  EXPECT_EQ(ModelStateBytesFor(*plan, *plan, options).optimizer,
+            2 * 370 + 8 * (1 + 2 + 1 + 1) + 4 * 370);
 }
 
 TEST(EngineMemoryEstimate, ModelStatesFollowTheZeroPaperWithoutPadding) {
