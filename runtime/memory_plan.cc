@@ -208,8 +208,7 @@ std::vector<std::string> ChangedOverrides(const PlanChoice& choice, const Config
   return out;
 }
 
-std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, DeviceKind device,
-                                bool allow_8bit) {
+std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, bool allow_8bit) {
   const int64_t per_rank = base.train_batch_size / world_size;
   const int n_layer = base.model.n_layer;
   struct Policy {
@@ -244,7 +243,6 @@ std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, D
       for (double ratio : ratios) {
         for (OffloadDevice param : devices) {
           if (stage < 3 && param != OffloadDevice::kNone) continue;
-          if (device == DeviceKind::kCuda && param != OffloadDevice::kNone) continue;
           for (const Policy& policy : policies) {
             for (int64_t micro = 1; micro <= per_rank; ++micro) {
               if (per_rank % micro != 0) continue;
@@ -553,8 +551,7 @@ StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOp
   const zero::ModelPasses passes = ModelStorePasses(base.model);
   std::vector<PlanCandidate> all;
   Status first_refusal = Status::Ok();
-  for (const PlanChoice& choice :
-       Choices(base, world_size, nvme, used.device, used.allow_8bit_optimizer)) {
+  for (const PlanChoice& choice : Choices(base, world_size, nvme, used.allow_8bit_optimizer)) {
     StatusOr<Config> config =
         ParseConfigQuietly(text, AllOverrides(choice, base, paths), world_size, kSource);
     StatusOr<MemoryEstimate> estimate =

@@ -155,6 +155,13 @@ int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOption
   return largest * static_cast<int64_t>(DTypeSize(options.compute_type));
 }
 
+int64_t ParamStagingBytes(const PartitionPlan& plan, const ZeroOptions& options) {
+  if (options.offload_param.place == ParamPlace::kDevice) return 0;
+  int64_t largest = 0;
+  for (int u = 0; u < plan.num_units(); ++u) largest = std::max(largest, plan.unit(u).shard);
+  return largest * ComputeBytes(options);
+}
+
 int HostUpdateStagingBuffers(const ZeroOptions& options) {
   if (options.offload_optimizer.place == StatePlace::kDevice) return 0;
   return 2 * (IsHalf(options.compute_type) ? 2 : 1);  // two slots
@@ -271,6 +278,7 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
     tracker.Add(Place::kHostPinned, Category::kParam, shards.staging_bytes);
   }
   tracker.Add(kCompute, Category::kParam, PersistentBufferBytes(plan, options));
+  if (accelerator) tracker.Add(kCompute, Category::kParam, ParamStagingBytes(plan, options));
   if (options.frozen) return;  // no gradients, optimizer states or step workspace
   tracker.Add(kCompute, Category::kGrad, GradBufferBytes(plan, options));
   tracker.Add(kCompute, Category::kWorkspace, EngineWorkspaceBytes());

@@ -113,6 +113,10 @@ int64_t AllReduceStagingElements(const PartitionPlan& plan, const ZeroOptions& o
 // without offload.
 int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOptions& options);
 int HostUpdateStagingBuffers(const ZeroOptions& options);
+// Parameter offload on an accelerator: the device buffer (Category::kParam, held from Create on)
+// through which an offloaded shard goes up for its gather and the updated shard comes down, the
+// largest shard of `plan` in the compute type; 0 without parameter offload.
+int64_t ParamStagingBytes(const PartitionPlan& plan, const ZeroOptions& options);
 
 // ---- The ZeRO paper's model states, for display beside the estimate. ----
 

@@ -111,15 +111,6 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> u
                                                          comm::Communicator* comm,
                                                          kernels::Backend* backend) {
   HOIST_RETURN_IF_ERROR(ValidateZeroOptions(options));
-  // On an accelerator, offloaded parameters need copies up before each use, a strategy not
-  // written yet: the engine's ops would run on the GPU over host memory. (Offloaded optimizer
-  // states are updated on the host: host_update_.)
-  if (backend->kind() != DeviceKind::kCpu && options.offload_param.place != ParamPlace::kDevice) {
-    return UnimplementedError("zero_optimization.offload_param is not supported on " +
-                              backend->name() +
-                              " yet: keep the parameters on the device (offload_optimizer alone "
-                              "works there), or offload them on the CPU (--device cpu)");
-  }
   HOIST_ASSIGN_OR_RETURN(PartitionPlan plan,
                          PartitionPlan::Build(units, comm->world_size(), comm->rank()));
   HOIST_ASSIGN_OR_RETURN(
@@ -158,6 +149,12 @@ Status ZeroEngine::Allocate() {
   if (persistent > 0) {
     HOIST_ASSIGN_OR_RETURN(
         persistent_, device_->Allocate(PersistentBufferBytes(plan_, options_), Category::kParam));
+  }
+  if (param_shards_ != nullptr && !backend_->OperatesOnHostMemory()) {
+    // The shards are host memory the device's ops and collectives cannot take: each goes up
+    // through this buffer for its gather, and comes down through it after an update.
+    HOIST_ASSIGN_OR_RETURN(param_stage_,
+                           device_->Allocate(ParamStagingBytes(plan_, options_), Category::kParam));
   }
   work_grads_.resize(static_cast<size_t>(n));
   acquired_params_.assign(static_cast<size_t>(n), nullptr);
@@ -469,6 +466,7 @@ Status ZeroEngine::StartGather(int unit) {
   if (param_shards_ != nullptr) {
     shard = param_shards_->Acquire(unit);  // released once the gather has copied it
     offload_stats_.from_host_bytes += part.shard * static_cast<int64_t>(csize_);
+    HOIST_ASSIGN_OR_RETURN(shard, UploadShard(unit, shard));
   } else {
     shard = ElementPtr(params_.data(), options_.compute_type, part.shard_offset);
   }
@@ -477,6 +475,19 @@ Status ZeroEngine::StartGather(int unit) {
   live_gathered_ += part.padded;
   gathers_[static_cast<size_t>(unit)] = std::move(pending);
   return Status::Ok();
+}
+
+StatusOr<const void*> ZeroEngine::UploadShard(int unit, const void* shard) {
+  if (param_stage_.data() == nullptr) return shard;
+  // One gather at a time uses the buffer: with offloaded shards the gather starts at
+  // AcquireParams and is waited for there, and no write is open.
+  HOIST_CHECK(open_write_unit_ < 0 && param_write_unit_ < 0)
+      << "a gather while an updated shard is being written";
+  HOIST_RETURN_IF_ERROR(backend_->Copy(param_stage_.data(), shard,
+                                       plan_.unit(unit).shard * static_cast<int64_t>(csize_),
+                                       kernels::CopyDirection::kHostToDevice, stream()));
+  HOIST_RETURN_IF_ERROR(Sync());  // the collective reads it on the host's side of the stream
+  return static_cast<const void*>(param_stage_.data());
 }
 
 Status ZeroEngine::FinishPending(Pending& pending) {
@@ -708,7 +719,9 @@ Status ZeroEngine::GatherUpdatedParams() {
     if (whole == nullptr) continue;  // stage 3: sharded units stay sharded
     if (param_shards_ != nullptr) {
       // The persistent unit's shard, read back where it is kept, gathered at once.
-      Status status = comm_->AllGather(param_shards_->Acquire(u), whole, part.shard, type);
+      StatusOr<const void*> shard = UploadShard(u, param_shards_->Acquire(u));
+      Status status = shard.status();
+      if (status.ok()) status = comm_->AllGather(*shard, whole, part.shard, type);
       param_shards_->Release(u);
       if (first.ok()) first = status;
       continue;

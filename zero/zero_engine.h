@@ -293,6 +293,9 @@ class ZeroEngine final : public ParamStore {
   // The fp32 weights this rank's optimizer updates, for the unit's owned range (state plan).
   float* master(int unit) const;
   Status StartGather(int unit);
+  // The offloaded shard of `unit` (host memory) where a collective can take it: itself, or on
+  // an accelerator its copy in param_stage_ (waited for).
+  StatusOr<const void*> UploadShard(int unit, const void* shard);
   Status FinishPending(Pending& pending);
   Status DrainReductions(int64_t keep_elements);
   Status ReduceFullGrads();
@@ -416,6 +419,13 @@ class ZeroEngine final : public ParamStore {
   std::unique_ptr<ParamShards> param_shards_;
   int open_write_unit_ = -1;  // the unit OpenOwnedWrite has begun (-1: none)
   void* open_write_ = nullptr;
+  // Parameter offload on an accelerator (ParamStagingBytes): the device buffer a shard goes up
+  // through for its gather and an updated shard comes down through (BeginOwnedWrite writes it,
+  // EndOwnedWrite copies it into the shard's host buffer, param_write_, of unit
+  // param_write_unit_). Empty where the backend operates on host memory.
+  Buffer param_stage_;
+  int param_write_unit_ = -1;
+  void* param_write_ = nullptr;
 
   Buffer params_;      // compute type: whole padded model (stages 0-2) or this rank's shards (3)
   Buffer persistent_;  // stage 3: compute-type copies of the persistent units

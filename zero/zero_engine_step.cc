@@ -343,11 +343,28 @@ void ZeroEngine::CloseOwnedWrite() {
 void* ZeroEngine::BeginOwnedWrite(int unit) {
   if (param_shards_ == nullptr) return owned_params(unit);
   offload_stats_.to_host_bytes += plan_.unit(unit).shard * static_cast<int64_t>(csize_);
-  return param_shards_->BeginWrite(unit);
+  void* shard = param_shards_->BeginWrite(unit);
+  if (param_stage_.data() == nullptr) return shard;
+  // On an accelerator the update writes the device's staging, brought down at EndOwnedWrite.
+  HOIST_CHECK(param_write_unit_ < 0)
+      << "unit " << unit << " written while unit " << param_write_unit_ << " still is";
+  param_write_unit_ = unit;
+  param_write_ = shard;
+  Fail(backend_->Zero(param_stage_.data(), plan_.unit(unit).shard * static_cast<int64_t>(csize_),
+                      stream()));
+  return param_stage_.data();
 }
 
 void ZeroEngine::EndOwnedWrite(int unit) {
   if (param_shards_ == nullptr) return;
+  if (param_stage_.data() != nullptr) {
+    HOIST_CHECK_EQ(param_write_unit_, unit);
+    Fail(backend_->Copy(param_write_, param_stage_.data(),
+                        plan_.unit(unit).shard * static_cast<int64_t>(csize_),
+                        kernels::CopyDirection::kDeviceToHost, stream()));
+    param_write_unit_ = -1;
+    param_write_ = nullptr;
+  }
   Fail(Sync());  // the store's writer thread takes the copy from here
   param_shards_->CommitWrite(unit);
 }

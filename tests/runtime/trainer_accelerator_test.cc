@@ -196,6 +196,23 @@ TEST(TrainerAccelerator, TrainsTheCpuRunToTheBitOnEveryStage) {
        {"zero_optimization.stage=2", "bf16.enabled=true", "optimizer.type=\"AdamW8bit\"",
         "optimizer.params.min_8bit_size=0", "zero_optimization.offload_optimizer.device=\"cpu\"",
         "zero_optimization.offload_optimizer.ratio=0.5"}},
+      // ZeRO-Infinity's parameter offload: the shards in host memory or on NVMe, each brought
+      // up for its gather and the updated one brought down.
+      {2,
+       {"zero_optimization.stage=3", "bf16.enabled=true",
+        "zero_optimization.offload_param.device=\"cpu\""}},
+      {1,
+       {"zero_optimization.stage=3", "zero_optimization.offload_param.device=\"nvme\"",
+        "zero_optimization.offload_param.nvme_path=\"" + nvme + "\"",
+        "zero_optimization.offload_param.max_in_cpu=0",
+        "zero_optimization.offload_optimizer.device=\"cpu\""}},
+      {2,
+       {"zero_optimization.stage=3", "zero_optimization.offload_param.device=\"cpu\"",
+        "zero_optimization.offload_param.pin_memory=false",
+        "zero_optimization.offload_optimizer.device=\"nvme\"",
+        "zero_optimization.offload_optimizer.nvme_path=\"" + nvme + "\"",
+        "zero_optimization.sub_group_size=3000",
+        "zero_optimization.stage3_param_persistence_threshold=200"}},
       {1,
        {"zero_optimization.stage=3", "optimizer.type=\"AdamW8bit\"",
         "optimizer.params.min_8bit_size=1000", "zero_optimization.offload_optimizer.device=\"cpu\"",
@@ -220,9 +237,16 @@ TEST(TrainerAccelerator, TrainsTheCpuRunToTheBitOnEveryStage) {
 // host scalars to the host communicator; the run is the CPU's to the bit.
 TEST(TrainerAccelerator, DeviceCollectivesCarryOnlyDeviceMemory) {
   live_memory::ScopedEnable checked;
-  for (int stage : {0, 2, 3}) {
+  for (int stage : {0, 2, 3, 4}) {
+    // "4": stage 3 with the parameters offloaded, whose shards go up before their gathers.
     SCOPED_TRACE("stage " + std::to_string(stage));
-    const Config config = TinyJob(2, 5, {"zero_optimization.stage=" + std::to_string(stage)});
+    std::vector<std::string> set = {"zero_optimization.stage=" +
+                                    std::to_string(std::min(stage, 3))};
+    if (stage == 4) {
+      set.push_back("zero_optimization.offload_param.device=\"cpu\"");
+      set.push_back("zero_optimization.stage3_param_persistence_threshold=200");
+    }
+    const Config config = TinyJob(2, 5, set);
     auto calls = std::make_shared<std::atomic<int64_t>>(0);
     const std::vector<RankRun> want = Train(config, 2, {});
     const std::vector<RankRun> got = Train(config, 2, ThreadedCpuWithCollectives(2, calls));

@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "comm/thread_communicator.h"
+#include "core/live_memory.h"
 #include "core/memory_tracker.h"
 #include "kernels/cpu/convert.h"
 #include "offload/memory_storage.h"
@@ -105,6 +106,9 @@ struct EngineRun {
   int world = 1;
   ModelPasses passes;
   int micro_batches = 1;
+  // The engine's backend stands for an accelerator's (live_memory on: it operates on device
+  // memory alone), and the estimate is asked for one.
+  bool accelerator = false;
 };
 
 // Makes `calls` on the engine as a model would: reads the weights, adds a gradient.
@@ -135,6 +139,8 @@ void Drive(ZeroEngine& engine, const std::vector<UnitSpec>& units,
 
 // Runs two steps on every rank, the peaks restarted at each phase boundary.
 std::vector<Measured> Measure(const EngineRun& run) {
+  std::unique_ptr<live_memory::ScopedEnable> device_memory;
+  if (run.accelerator) device_memory = std::make_unique<live_memory::ScopedEnable>();
   auto group = comm::ThreadGroup::Create(run.world, 30.0);
   EXPECT_TRUE(group.ok());
   std::vector<Measured> out(static_cast<size_t>(run.world));
@@ -227,8 +233,8 @@ void ExpectEstimateIsExact(const EngineRun& run, const std::string& label) {
   for (int r = 0; r < run.world; ++r) {
     const Measured& m = measured[static_cast<size_t>(r)];
     ASSERT_TRUE(m.status.ok()) << "rank " << r << ": " << m.status.ToString();
-    auto estimated =
-        EstimateEngineMemory(run.units, run.options, run.world, r, run.passes, run.micro_batches);
+    auto estimated = EstimateEngineMemory(run.units, run.options, run.world, r, run.passes,
+                                          run.micro_batches, run.accelerator);
     ASSERT_TRUE(estimated.ok()) << estimated.status().ToString();
     const EngineMemoryEstimate& est = *estimated;
 
@@ -500,6 +506,48 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
                        (tied ? ", tied embedding, world 4" : ", layerwise, world 2"));
         }
       }
+    }
+  }
+}
+
+// On an accelerator the engine adds the host update's pinned staging (ZeRO-Offload) and, with
+// parameter offload, the device buffer the shards go up and come down through: the estimate for
+// an accelerator counts both, to the byte.
+TEST(EngineMemoryEstimate, OnAnAcceleratorTheStagingIsCounted) {
+  const std::vector<std::pair<const char*, std::function<void(ZeroOptions&)>>> settings = {
+      {"params on the host", [](ZeroOptions& o) { o.offload_param.place = ParamPlace::kHost; }},
+      {"params on nvme, optimizer on the host",
+       [](ZeroOptions& o) {
+         o.offload_param.place = ParamPlace::kNvme;
+         o.offload_param.max_in_cpu = 0;
+         o.offload_optimizer.place = StatePlace::kHost;
+       }},
+      {"params pageable, optimizer on nvme",
+       [](ZeroOptions& o) {
+         o.offload_param.place = ParamPlace::kHost;
+         o.offload_param.pin_memory = false;
+         o.offload_optimizer.place = StatePlace::kNvme;
+         o.offload_optimizer.sub_group_size = 100;
+       }},
+      {"8-bit AdamW half offloaded",
+       [](ZeroOptions& o) {
+         o.adam.eight_bit = true;
+         o.adam.min_8bit_size = 64;
+         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.ratio = 0.5;
+       }},
+  };
+  for (const auto& [name, apply] : settings) {
+    for (DType type : {DType::kFloat32, DType::kBFloat16}) {
+      EngineRun run;
+      run.units = UnevenUnits();
+      run.options = Options(3, type, Offload::kNone);
+      apply(run.options);
+      run.world = 2;
+      run.passes = LayerwisePasses(static_cast<int>(run.units.size()));
+      run.micro_batches = 2;
+      run.accelerator = true;
+      ExpectEstimateIsExact(run, std::string(name) + ", " + DTypeName(type));
     }
   }
 }
