@@ -9,7 +9,12 @@
 // rounded back, as CpuBackend's Wide views do) is the anchor of the bf16 kernels
 // (kernels/cpu/attention_bf16.h); the ratio is fp32 time / bf16 time.
 //
+// --bf16-tiled: the same for the tiled attention of a bf16 run: the fp32 path (widened copies,
+// the fp32 tiled kernel at its default tiles, results rounded back) is the anchor of the bf16
+// tiled kernels (kernels/cpu/flash_attention_bf16.h), at their default tiles or --tiles.
+//
 //   attention_bench [--repeats N] [--batch B] [--tiles QxK] [--seq T[,T...]] [--bf16]
+//                   [--bf16-tiled]
 #include <cblas.h>
 #include <omp.h>
 
@@ -28,6 +33,7 @@
 #include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/flash_attention.h"
+#include "kernels/cpu/flash_attention_bf16.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops.h"
 
@@ -132,11 +138,52 @@ void BenchBf16(int B, int T, int NH, int hs, int repeats) {
       (fp32_fwd + fp32_bwd) / (bf16_fwd + bf16_bwd));
 }
 
+void BenchTiledBf16(int B, int T, int NH, int hs, int repeats,
+                    const ops::TiledAttentionOptions& bf16_tiles) {
+  const int C = NH * hs;
+  const size_t N = size_t(B) * T, n_qkv = N * 3 * C, n_out = N * C;
+  const auto qkv = ToBf16(RandomVector(n_qkv, 11, -2.0f, 2.0f));
+  const auto dout = ToBf16(RandomVector(n_out, 12));
+  std::vector<uint16_t> out(n_out), dqkv(n_qkv, 0);
+  std::vector<float> lse(ops::TiledAttentionSavedFloats(B, T, NH));
+  std::vector<float> qkv32(n_qkv), out32(n_out), dqkv32(n_qkv), dout32(n_out);
+  const double fp32_fwd = MedianSeconds(repeats, [&] {
+    ops::CastBf16ToFp32(qkv32.data(), qkv.data(), n_qkv);
+    std::fill(out32.begin(), out32.end(), 0.0f);
+    ops::AttentionForwardTiled(out32.data(), lse.data(), qkv32.data(), B, T, C, NH);
+    ops::CastFp32ToBf16(out.data(), out32.data(), n_out);
+  });
+  const double fp32_bwd = MedianSeconds(repeats, [&] {
+    ops::CastBf16ToFp32(dqkv32.data(), dqkv.data(), n_qkv);
+    ops::CastBf16ToFp32(dout32.data(), dout.data(), n_out);
+    ops::CastBf16ToFp32(qkv32.data(), qkv.data(), n_qkv);
+    ops::CastBf16ToFp32(out32.data(), out.data(), n_out);
+    ops::AttentionBackwardTiled(dqkv32.data(), dout32.data(), qkv32.data(), out32.data(),
+                                lse.data(), B, T, C, NH);
+    ops::CastFp32ToBf16(dqkv.data(), dqkv32.data(), n_qkv);
+  });
+  std::fill(dqkv.begin(), dqkv.end(), 0);
+  const double bf16_fwd = MedianSeconds(repeats, [&] {
+    ops::AttentionForwardTiledGqaBf16With(bf16_tiles, out.data(), lse.data(), qkv.data(), B, T, NH,
+                                          NH, hs);
+  });
+  const double bf16_bwd = MedianSeconds(repeats, [&] {
+    ops::AttentionBackwardTiledGqaBf16With(bf16_tiles, dqkv.data(), dout.data(), qkv.data(),
+                                           out.data(), lse.data(), B, T, NH, NH, hs);
+  });
+  std::printf(
+      "B=%-2d T=%-5d NH=%-2d hs=%-3d fwd %7.2f / %7.2f ms (%.2fx)  bwd %7.2f / %7.2f ms (%.2fx)  "
+      "fwd+bwd %7.2f / %7.2f ms %.2fx\n",
+      B, T, NH, hs, fp32_fwd * 1e3, bf16_fwd * 1e3, fp32_fwd / bf16_fwd, fp32_bwd * 1e3,
+      bf16_bwd * 1e3, fp32_bwd / bf16_bwd, (fp32_fwd + fp32_bwd) * 1e3, (bf16_fwd + bf16_bwd) * 1e3,
+      (fp32_fwd + fp32_bwd) / (bf16_fwd + bf16_bwd));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int repeats = 7, B = 1;
-  bool bf16 = false;
+  bool bf16 = false, bf16_tiled = false, tiles_given = false;
   const int C = 768, NH = 12;
   std::vector<int> seqs = {256, 1024, 2048};
   ops::TiledAttentionOptions options = ops::DefaultTiledAttentionOptions(1024);
@@ -148,8 +195,11 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--tiles") && i + 1 < argc &&
                std::sscanf(argv[i + 1], "%dx%d", &options.q_rows, &options.k_cols) == 2) {
       ++i;
+      tiles_given = true;
     } else if (!std::strcmp(argv[i], "--bf16")) {
       bf16 = true;
+    } else if (!std::strcmp(argv[i], "--bf16-tiled")) {
+      bf16_tiled = true;
     } else if (!std::strcmp(argv[i], "--seq") && i + 1 < argc) {
       seqs.clear();
       for (char* p = argv[++i]; *p != '\0';) {
@@ -158,7 +208,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--repeats N] [--batch B] [--tiles QxK] [--seq T[,T...]] [--bf16]\n",
+                   "usage: %s [--repeats N] [--batch B] [--tiles QxK] [--seq T[,T...]] [--bf16] "
+                   "[--bf16-tiled]\n",
                    argv[0]);
       return 2;
     }
@@ -166,6 +217,25 @@ int main(int argc, char** argv) {
   std::printf(
       "CPU: %s, SIMD %s, OpenMP threads %d, BLAS: %s\n", hoist::GetCpuFeatures().model_name.c_str(),
       hoist::SimdLevelName(hoist::ActiveSimdLevel()), omp_get_max_threads(), openblas_get_config());
+  if (bf16_tiled) {
+    if (!ops::Bf16GemmAvailable()) {
+      std::printf("no bf16 attention here: %s\n", ops::DecideGemmPath().reason.c_str());
+      return 0;
+    }
+    ops::TiledAttentionOptions bf16_tiles = ops::DefaultTiledAttentionBf16Options(1024);
+    if (tiles_given) {
+      bf16_tiles.q_rows = options.q_rows;
+      bf16_tiles.k_cols = options.k_cols;
+    }
+    std::printf(
+        "tiled causal attention of a bf16 run, bf16 tiles %dx%d; times fp32 path / bf16 kernels "
+        "(fp32/bf16)\n",
+        bf16_tiles.q_rows, bf16_tiles.k_cols);
+    BenchTiledBf16(4, 64, 12, 64, repeats, bf16_tiles);
+    BenchTiledBf16(8, 256, 4, 64, repeats, bf16_tiles);
+    BenchTiledBf16(1, 1024, 12, 64, repeats, bf16_tiles);
+    return 0;
+  }
   if (bf16) {
     if (!ops::Bf16GemmAvailable()) {
       std::printf("no bf16 attention here: %s\n", ops::DecideGemmPath().reason.c_str());

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/flash_attention_bf16.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu_backend.h"
 
@@ -24,7 +25,7 @@ inline const HostStream& HostStreamOf(const Stream& stream) {
 
 // bf16 products take oneDNN's path where the run's choice (made once, at the first bf16 product)
 // says so; fp32 and fp16 always take the widened sgemm path. Attention's products follow their
-// own choice, made within the matmuls' (kernels/cpu/attention_bf16.h).
+// own choice, made within the matmuls' (kernels/cpu/attention_bf16.h), direct and tiled alike.
 inline bool UseBf16Gemm(DType type) {
   return type == DType::kBFloat16 && cpu::ActiveGemmPath().path == cpu::GemmPath::kBf16Dnnl;
 }

@@ -104,6 +104,11 @@ Status CpuBackend::GqaAttentionForwardTiled(void* out, float* lse, const void* q
       kOp,
       {{"out", out, n_out * e}, {"lse", lse, int64_t{B} * NH * T * 4}, {"qkv", qkv, n_qkv * e}}));
   return HostStreamOf(stream).Enqueue([=] {
+    if (UseBf16Attention(type)) {
+      cpu::AttentionForwardTiledGqaBf16(static_cast<uint16_t*>(out), lse,
+                                        static_cast<const uint16_t*>(qkv), B, T, NH, NKV, hd);
+      return Status::Ok();
+    }
     Wide o(out, type, n_out, Use::kOut), q(qkv, type, n_qkv, Use::kIn);
     cpu::AttentionForwardTiledGqa(o.get(), lse, q.get(), B, T, NH, NKV, hd);
     o.Finish();
@@ -125,6 +130,13 @@ Status CpuBackend::GqaAttentionBackwardTiled(void* dqkv, const void* dout, const
                                         {"out", out, n_out * e},
                                         {"lse", lse, int64_t{B} * NH * T * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
+    if (UseBf16Attention(type)) {
+      cpu::AttentionBackwardTiledGqaBf16(static_cast<uint16_t*>(dqkv),
+                                         static_cast<const uint16_t*>(dout),
+                                         static_cast<const uint16_t*>(qkv),
+                                         static_cast<const uint16_t*>(out), lse, B, T, NH, NKV, hd);
+      return Status::Ok();
+    }
     Wide dq(dqkv, type, n_qkv, Use::kInOut), d(dout, type, n_out, Use::kIn),
         q(qkv, type, n_qkv, Use::kIn), o(out, type, n_out, Use::kIn);
     cpu::AttentionBackwardTiledGqa(dq.get(), d.get(), q.get(), o.get(), lse, B, T, NH, NKV, hd);

@@ -307,6 +307,11 @@ Status CpuBackend::AttentionForwardTiled(void* out, float* lse, const void* qkv,
       kOp,
       {{"out", out, BTC * e}, {"lse", lse, int64_t{B} * NH * T * 4}, {"qkv", qkv, 3 * BTC * e}}));
   return HostStreamOf(stream).Enqueue([=] {
+    if (UseBf16Attention(type)) {
+      cpu::AttentionForwardTiledGqaBf16(static_cast<uint16_t*>(out), lse,
+                                        static_cast<const uint16_t*>(qkv), B, T, NH, NH, C / NH);
+      return Status::Ok();
+    }
     Wide o(out, type, BTC, Use::kOut), q(qkv, type, 3 * BTC, Use::kIn);
     cpu::AttentionForwardTiled(o.get(), lse, q.get(), B, T, C, NH);
     o.Finish();
@@ -326,6 +331,13 @@ Status CpuBackend::AttentionBackwardTiled(void* dqkv, const void* dout, const vo
                                         {"out", out, BTC * e},
                                         {"lse", lse, int64_t{B} * NH * T * 4}}));
   return HostStreamOf(stream).Enqueue([=] {
+    if (UseBf16Attention(type)) {
+      cpu::AttentionBackwardTiledGqaBf16(
+          static_cast<uint16_t*>(dqkv), static_cast<const uint16_t*>(dout),
+          static_cast<const uint16_t*>(qkv), static_cast<const uint16_t*>(out), lse, B, T, NH, NH,
+          C / NH);
+      return Status::Ok();
+    }
     Wide dq(dqkv, type, 3 * BTC, Use::kInOut), d(dout, type, BTC, Use::kIn),
         q(qkv, type, 3 * BTC, Use::kIn), o(out, type, BTC, Use::kIn);
     cpu::AttentionBackwardTiled(dq.get(), d.get(), q.get(), o.get(), lse, B, T, C, NH);

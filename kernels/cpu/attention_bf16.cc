@@ -6,14 +6,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/cpu_features.h"
 #include "core/logging.h"
+#include "kernels/cpu/bf16_rows.h"
 #include "kernels/cpu/cast.h"
-#include "kernels/cpu/cast_kernels.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/vector_kernels.h"
@@ -37,40 +36,6 @@ namespace {
 // discarded. Measured on Sapphire Rapids (bench/attention_bench --bf16; bench/CPU_BF16_NOTES.md):
 // 128 rows beat 32 and 64 up to T = 256, 256 rows beat 128 at T = 1024.
 int RowBlock(int T) { return T <= 512 ? 128 : 256; }
-
-// The casts' single-threaded loops (cast.h's functions cost a dispatch per call, and these are
-// called per row).
-const CastKernels& Casts() {
-  static const CastKernels& kernels = []() -> const CastKernels& {
-    const SimdLevel level =
-        CastLevelAvailable(ActiveSimdLevel()) ? ActiveSimdLevel() : SimdLevel::kScalar;
-    switch (level) {
-      case SimdLevel::kAvx512: return avx512::kCastKernels;
-      case SimdLevel::kAvx2: return avx2::kCastKernels;
-      case SimdLevel::kScalar: break;
-    }
-    return scalar::kCastKernels;
-  }();
-  return kernels;
-}
-
-// rows x cols of src (row stride lds) rounded to bf16 into dst (row stride ldd).
-void RoundRows(uint16_t* dst, int64_t ldd, const float* src, int64_t lds, int rows, int cols) {
-  const auto round = Casts().fp32_to_bf16;
-  for (int r = 0; r < rows; ++r) round(dst + r * ldd, src + r * lds, cols);
-}
-
-// The same, widening.
-void WidenRows(float* dst, int64_t ldd, const uint16_t* src, int64_t lds, int rows, int cols) {
-  const auto widen = Casts().bf16_to_fp32;
-  for (int r = 0; r < rows; ++r) widen(dst + r * ldd, src + r * lds, cols);
-}
-
-// rows x cols of src (row stride lds) into dst (row stride ldd).
-template <typename E>
-void CopyRows(E* dst, int64_t ldd, const E* src, int64_t lds, int rows, int cols) {
-  for (int r = 0; r < rows; ++r) std::memcpy(dst + r * ldd, src + r * lds, sizeof(E) * cols);
-}
 
 // A per-thread buffer of at least n elements, kept for the next call.
 template <typename E>

@@ -21,6 +21,7 @@ namespace hoist::kernels::cpu {
 // faster than the fp32 path (widened copies, the fp32 kernel, results rounded) on one forward and
 // backward of B=2, T=256, 4 heads of 64. With AMX they measured 1.8-2.5x faster at T = 64 to
 // 1024; with AVX512_BF16 alone, 1.3x at T = 64 but 0.8x at T = 1024 (bench/CPU_BF16_NOTES.md).
+// The tiled attention's bf16 kernels (flash_attention_bf16.h) follow the same choice.
 struct AttentionChoice {
   bool bf16 = false;
   double bf16_ms = 0;  // the probe's times; 0 when not measured
