@@ -152,8 +152,8 @@ struct PlanOptions {
   // The directory for NVMe points when the base config names none.
   std::string nvme_path;
   CostRates rates;
-  // What the ranks train on. On a GPU (kCuda) the device budget is its memory, and the points
-  // the GPU cannot run yet (parameter offload) are left out.
+  // What the ranks train on. On a GPU (kCuda) the device budget is its memory, which the
+  // estimate counts with the accelerator's staging (host update, parameter offload).
   DeviceKind device = DeviceKind::kCpu;
   // Also search 8-bit AdamW moments for an AdamW job (they change its numerics: the caller opts
   // in, `--allow-8bit-optimizer`).

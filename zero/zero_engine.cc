@@ -386,10 +386,11 @@ Status ZeroEngine::Initialize(const RangeFill& fill) {
                                       PartFromHost(host_part(u)), host_part(u)));
     }
     if (options_.stage == 3) {
-      HOIST_RETURN_IF_ERROR(
-          StoreFromHost(BeginOwnedWrite(u), type, at(part.owned_begin), part.shard));
-      HOIST_RETURN_IF_ERROR(Sync());  // the shard's store may hand it to another thread
-      EndOwnedWrite(u);
+      // Ended whatever the store returned: a write left open would hold the staging.
+      const Status stored =
+          StoreFromHost(BeginOwnedWrite(u), type, at(part.owned_begin), part.shard);
+      EndOwnedWrite(u);  // waits for the stream: the shard's store may hand it to another thread
+      HOIST_RETURN_IF_ERROR(stored);
     }
     return Sync();
   };
@@ -466,7 +467,12 @@ Status ZeroEngine::StartGather(int unit) {
   if (param_shards_ != nullptr) {
     shard = param_shards_->Acquire(unit);  // released once the gather has copied it
     offload_stats_.from_host_bytes += part.shard * static_cast<int64_t>(csize_);
-    HOIST_ASSIGN_OR_RETURN(shard, UploadShard(unit, shard));
+    StatusOr<const void*> uploaded = UploadShard(unit, shard);
+    if (!uploaded.ok()) {
+      param_shards_->Release(unit);
+      return uploaded.status();
+    }
+    shard = *uploaded;
   } else {
     shard = ElementPtr(params_.data(), options_.compute_type, part.shard_offset);
   }

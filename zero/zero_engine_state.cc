@@ -99,8 +99,9 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
           StateCopy(master(u), weights, bytes, PartFromHost(host_part(u)), host_part(u)));
     }
     // The model's copy of the owned range (for fp32 on the device, the master itself).
-    HOIST_RETURN_IF_ERROR(StoreFromHost(BeginOwnedWrite(u), type, weights, owned.owned_real));
-    EndOwnedWrite(u);
+    const Status stored = StoreFromHost(BeginOwnedWrite(u), type, weights, owned.owned_real);
+    EndOwnedWrite(u);  // whatever the store returned: a write left open would hold the staging
+    HOIST_RETURN_IF_ERROR(stored);
   }
   HOIST_RETURN_IF_ERROR(Sync());
   HOIST_RETURN_IF_ERROR(AgreeOnFailure(FinishOwnedWrites()));

@@ -290,6 +290,28 @@ TEST(MemoryPlan, AnEightBitJobStaysEightBitAndIsOfferedEveryPlacement) {
   EXPECT_THAT(plan.overrides, ::testing::Not(::testing::Contains(HasSubstr("optimizer.type"))));
 }
 
+// On a GPU the plan offers what the engine runs there, parameter offload included, and counts
+// the device staging it takes in its device bytes.
+TEST(MemoryPlan, AGpuPlanOffersParameterOffloadWithItsStaging) {
+  const int world = 2;
+  const Config base = TinyJob(world, 5);
+  PlanOptions options = Budget(kGiB);
+  options.device = DeviceKind::kCuda;
+  const MemoryPlan gpu = PlanOk(base, world, options);
+  const MemoryPlan cpu = PlanOk(base, world, Budget(kGiB));
+  bool offered = false;
+  for (const PlanCandidate& c : gpu.candidates) {
+    if (c.choice.offload_param == OffloadDevice::kNone) continue;
+    offered = true;
+    for (const PlanCandidate& d : cpu.candidates) {
+      if (d.choice == c.choice) {
+        EXPECT_GT(c.device_bytes, d.device_bytes) << c.choice.Describe();
+      }
+    }
+  }
+  EXPECT_TRUE(offered);
+}
+
 TEST(MemoryPlan, BudgetBelowEverythingNamesTheSmallestThatFits) {
   const Config base = TinyJob(1, 5);
   const MemoryPlan generous = PlanOk(base, 1, Budget(kGiB));

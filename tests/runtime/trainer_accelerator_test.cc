@@ -201,6 +201,12 @@ TEST(TrainerAccelerator, TrainsTheCpuRunToTheBitOnEveryStage) {
       {2,
        {"zero_optimization.stage=3", "bf16.enabled=true",
         "zero_optimization.offload_param.device=\"cpu\""}},
+      {1, {"zero_optimization.stage=3", "zero_optimization.offload_param.device=\"cpu\""}},
+      {2,
+       {"zero_optimization.stage=3", "bf16.enabled=true", "optimizer.type=\"AdamW8bit\"",
+        "optimizer.params.min_8bit_size=0", "zero_optimization.offload_param.device=\"cpu\"",
+        "zero_optimization.offload_optimizer.device=\"cpu\"",
+        "zero_optimization.offload_optimizer.ratio=0.5"}},
       {1,
        {"zero_optimization.stage=3", "zero_optimization.offload_param.device=\"nvme\"",
         "zero_optimization.offload_param.nvme_path=\"" + nvme + "\"",
@@ -268,12 +274,23 @@ TEST(TrainerAccelerator, HostBuffersCountAsHostAndTheModelAsDevice) {
 
 TEST(TrainerAccelerator, CheckpointsResumeOnEitherDevice) {
   live_memory::ScopedEnable checked;
-  for (int stage : {0, 2}) {
+  const std::string nvme = TempDir("resume_nvme");
+  std::filesystem::create_directories(nvme);
+  for (int stage : {0, 2, 3, 4}) {
+    // 3 and 4: stage 3 with the parameters offloaded (restored through the device's staging),
+    // 4 with the optimizer on NVMe too (restored a sub-group at a time).
     SCOPED_TRACE("stage " + std::to_string(stage));
     const std::string dir = TempDir("resume");
-    const Config config = TinyJob(2, 6,
-                                  {"checkpoint.dir=\"" + dir + "\"", "checkpoint.interval_steps=3",
-                                   "zero_optimization.stage=" + std::to_string(stage)});
+    std::vector<std::string> set = {
+        "checkpoint.dir=\"" + dir + "\"", "checkpoint.interval_steps=3",
+        "zero_optimization.stage=" + std::to_string(std::min(stage, 3))};
+    if (stage >= 3) set.push_back("zero_optimization.offload_param.device=\"cpu\"");
+    if (stage == 4) {
+      set.push_back("zero_optimization.offload_optimizer.device=\"nvme\"");
+      set.push_back("zero_optimization.offload_optimizer.nvme_path=\"" + nvme + "\"");
+      set.push_back("zero_optimization.sub_group_size=3000");
+    }
+    const Config config = TinyJob(2, 6, set);
     // Six steps on the accelerator, saving at 3 and 6; then steps 4-6 again from its step 3 on
     // the CPU, and on the accelerator from the CPU's step 3.
     const std::vector<RankRun> device_run = Train(config, 2, ThreadedCpu());
@@ -295,6 +312,7 @@ TEST(TrainerAccelerator, CheckpointsResumeOnEitherDevice) {
     EXPECT_EQ(device_resumed[0].params, cpu_run[0].params);
     std::filesystem::remove_all(dir);
   }
+  std::filesystem::remove_all(nvme);
 }
 
 TEST(TrainerAccelerator, OneRankWithoutItsDeviceStopsEveryRankWithItsReason) {

@@ -2,8 +2,8 @@
 // backend, its oracle: the model computes in fp32 on the GPU (true fp32 products, no TF32), the
 // engine keeps the states there as on a CPU rank. Stages 0-3, activation checkpointing, bf16
 // storage, two ranks on one GPU through the host-staged communicator against one rank, and the
-// optimizer states offloaded to host memory or NVMe; parameter offload, whose strategy is not
-// written for accelerators yet, is refused.
+// optimizer states offloaded to host memory or NVMe, 8-bit AdamW there and split by a ratio, and
+// the parameters offloaded to host memory or NVMe (stage 3).
 // Suites Cuda*: label "gpu"; skipped where no GPU is visible.
 #include <gtest/gtest.h>
 

@@ -529,13 +529,15 @@ TEST(EngineMemoryEstimate, OnAnAcceleratorTheStagingIsCounted) {
          o.offload_optimizer.place = StatePlace::kNvme;
          o.offload_optimizer.sub_group_size = 100;
        }},
-      {"8-bit AdamW half offloaded",
+      {"8-bit AdamW half offloaded, params on the host",
        [](ZeroOptions& o) {
          o.adam.eight_bit = true;
          o.adam.min_8bit_size = 64;
          o.offload_optimizer.place = StatePlace::kHost;
          o.offload_optimizer.ratio = 0.5;
+         o.offload_param.place = ParamPlace::kHost;
        }},
+
   };
   for (const auto& [name, apply] : settings) {
     for (DType type : {DType::kFloat32, DType::kBFloat16}) {
@@ -550,6 +552,25 @@ TEST(EngineMemoryEstimate, OnAnAcceleratorTheStagingIsCounted) {
       ExpectEstimateIsExact(run, std::string(name) + ", " + DTypeName(type));
     }
   }
+  // A frozen base at stage 3 with its parameters offloaded has the staging too (it is allocated
+  // before anything a frozen engine leaves out).
+  ZeroOptions frozen = Options(3, DType::kBFloat16, Offload::kParamNvme);
+  frozen.frozen = true;
+  const std::vector<UnitSpec> units = UnevenUnits();
+  ModelPasses passes = LayerwisePasses(7);  // without gradients: the base's weights only
+  std::erase_if(passes.backward, [](const StoreCall& call) {
+    return call.op == StoreCall::Op::kAcquireGrads || call.op == StoreCall::Op::kReleaseGrads;
+  });
+  auto on_cpu = EstimateEngineMemory(units, frozen, 2, 0, passes, 1, false);
+  auto on_gpu = EstimateEngineMemory(units, frozen, 2, 0, passes, 1, true);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.status().ToString();
+  ASSERT_TRUE(on_gpu.ok()) << on_gpu.status().ToString();
+  auto plan = PartitionPlan::Build(units, 2, 0);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(ParamStagingBytes(*plan, frozen), 150 * 2);  // the 300-element unit's shard
+  EXPECT_EQ(on_gpu->Resident(Place::kDevice, Category::kParam) -
+                on_cpu->Resident(Place::kDevice, Category::kParam),
+            150 * 2);
 }
 
 TEST(EngineMemoryEstimate, PartialOffloadStagesOnlyTheHostPartsUnits) {
