@@ -25,41 +25,22 @@
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu_backend.h"
+#include "tests/kernels/bf16_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace hoist::kernels::cpu {
 namespace {
 
+using testing::CountOver;
+using testing::kU;
+using testing::kU32;
 using testing::RandomFloats;
-
-const double kU = std::ldexp(1.0, -8);     // bf16's unit roundoff
-const double kU32 = std::ldexp(1.0, -24);  // fp32's
-
-std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
-  std::vector<uint16_t> out(x.size());
-  CastFp32ToBf16(out.data(), x.data(), static_cast<int64_t>(x.size()));
-  return out;
-}
-
-std::vector<float> Widen(const std::vector<uint16_t>& x) {
-  std::vector<float> out(x.size());
-  CastBf16ToFp32(out.data(), x.data(), static_cast<int64_t>(x.size()));
-  return out;
-}
-
-template <typename E>
-bool SameBits(const std::vector<E>& a, const std::vector<E>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(E)) == 0;
-}
-
-struct Shape {
-  int B, T, NH, NKV, hd;
-  int C() const { return NH * hd; }
-  int W() const { return (NH + 2 * NKV) * hd; }
-  size_t QkvSize() const { return size_t(B) * T * W(); }
-  size_t OutSize() const { return size_t(B) * T * C(); }
-  size_t LseSize() const { return size_t(B) * NH * T; }
-};
+using testing::SameBits;
+using testing::ToBf16;
+using testing::Widen;
+using Shape = testing::AttentionShape;
+using Inputs = testing::AttentionInputs;
+Inputs MakeInputs(const Shape& s, uint32_t seed) { return testing::MakeAttentionInputs(s, seed); }
 
 // Multi-head and grouped-query; T = 1, lengths inside one tile, across several, and past 256,
 // none but one a multiple of the default tile (128) or of the small tiles below.
@@ -79,41 +60,6 @@ int NumKeyTiles(const TiledAttentionOptions& o, int T) {
   const int cols = std::min(o.k_cols, T);
   return (T + cols - 1) / cols;
 }
-
-// The inputs of one case, bf16, and their exact fp32 widening.
-struct Inputs {
-  std::vector<uint16_t> qkv, dout, dqkv0;
-  std::vector<float> qkv32, dout32, dqkv032;
-};
-
-Inputs MakeInputs(const Shape& s, uint32_t seed) {
-  Inputs in;
-  in.qkv = ToBf16(RandomFloats(s.QkvSize(), seed, -2.0f, 2.0f));
-  in.dout = ToBf16(RandomFloats(s.OutSize(), seed + 1));
-  in.dqkv0 = ToBf16(RandomFloats(s.QkvSize(), seed + 2));
-  in.qkv32 = Widen(in.qkv);
-  in.dout32 = Widen(in.dout);
-  in.dqkv032 = Widen(in.dqkv0);
-  return in;
-}
-
-// Reports the first few elements over their bound; returns how many were.
-int CountOver(const std::vector<float>& got, const std::vector<float>& want,
-              const std::vector<double>& bound, const char* what) {
-  int over = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::fabs(double(got[i]) - want[i]) <= bound[i]) continue;
-    if (over++ < 5) {
-      ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", fp32 " << want[i] << ", bound "
-                    << bound[i];
-    }
-  }
-  return over;
-}
-
-#define SKIP_WITHOUT_BF16_GEMM() \
-  if (!Bf16GemmAvailable())      \
-  GTEST_SKIP() << "no oneDNN build or no bf16 ISA: " << DecideGemmPath().reason
 
 // One query row's scores in float64 from the bf16 inputs (exact in fp32 for both paths), with
 //  - delta[j] = 2 (hd + 1) 2^-24 scale sum_c |q_c k_jc|: how far the paths' fp32 scores (sums of

@@ -12,12 +12,15 @@
 #include "core/cpu_features.h"
 #include "kernels/cpu/cast.h"
 #include "kernels/cpu/ops.h"
+#include "tests/kernels/bf16_test_util.h"
 #include "tests/kernels/kernel_test_util.h"
 
 namespace hoist::kernels::cpu {
 namespace {
 
 using testing::RandomFloats;
+using testing::ToBf16;
+using testing::Widen;
 
 // The bound, per output element, between the bf16 product and the fp32 one of the same fp32
 // operands. Rounding an operand to bf16 (8 significant bits, round to nearest) moves it by at
@@ -30,24 +33,8 @@ double Bound(int K, double abs_sum) {
   return k * std::ldexp(1.0, -8) * abs_sum;
 }
 
-std::vector<uint16_t> ToBf16(const std::vector<float>& x) {
-  std::vector<uint16_t> out(x.size());
-  CastFp32ToBf16(out.data(), x.data(), static_cast<int64_t>(x.size()));
-  return out;
-}
-
-std::vector<float> Widen(const std::vector<uint16_t>& x) {
-  std::vector<float> out(x.size());
-  CastBf16ToFp32(out.data(), x.data(), static_cast<int64_t>(x.size()));
-  return out;
-}
-
 // A shape that oneDNN blocks unevenly (none of the sizes a multiple of 16).
 constexpr int kN = 37, kC = 70, kOC = 53;
-
-#define SKIP_WITHOUT_BF16_GEMM() \
-  if (!Bf16GemmAvailable())      \
-  GTEST_SKIP() << "no oneDNN build or no bf16 ISA: " << DecideGemmPath().reason
 
 TEST(GemmBf16, ForwardWithinBf16RoundingOfFp32) {
   SKIP_WITHOUT_BF16_GEMM();
