@@ -55,22 +55,23 @@ Status CpuBackend::EncoderForward(void* out, const int32_t* tokens, const void* 
     // it is read: the fp32 kernel's sums, without a widened copy of the table.
     for (int b = 0; b < B; ++b) {
       const int32_t* seq = tokens + int64_t{b} * T;
-      RowBlocks(type, T,
-                {{ElementPtr(out, type, int64_t{b} * T * C), Use::kOut, C}, {wpe, Use::kIn, C}},
-                [&](float* const* views, int64_t first, int64_t count) {
+      RowBlocks(
+          type, T, {{ElementPtr(out, type, int64_t{b} * T * C), Use::kOut, C}, {wpe, Use::kIn, C}},
+          [&](float* const* views, int64_t first, int64_t count) {
 #pragma omp parallel
-                  {
-                    std::vector<float> te(static_cast<size_t>(C));
+            {
+              thread_local std::vector<float> te;  // a token's row, kept across blocks and steps
+              te.resize(static_cast<size_t>(C));
 #pragma omp for schedule(static)
-                    for (int64_t t = 0; t < count; ++t) {
-                      cpu::ToFloat(ElementPtr(wte, type, int64_t{seq[first + t]} * C), type,
-                                   te.data(), C);
-                      float* o = views[0] + t * C;
-                      const float* pe = views[1] + t * C;
-                      for (int c = 0; c < C; ++c) o[c] = te[static_cast<size_t>(c)] + pe[c];
-                    }
-                  }
-                });
+              for (int64_t t = 0; t < count; ++t) {
+                cpu::ToFloat(ElementPtr(wte, type, int64_t{seq[first + t]} * C), type, te.data(),
+                             C);
+                float* o = views[0] + t * C;
+                const float* pe = views[1] + t * C;
+                for (int c = 0; c < C; ++c) o[c] = te[static_cast<size_t>(c)] + pe[c];
+              }
+            }
+          });
     }
     return Status::Ok();
   });
