@@ -31,6 +31,7 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/stream.h"
+#include "kernels/nf4.h"
 
 namespace hoist::kernels {
 
@@ -290,6 +291,23 @@ class Backend {
   // A frozen 4-bit base's weights are dequantized by it right before use.
   virtual Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax,
                                int64_t n, const Stream& stream) = 0;
+  // The products of a frozen weight held in NF4 (a LoRA fine-tune's 4-bit base), without the
+  // whole weight ever dequantized: MatmulForward (no GELU) and MatmulBackward's dinp (the weight
+  // gets no gradient), where the weight is `weight`'s NF4 values rounded once to `type` (the bits
+  // DequantizeNf4 writes). The matmul dequantizes it a panel at a time into `workspace`
+  // (workspace_bytes of device memory, nf4::WorkspaceBytes of the matrix or more; it must hold
+  // C and OC fp32 values) and multiplies each panel as it is made: forward a panel of whole rows
+  // of the weight (so each output is one product over C, rounded once), backward one of whole
+  // columns (each dinp element one product over OC added to it, rounded once). Nothing in the
+  // workspace outlives a call. The values multiplied are those of dequantizing the whole weight
+  // first; the order of the fp32 sums may differ from MatmulForward's, by the library's blocking.
+  virtual Status MatmulForwardNf4(void* out, const void* inp, const nf4::Matrix& weight,
+                                  const void* bias, int N, int C, int OC, DType type,
+                                  void* workspace, int64_t workspace_bytes,
+                                  const Stream& stream) = 0;
+  virtual Status MatmulBackwardNf4(void* dinp, const void* dout, const nf4::Matrix& weight, int N,
+                                   int C, int OC, DType type, void* workspace,
+                                   int64_t workspace_bytes, const Stream& stream) = 0;
   // The absmaxes of a double-quantized NF4 tensor (QLoRA's double quantization, the absmaxes
   // themselves in 8 bits): out[b] = code[codes[b]] * scales[b / 256] + offset in fp32, for b in
   // [0, n), where code is kernels/cpu/blockwise_quant.h's signed dynamic map and 256 its

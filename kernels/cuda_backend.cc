@@ -371,4 +371,21 @@ Status CudaBackend::DequantizeNf4Absmax(float* out, const uint8_t* codes, const 
   return cuda::DequantizeNf4Absmax(out, codes, scales, offset, n, RawStream(stream));
 }
 
+Status CudaBackend::MatmulForwardNf4(void* out, const void* inp, const nf4::Matrix& weight,
+                                     const void* bias, int N, int C, int OC, DType type,
+                                     void* workspace, int64_t workspace_bytes,
+                                     const Stream& stream) {
+  HOIST_RETURN_IF_ERROR(OnComputeStream("MatmulForwardNf4", stream));
+  return cuda::MatmulForwardNf4(*blas_, out, inp, weight, bias, N, C, OC, type, workspace,
+                                workspace_bytes, RawStream(stream));
+}
+
+Status CudaBackend::MatmulBackwardNf4(void* dinp, const void* dout, const nf4::Matrix& weight,
+                                      int N, int C, int OC, DType type, void* workspace,
+                                      int64_t workspace_bytes, const Stream& stream) {
+  HOIST_RETURN_IF_ERROR(OnComputeStream("MatmulBackwardNf4", stream));
+  return cuda::MatmulBackwardNf4(*blas_, dinp, dout, weight, N, C, OC, type, workspace,
+                                 workspace_bytes, RawStream(stream));
+}
+
 }  // namespace hoist::kernels

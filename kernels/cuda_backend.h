@@ -134,6 +134,12 @@ class CudaBackend final : public Backend {
                        const Stream& stream) override;
   Status DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales, float offset,
                              int64_t n, const Stream& stream) override;
+  Status MatmulForwardNf4(void* out, const void* inp, const nf4::Matrix& weight, const void* bias,
+                          int N, int C, int OC, DType type, void* workspace,
+                          int64_t workspace_bytes, const Stream& stream) override;
+  Status MatmulBackwardNf4(void* dinp, const void* dout, const nf4::Matrix& weight, int N, int C,
+                           int OC, DType type, void* workspace, int64_t workspace_bytes,
+                           const Stream& stream) override;
 
  private:
   CudaBackend() = default;

@@ -69,6 +69,38 @@ HOIST_NF4_HD inline uint8_t Nearest(float x) {
   return code;
 }
 
+// A frozen matmul weight of OC rows by C columns held in NF4, as the matmuls read it
+// (Backend::MatmulForwardNf4): element (o, c) is element first + o * C + c of a quantized array
+// whose codes and absmaxes these are (the array's element 0 is the first of its first block, so
+// a matrix may start mid-block or mid-byte). The absmaxes are fp32 (absmax), or with double
+// quantization (absmax null) absmax b = signed_map[absmax_codes[b]] * absmax_scales[b / 256] +
+// absmax_offset, the product and the sum each rounded to fp32 (Backend::DequantizeNf4Absmax's
+// bits; the map is kernels/cpu/blockwise_quant.h's). Pointers are the backend's device memory.
+struct Matrix {
+  const uint8_t* codes = nullptr;
+  const float* absmax = nullptr;
+  const uint8_t* absmax_codes = nullptr;
+  const float* absmax_scales = nullptr;
+  float absmax_offset = 0.0f;
+  int64_t first = 0;
+};
+
+// The scratch an NF4 matmul dequantizes its panels into: kPanelBytes, or less for a matrix of
+// fewer elements (they are dequantized at up to 4 bytes each). Either way it holds a whole row
+// and a whole column of any matrix up to kPanelBytes / 4 wide.
+inline constexpr int64_t kPanelBytes = int64_t{16} << 20;
+inline constexpr int64_t WorkspaceBytes(int64_t largest_matrix_elements) {
+  return largest_matrix_elements * 4 < kPanelBytes ? largest_matrix_elements * 4 : kPanelBytes;
+}
+// How many of a matrix's `lines` rows (or columns), each `width` elements of `element_bytes`
+// bytes, one panel of `workspace_bytes` takes: as many as fit, at most `lines`, at least 1 (the
+// caller checked that one fits).
+inline constexpr int64_t PanelLines(int64_t workspace_bytes, int64_t width, int64_t element_bytes,
+                                    int64_t lines) {
+  const int64_t fit = workspace_bytes / (width * element_bytes);
+  return fit < 1 ? 1 : (fit < lines ? fit : lines);
+}
+
 // The code of element i in `codes` (the nibble layout above).
 HOIST_NF4_HD inline uint8_t CodeAt(const uint8_t* codes, int64_t i) {
   const uint8_t byte = codes[i / 2];

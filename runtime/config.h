@@ -66,8 +66,8 @@ struct LoraConfig {
   std::vector<std::string> target_modules;
   bool use_rslora = false;  // scaling alpha / sqrt(r) instead of alpha / r
   // `base_quantization`: "nf4" holds the frozen base's block matmul weights in 4 bits (QLoRA's
-  // NormalFloat4, zero/quantized_store.h), dequantized unit by unit for use; "none": the
-  // compute type.
+  // NormalFloat4, zero/quantized_store.h), which the matmuls dequantize a panel at a time as
+  // they multiply; "none": the compute type.
   bool nf4_base = false;
   // `double_quant` (or bitsandbytes' `bnb_4bit_use_double_quant`), with nf4: the 4-bit base's
   // absmaxes in 8 bits too (QLoRA's double quantization), about 0.516 bytes per weight instead

@@ -286,8 +286,7 @@ void Gpt2Model::InitializeWeights(uint64_t seed) {
 
 namespace {
 
-// One transformer block's tensors within its unit's buffer: the weights (T = const void, in the
-// store's type) or the gradients (T = float).
+// One transformer block's gradients within its unit's fp32 buffer.
 template <typename T>
 struct BlockTensors {
   T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
@@ -302,6 +301,25 @@ struct BlockTensors {
     ln1w = at(kLn1W), ln1b = at(kLn1B), qkvw = at(kQkvW), qkvb = at(kQkvB);
     attprojw = at(kAttProjW), attprojb = at(kAttProjB), ln2w = at(kLn2W), ln2b = at(kLn2B);
     fcw = at(kFcW), fcb = at(kFcB), fcprojw = at(kFcProjW), fcprojb = at(kFcProjB);
+  }
+};
+
+// One block's weights as the store gives them (acquired: what AcquireParams returned): the
+// matmuls' as zero::StoredWeight (dense, or 4-bit in a frozen 4-bit base), the layernorms' and
+// the biases in the compute type.
+struct BlockWeights {
+  const void *ln1w, *ln1b, *qkvb, *attprojb, *ln2w, *ln2b, *fcb, *fcprojb;
+  zero::StoredWeight qkvw, attprojw, fcw, fcprojw;
+
+  BlockWeights(const zero::ParamStore& store, int unit, const void* acquired,
+               const ParamLayout& layout) {
+    auto at = [&](int tensor) {
+      return store.Weight(unit, acquired, layout.local_offsets[tensor]);
+    };
+    ln1w = at(kLn1W).dense, ln1b = at(kLn1B).dense, qkvb = at(kQkvB).dense;
+    attprojb = at(kAttProjB).dense, ln2w = at(kLn2W).dense, ln2b = at(kLn2B).dense;
+    fcb = at(kFcB).dense, fcprojb = at(kFcProjB).dense;
+    qkvw = at(kQkvW), attprojw = at(kAttProjW), fcw = at(kFcW), fcprojw = at(kFcProjW);
   }
 };
 
@@ -378,7 +396,7 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
     EnterPhase(Phase::kForwardBlock, l);
     const void* weights = store_->AcquireParams(1 + l);
     if (weights == nullptr) return kFailed;
-    const BlockTensors<const void> w(weights, layout_, a);
+    const BlockWeights w(*store_, 1 + l, weights, layout_);
     const void* adapters = nullptr;
     if (lora_ != nullptr && (adapters = store_->AcquireParams(lora_->unit(l))) == nullptr) {
       return kFailed;
@@ -403,23 +421,22 @@ float Gpt2Model::Forward(const int32_t* inputs, const int32_t* targets, int B, i
     const bool block =
         Ok(backend_->LayerNormForward(ln1, ln1_mean, ln1_rstd, residual, w.ln1w, w.ln1b, N, C, a,
                                       st)) &&
-        Ok(backend_->MatmulForward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, a, nullptr, st)) &&
+        Ok(StoredMatmulForward(*backend_, qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, a, st)) &&
         Lora(LoraModule::kGpt2Attn, l, qkv, ln1, adapters) &&
         Ok(tiled() ? backend_->AttentionForwardTiled(atty, lse_ + int64_t{l} * B * NH * T, qkv, B,
                                                      T, C, NH, a, st)
                    : backend_->AttentionForward(atty, static_cast<float*>(At(kSavedAtt, l)), qkv,
                                                 attention_workspace_.data(), B, T, C, NH, a, st)) &&
-        Ok(backend_->MatmulForward(scratch, atty, w.attprojw, w.attprojb, N, C, C, a, nullptr,
-                                   st)) &&
+        Ok(StoredMatmulForward(*backend_, scratch, atty, w.attprojw, w.attprojb, N, C, C, a, st)) &&
         Lora(LoraModule::kGpt2AttnProj, l, scratch, atty, adapters) &&
         Ok(backend_->ResidualForward(residual2, residual, scratch, BT * C, a, st)) &&
         Ok(backend_->LayerNormForward(ln2, ln2_mean, ln2_rstd, residual2, w.ln2w, w.ln2b, N, C, a,
                                       st)) &&
-        Ok(backend_->MatmulForward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C, a, nullptr, st)) &&
+        Ok(StoredMatmulForward(*backend_, fch, ln2, w.fcw, w.fcb, N, C, 4 * C, a, st)) &&
         Lora(LoraModule::kGpt2Fc, l, fch, ln2, adapters) &&
         Ok(backend_->GeluForward(fch_gelu, fch, BT * 4 * C, a, st)) &&
-        Ok(backend_->MatmulForward(scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, a, nullptr,
-                                   st)) &&
+        Ok(StoredMatmulForward(*backend_, scratch, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, a,
+                               st)) &&
         Lora(LoraModule::kGpt2MlpProj, l, scratch, fch_gelu, adapters) &&
         Ok(backend_->ResidualForward(residual3, residual2, scratch, BT * C, a, st));
     if (!block) return kFailed;
@@ -473,7 +490,7 @@ void Gpt2Model::RecomputeBlock(int l, const void* residual, const void* weights,
   const int N = static_cast<int>(BT);
   const DType a = activation_type_;
   const Stream& st = stream();
-  const BlockTensors<const void> p(weights, layout_, a);
+  const BlockWeights p(*store_, 1 + l, weights, layout_);
   // The same ops, in forward's order, on the same inputs; each step runs only when its output
   // was not kept (a step's inputs are then kept or recomputed just before it). Every layer keeps
   // residual3, so the last projection never runs again. An op that fails stops the
@@ -484,8 +501,8 @@ void Gpt2Model::RecomputeBlock(int l, const void* residual, const void* weights,
     (void)Ok(backend_->LayerNormForward(At(kSavedLn1, l), ln1_mean_ + l * BT, ln1_rstd_ + l * BT,
                                         residual, p.ln1w, p.ln1b, N, C, a, st));
   }
-  if (recompute(kSavedQkv) && Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), p.qkvw,
-                                                         p.qkvb, N, C, 3 * C, a, nullptr, st))) {
+  if (recompute(kSavedQkv) && Ok(StoredMatmulForward(*backend_, At(kSavedQkv, l), At(kSavedLn1, l),
+                                                     p.qkvw, p.qkvb, N, C, 3 * C, a, st))) {
     (void)Lora(LoraModule::kGpt2Attn, l, At(kSavedQkv, l), At(kSavedLn1, l), adapters);
   }
   if (recompute(kSavedAtty)) {
@@ -497,8 +514,8 @@ void Gpt2Model::RecomputeBlock(int l, const void* residual, const void* weights,
                            At(kSavedQkv, l), attention_workspace_.data(), B, T, C, NH, a, st));
   }
   if (recompute(kSavedResidual2) &&
-      Ok(backend_->MatmulForward(scratch, At(kSavedAtty, l), p.attprojw, p.attprojb, N, C, C, a,
-                                 nullptr, st)) &&
+      Ok(StoredMatmulForward(*backend_, scratch, At(kSavedAtty, l), p.attprojw, p.attprojb, N, C, C,
+                             a, st)) &&
       Lora(LoraModule::kGpt2AttnProj, l, scratch, At(kSavedAtty, l), adapters)) {
     (void)Ok(backend_->ResidualForward(At(kSavedResidual2, l), residual, scratch, BT * C, a, st));
   }
@@ -506,8 +523,8 @@ void Gpt2Model::RecomputeBlock(int l, const void* residual, const void* weights,
     (void)Ok(backend_->LayerNormForward(At(kSavedLn2, l), ln2_mean_ + l * BT, ln2_rstd_ + l * BT,
                                         At(kSavedResidual2, l), p.ln2w, p.ln2b, N, C, a, st));
   }
-  if (recompute(kSavedFch) && Ok(backend_->MatmulForward(At(kSavedFch, l), At(kSavedLn2, l), p.fcw,
-                                                         p.fcb, N, C, 4 * C, a, nullptr, st))) {
+  if (recompute(kSavedFch) && Ok(StoredMatmulForward(*backend_, At(kSavedFch, l), At(kSavedLn2, l),
+                                                     p.fcw, p.fcb, N, C, 4 * C, a, st))) {
     (void)Lora(LoraModule::kGpt2Fc, l, At(kSavedFch, l), At(kSavedLn2, l), adapters);
   }
   if (recompute(kSavedFchGelu)) {
@@ -577,7 +594,7 @@ void Gpt2Model::Backward() {
     EnterPhase(Phase::kBackwardBlock, l);
     const void* weights = store_->AcquireParams(1 + l);
     if (weights == nullptr) return;
-    const BlockTensors<const void> w(weights, layout_, a);
+    const BlockWeights w(*store_, 1 + l, weights, layout_);
     if (l > 0) store_->Prefetch(l);
     const void* adapters = nullptr;
     float* adapter_grads = nullptr;
@@ -618,14 +635,15 @@ void Gpt2Model::Backward() {
     // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))).
     const bool mlp =
         Zero(dfch_gelu_, BT * 4 * C) &&
-        Ok(backend_->MatmulBackward(dfch_gelu_, g.fcprojw, g.fcprojb, dresidual_, fch_gelu,
-                                    w.fcprojw, N, 4 * C, C, a, st)) &&
+        Ok(StoredMatmulBackward(*backend_, dfch_gelu_, g.fcprojw, g.fcprojb, dresidual_, fch_gelu,
+                                w.fcprojw, N, 4 * C, C, a, st)) &&
         LoraBackward(LoraModule::kGpt2MlpProj, l, dfch_gelu_, dresidual_, fch_gelu, adapters,
                      adapter_grads) &&
         Zero(dfch_, BT * 4 * C) &&
         Ok(backend_->GeluBackward(dfch_, fch, dfch_gelu_, BT * 4 * C, a, st)) &&
         Zero(dln_, BT * C) &&
-        Ok(backend_->MatmulBackward(dln_, g.fcw, g.fcb, dfch_, ln2, w.fcw, N, C, 4 * C, a, st)) &&
+        Ok(StoredMatmulBackward(*backend_, dln_, g.fcw, g.fcb, dfch_, ln2, w.fcw, N, C, 4 * C, a,
+                                st)) &&
         LoraBackward(LoraModule::kGpt2Fc, l, dln_, dfch_, ln2, adapters, adapter_grads) &&
         Ok(backend_->LayerNormBackward(dresidual_, g.ln2w, g.ln2b, dln_, residual2, w.ln2w,
                                        ln2_mean, ln2_rstd, N, C, a, st));
@@ -634,8 +652,8 @@ void Gpt2Model::Backward() {
     // Attention: residual2 = residual + attproj(attention(qkv(ln1(residual)))).
     const bool attention =
         Zero(datty_, BT * C) &&
-        Ok(backend_->MatmulBackward(datty_, g.attprojw, g.attprojb, dresidual_, atty, w.attprojw, N,
-                                    C, C, a, st)) &&
+        Ok(StoredMatmulBackward(*backend_, datty_, g.attprojw, g.attprojb, dresidual_, atty,
+                                w.attprojw, N, C, C, a, st)) &&
         LoraBackward(LoraModule::kGpt2AttnProj, l, datty_, dresidual_, atty, adapters,
                      adapter_grads) &&
         Zero(dqkv_, BT * 3 * C) &&
@@ -646,8 +664,8 @@ void Gpt2Model::Backward() {
                          dqkv_, datty_, qkv, static_cast<const float*>(At(kSavedAtt, l)),
                          attention_workspace_.data(), B, T, C, NH, a, st)) &&
         Zero(dln_, BT * C) &&
-        Ok(backend_->MatmulBackward(dln_, g.qkvw, g.qkvb, dqkv_, ln1, w.qkvw, N, C, 3 * C, a,
-                                    st)) &&
+        Ok(StoredMatmulBackward(*backend_, dln_, g.qkvw, g.qkvb, dqkv_, ln1, w.qkvw, N, C, 3 * C, a,
+                                st)) &&
         LoraBackward(LoraModule::kGpt2Attn, l, dln_, dqkv_, ln1, adapters, adapter_grads) &&
         Ok(backend_->LayerNormBackward(dresidual_, g.ln1w, g.ln1b, dln_, residual, w.ln1w, ln1_mean,
                                        ln1_rstd, N, C, a, st));

@@ -11,8 +11,7 @@ namespace hoist::runtime {
 
 namespace {
 
-// One block's tensors within its unit's buffer: the weights (T = const void, in the store's
-// type) or the gradients (T = float).
+// One block's gradients within its unit's fp32 buffer.
 template <typename T>
 struct BlockTensors {
   T *ln1, *qkv, *o, *ln2, *gate_up, *down;
@@ -26,6 +25,23 @@ struct BlockTensors {
     };
     ln1 = at(kLlamaInputNorm), qkv = at(kLlamaQkv), o = at(kLlamaOProj);
     ln2 = at(kLlamaPostNorm), gate_up = at(kLlamaGateUp), down = at(kLlamaDown);
+  }
+};
+
+// One block's weights as the store gives them (acquired: what AcquireParams returned): the
+// matmuls' as zero::StoredWeight (dense, or 4-bit in a frozen 4-bit base), the norms' in the
+// compute type.
+struct BlockWeights {
+  const void *ln1, *ln2;
+  zero::StoredWeight qkv, o, gate_up, down;
+
+  BlockWeights(const zero::ParamStore& store, int unit, const void* acquired,
+               const LlamaLayout& layout) {
+    auto at = [&](int tensor) {
+      return store.Weight(unit, acquired, layout.local_offsets[tensor]);
+    };
+    ln1 = at(kLlamaInputNorm).dense, ln2 = at(kLlamaPostNorm).dense;
+    qkv = at(kLlamaQkv), o = at(kLlamaOProj), gate_up = at(kLlamaGateUp), down = at(kLlamaDown);
   }
 };
 
@@ -43,15 +59,15 @@ bool LlamaModel::BlockForward(int l, const void* residual, const void* weights,
   const DType a = activation_type_;
   const float eps = config_.rms_norm_eps;
   const Stream& st = stream();
-  const BlockTensors<const void> w(weights, layout_, a);
+  const BlockWeights w(*store_, 1 + l, weights, layout_);
   float* lse = lse_ == nullptr ? nullptr : lse_ + int64_t{l} * B * NH_ * T;
   if (run(kSavedLn1) && !Ok(backend_->RmsNormForward(At(kSavedLn1, l), rstd1_ + l * BT, residual,
                                                      w.ln1, N, C, eps, a, st))) {
     return false;
   }
   if (run(kSavedQkv) &&
-      !(Ok(backend_->MatmulForward(At(kSavedQkv, l), At(kSavedLn1, l), w.qkv, nullptr, N, C, QKV_,
-                                   a, nullptr, st)) &&
+      !(Ok(StoredMatmulForward(*backend_, At(kSavedQkv, l), At(kSavedLn1, l), w.qkv, nullptr, N, C,
+                               QKV_, a, st)) &&
         Lora(LoraModule::kLlamaQ, l, At(kSavedQkv, l), At(kSavedLn1, l), adapters) &&
         Lora(LoraModule::kLlamaK, l, At(kSavedQkv, l), At(kSavedLn1, l), adapters) &&
         Lora(LoraModule::kLlamaV, l, At(kSavedQkv, l), At(kSavedLn1, l), adapters) &&
@@ -68,8 +84,8 @@ bool LlamaModel::BlockForward(int l, const void* residual, const void* weights,
     return false;
   }
   if (run(kSavedResidual2) &&
-      !(Ok(backend_->MatmulForward(scratch, At(kSavedAtty, l), w.o, nullptr, N, A, C, a, nullptr,
-                                   st)) &&
+      !(Ok(StoredMatmulForward(*backend_, scratch, At(kSavedAtty, l), w.o, nullptr, N, A, C, a,
+                               st)) &&
         Lora(LoraModule::kLlamaO, l, scratch, At(kSavedAtty, l), adapters) &&
         Ok(backend_->ResidualForward(At(kSavedResidual2, l), residual, scratch, BT * C, a, st)))) {
     return false;
@@ -80,8 +96,8 @@ bool LlamaModel::BlockForward(int l, const void* residual, const void* weights,
     return false;
   }
   if (run(kSavedGateUp) &&
-      !(Ok(backend_->MatmulForward(At(kSavedGateUp, l), At(kSavedLn2, l), w.gate_up, nullptr, N, C,
-                                   2 * I_, a, nullptr, st)) &&
+      !(Ok(StoredMatmulForward(*backend_, At(kSavedGateUp, l), At(kSavedLn2, l), w.gate_up, nullptr,
+                               N, C, 2 * I_, a, st)) &&
         Lora(LoraModule::kLlamaGate, l, At(kSavedGateUp, l), At(kSavedLn2, l), adapters) &&
         Lora(LoraModule::kLlamaUp, l, At(kSavedGateUp, l), At(kSavedLn2, l), adapters))) {
     return false;
@@ -91,8 +107,8 @@ bool LlamaModel::BlockForward(int l, const void* residual, const void* weights,
     return false;
   }
   if (run(kSavedResidual3) &&
-      !(Ok(backend_->MatmulForward(scratch, At(kSavedSwiGlu, l), w.down, nullptr, N, I_, C, a,
-                                   nullptr, st)) &&
+      !(Ok(StoredMatmulForward(*backend_, scratch, At(kSavedSwiGlu, l), w.down, nullptr, N, I_, C,
+                               a, st)) &&
         Lora(LoraModule::kLlamaDown, l, scratch, At(kSavedSwiGlu, l), adapters) &&
         Ok(backend_->ResidualForward(At(kSavedResidual3, l), At(kSavedResidual2, l), scratch,
                                      BT * C, a, st)))) {
@@ -226,21 +242,21 @@ bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights,
   const int N = static_cast<int>(BT), A = NH_ * hd_;
   const DType a = activation_type_;
   const Stream& st = stream();
-  const BlockTensors<const void> w(weights, layout_, a);
+  const BlockWeights w(*store_, 1 + l, weights, layout_);
   const BlockTensors<float> g(grads, layout_, DType::kFloat32);
   float* lse = lse_ == nullptr ? nullptr : lse_ + int64_t{l} * B * NH_ * T;
   // MLP: residual3 = residual2 + down(swiglu(gate_up(rmsnorm2(residual2)))).
   const bool mlp =
       Zero(dswiglu_, BT * I_) &&
-      Ok(backend_->MatmulBackward(dswiglu_, g.down, nullptr, dresidual_, At(kSavedSwiGlu, l),
-                                  w.down, N, I_, C, a, st)) &&
+      Ok(StoredMatmulBackward(*backend_, dswiglu_, g.down, nullptr, dresidual_, At(kSavedSwiGlu, l),
+                              w.down, N, I_, C, a, st)) &&
       LoraBackward(LoraModule::kLlamaDown, l, dswiglu_, dresidual_, At(kSavedSwiGlu, l), adapters,
                    adapter_grads) &&
       Zero(dgateup_, BT * 2 * I_) &&
       Ok(backend_->SwiGluBackward(dgateup_, At(kSavedGateUp, l), dswiglu_, N, I_, a, st)) &&
       Zero(dln_, BT * C) &&
-      Ok(backend_->MatmulBackward(dln_, g.gate_up, nullptr, dgateup_, At(kSavedLn2, l), w.gate_up,
-                                  N, C, 2 * I_, a, st)) &&
+      Ok(StoredMatmulBackward(*backend_, dln_, g.gate_up, nullptr, dgateup_, At(kSavedLn2, l),
+                              w.gate_up, N, C, 2 * I_, a, st)) &&
       LoraBackward(LoraModule::kLlamaGate, l, dln_, dgateup_, At(kSavedLn2, l), adapters,
                    adapter_grads) &&
       LoraBackward(LoraModule::kLlamaUp, l, dln_, dgateup_, At(kSavedLn2, l), adapters,
@@ -250,8 +266,8 @@ bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights,
   if (!mlp) return false;
   // Attention: residual2 = residual + o(attention(rope(qkv(rmsnorm1(residual))))).
   return Zero(datty_, BT * A) &&
-         Ok(backend_->MatmulBackward(datty_, g.o, nullptr, dresidual_, At(kSavedAtty, l), w.o, N, A,
-                                     C, a, st)) &&
+         Ok(StoredMatmulBackward(*backend_, datty_, g.o, nullptr, dresidual_, At(kSavedAtty, l),
+                                 w.o, N, A, C, a, st)) &&
          LoraBackward(LoraModule::kLlamaO, l, datty_, dresidual_, At(kSavedAtty, l), adapters,
                       adapter_grads) &&
          Zero(dqkv_, BT * QKV_) &&
@@ -264,8 +280,8 @@ bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights,
                       attention_workspace_.data(), B, T, NH_, NKV_, hd_, a, st)) &&
          Ok(backend_->RopeBackward(dqkv_, rope_cos_, rope_sin_, B, T, NH_, NKV_, hd_, a, st)) &&
          Zero(dln_, BT * C) &&
-         Ok(backend_->MatmulBackward(dln_, g.qkv, nullptr, dqkv_, At(kSavedLn1, l), w.qkv, N, C,
-                                     QKV_, a, st)) &&
+         Ok(StoredMatmulBackward(*backend_, dln_, g.qkv, nullptr, dqkv_, At(kSavedLn1, l), w.qkv, N,
+                                 C, QKV_, a, st)) &&
          LoraBackward(LoraModule::kLlamaQ, l, dln_, dqkv_, At(kSavedLn1, l), adapters,
                       adapter_grads) &&
          LoraBackward(LoraModule::kLlamaK, l, dln_, dqkv_, At(kSavedLn1, l), adapters,

@@ -22,6 +22,32 @@ const char* Model::PhaseName(Phase phase) {
   return "unknown";
 }
 
+Status StoredMatmulForward(kernels::Backend& backend, void* out, const void* inp,
+                           const zero::StoredWeight& weight, const void* bias, int N, int C, int OC,
+                           DType type, const Stream& stream) {
+  if (weight.dense != nullptr) {
+    return backend.MatmulForward(out, inp, weight.dense, bias, N, C, OC, type, nullptr, stream);
+  }
+  return backend.MatmulForwardNf4(out, inp, weight.nf4, bias, N, C, OC, type, weight.workspace,
+                                  weight.workspace_bytes, stream);
+}
+
+Status StoredMatmulBackward(kernels::Backend& backend, void* dinp, float* dweight, float* dbias,
+                            const void* dout, const void* inp, const zero::StoredWeight& weight,
+                            int N, int C, int OC, DType type, const Stream& stream) {
+  if (weight.dense != nullptr) {
+    return backend.MatmulBackward(dinp, dweight, dbias, dout, inp, weight.dense, N, C, OC, type,
+                                  stream);
+  }
+  if (dweight != nullptr || dbias != nullptr) {
+    return FailedPreconditionError(
+        "a gradient was asked of a 4-bit weight or its bias, which are frozen");
+  }
+  if (dinp == nullptr) return Status::Ok();
+  return backend.MatmulBackwardNf4(dinp, dout, weight.nf4, N, C, OC, type, weight.workspace,
+                                   weight.workspace_bytes, stream);
+}
+
 Status CheckModelArguments(const ModelConfig& config, int max_B, int max_T,
                            const zero::ParamStore* store, DType activation_type,
                            const ActivationCheckpointingConfig& checkpointing) {

@@ -124,6 +124,16 @@ Status CheckModelArguments(const ModelConfig& config, int max_B, int max_T,
                            const zero::ParamStore* store, DType activation_type,
                            const ActivationCheckpointingConfig& checkpointing);
 
+// A block's matmuls through its weight as the store gives it (zero::StoredWeight): the dense
+// ops (no GELU), or for a 4-bit weight the backend's MatmulForwardNf4 / MatmulBackwardNf4 with
+// the store's workspace. A 4-bit weight is frozen: asking its gradient or its bias's is an error.
+Status StoredMatmulForward(kernels::Backend& backend, void* out, const void* inp,
+                           const zero::StoredWeight& weight, const void* bias, int N, int C, int OC,
+                           DType type, const Stream& stream);
+Status StoredMatmulBackward(kernels::Backend& backend, void* dinp, float* dweight, float* dbias,
+                            const void* dout, const void* inp, const zero::StoredWeight& weight,
+                            int N, int C, int OC, DType type, const Stream& stream);
+
 // The units of the model `config` describes (its family's layout), with their weight-decay
 // segments, for the ZeRO engine and the checkpoints.
 std::vector<zero::UnitSpec> ModelUnits(const ModelConfig& config);

@@ -362,38 +362,23 @@ class StoreReplay {
   virtual void Step() = 0;
 };
 
-// A QuantizedStore: a quantized unit is dequantized into the store's own buffer, or, while that
-// holds another unit, into a transient one from its first acquire to its last release; nothing
-// else comes and goes.
+// A QuantizedStore: nothing comes and goes (its workspace is held from creation on); the replay
+// checks that the passes acquire and release its units in balance and ask no gradients of them.
 class QuantizedReplay final : public StoreReplay {
  public:
-  QuantizedReplay(const std::vector<UnitSpec>& units, DType compute_type, MemoryTracker& tracker)
-      : units_(units), compute_type_(compute_type), tracker_(tracker), count_(units.size(), 0) {}
+  explicit QuantizedReplay(const std::vector<UnitSpec>& units) : count_(units.size(), 0) {}
 
   Status Run(const std::vector<StoreCall>& calls, bool) override {
     for (const StoreCall& call : calls) {
       const auto u = static_cast<size_t>(call.unit);
-      const int64_t bytes = DequantizedUnitBytes(units_[u], compute_type_);
       switch (call.op) {
-        case StoreCall::Op::kAcquireParams:
-          if (count_[u]++ > 0 || bytes == 0) break;
-          if (buffer_unit_ < 0) {
-            buffer_unit_ = call.unit;
-          } else {
-            tracker_.Add(kCompute, Category::kParam, bytes);
-          }
-          break;
+        case StoreCall::Op::kAcquireParams: ++count_[u]; break;
         case StoreCall::Op::kReleaseParams:
           if (count_[u] == 0) {
             return InvalidArgumentError("the model's passes release unit " +
                                         std::to_string(call.unit) + " without acquiring it");
           }
-          if (--count_[u] > 0 || bytes == 0) break;
-          if (buffer_unit_ == call.unit) {
-            buffer_unit_ = -1;
-          } else {
-            tracker_.Remove(kCompute, Category::kParam, bytes);
-          }
+          --count_[u];
           break;
         case StoreCall::Op::kPrefetch: break;
         case StoreCall::Op::kAcquireGrads:
@@ -417,11 +402,7 @@ class QuantizedReplay final : public StoreReplay {
   void Step() override {}
 
  private:
-  const std::vector<UnitSpec>& units_;
-  DType compute_type_;
-  MemoryTracker& tracker_;
   std::vector<int> count_;
-  int buffer_unit_ = -1;
 };
 
 // ZeroEngine's transient allocations, replayed call by call: the same decisions on the same
@@ -652,9 +633,8 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnit
       for (const UnitSpec& unit : engine.units) {
         bytes += QuantizedUnitBytes(unit, options.compute_type, engine.double_quant);
       }
-      tracker.Add(kCompute, Category::kParam,
-                  bytes + DequantizationBufferBytes(engine.units, options.compute_type,
-                                                    engine.double_quant));
+      tracker.Add(kCompute, Category::kParam, bytes);
+      tracker.Add(kCompute, Category::kWorkspace, Nf4WorkspaceBytes(engine.units));
       estimate.model_states.params += bytes;
       plans.push_back(PartitionPlan::Build(engine.units, 1, 0).value());
       first_unit.push_back(units_seen);
@@ -683,8 +663,7 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnit
   std::vector<std::unique_ptr<StoreReplay>> replays;
   for (size_t e = 0; e < engines.size(); ++e) {
     if (engines[e].quantized) {
-      replays.push_back(std::make_unique<QuantizedReplay>(
-          engines[e].units, engines[e].options.compute_type, tracker));
+      replays.push_back(std::make_unique<QuantizedReplay>(engines[e].units));
     } else {
       replays.push_back(std::make_unique<Replay>(plans[e], engines[e].options, tracker));
     }

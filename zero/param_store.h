@@ -21,11 +21,31 @@
 // there (the store is failed; nothing more is asked of it).
 #pragma once
 
+#include <cstdint>
+
 #include "core/check.h"
 #include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/nf4.h"
 
 namespace hoist::zero {
+
+// Where one weight of an acquired unit is (ParamStore::Weight): `dense` in the store's
+// param_type(), or, where the store holds it in 4 bits (a LoRA fine-tune's frozen base, dense
+// null), its NF4 matrix and the scratch that the 4-bit matmuls (Backend::MatmulForwardNf4)
+// dequantize it into, the store's, valid while the unit is acquired.
+struct StoredWeight {
+  const void* dense = nullptr;
+  kernels::nf4::Matrix nf4;
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+
+  static StoredWeight Dense(const void* values) {
+    StoredWeight weight;
+    weight.dense = values;
+    return weight;
+  }
+};
 
 class ParamStore {
  public:
@@ -47,6 +67,14 @@ class ParamStore {
 
   // The first error the store met, or Ok.
   virtual Status status() const = 0;
+
+  // The weight at element `offset` of the unit's layout, where `acquired` is what
+  // AcquireParams(unit) returned: `acquired` + offset in param_type(), except in a store that
+  // keeps some weights in 4 bits, whose AcquireParams hands out a handle the model reads only
+  // through this (zero/quantized_store.h). A matrix is asked for by its first element.
+  virtual StoredWeight Weight(int /*unit*/, const void* acquired, int64_t offset) const {
+    return StoredWeight::Dense(ElementPtr(acquired, param_type(), offset));
+  }
 };
 
 // Two stores seen as one: units [0, first_units) are `first`'s, the units after them `second`'s
@@ -83,6 +111,10 @@ class JoinedParamStore final : public ParamStore {
   Status status() const override {
     Status first = first_->status();
     return first.ok() ? second_->status() : first;
+  }
+  StoredWeight Weight(int unit, const void* acquired, int64_t offset) const override {
+    return unit < first_units_ ? first_->Weight(unit, acquired, offset)
+                               : second_->Weight(unit - first_units_, acquired, offset);
   }
 
  private:

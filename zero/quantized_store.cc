@@ -4,6 +4,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/check.h"
 #include "kernels/cpu/blockwise_quant.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/nf4.h"
@@ -32,28 +33,22 @@ int64_t SegmentBytes(const UnitSpec& unit, const ParamSegment& segment, DType co
   return RoundUp4(n * static_cast<int64_t>(DTypeSize(compute_type)));
 }
 
-// The most absmaxes of any quantized segment of `units`.
-int64_t MostAbsmaxes(const std::vector<UnitSpec>& units) {
-  int64_t most = 0;
-  for (const UnitSpec& unit : units) {
-    for (const ParamSegment& segment : unit.segments) {
-      if (QuantizedSegment(unit, segment)) {
-        most = std::max(most, kernels::nf4::Blocks(segment.end - segment.begin));
-      }
-    }
-  }
-  return most;
-}
-
 }  // namespace
 
 bool QuantizedSegment(const UnitSpec& unit, const ParamSegment& segment) {
   return unit.quantizable && segment.decay;
 }
 
+bool QuantizedUnit(const UnitSpec& unit) {
+  for (const ParamSegment& segment : unit.segments) {
+    if (QuantizedSegment(unit, segment)) return true;
+  }
+  return false;
+}
+
 int64_t QuantizedUnitBytes(const UnitSpec& unit, DType compute_type, bool double_quant) {
   // A unit without quantized segments is its compute-type values back to back, served in place.
-  if (DequantizedUnitBytes(unit, compute_type) == 0) {
+  if (!QuantizedUnit(unit)) {
     return RoundUp4(unit.size * static_cast<int64_t>(DTypeSize(compute_type)));
   }
   int64_t bytes = 0;
@@ -63,23 +58,14 @@ int64_t QuantizedUnitBytes(const UnitSpec& unit, DType compute_type, bool double
   return bytes;
 }
 
-int64_t DequantizedUnitBytes(const UnitSpec& unit, DType compute_type) {
-  for (const ParamSegment& segment : unit.segments) {
-    if (QuantizedSegment(unit, segment)) {
-      return unit.size * static_cast<int64_t>(DTypeSize(compute_type));
+int64_t Nf4WorkspaceBytes(const std::vector<UnitSpec>& units) {
+  int64_t largest = 0;
+  for (const UnitSpec& unit : units) {
+    for (const ParamSegment& segment : unit.segments) {
+      if (QuantizedSegment(unit, segment)) largest = std::max(largest, segment.end - segment.begin);
     }
   }
-  return 0;
-}
-
-int64_t DequantizationBufferBytes(const std::vector<UnitSpec>& units, DType compute_type,
-                                  bool double_quant) {
-  int64_t most = 0;
-  for (const UnitSpec& unit : units)
-    most = std::max(most, DequantizedUnitBytes(unit, compute_type));
-  // The absmax scratch after the values, on a 4-byte boundary.
-  if (double_quant) most = RoundUp4(most) + MostAbsmaxes(units) * int64_t{sizeof(float)};
-  return most;
+  return kernels::nf4::WorkspaceBytes(largest);
 }
 
 StatusOr<std::unique_ptr<QuantizedStore>> QuantizedStore::Create(std::vector<UnitSpec> units,
@@ -90,18 +76,11 @@ StatusOr<std::unique_ptr<QuantizedStore>> QuantizedStore::Create(std::vector<Uni
       new QuantizedStore(std::move(units), compute_type, backend, double_quant));
   const size_t n = store->units_.size();
   store->resident_.resize(n);
-  store->dequantized_.resize(n);
   store->acquire_count_.assign(n, 0);
-  store->served_.assign(n, nullptr);
   store->offsets_.resize(n);
-  const int64_t buffer = DequantizationBufferBytes(store->units_, compute_type, double_quant);
-  if (buffer > 0) {
-    HOIST_ASSIGN_OR_RETURN(store->buffer_, backend->device().Allocate(buffer, Category::kParam));
-  }
-  if (double_quant && MostAbsmaxes(store->units_) > 0) {
-    const int64_t scratch = MostAbsmaxes(store->units_) * int64_t{sizeof(float)};
-    store->absmax_scratch_ =
-        reinterpret_cast<float*>(static_cast<char*>(store->buffer_.data()) + buffer - scratch);
+  if (const int64_t workspace = Nf4WorkspaceBytes(store->units_); workspace > 0) {
+    HOIST_ASSIGN_OR_RETURN(store->workspace_,
+                           backend->device().Allocate(workspace, Category::kWorkspace));
   }
   for (size_t u = 0; u < n; ++u) {
     HOIST_ASSIGN_OR_RETURN(
@@ -113,7 +92,7 @@ StatusOr<std::unique_ptr<QuantizedStore>> QuantizedStore::Create(std::vector<Uni
 }
 
 QuantizedStore::~QuantizedStore() {
-  (void)backend_->compute_stream().Synchronize();  // queued dequantizations use our buffers
+  (void)backend_->compute_stream().Synchronize();  // queued matmuls read our buffers
 }
 
 int64_t QuantizedStore::resident_bytes() const {
@@ -133,7 +112,7 @@ Status QuantizedStore::Initialize(const std::function<void(int unit, float* out)
     fill(static_cast<int>(u), values.data());
     // The unit's resident bytes assembled on the host, then copied up at once.
     bytes.assign(static_cast<size_t>(resident_[u].bytes()), 0);
-    const bool quantized_unit = DequantizedUnitBytes(unit, compute_type_) > 0;
+    const bool quantized_unit = QuantizedUnit(unit);
     if (!quantized_unit) {
       kernels::cpu::FromFloat(values.data(), bytes.data(), compute_type_, unit.size);
     }
@@ -181,79 +160,53 @@ Status QuantizedStore::Initialize(const std::function<void(int unit, float* out)
 
 const void* QuantizedStore::AcquireParams(int unit) {
   if (!status_.ok()) return nullptr;
+  ++acquire_count_[static_cast<size_t>(unit)];
+  return resident_[static_cast<size_t>(unit)].data();
+}
+
+StoredWeight QuantizedStore::Weight(int unit, const void* acquired, int64_t offset) const {
   const auto u = static_cast<size_t>(unit);
   const UnitSpec& spec = units_[u];
-  const int64_t transient = DequantizedUnitBytes(spec, compute_type_);
-  if (transient == 0) {
-    ++acquire_count_[u];
-    return resident_[u].data();  // the compute-type values, back to back
-  }
-  if (acquire_count_[u]++ > 0) return served_[u];
-  if (buffer_unit_ < 0) {
-    buffer_unit_ = unit;
-    served_[u] = buffer_.data();
-  } else {
-    StatusOr<Buffer> buffer = backend_->device().Allocate(transient, Category::kParam);
-    if (!buffer.ok()) {
-      Fail(ResourceExhaustedError("dequantizing the 4-bit unit " + spec.name + ": " +
-                                  buffer.status().message() +
-                                  "; a smaller train_micro_batch_size_per_gpu or "
-                                  "activation_checkpointing frees memory"));
-      --acquire_count_[u];
-      return nullptr;
-    }
-    dequantized_[u] = std::move(buffer).value();
-    served_[u] = dequantized_[u].data();
-  }
-  const Stream& stream = backend_->compute_stream();
+  HOIST_CHECK(acquired == resident_[u].data() && acquire_count_[u] > 0)
+      << "a weight of " << spec.name << " asked for without the unit acquired";
+  if (!QuantizedUnit(spec)) return StoredWeight::Dense(ElementPtr(acquired, compute_type_, offset));
+  const auto* bytes = static_cast<const uint8_t*>(acquired);
   int64_t at = 0;
   size_t quantized_segment = 0;
   for (const ParamSegment& segment : spec.segments) {
     const int64_t n = segment.end - segment.begin;
-    void* out = ElementPtr(served_[u], compute_type_, segment.begin);
-    const auto* base = static_cast<const uint8_t*>(resident_[u].data()) + at;
-    Status done;
-    if (QuantizedSegment(spec, segment)) {
-      const auto* absmax = reinterpret_cast<const float*>(base);
-      if (double_quant_) {
-        // The absmaxes into the scratch first; stream order keeps the next segment's from
-        // overwriting them before this segment's codes are read.
-        const int64_t blocks = kernels::nf4::Blocks(n);
-        done = backend_->DequantizeNf4Absmax(
-            absmax_scratch_, base + kernels::cpu::QuantBlocks(blocks) * int64_t{sizeof(float)},
-            reinterpret_cast<const float*>(base), offsets_[u][quantized_segment++], blocks, stream);
-        absmax = absmax_scratch_;
-      }
-      if (done.ok()) {
-        done = backend_->DequantizeNf4(out, compute_type_, base + AbsmaxBytes(n, double_quant_),
-                                       absmax, n, stream);
-      }
+    if (offset >= segment.end) {
+      at += SegmentBytes(spec, segment, compute_type_, double_quant_);
+      if (QuantizedSegment(spec, segment)) ++quantized_segment;
+      continue;
+    }
+    HOIST_CHECK(offset >= segment.begin) << "offset " << offset << " of " << spec.name;
+    const uint8_t* base = bytes + at;
+    if (!QuantizedSegment(spec, segment)) {
+      return StoredWeight::Dense(ElementPtr(base, compute_type_, offset - segment.begin));
+    }
+    StoredWeight weight;
+    weight.nf4.codes = base + AbsmaxBytes(n, double_quant_);
+    weight.nf4.first = offset - segment.begin;
+    if (double_quant_) {
+      const int64_t blocks = kernels::nf4::Blocks(n);
+      weight.nf4.absmax_scales = reinterpret_cast<const float*>(base);
+      weight.nf4.absmax_codes = base + kernels::cpu::QuantBlocks(blocks) * int64_t{sizeof(float)};
+      weight.nf4.absmax_offset = offsets_[u][quantized_segment];
     } else {
-      done = backend_->Copy(out, base, n * static_cast<int64_t>(DTypeSize(compute_type_)),
-                            kernels::CopyDirection::kDeviceToDevice, stream);
+      weight.nf4.absmax = reinterpret_cast<const float*>(base);
     }
-    if (!done.ok()) {
-      Fail(done);
-      return nullptr;
-    }
-    at += SegmentBytes(spec, segment, compute_type_, double_quant_);
+    weight.workspace = workspace_.data();
+    weight.workspace_bytes = workspace_.bytes();
+    return weight;
   }
-  return served_[u];
+  HOIST_CHECK(false) << "offset " << offset << " is past " << spec.name;
+  return {};
 }
 
 void QuantizedStore::ReleaseParams(int unit) {
-  const auto u = static_cast<size_t>(unit);
-  if (acquire_count_[u] == 0 || --acquire_count_[u] > 0) return;
-  served_[u] = nullptr;
-  if (buffer_unit_ == unit) {
-    // The next unit's dequantization is queued behind the ops that read this one.
-    buffer_unit_ = -1;
-    return;
-  }
-  if (dequantized_[u].empty()) return;
-  // The ops that read it are queued on the compute stream.
-  if (Status synced = backend_->compute_stream().Synchronize(); !synced.ok()) Fail(synced);
-  dequantized_[u] = Buffer();
+  int& count = acquire_count_[static_cast<size_t>(unit)];
+  if (count > 0) --count;
 }
 
 float* QuantizedStore::AcquireGrads(int unit) {

@@ -3,20 +3,20 @@
 // units (a transformer block's matmul weights) are kept as NF4 codes, two per byte, with one
 // fp32 absmax per 64 elements (about 0.56 bytes per weight); everything else (embeddings, the
 // head, norms, biases) in the compute type, as QLoRA keeps them. The weights are quantized as
-// they are set (Initialize: on import). AcquireParams dequantizes a quantized unit into a
-// compute-type buffer that the model's matmuls then read: the store's own buffer, sized for the
-// largest quantized unit and held from Create on (a model acquires one block at a time), or, for
-// a second quantized unit acquired while the first is held, a transient one (Category::kParam,
-// freed at the unit's last ReleaseParams). Other units are served in place. Whole on every rank:
-// the store does no collectives, so it serves ZeRO stages 0-2 (stage 3 partitions the base, which
-// this store does not). Frozen: AcquireGrads fails. Used by one thread.
+// they are set (Initialize: on import). Nothing is dequantized ahead of use: the model reads a
+// quantized unit's weights through Weight(), which gives a matmul weight as its NF4 matrix and
+// the store's workspace, and the 4-bit matmuls (Backend::MatmulForwardNf4) dequantize it a panel
+// at a time into that workspace as they multiply (nf4::WorkspaceBytes of the largest quantized
+// segment: 16 MiB at most, held from Create on); the unit's other weights (norms, biases) come in
+// the compute type from where they are kept. Other units are served in place. Whole on every
+// rank: the store does no collectives, so it serves ZeRO stages 0-2 (stage 3 partitions the
+// base, which this store does not). Frozen: AcquireGrads fails. Used by one thread.
 //
 // Double quantization (QLoRA's, `double_quant`): the absmaxes are stored in 8 bits too. A
 // segment's B absmaxes less their mean (an fp32 offset the store keeps on the host) are quantized
 // blockwise with the signed dynamic map in blocks of 256 (kernels/cpu/blockwise_quant.h: one fp32
 // scale per block), so a weight costs 0.5 + 1/64 + 4/(64 x 256) bytes (about 0.516) instead of
-// 0.5 + 4/64. AcquireParams first dequantizes the absmaxes into a scratch of the largest
-// segment's B floats (held from Create on, part of DequantizationBufferBytes), then the codes.
+// 0.5 + 4/64. The matmuls compute each absmax from its code as they dequantize.
 #pragma once
 
 #include <cstdint>
@@ -39,12 +39,11 @@ bool QuantizedSegment(const UnitSpec& unit, const ParamSegment& segment);
 // 8-bit codes and scales) of its quantized segments, the rest in `compute_type`, each segment's
 // bytes rounded up to a multiple of 4.
 int64_t QuantizedUnitBytes(const UnitSpec& unit, DType compute_type, bool double_quant = false);
-// The bytes of `unit` dequantized (0: served in place).
-int64_t DequantizedUnitBytes(const UnitSpec& unit, DType compute_type);
-// The store's own dequantization buffer: the largest DequantizedUnitBytes of `units`, and with
-// `double_quant` the absmax scratch (fp32, the most absmaxes of any quantized segment).
-int64_t DequantizationBufferBytes(const std::vector<UnitSpec>& units, DType compute_type,
-                                  bool double_quant = false);
+// Whether `unit` has a quantized segment (else it is served in place, in the compute type).
+bool QuantizedUnit(const UnitSpec& unit);
+// The 4-bit matmuls' workspace the store holds: nf4::WorkspaceBytes of the largest quantized
+// segment (0 without one).
+int64_t Nf4WorkspaceBytes(const std::vector<UnitSpec>& units);
 
 class QuantizedStore final : public ParamStore {
  public:
@@ -60,7 +59,9 @@ class QuantizedStore final : public ParamStore {
   // segment is an error naming the unit and the element.
   Status Initialize(const std::function<void(int unit, float* out)>& fill);
 
+  // A quantized unit's handle is not its values: read it through Weight().
   const void* AcquireParams(int unit) override;
+  StoredWeight Weight(int unit, const void* acquired, int64_t offset) const override;
   DType param_type() const override { return compute_type_; }
   void ReleaseParams(int unit) override;
   void Prefetch(int) override {}
@@ -87,14 +88,10 @@ class QuantizedStore final : public ParamStore {
   kernels::Backend* backend_;
   bool double_quant_;
   Status status_;
-  std::vector<Buffer> resident_;     // per unit
-  Buffer buffer_;                    // DequantizationBufferBytes (the absmax scratch last)
-  float* absmax_scratch_ = nullptr;  // with double_quant_: inside buffer_
+  std::vector<Buffer> resident_;  // per unit
+  Buffer workspace_;              // Nf4WorkspaceBytes
   // With double_quant_: each unit's quantized segments' absmax offsets, in segment order.
   std::vector<std::vector<float>> offsets_;
-  int buffer_unit_ = -1;             // the unit dequantized into buffer_ while acquired
-  std::vector<Buffer> dequantized_;  // per unit, while acquired beside buffer_'s
-  std::vector<void*> served_;        // per unit, while acquired: where it was dequantized
   std::vector<int> acquire_count_;
 };
 

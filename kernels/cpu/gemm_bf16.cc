@@ -301,8 +301,9 @@ void MatmulBackwardBf16(void* dinp, bool dinp_bf16, float* dweight, float* dbias
   }
 }
 
-void GemmBf16(const Bf16Product& product, const uint16_t* a, const uint16_t* b, void* c) {
-  Gemm({product}, a, b, c);
+void GemmBf16(const Bf16Product& product, const uint16_t* a, const uint16_t* b, void* c,
+              const uint16_t* bias) {
+  Gemm({product, bias != nullptr}, a, b, c, bias);
 }
 
 #else
@@ -317,7 +318,7 @@ void MatmulBackwardBf16(void*, bool, float*, float*, const uint16_t*, const uint
   HOIST_CHECK(false) << "MatmulBackwardBf16 called in a build without oneDNN";
 }
 
-void GemmBf16(const Bf16Product&, const uint16_t*, const uint16_t*, void*) {
+void GemmBf16(const Bf16Product&, const uint16_t*, const uint16_t*, void*, const uint16_t*) {
   HOIST_CHECK(false) << "GemmBf16 called in a build without oneDNN";
 }
 

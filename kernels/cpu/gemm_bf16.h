@@ -62,6 +62,8 @@ struct Bf16Product {
   bool c_bf16 = false;
   float scale = 1.0f;
 };
-void GemmBf16(const Bf16Product& product, const uint16_t* a, const uint16_t* b, void* c);
+// bias (n, bf16), where not null, is added to every row in fp32 before the result is rounded.
+void GemmBf16(const Bf16Product& product, const uint16_t* a, const uint16_t* b, void* c,
+              const uint16_t* bias = nullptr);
 
 }  // namespace hoist::kernels::cpu

@@ -4,7 +4,11 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <type_traits>
 
+#include "kernels/cpu/blockwise_quant.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/parallel_for.h"
 #include "kernels/nf4.h"
 
 namespace hoist::kernels::cpu {
@@ -82,6 +86,61 @@ void DequantizeNf4(const uint8_t* codes, const float* absmax, int64_t n, float* 
   for (int64_t i = 0; i < n; ++i) {
     out[i] = nf4::kCodebook[nf4::CodeAt(codes, i)] * absmax[i / nf4::kBlock];
   }
+}
+
+void DequantizeNf4Rect(const nf4::Matrix& matrix, int64_t C, int64_t row0, int64_t rows,
+                       int64_t col0, int64_t cols, DType type, bool out_bf16, void* out) {
+  const DynamicMap* map = matrix.absmax == nullptr ? &SignedDynamicMap() : nullptr;
+  const auto absmax_of = [&](int64_t b) {
+    if (map == nullptr) return matrix.absmax[b];
+    const float scaled =
+        map->code[matrix.absmax_codes[b]] * matrix.absmax_scales[b / kQuantBlockSize];
+    return scaled + matrix.absmax_offset;
+  };
+  // Each run of a row within one block: the block's 16 values computed and rounded once, then
+  // looked up per code (so the bits of multiplying and rounding element by element).
+  const auto row = [&](int64_t r, auto* dst) {
+    using T = std::remove_pointer_t<decltype(dst)>;
+    const int64_t flat = matrix.first + (row0 + r) * C + col0;
+    for (int64_t i = 0; i < cols;) {
+      const int64_t at = flat + i, block = at / nf4::kBlock;
+      const int64_t run = std::min(cols - i, (block + 1) * nf4::kBlock - at);
+      const float absmax = absmax_of(block);
+      float values[16];
+      for (int k = 0; k < 16; ++k) values[k] = nf4::kCodebook[k] * absmax;
+      T table[16];
+      if constexpr (sizeof(T) == 2) {
+        FromFloat(values, table, DType::kBFloat16, 16);
+      } else if (type != DType::kFloat32) {
+        alignas(4) uint16_t rounded[16];
+        FromFloat(values, rounded, type, 16);
+        ToFloat(rounded, type, table, 16);
+      } else {
+        std::copy(values, values + 16, table);
+      }
+      T* d = dst + i;
+      int64_t j = 0;
+      if (at % 2 != 0) {  // the run starts on a low nibble
+        d[0] = table[matrix.codes[at / 2] & 15];
+        j = 1;
+      }
+      const uint8_t* bytes = matrix.codes + (at + j) / 2;
+      for (; j + 1 < run; j += 2, ++bytes) {
+        d[j] = table[*bytes >> 4];
+        d[j + 1] = table[*bytes & 15];
+      }
+      if (j < run) d[j] = table[*bytes >> 4];
+      i += run;
+    }
+  };
+  const bool parallel = rows > 1 && rows * cols >= (int64_t{1} << 15);
+  ParallelFor(rows, parallel, [&](int64_t r) {
+    if (out_bf16) {
+      row(r, static_cast<uint16_t*>(out) + r * cols);
+    } else {
+      row(r, static_cast<float*>(out) + r * cols);
+    }
+  });
 }
 
 std::vector<double> Nf4CodebookFromDefinition() {

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/status.h"
+#include "kernels/nf4.h"
 
 namespace hoist::kernels::cpu {
 
@@ -22,6 +24,16 @@ Status QuantizeNf4(const float* src, int64_t n, uint8_t* codes, float* absmax);
 
 // out[i] = nf4::kCodebook[code i] * absmax[i / kBlock], one fp32 product, for i in [0, n).
 void DequantizeNf4(const uint8_t* codes, const float* absmax, int64_t n, float* out);
+
+// The rectangle rows [row0, row0 + rows) x columns [col0, col0 + cols) of `matrix` (an
+// nf4::Matrix of C columns), written row by row (row stride `cols`) to `out`: element (o, c) is
+// the fp32 product kCodebook[code] * absmax rounded once to `type` (DequantizeNf4's value, then
+// the backends' rounding), stored as bf16 bits where `out_bf16` (then `type` must be bf16), else
+// as fp32. A double-quantized matrix's absmaxes are computed on the way (the product and the sum
+// each rounded, as Backend::DequantizeNf4Absmax computes them). The arrays are the caller's and
+// nothing is checked; the rows are split across the OpenMP team.
+void DequantizeNf4Rect(const nf4::Matrix& matrix, int64_t C, int64_t row0, int64_t rows,
+                       int64_t col0, int64_t cols, DType type, bool out_bf16, void* out);
 
 // The 16 codebook values from their definition, in float64: bitsandbytes' create_normal_map with
 // offset 0.9677083: the standard normal quantiles of the probabilities linspace(offset, 0.5, 9)

@@ -7,9 +7,13 @@
 #include <utility>
 
 #include "core/cuda/cuda_status.h"
+#include "core/dtype.h"
 #include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/matmul.h"
+#include "kernels/cuda/nf4.h"
+#include "kernels/nf4.h"
+#include "kernels/nf4_args.h"
 
 // Row-major products through column-major cuBLASLt: a row-major (R, C) array is the column-major
 // (C, R) matrix with leading dimension C, so out (N,OC) = inp @ W^T is computed as the
@@ -287,6 +291,17 @@ Status CheckSizes(const char* op, int N, int C, int OC) {
   return CheckPositive(op, "OC", OC);
 }
 
+// Lines (rows or columns of the weight, each `width` elements of `element_bytes`) per NF4 panel:
+// as many as the workspace holds, rounded down to a multiple of 8 where there is more than one
+// panel. Then every panel starts 8 elements after the last, so the output and bias pointers of
+// the products keep their 16-byte alignment from panel to panel (the bias epilogue stays usable,
+// and the plans cached for one panel serve the next), and only the last panel differs in size.
+int Nf4PanelLines(int64_t workspace_bytes, int width, int64_t element_bytes, int lines) {
+  int64_t panel = nf4::PanelLines(workspace_bytes, width, element_bytes, lines);
+  if (panel >= 8 && panel < lines) panel -= panel % 8;
+  return static_cast<int>(panel);
+}
+
 }  // namespace
 
 Status MatmulForward(BlasHandle& blas, void* out, const void* inp, const void* weight,
@@ -385,6 +400,80 @@ Status MatmulBackward(BlasHandle& blas, void* dinp, float* dweight, float* dbias
   }
   if (dbias == nullptr) return Status::Ok();
   return LaunchBiasGrad(dbias, dout, N, OC, type, stream);
+}
+
+Status MatmulForwardNf4(BlasHandle& blas, void* out, const void* inp, const nf4::Matrix& weight,
+                        const void* bias, int N, int C, int OC, DType type, void* workspace,
+                        int64_t workspace_bytes, cudaStream_t stream) {
+  constexpr const char* kOp = "MatmulForwardNf4";
+  HOIST_RETURN_IF_ERROR(
+      nf4_args::CheckMatmulNf4(kOp, out, inp, weight, N, C, OC, workspace, workspace_bytes));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  const int64_t element_bytes = static_cast<int64_t>(DTypeSize(type));
+  const int rows = Nf4PanelLines(workspace_bytes, C, element_bytes, OC);
+  // One decision for the whole output: the bias epilogue where every panel's slice of the bias is
+  // 16-byte aligned, else the bias added once at the end, so no output gets it twice.
+  const bool bias_epilogue = bias != nullptr && AlignmentOf(bias) >= 16 &&
+                             (rows == OC || (rows * element_bytes) % 16 == 0);
+
+  // out[:, o0:o0+ob]^T (ob,N) = panel (stored (C,ob), op T) @ inp^T (stored (C,N)), written into
+  // the column-major (OC,N) view of out.
+  LtProduct product;
+  product.trans_a = CUBLAS_OP_T;
+  product.n = N;
+  product.k = C;
+  product.a = workspace;
+  product.lda = C;
+  product.b = inp;
+  product.ldb = C;
+  product.ab_type = product.d_type = CudaDataType(type);
+  product.ldd = OC;
+  product.epilogue = bias_epilogue ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  // The panel's product is enqueued behind its dequantization and ahead of the next panel's, so
+  // one workspace serves every panel.
+  for (int o0 = 0; o0 < OC; o0 += rows) {
+    const int ob = std::min(rows, OC - o0);
+    HOIST_RETURN_IF_ERROR(DequantizeNf4Rows(workspace, type, weight, C, o0, ob, stream));
+    product.m = ob;
+    product.d = ElementPtr(out, type, o0);
+    product.bias = bias_epilogue ? ElementPtr(bias, type, o0) : nullptr;
+    HOIST_RETURN_IF_ERROR(RunLtProduct(blas, product, stream));
+  }
+  if (bias == nullptr || bias_epilogue) return Status::Ok();
+  return LaunchAddBias(out, bias, N, OC, type, stream);
+}
+
+Status MatmulBackwardNf4(BlasHandle& blas, void* dinp, const void* dout, const nf4::Matrix& weight,
+                         int N, int C, int OC, DType type, void* workspace, int64_t workspace_bytes,
+                         cudaStream_t stream) {
+  constexpr const char* kOp = "MatmulBackwardNf4";
+  HOIST_RETURN_IF_ERROR(
+      nf4_args::CheckMatmulNf4(kOp, dinp, dout, weight, N, C, OC, workspace, workspace_bytes));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  const int64_t element_bytes = static_cast<int64_t>(DTypeSize(type));
+  const int cols = Nf4PanelLines(workspace_bytes, OC, element_bytes, C);
+
+  // dinp[:, c0:c0+cb]^T (cb,N) += panel (OC,cb) row-major, i.e. stored (cb,OC) column-major @
+  // dout^T (stored (OC,N)): the panel holds whole columns of the weight, so each dinp element
+  // gets its whole sum over OC in one product, added to it and rounded once.
+  LtProduct product;
+  product.n = N;
+  product.k = OC;
+  product.a = workspace;
+  product.b = dout;
+  product.ldb = OC;
+  product.ab_type = product.d_type = CudaDataType(type);
+  product.ldd = C;
+  product.beta = 1.0f;
+  for (int c0 = 0; c0 < C; c0 += cols) {
+    const int cb = std::min(cols, C - c0);
+    HOIST_RETURN_IF_ERROR(DequantizeNf4Columns(workspace, type, weight, C, OC, c0, cb, stream));
+    product.m = cb;
+    product.lda = cb;
+    product.d = ElementPtr(dinp, type, c0);
+    HOIST_RETURN_IF_ERROR(RunLtProduct(blas, product, stream));
+  }
+  return Status::Ok();
 }
 
 }  // namespace hoist::kernels::cuda

@@ -1,8 +1,9 @@
 // QuantizedStore (a frozen 4-bit base): the quantizable units' decayed segments come back as the
 // nearest NF4 value times their block's absmax (checked against a float64 search of the
 // codebook), everything else as the compute type rounds it; the resident bytes are about half a
-// byte per quantized weight; the dequantized copy lives only while acquired; gradients are
-// refused; and the estimate of the store beside a trained engine equals the trackers.
+// byte per quantized weight, beside one workspace for the 4-bit matmuls; the weights are read
+// through Weight() from any element on; gradients are refused; and the estimate of the store
+// beside a trained engine equals the trackers.
 #include "zero/quantized_store.h"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include "core/memory_tracker.h"
 #include "kernels/cpu/blockwise_quant.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/nf4.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/nf4.h"
 #include "zero/memory_estimate.h"
@@ -59,6 +61,22 @@ float Nf4Reference(const std::vector<float>& unit, int64_t begin, int64_t end, i
   return static_cast<float>(kernels::nf4::kCodebook[best] * static_cast<float>(absmax));
 }
 
+// `count` weights of acquired unit `u` from element `offset` on, read through Weight(): dense ones
+// as they are, 4-bit ones dequantized as the matmuls dequantize them (rounded to `type`).
+std::vector<float> ReadWeights(const QuantizedStore& store, int u, const void* acquired,
+                               int64_t offset, int64_t count, DType type) {
+  const StoredWeight w = store.Weight(u, acquired, offset);
+  std::vector<float> out(static_cast<size_t>(count));
+  if (w.dense != nullptr) {
+    kernels::cpu::ToFloat(w.dense, type, out.data(), count);
+  } else {
+    EXPECT_NE(w.workspace, nullptr);
+    EXPECT_GE(w.workspace_bytes, 4 * count);
+    kernels::cpu::DequantizeNf4Rect(w.nf4, count, 0, 1, 0, count, type, false, out.data());
+  }
+  return out;
+}
+
 TEST(QuantizedStore, ServesNf4WeightsAndTheRestInTheComputeType) {
   for (DType type : {DType::kFloat32, DType::kBFloat16}) {
     SCOPED_TRACE(DTypeName(type));
@@ -73,11 +91,15 @@ TEST(QuantizedStore, ServesNf4WeightsAndTheRestInTheComputeType) {
                       for (int64_t i = 0; i < units[u].size; ++i) out[i] = Value(u, i);
                     })
                     .ok());
-    // The units' bytes and one buffer of the largest quantized unit, dequantized.
-    int64_t resident = DequantizationBufferBytes(units, type);
-    EXPECT_EQ(resident, 208 * static_cast<int64_t>(DTypeSize(type)));
+    // The units' bytes, and a workspace for the 4-bit matmuls of the largest quantized segment.
+    int64_t resident = 0;
     for (const UnitSpec& unit : units) resident += QuantizedUnitBytes(unit, type);
-    EXPECT_EQ(tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)], resident);
+    const auto current = [&](Category c) {
+      return tracker.Snapshot().current[int(Place::kDevice)][int(c)];
+    };
+    EXPECT_EQ(current(Category::kParam), resident);
+    EXPECT_EQ(Nf4WorkspaceBytes(units), 200 * 4);
+    EXPECT_EQ(current(Category::kWorkspace), 200 * 4);
     // 200 + 129 quantized weights: codes (165 bytes with the odd segment's half byte) and 4 + 3
     // absmaxes, against 2 or 4 bytes each in the compute type.
     EXPECT_EQ(QuantizedUnitBytes(units[1], type),
@@ -88,35 +110,34 @@ TEST(QuantizedStore, ServesNf4WeightsAndTheRestInTheComputeType) {
       for (int64_t i = 0; i < spec.size; ++i) values[static_cast<size_t>(i)] = Value(u, i);
       const void* params = (*store)->AcquireParams(u);
       ASSERT_NE(params, nullptr);
-      std::vector<float> got(static_cast<size_t>(spec.size));
-      kernels::cpu::ToFloat(params, type, got.data(), spec.size);
       for (const ParamSegment& segment : spec.segments) {
-        for (int64_t i = segment.begin; i < segment.end; ++i) {
-          float want = QuantizedSegment(spec, segment)
-                           ? Nf4Reference(values, segment.begin, segment.end, i)
-                           : values[static_cast<size_t>(i)];
-          uint16_t half = 0;
-          if (type != DType::kFloat32) {
-            kernels::cpu::FromFloat(&want, &half, type, 1);
-            kernels::cpu::ToFloat(&half, type, &want, 1);
+        // From the segment's first element, and from one in its middle (mid-block, mid-byte).
+        for (const int64_t from :
+             {segment.begin, segment.begin + (segment.end - segment.begin) / 2 +
+                                 (QuantizedSegment(spec, segment) ? 7 : 0)}) {
+          if (from >= segment.end) continue;
+          const std::vector<float> got =
+              ReadWeights(**store, u, params, from, segment.end - from, type);
+          for (int64_t i = from; i < segment.end; ++i) {
+            float want = QuantizedSegment(spec, segment)
+                             ? Nf4Reference(values, segment.begin, segment.end, i)
+                             : values[static_cast<size_t>(i)];
+            uint16_t half = 0;
+            if (type != DType::kFloat32) {
+              kernels::cpu::FromFloat(&want, &half, type, 1);
+              kernels::cpu::ToFloat(&half, type, &want, 1);
+            }
+            ASSERT_EQ(got[static_cast<size_t>(i - from)], want) << spec.name << " element " << i;
           }
-          ASSERT_EQ(got[static_cast<size_t>(i)], want) << spec.name << " element " << i;
         }
       }
-      // One unit at a time is dequantized into the store's own buffer; a second one held at the
-      // same time gets a buffer of its own until it is released.
-      const auto held = [&] {
-        return tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)] - resident;
-      };
-      EXPECT_EQ(held(), 0) << spec.name;
+      // Nothing is dequantized ahead of use: acquiring holds no memory, even two units at once.
       if (u == 1) {
         ASSERT_NE((*store)->AcquireParams(2), nullptr);
-        EXPECT_EQ(held(), DequantizedUnitBytes(units[2], type));
-        (*store)->ReleaseParams(2);
-        EXPECT_EQ(held(), 0);
       }
+      EXPECT_EQ(current(Category::kParam), resident) << spec.name;
+      if (u == 1) (*store)->ReleaseParams(2);
       (*store)->ReleaseParams(u);
-      EXPECT_EQ(tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)], resident);
     }
     EXPECT_EQ((*store)->AcquireGrads(1), nullptr);
     EXPECT_EQ((*store)->status().code(), StatusCode::kFailedPrecondition);
@@ -155,24 +176,28 @@ TEST(QuantizedStore, DoubleQuantizedAbsmaxesCostAByteAndMoveTheWeightsLittle) {
   // bytes of codes; its norms in fp32 (3 + 5 floats).
   EXPECT_EQ(QuantizedUnitBytes(units[1], type, true), 4 + 4 + 100 + 12 + 20);
   EXPECT_EQ(QuantizedUnitBytes(units[1], type, false), 4 * 4 + 100 + 12 + 20);
-  // The buffer gains the absmax scratch of the largest segment (4 floats).
-  EXPECT_EQ(DequantizationBufferBytes(units, type, true),
-            DequantizationBufferBytes(units, type) + 4 * 4);
-  int64_t resident =
-      DequantizationBufferBytes(units, type) + DequantizationBufferBytes(units, type, true);
+  // The workspace is the same; only the resident bytes shrink.
+  int64_t resident = 0;
   for (const UnitSpec& unit : units) {
     resident += QuantizedUnitBytes(unit, type) + QuantizedUnitBytes(unit, type, true);
   }
   EXPECT_EQ(tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)], resident);
+  EXPECT_EQ(tracker.Snapshot().current[int(Place::kDevice)][int(Category::kWorkspace)],
+            2 * Nf4WorkspaceBytes(units));
   for (int u : {1, 2}) {
     const UnitSpec& spec = units[static_cast<size_t>(u)];
-    std::vector<float> a(static_cast<size_t>(spec.size)), b(a.size());
     const void* pa = (*single)->AcquireParams(u);
     const void* pb = (*dq)->AcquireParams(u);
     ASSERT_TRUE(pa != nullptr && pb != nullptr);
-    ASSERT_TRUE(backend.compute_stream().Synchronize().ok());
-    kernels::cpu::ToFloat(pa, type, a.data(), spec.size);
-    kernels::cpu::ToFloat(pb, type, b.data(), spec.size);
+    // Segment by segment: a weight is asked for by its first element.
+    std::vector<float> a, b;
+    for (const ParamSegment& segment : spec.segments) {
+      const int64_t n = segment.end - segment.begin;
+      const std::vector<float> sa = ReadWeights(**single, u, pa, segment.begin, n, type);
+      const std::vector<float> sb = ReadWeights(**dq, u, pb, segment.begin, n, type);
+      a.insert(a.end(), sa.begin(), sa.end());
+      b.insert(b.end(), sb.begin(), sb.end());
+    }
     int differ = 0;
     for (const ParamSegment& segment : spec.segments) {
       if (!QuantizedSegment(spec, segment)) {
@@ -227,7 +252,7 @@ TEST_P(QuantizedStoreEstimate, BesideTheAdaptersEngineMatchesTheTracker) {
   ModelPasses passes;
   for (int u = 0; u < 4; ++u) {
     passes.forward.push_back({Op::kAcquireParams, u});
-    if (u == 1) {  // a second quantized unit while the first is held: a buffer of its own
+    if (u == 1) {  // a second quantized unit while the first is held
       passes.forward.push_back({Op::kAcquireParams, 2});
       passes.forward.push_back({Op::kReleaseParams, 2});
     }
