@@ -6,8 +6,10 @@
 #include <string>
 #include <type_traits>
 
+#include "core/cpu_features.h"
 #include "kernels/cpu/blockwise_quant.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/nf4_kernels.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/nf4.h"
 
@@ -91,6 +93,7 @@ void DequantizeNf4(const uint8_t* codes, const float* absmax, int64_t n, float* 
 void DequantizeNf4Rect(const nf4::Matrix& matrix, int64_t C, int64_t row0, int64_t rows,
                        int64_t col0, int64_t cols, DType type, bool out_bf16, void* out) {
   const DynamicMap* map = matrix.absmax == nullptr ? &SignedDynamicMap() : nullptr;
+  const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
   const auto absmax_of = [&](int64_t b) {
     if (map == nullptr) return matrix.absmax[b];
     const float scaled =
@@ -123,6 +126,16 @@ void DequantizeNf4Rect(const nf4::Matrix& matrix, int64_t C, int64_t row0, int64
       if (at % 2 != 0) {  // the run starts on a low nibble
         d[0] = table[matrix.codes[at / 2] & 15];
         j = 1;
+      }
+      if (avx512) {
+        constexpr int64_t kVector = sizeof(T) == 2 ? 32 : 16;
+        const int64_t vector = (run - j) / kVector * kVector;
+        if constexpr (sizeof(T) == 2) {
+          avx512::Nf4LookUpBf16(matrix.codes + (at + j) / 2, vector, table, d + j);
+        } else {
+          avx512::Nf4LookUpFp32(matrix.codes + (at + j) / 2, vector, table, d + j);
+        }
+        j += vector;
       }
       const uint8_t* bytes = matrix.codes + (at + j) / 2;
       for (; j + 1 < run; j += 2, ++bytes) {
