@@ -269,6 +269,11 @@ void Gpt2Model::InitializeUnit(int unit, uint64_t seed, float* out) const {
   InitializeGpt2Unit(config_, unit, seed, out);
 }
 
+void Gpt2Model::InitializeRange(int unit, uint64_t seed, int64_t begin, int64_t count,
+                                float* out) const {
+  InitializeGpt2Range(config_, unit, seed, begin, count, out);
+}
+
 void Gpt2Model::InitializeWeights(uint64_t seed) {
   // Drawn on the host a unit at a time, then copied to the backend's device.
   std::vector<float> unit;

@@ -103,6 +103,9 @@ struct ParamLayout {
 // GPT-2's initialisation of one unit (Gpt2Model::InitializeUnit), for models that are not a
 // Gpt2Model (the GPU model draws the same values).
 void InitializeGpt2Unit(const ModelConfig& config, int unit, uint64_t seed, float* out);
+// Elements [begin, begin + count) of that unit alone, the same bits (runtime/weight_init.h).
+void InitializeGpt2Range(const ModelConfig& config, int unit, uint64_t seed, int64_t begin,
+                         int64_t count, float* out);
 
 class Gpt2Model final : public Model {
  public:
@@ -145,6 +148,8 @@ class Gpt2Model final : public Model {
   // Writes the fp32 values of `unit` into `out` (unit_size elements); each tensor slice draws
   // from its own stream, so a unit's values depend on (seed, unit) alone.
   void InitializeUnit(int unit, uint64_t seed, float* out) const override;
+  void InitializeRange(int unit, uint64_t seed, int64_t begin, int64_t count,
+                       float* out) const override;
   // InitializeUnit for every unit of the model's own flat store (a failed copy shows in
   // status()).
   void InitializeWeights(uint64_t seed);

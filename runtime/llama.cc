@@ -333,6 +333,11 @@ void LlamaModel::InitializeUnit(int unit, uint64_t seed, float* out) const {
   InitializeLlamaUnit(config_, unit, seed, out);
 }
 
+void LlamaModel::InitializeRange(int unit, uint64_t seed, int64_t begin, int64_t count,
+                                 float* out) const {
+  InitializeLlamaRange(config_, unit, seed, begin, count, out);
+}
+
 void LlamaModel::InitializeWeights(uint64_t seed) {
   std::vector<float> unit;
   for (int u = 0; u < layout_.num_units(); ++u) {

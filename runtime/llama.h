@@ -110,6 +110,9 @@ std::vector<LlamaHfTensor> LlamaHfTensors(const ModelConfig& config);
 // padded rows 0; each tensor slice draws from its own stream keyed on (seed, tensor, layer), so a
 // unit's values depend on (seed, unit) alone.
 void InitializeLlamaUnit(const ModelConfig& config, int unit, uint64_t seed, float* out);
+// Elements [begin, begin + count) of that unit alone, the same bits (runtime/weight_init.h).
+void InitializeLlamaRange(const ModelConfig& config, int unit, uint64_t seed, int64_t begin,
+                          int64_t count, float* out);
 
 class LlamaModel final : public Model {
  public:
@@ -140,6 +143,8 @@ class LlamaModel final : public Model {
   void Backward() override;
   const Status& status() const override { return status_; }
   void InitializeUnit(int unit, uint64_t seed, float* out) const override;
+  void InitializeRange(int unit, uint64_t seed, int64_t begin, int64_t count,
+                       float* out) const override;
   // InitializeUnit for every unit of the model's own flat store.
   void InitializeWeights(uint64_t seed);
   void ZeroGradients() override;

@@ -144,21 +144,25 @@ std::vector<LlamaHfTensor> LlamaHfTensors(const ModelConfig& config) {
 
 void InitializeLlamaUnit(const ModelConfig& config, int unit, uint64_t seed, float* out) {
   const LlamaLayout layout = LlamaLayout::For(config);
+  InitializeLlamaRange(config, unit, seed, 0, layout.unit_size(unit), out);
+}
+
+void InitializeLlamaRange(const ModelConfig& config, int unit, uint64_t seed, int64_t begin,
+                          int64_t count, float* out) {
+  const LlamaLayout layout = LlamaLayout::For(config);
   const int L = config.n_layer;
   const int64_t C = config.n_embd, V = config.vocab_size;
   const double kStd = 0.02;  // LlamaConfig's initializer_range
-  std::memset(out, 0, static_cast<size_t>(layout.unit_size(unit)) * sizeof(float));
+  UnitWindow window(out, begin, count);
   const int layer = unit - 1;  // for block units
-  auto fill_normal = [&](int tensor, int64_t count) {
+  auto fill_normal = [&](int tensor, int64_t n) {
     // One stream per (tensor, layer), so any unit can be drawn on its own.
     const uint64_t slice = static_cast<uint64_t>(tensor) * 1000003u +
                            static_cast<uint64_t>(LlamaLayout::PerBlock(tensor) ? layer : 0);
-    FillNormal(out + layout.local_offsets[tensor], count, seed ^ (slice * 0x9E3779B97F4A7C15ull),
-               kStd);
+    window.Normal(layout.local_offsets[tensor], n, seed ^ (slice * 0x9E3779B97F4A7C15ull), kStd);
   };
   auto fill_ones = [&](int tensor) {
-    float* w = out + layout.local_offsets[tensor];
-    for (int64_t i = 0; i < layout.unit_sizes[tensor]; ++i) w[i] = 1.0f;
+    window.Fill(layout.local_offsets[tensor], layout.unit_sizes[tensor], 1.0f);
   };
   if (unit == 0) {
     fill_normal(kLlamaEmbedTokens, V * C);  // the padded rows stay 0

@@ -69,6 +69,10 @@ class Model {
   // The family's initialisation of unit `unit` (its fp32 values into `out`, unit-size
   // elements); a unit's values depend on (seed, unit) alone.
   virtual void InitializeUnit(int unit, uint64_t seed, float* out) const = 0;
+  // Elements [begin, begin + count) of that unit's values, drawn without the rest of the unit:
+  // the same bits as the same range of InitializeUnit's.
+  virtual void InitializeRange(int unit, uint64_t seed, int64_t begin, int64_t count,
+                               float* out) const = 0;
 
   // Zeroes the model's own flat gradients (a model with an external store leaves that to it).
   virtual void ZeroGradients() = 0;

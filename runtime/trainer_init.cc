@@ -128,20 +128,15 @@ Status Trainer::InitializeFrom(const std::string& path) {
 Status Trainer::InitializeBase() {
   if (!config_.model.init_from.empty()) return InitializeFrom(config_.model.init_from);
   const uint64_t seed = config_.train.seed;
-  if (quantized_base_ != nullptr) {
-    return quantized_base_->Initialize(
-        [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); });
-  }
-  return base_engine().Initialize(
-      [&](int unit, float* out) { model_->InitializeUnit(unit, seed, out); });
+  // Each store asks for the ranges it keeps, drawn without the rest of their units.
+  return FillBase([&](int unit, int64_t begin, int64_t count, float* out) {
+    model_->InitializeRange(unit, seed, begin, count, out);
+  });
 }
 
 Status Trainer::FillBase(const zero::ZeroEngine::RangeFill& fill) {
   if (quantized_base_ == nullptr) return base_engine().Initialize(fill);
-  // Whole units: the 4-bit base is whole on every rank.
-  const std::vector<zero::UnitSpec> units = ModelUnits(config_.model);
-  return quantized_base_->Initialize(
-      [&](int unit, float* out) { fill(unit, 0, units[static_cast<size_t>(unit)].size, out); });
+  return quantized_base_->Initialize(fill);
 }
 
 Status Trainer::InitializeAdapters() {

@@ -102,58 +102,97 @@ int64_t QuantizedStore::resident_bytes() const {
 }
 
 Status QuantizedStore::Initialize(const std::function<void(int unit, float* out)>& fill) {
+  std::vector<float> whole;
+  int filled = -1;
+  return Initialize([&](int unit, int64_t begin, int64_t count, float* out) {
+    if (filled != unit) {
+      whole.assign(static_cast<size_t>(units_[static_cast<size_t>(unit)].size), 0.0f);
+      fill(unit, whole.data());
+      filled = unit;
+    }
+    std::copy_n(whole.begin() + begin, count, out);
+  });
+}
+
+Status QuantizedStore::Initialize(const RangeFill& fill) {
+  static_assert(kInitChunk % (2 * kernels::nf4::kBlock) == 0, "chunks of whole blocks and bytes");
   const Stream& stream = backend_->compute_stream();
+  const auto element = static_cast<int64_t>(DTypeSize(compute_type_));
   std::vector<float> values, absmax;
   std::vector<uint8_t> bytes;
+  // Host bytes up to `dst`, waited for before `bytes` is refilled.
+  const auto store = [&](void* dst, const void* src, int64_t count) -> Status {
+    HOIST_RETURN_IF_ERROR(
+        backend_->Copy(dst, src, count, kernels::CopyDirection::kHostToDevice, stream));
+    return stream.Synchronize();
+  };
+  // Elements [begin, begin + n) of the unit rounded to the compute type, to `dst`.
+  const auto store_rounded = [&](int u, int64_t begin, int64_t n, uint8_t* dst) -> Status {
+    for (int64_t c = 0; c < n; c += kInitChunk) {
+      const int64_t m = std::min(kInitChunk, n - c);
+      values.resize(static_cast<size_t>(m));
+      fill(u, begin + c, m, values.data());
+      bytes.resize(static_cast<size_t>(m * element));
+      kernels::cpu::FromFloat(values.data(), bytes.data(), compute_type_, m);
+      HOIST_RETURN_IF_ERROR(store(dst + c * element, bytes.data(), m * element));
+    }
+    return Status::Ok();
+  };
   for (size_t u = 0; u < units_.size(); ++u) {
     offsets_[u].clear();
     const UnitSpec& unit = units_[u];
-    values.assign(static_cast<size_t>(unit.size), 0.0f);
-    fill(static_cast<int>(u), values.data());
-    // The unit's resident bytes assembled on the host, then copied up at once.
-    bytes.assign(static_cast<size_t>(resident_[u].bytes()), 0);
-    const bool quantized_unit = QuantizedUnit(unit);
-    if (!quantized_unit) {
-      kernels::cpu::FromFloat(values.data(), bytes.data(), compute_type_, unit.size);
+    const int unit_index = static_cast<int>(u);
+    auto* base = static_cast<uint8_t*>(resident_[u].data());
+    // The padding between segments is zero.
+    HOIST_RETURN_IF_ERROR(backend_->Zero(base, resident_[u].bytes(), stream));
+    if (!QuantizedUnit(unit)) {
+      HOIST_RETURN_IF_ERROR(store_rounded(unit_index, 0, unit.size, base));
+      continue;
     }
     int64_t at = 0;
     for (const ParamSegment& segment : unit.segments) {
-      if (!quantized_unit) break;
       const int64_t n = segment.end - segment.begin;
-      const float* src = values.data() + segment.begin;
-      if (QuantizedSegment(unit, segment)) {
-        const int64_t blocks = kernels::nf4::Blocks(n);
-        absmax.resize(static_cast<size_t>(blocks));
-        uint8_t* codes = bytes.data() + at + AbsmaxBytes(n, double_quant_);
-        const Status quantized = kernels::cpu::QuantizeNf4(src, n, codes, absmax.data());
+      if (!QuantizedSegment(unit, segment)) {
+        HOIST_RETURN_IF_ERROR(store_rounded(unit_index, segment.begin, n, base + at));
+        at += SegmentBytes(unit, segment, compute_type_, double_quant_);
+        continue;
+      }
+      // The codes a chunk at a time; the segment's absmaxes (1/64 of its elements) kept for last.
+      const int64_t blocks = kernels::nf4::Blocks(n);
+      absmax.resize(static_cast<size_t>(blocks));
+      uint8_t* codes = base + at + AbsmaxBytes(n, double_quant_);
+      for (int64_t c = 0; c < n; c += kInitChunk) {
+        const int64_t m = std::min(kInitChunk, n - c);
+        values.resize(static_cast<size_t>(m));
+        fill(unit_index, segment.begin + c, m, values.data());
+        bytes.resize(static_cast<size_t>(kernels::nf4::CodeBytes(m)));
+        const Status quantized = kernels::cpu::QuantizeNf4(
+            values.data(), m, bytes.data(), absmax.data() + c / kernels::nf4::kBlock);
         if (!quantized.ok()) {
           return InvalidArgumentError("quantizing " + unit.name + " to NF4 (elements " +
-                                      std::to_string(segment.begin) +
+                                      std::to_string(segment.begin + c) +
                                       " on): " + quantized.message());
         }
-        if (double_quant_) {
-          // The absmaxes less their mean, in 8 bits: scales first, then the codes.
-          double sum = 0;
-          for (float a : absmax) sum += a;
-          const auto offset = static_cast<float>(sum / double(blocks));
-          for (float& a : absmax) a -= offset;
-          auto* scales = reinterpret_cast<float*>(bytes.data() + at);
-          uint8_t* absmax_codes =
-              bytes.data() + at + kernels::cpu::QuantBlocks(blocks) * int64_t{sizeof(float)};
-          kernels::cpu::QuantizeBlockwise(kernels::cpu::SignedDynamicMap(), absmax.data(), blocks,
-                                          absmax_codes, scales);
-          offsets_[u].push_back(offset);
-        } else {
-          std::copy(absmax.begin(), absmax.end(), reinterpret_cast<float*>(bytes.data() + at));
-        }
+        HOIST_RETURN_IF_ERROR(store(codes + c / 2, bytes.data(), kernels::nf4::CodeBytes(m)));
+      }
+      if (double_quant_) {
+        // The absmaxes less their mean, in 8 bits: scales first, then the codes.
+        double sum = 0;
+        for (float a : absmax) sum += a;
+        const auto offset = static_cast<float>(sum / double(blocks));
+        for (float& a : absmax) a -= offset;
+        const int64_t scale_bytes = kernels::cpu::QuantBlocks(blocks) * int64_t{sizeof(float)};
+        bytes.assign(static_cast<size_t>(scale_bytes + blocks), 0);
+        kernels::cpu::QuantizeBlockwise(kernels::cpu::SignedDynamicMap(), absmax.data(), blocks,
+                                        bytes.data() + scale_bytes,
+                                        reinterpret_cast<float*>(bytes.data()));
+        offsets_[u].push_back(offset);
+        HOIST_RETURN_IF_ERROR(store(base + at, bytes.data(), scale_bytes + blocks));
       } else {
-        kernels::cpu::FromFloat(src, bytes.data() + at, compute_type_, n);
+        HOIST_RETURN_IF_ERROR(store(base + at, absmax.data(), blocks * int64_t{sizeof(float)}));
       }
       at += SegmentBytes(unit, segment, compute_type_, double_quant_);
     }
-    HOIST_RETURN_IF_ERROR(backend_->Copy(resident_[u].data(), bytes.data(), resident_[u].bytes(),
-                                         kernels::CopyDirection::kHostToDevice, stream));
-    HOIST_RETURN_IF_ERROR(stream.Synchronize());  // `bytes` is refilled for the next unit
   }
   return Status::Ok();
 }

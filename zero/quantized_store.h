@@ -54,9 +54,15 @@ class QuantizedStore final : public ParamStore {
                                                           bool double_quant = false);
   ~QuantizedStore() override;
 
-  // Sets the weights: `fill(unit, out)` writes the unit's fp32 values (unit size), which are
-  // quantized (or rounded to the compute type) and stored. A non-finite weight in a quantized
-  // segment is an error naming the unit and the element.
+  // Sets the weights: `fill(unit, begin, count, out)` writes elements [begin, begin + count) of
+  // the unit's fp32 values, which are quantized (or rounded to the compute type) and stored. The
+  // store asks for at most kInitChunk elements at a time, so setting a unit stages that much on
+  // the host, not the unit. A non-finite weight in a quantized segment is an error naming the
+  // unit and the element.
+  using RangeFill = std::function<void(int unit, int64_t begin, int64_t count, float* out)>;
+  static constexpr int64_t kInitChunk = int64_t{1} << 22;
+  Status Initialize(const RangeFill& fill);
+  // The same with `fill(unit, out)` writing the whole unit (staged whole).
   Status Initialize(const std::function<void(int unit, float* out)>& fill);
 
   // A quantized unit's handle is not its values: read it through Weight().

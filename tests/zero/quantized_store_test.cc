@@ -71,7 +71,7 @@ std::vector<float> ReadWeights(const QuantizedStore& store, int u, const void* a
     kernels::cpu::ToFloat(w.dense, type, out.data(), count);
   } else {
     EXPECT_NE(w.workspace, nullptr);
-    EXPECT_GE(w.workspace_bytes, 4 * count);
+    EXPECT_GT(w.workspace_bytes, 0);
     kernels::cpu::DequantizeNf4Rect(w.nf4, count, 0, 1, 0, count, type, false, out.data());
   }
   return out;
@@ -236,6 +236,81 @@ TEST(QuantizedStore, DoubleQuantizedAbsmaxesCostAByteAndMoveTheWeightsLittle) {
     EXPECT_GT(differ, 0) << spec.name << ": the absmaxes were not requantized";
     (*single)->ReleaseParams(u);
     (*dq)->ReleaseParams(u);
+  }
+}
+
+// A segment of several initialization chunks (and an odd length) is set a chunk at a time,
+// asking for no more than kInitChunk elements at once, and holds what quantizing the whole
+// segment in one piece gives: the codes, the absmaxes, and with double quantization the absmaxes'
+// offset, codes and scales.
+TEST(QuantizedStore, SetsALargeSegmentAChunkAtATimeAsTheWholeOfIt) {
+  const int64_t n = 2 * QuantizedStore::kInitChunk + QuantizedStore::kInitChunk / 2 + 11;
+  std::vector<UnitSpec> units = {
+      {"block", 3 + n + 5, {{0, 3, false}, {3, 3 + n, true}, {3 + n, 3 + n + 5, false}}}};
+  units[0].quantizable = true;
+  const auto value = [](int64_t i) {
+    return static_cast<float>(((i * 7919) % 2001 - 1000) * 1e-5);
+  };
+  std::vector<float> segment(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) segment[static_cast<size_t>(i)] = value(3 + i);
+  for (bool double_quant : {false, true}) {
+    SCOPED_TRACE(double_quant ? "double quantization" : "fp32 absmaxes");
+    MemoryTracker tracker;
+    CpuDevice device(Place::kDevice, &tracker);
+    kernels::CpuBackend backend(&device);
+    auto store = QuantizedStore::Create(units, DType::kBFloat16, &backend, double_quant);
+    ASSERT_TRUE(store.ok());
+    int64_t most = 0;
+    ASSERT_TRUE((*store)
+                    ->Initialize([&](int, int64_t begin, int64_t count, float* out) {
+                      most = std::max(most, count);
+                      for (int64_t i = 0; i < count; ++i) out[i] = value(begin + i);
+                    })
+                    .ok());
+    EXPECT_EQ(most, QuantizedStore::kInitChunk);
+    // The segment quantized in one piece.
+    std::vector<uint8_t> codes(static_cast<size_t>(kernels::nf4::CodeBytes(n)));
+    std::vector<float> absmax(static_cast<size_t>(kernels::nf4::Blocks(n)));
+    ASSERT_TRUE(kernels::cpu::QuantizeNf4(segment.data(), n, codes.data(), absmax.data()).ok());
+    kernels::nf4::Matrix whole;
+    whole.codes = codes.data();
+    whole.absmax = absmax.data();
+    const int64_t blocks = kernels::nf4::Blocks(n);
+    std::vector<uint8_t> absmax_codes(static_cast<size_t>(blocks));
+    std::vector<float> scales(static_cast<size_t>(kernels::cpu::QuantBlocks(blocks)));
+    if (double_quant) {
+      double sum = 0;
+      for (float a : absmax) sum += a;
+      whole.absmax_offset = static_cast<float>(sum / double(blocks));
+      for (float& a : absmax) a -= whole.absmax_offset;
+      kernels::cpu::QuantizeBlockwise(kernels::cpu::SignedDynamicMap(), absmax.data(), blocks,
+                                      absmax_codes.data(), scales.data());
+      whole.absmax = nullptr;
+      whole.absmax_codes = absmax_codes.data();
+      whole.absmax_scales = scales.data();
+    }
+    std::vector<float> want(static_cast<size_t>(n));
+    kernels::cpu::DequantizeNf4Rect(whole, n, 0, 1, 0, n, DType::kBFloat16, false, want.data());
+    const void* params = (*store)->AcquireParams(0);
+    ASSERT_NE(params, nullptr);
+    const StoredWeight stored = (*store)->Weight(0, params, 3);
+    ASSERT_EQ(stored.dense, nullptr);
+    if (double_quant) {
+      EXPECT_EQ(stored.nf4.absmax_offset, whole.absmax_offset);
+    }
+    EXPECT_EQ(ReadWeights(**store, 0, params, 3, n, DType::kBFloat16), want);
+    // The norms on either side, rounded to bf16.
+    for (const auto& [from, count] : {std::pair<int64_t, int64_t>{0, 3}, {3 + n, 5}}) {
+      const std::vector<float> got = ReadWeights(**store, 0, params, from, count, DType::kBFloat16);
+      for (int64_t i = 0; i < count; ++i) {
+        float rounded = value(from + i);
+        uint16_t bits = 0;
+        kernels::cpu::FromFloat(&rounded, &bits, DType::kBFloat16, 1);
+        kernels::cpu::ToFloat(&bits, DType::kBFloat16, &rounded, 1);
+        EXPECT_EQ(got[static_cast<size_t>(i)], rounded) << from + i;
+      }
+    }
+    (*store)->ReleaseParams(0);
   }
 }
 
