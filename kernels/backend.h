@@ -288,7 +288,7 @@ class Backend {
   // out (n elements of `type`) = the NF4 values of codes/absmax (kernels/nf4.h): kCodebook[code]
   // * absmax[i / 64] in fp32, rounded once to `type`; every backend gives the same bits. codes
   // (nf4::CodeBytes(n) bytes) and absmax (nf4::Blocks(n) floats) in the backend's device memory.
-  // A frozen 4-bit base's weights are dequantized by it right before use.
+  // The oracle of the 4-bit matmuls below (which dequantize a panel at a time themselves).
   virtual Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* absmax,
                                int64_t n, const Stream& stream) = 0;
   // The products of a frozen weight held in NF4 (a LoRA fine-tune's 4-bit base), without the
@@ -297,7 +297,8 @@ class Backend {
   // DequantizeNf4 writes). The matmul dequantizes it a panel at a time into `workspace`
   // (workspace_bytes of device memory, nf4::WorkspaceBytes of the matrix or more; it must hold
   // C and OC fp32 values) and multiplies each panel as it is made: forward a panel of whole rows
-  // of the weight (so each output is one product over C, rounded once), backward one of whole
+  // of the weight (so each output is one product over C, rounded once, as MatmulForward rounds
+  // it: a bias the CUDA epilogue cannot take is added after, as there), backward one of whole
   // columns (each dinp element one product over OC added to it, rounded once). Nothing in the
   // workspace outlives a call. The values multiplied are those of dequantizing the whole weight
   // first; the order of the fp32 sums may differ from MatmulForward's, by the library's blocking.

@@ -136,8 +136,8 @@ class CpuBackend final : public Backend {
                        const Stream& stream) override;
   Status DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales, float offset,
                              int64_t n, const Stream& stream) override;
-  // cpu::MatmulForwardNf4 / MatmulBackwardNf4 (cpu_backend_nf4.cc): bf16 panels multiplied by
-  // oneDNN where bf16 matmuls take it, else fp32 panels by the BLAS's sgemm.
+  // The 4-bit matmuls (cpu_backend_nf4.cc): panels dequantized by cpu::DequantizeNf4Rect, in bf16
+  // multiplied by oneDNN where bf16 matmuls take it, else in fp32 by the BLAS's sgemm.
   Status MatmulForwardNf4(void* out, const void* inp, const nf4::Matrix& weight, const void* bias,
                           int N, int C, int OC, DType type, void* workspace,
                           int64_t workspace_bytes, const Stream& stream) override;

@@ -233,13 +233,19 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
 
 Status HfSource::FillTensor(const Place& place, int64_t first, int64_t count, float* out) const {
   if (!place.spec.transposed) return place.file->ReadFloat(*place.tensor, first, count, out);
-  // Stored (in, out): hoist's rows are the file's columns, so the tensor is read whole (one
-  // layer's matrix) and transposed.
-  const int64_t n = place.tensor->elements();
-  std::vector<float> stored(static_cast<size_t>(n)), transposed(static_cast<size_t>(n));
-  HOIST_RETURN_IF_ERROR(place.file->ReadFloat(*place.tensor, 0, n, stored.data()));
-  Transpose(stored.data(), place.spec.shape[0], place.spec.shape[1], transposed.data());
-  std::copy(transposed.begin() + first, transposed.begin() + first + count, out);
+  // Stored (in, out): hoist's rows are the file's columns. The rows the range touches are read
+  // as a run of every stored row and transposed, so a range costs its own size, not the tensor's.
+  const int64_t in = place.spec.shape[0], out_features = place.spec.shape[1];
+  const int64_t row_lo = first / in, row_hi = (first + count + in - 1) / in;
+  const int64_t rows = row_hi - row_lo;
+  std::vector<float> run(static_cast<size_t>(rows)), block(static_cast<size_t>(rows * in));
+  for (int64_t c = 0; c < in; ++c) {
+    HOIST_RETURN_IF_ERROR(
+        place.file->ReadFloat(*place.tensor, c * out_features + row_lo, rows, run.data()));
+    for (int64_t r = 0; r < rows; ++r)
+      block[static_cast<size_t>(r * in + c)] = run[static_cast<size_t>(r)];
+  }
+  std::copy_n(block.begin() + (first - row_lo * in), count, out);
   return Status::Ok();
 }
 

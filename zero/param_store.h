@@ -7,6 +7,9 @@
 // come in the store's param_type() (fp32, or the 16-bit compute type of mixed precision, which
 // the model then computes in) in the unit's own layout (the model's offsets within the unit);
 // where they live between uses (whole or sharded across ranks, offloaded) is the store's business.
+// The one exception, a store that keeps weights in 4 bits (zero/quantized_store.h), hands out a
+// handle that the model reads only through Weight(), which says where each weight is and in
+// which form; models read every unit that way.
 //
 // Gradients follow the same protocol: AcquireGrads returns an fp32 buffer of the unit's size into
 // which the backward pass accumulates this micro-batch's gradient; ReleaseGrads hands it back
@@ -51,8 +54,9 @@ class ParamStore {
  public:
   virtual ~ParamStore() = default;
 
-  // The unit's weights in param_type(), valid until ReleaseParams(unit) and ordered before the
-  // work the caller enqueues after this call on the compute stream; null when the store failed.
+  // The unit's weights in param_type() (a 4-bit store's: a handle for Weight()), valid until
+  // ReleaseParams(unit) and ordered before the work the caller enqueues after this call on the
+  // compute stream; null when the store failed.
   virtual const void* AcquireParams(int unit) = 0;
   // The element type of every unit AcquireParams hands out; fixed for the store's life.
   virtual DType param_type() const { return DType::kFloat32; }

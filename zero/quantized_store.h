@@ -47,7 +47,8 @@ int64_t Nf4WorkspaceBytes(const std::vector<UnitSpec>& units);
 
 class QuantizedStore final : public ParamStore {
  public:
-  // Allocates the units' resident bytes from `backend`'s device (which must outlive the store).
+  // Allocates the units' resident bytes (Category::kParam) and the 4-bit matmuls' workspace
+  // (Category::kWorkspace) from `backend`'s device (which must outlive the store).
   static StatusOr<std::unique_ptr<QuantizedStore>> Create(std::vector<UnitSpec> units,
                                                           DType compute_type,
                                                           kernels::Backend* backend,

@@ -6,9 +6,11 @@
 #include <string>
 #include <type_traits>
 
+#include "core/check.h"
 #include "core/cpu_features.h"
 #include "kernels/cpu/blockwise_quant.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/nf4_kernels.h"
 #include "kernels/cpu/parallel_for.h"
 #include "kernels/nf4.h"
@@ -92,8 +94,16 @@ void DequantizeNf4(const uint8_t* codes, const float* absmax, int64_t n, float* 
 
 void DequantizeNf4Rect(const nf4::Matrix& matrix, int64_t C, int64_t row0, int64_t rows,
                        int64_t col0, int64_t cols, DType type, bool out_bf16, void* out) {
+  DequantizeNf4RectAt(ActiveSimdLevel(), matrix, C, row0, rows, col0, cols, type, out_bf16, out);
+}
+
+void DequantizeNf4RectAt(SimdLevel level, const nf4::Matrix& matrix, int64_t C, int64_t row0,
+                         int64_t rows, int64_t col0, int64_t cols, DType type, bool out_bf16,
+                         void* out) {
+  HOIST_CHECK(level != SimdLevel::kAvx512 || SimdLevelAvailable(level))
+      << "DequantizeNf4RectAt: avx512 on a CPU without it";
   const DynamicMap* map = matrix.absmax == nullptr ? &SignedDynamicMap() : nullptr;
-  const bool avx512 = ActiveSimdLevel() == SimdLevel::kAvx512;
+  const bool avx512 = level == SimdLevel::kAvx512;
   const auto absmax_of = [&](int64_t b) {
     if (map == nullptr) return matrix.absmax[b];
     const float scaled =

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/dtype.h"
 #include "core/status.h"
 #include "kernels/nf4.h"
@@ -34,6 +35,11 @@ void DequantizeNf4(const uint8_t* codes, const float* absmax, int64_t n, float* 
 // nothing is checked; the rows are split across the OpenMP team.
 void DequantizeNf4Rect(const nf4::Matrix& matrix, int64_t C, int64_t row0, int64_t rows,
                        int64_t col0, int64_t cols, DType type, bool out_bf16, void* out);
+// The same at an explicit SIMD level (DequantizeNf4Rect takes ActiveSimdLevel()): avx512 looks
+// the codes up 32 or 16 at a time, the other levels one at a time; the same values.
+void DequantizeNf4RectAt(SimdLevel level, const nf4::Matrix& matrix, int64_t C, int64_t row0,
+                         int64_t rows, int64_t col0, int64_t cols, DType type, bool out_bf16,
+                         void* out);
 
 // The 16 codebook values from their definition, in float64: bitsandbytes' create_normal_map with
 // offset 0.9677083: the standard normal quantiles of the probabilities linspace(offset, 0.5, 9)

@@ -433,7 +433,7 @@ Status MatmulForwardNf4(BlasHandle& blas, void* out, const void* inp, const nf4:
   // one workspace serves every panel.
   for (int o0 = 0; o0 < OC; o0 += rows) {
     const int ob = std::min(rows, OC - o0);
-    HOIST_RETURN_IF_ERROR(DequantizeNf4Rows(workspace, type, weight, C, o0, ob, stream));
+    HOIST_RETURN_IF_ERROR(detail::DequantizeNf4Rows(workspace, type, weight, C, o0, ob, stream));
     product.m = ob;
     product.d = ElementPtr(out, type, o0);
     product.bias = bias_epilogue ? ElementPtr(bias, type, o0) : nullptr;
@@ -467,7 +467,8 @@ Status MatmulBackwardNf4(BlasHandle& blas, void* dinp, const void* dout, const n
   product.beta = 1.0f;
   for (int c0 = 0; c0 < C; c0 += cols) {
     const int cb = std::min(cols, C - c0);
-    HOIST_RETURN_IF_ERROR(DequantizeNf4Columns(workspace, type, weight, C, OC, c0, cb, stream));
+    HOIST_RETURN_IF_ERROR(
+        detail::DequantizeNf4Columns(workspace, type, weight, C, OC, c0, cb, stream));
     product.m = cb;
     product.lda = cb;
     product.d = ElementPtr(dinp, type, c0);

@@ -179,6 +179,8 @@ Status DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales
   return Status::Ok();
 }
 
+namespace detail {
+
 Status DequantizeNf4Rows(void* panel, DType type, const nf4::Matrix& weight, int C, int64_t row0,
                          int64_t rows, cudaStream_t stream) {
   return LaunchDequantizeNf4Panel(panel, type, weight, weight.first + row0 * C, C, rows, C, stream);
@@ -188,5 +190,7 @@ Status DequantizeNf4Columns(void* panel, DType type, const nf4::Matrix& weight, 
                             int64_t col0, int64_t cols, cudaStream_t stream) {
   return LaunchDequantizeNf4Panel(panel, type, weight, weight.first + col0, C, OC, cols, stream);
 }
+
+}  // namespace detail
 
 }  // namespace hoist::kernels::cuda

@@ -22,6 +22,9 @@ Status DequantizeNf4(void* out, DType type, const uint8_t* codes, const float* a
 Status DequantizeNf4Absmax(float* out, const uint8_t* codes, const float* scales, float offset,
                            int64_t n, cudaStream_t stream);
 
+// Internal to the 4-bit matmuls (kernels/cuda/matmul.cu).
+namespace detail {
+
 // Panels of an NF4 matrix (nf4::Matrix, OC x C) for the matmuls that multiply it a panel at a
 // time (MatmulForwardNf4 / MatmulBackwardNf4, kernels/cuda/matmul.h): each element is
 // round_type(kCodebook[code] * absmax[flat / 64]) with flat = weight.first + o * C + c, the absmax
@@ -35,5 +38,7 @@ Status DequantizeNf4Rows(void* panel, DType type, const nf4::Matrix& weight, int
 // Columns [col0, col0 + cols) of all OC rows: panel (OC, cols) row-major.
 Status DequantizeNf4Columns(void* panel, DType type, const nf4::Matrix& weight, int C, int OC,
                             int64_t col0, int64_t cols, cudaStream_t stream);
+
+}  // namespace detail
 
 }  // namespace hoist::kernels::cuda

@@ -72,7 +72,7 @@ TEST(UnitWindow, AnyRangeOfAUnitIsTheSameRangeOfTheWholeUnit) {
   llama.n_embd = 512;
   llama.n_head = 8;
   llama.n_kv_head = 2;
-  llama.intermediate_size = 1408;  // gate_up: 1.44M elements, over one chunk
+  llama.intermediate_size = 4096;  // gate_up: 4.2M elements, four chunks
   llama.vocab_size = 1000;
   llama.seq_len = 64;
   ModelConfig gpt2;
@@ -92,13 +92,14 @@ TEST(UnitWindow, AnyRangeOfAUnitIsTheSameRangeOfTheWholeUnit) {
       } else {
         InitializeGpt2Unit(config, unit, 11, whole.data());
       }
-      for (const auto& [begin, count] :
-           std::vector<std::pair<int64_t, int64_t>>{{0, size},
-                                                    {1, 5},
-                                                    {size / 3, size / 3 + 7},
-                                                    {kNormalChunk - 3, kNormalChunk + 10},
-                                                    {size - 129, 129},
-                                                    {size - 50, 100}}) {
+      for (const auto& [begin, count] : std::vector<std::pair<int64_t, int64_t>>{
+               {0, size},
+               {1, 5},
+               {size / 3, size / 3 + 7},
+               {kNormalChunk - 3, kNormalChunk + 10},
+               {kNormalChunk - 3, 3 * kNormalChunk + 13},  // chunks of gate_up wholly inside
+               {size - 129, 129},
+               {size - 50, 100}}) {
         if (begin < 0 || begin >= size) continue;
         SCOPED_TRACE(std::string(is_llama ? "llama" : "gpt2") + " unit " + std::to_string(unit) +
                      " [" + std::to_string(begin) + ", +" + std::to_string(count) + ")");
