@@ -253,8 +253,9 @@ class Nf4Backend : public ::testing::Test {
 };
 
 TEST_F(Nf4Backend, DequantizeIsTheKernelRoundedOnceToEachType) {
-  // Odd, not a multiple of 64, and more than one of the 16-bit path's chunks.
-  for (int64_t n : {1, 5, 64, 4095, 4096 + 64 + 3, 20001}) {
+  // Odd, not a multiple of 64, and more than one of the 16-bit path's chunks and of the runs
+  // the threads share (64K elements).
+  for (int64_t n : {1, 5, 64, 4095, 4096 + 64 + 3, 20001, 3 * 65536 + 77}) {
     const std::vector<float> src = NormalFloats(static_cast<size_t>(n), 9, 0.02f);
     Quantized q(n);
     ASSERT_TRUE(cpu::QuantizeNf4(src.data(), n, q.codes.data(), q.absmax.data()).ok());
