@@ -292,16 +292,14 @@ void Gpt2Model::InitializeWeights(uint64_t seed) {
 namespace {
 
 // One transformer block's gradients within its unit's fp32 buffer.
-template <typename T>
-struct BlockTensors {
-  T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+struct BlockGrads {
+  float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw,
+      *fcprojb;
 
   // A null unit (a frozen base's gradients) gives null tensors.
-  BlockTensors(T* unit, const ParamLayout& layout, DType type) {
+  BlockGrads(float* unit, const ParamLayout& layout) {
     auto at = [&](int tensor) {
-      return unit == nullptr
-                 ? nullptr
-                 : static_cast<T*>(ElementPtr(unit, type, layout.local_offsets[tensor]));
+      return unit == nullptr ? nullptr : unit + layout.local_offsets[tensor];
     };
     ln1w = at(kLn1W), ln1b = at(kLn1B), qkvw = at(kQkvW), qkvb = at(kQkvB);
     attprojw = at(kAttProjW), attprojb = at(kAttProjB), ln2w = at(kLn2W), ln2b = at(kLn2B);
@@ -611,7 +609,7 @@ void Gpt2Model::Backward() {
     }
     float* grads = frozen ? nullptr : store_->AcquireGrads(1 + l);
     if (!frozen && grads == nullptr) return;
-    const BlockTensors<float> g(grads, layout_, DType::kFloat32);
+    const BlockGrads g(grads, layout_);
     // The layer's input is the previous layer's residual3; what this layer did not keep is
     // recomputed from it first.
     const void* residual = l == 0 ? encoded_ : At(kSavedResidual3, l - 1);

@@ -12,16 +12,13 @@ namespace hoist::runtime {
 namespace {
 
 // One block's gradients within its unit's fp32 buffer.
-template <typename T>
-struct BlockTensors {
-  T *ln1, *qkv, *o, *ln2, *gate_up, *down;
+struct BlockGrads {
+  float *ln1, *qkv, *o, *ln2, *gate_up, *down;
 
   // A null unit (a frozen base's gradients) gives null tensors.
-  BlockTensors(T* unit, const LlamaLayout& layout, DType type) {
+  BlockGrads(float* unit, const LlamaLayout& layout) {
     auto at = [&](int tensor) {
-      return unit == nullptr
-                 ? nullptr
-                 : static_cast<T*>(ElementPtr(unit, type, layout.local_offsets[tensor]));
+      return unit == nullptr ? nullptr : unit + layout.local_offsets[tensor];
     };
     ln1 = at(kLlamaInputNorm), qkv = at(kLlamaQkv), o = at(kLlamaOProj);
     ln2 = at(kLlamaPostNorm), gate_up = at(kLlamaGateUp), down = at(kLlamaDown);
@@ -243,7 +240,7 @@ bool LlamaModel::BlockBackward(int l, const void* residual, const void* weights,
   const DType a = activation_type_;
   const Stream& st = stream();
   const BlockWeights w(*store_, 1 + l, weights, layout_);
-  const BlockTensors<float> g(grads, layout_, DType::kFloat32);
+  const BlockGrads g(grads, layout_);
   float* lse = lse_ == nullptr ? nullptr : lse_ + int64_t{l} * B * NH_ * T;
   // MLP: residual3 = residual2 + down(swiglu(gate_up(rmsnorm2(residual2)))).
   const bool mlp =
