@@ -9,7 +9,8 @@
 // where they live between uses (whole or sharded across ranks, offloaded) is the store's business.
 // The one exception, a store that keeps weights in 4 bits (zero/quantized_store.h), hands out a
 // handle that the model reads only through Weight(), which says where each weight is and in
-// which form; models read every unit that way.
+// which form; the models read their transformer blocks (the units such a store may quantize)
+// that way.
 //
 // Gradients follow the same protocol: AcquireGrads returns an fp32 buffer of the unit's size into
 // which the backward pass accumulates this micro-batch's gradient; ReleaseGrads hands it back
