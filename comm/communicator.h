@@ -23,6 +23,18 @@
 // never hangs. After any failed collective the group is unusable: later calls fail fast with
 // the original error, because peers may be half-way through the failed op.
 //
+// Streams. A collective on buffers that work on a compute stream writes or reads is ordered
+// against that stream without the host waiting where the backend allows it: OrderAfter(producer)
+// makes later collectives read their inputs after the producer's work so far, and a handle's
+// StreamWait(consumer) makes the consumer's later work run after the collective. A device
+// communicator does both on the device (NCCL: its comm stream waits on an event recorded on the
+// producer; the consumer waits on one recorded after the collective); a host communicator does
+// them on its worker thread and the consumer stream's (a threaded host stream, core/host_stream.h),
+// and on the host where a stream is of a kind it cannot wait on. A consumer stream that waits on
+// a collective that fails carries its error (the stream's next call or Synchronize reports it);
+// Wait still returns it too, and only Wait bounds the wait by the timeout: a caller that only
+// StreamWaits must Wait before the host waits for the consumer stream.
+//
 // Buffers are borrowed for the duration of a call (or until its handle completes) and never
 // retained beyond it. One Communicator belongs to one rank and is not safe to call from two
 // threads at once; a handle may be waited on from the thread that issued it.
@@ -34,6 +46,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/stream.h"
 
 namespace hoist::comm {
 
@@ -51,6 +64,14 @@ class CommWork {
   virtual Status Wait() = 0;
   // True once Wait would return without blocking.
   virtual bool Done() = 0;
+  // Work issued to `consumer` after this call runs after the collective. The base waits on the
+  // host (Wait) and returns the collective's outcome; a backend that can make the stream wait
+  // instead returns at once, Ok unless the wait could not be enqueued (the outcome then reaches
+  // the stream, and Wait).
+  virtual Status StreamWait(const Stream& consumer) {
+    (void)consumer;
+    return Wait();
+  }
 };
 // Destroying a handle whose collective is still running waits for it.
 using CommHandle = std::unique_ptr<CommWork>;
@@ -79,6 +100,11 @@ class Communicator {
 
   // Returns once every rank has entered Barrier.
   virtual Status Barrier() = 0;
+
+  // Collectives issued after this call read their inputs after the work enqueued on `producer`
+  // so far. The base waits on the host for the producer (Synchronize) and returns its error;
+  // backends that can order on the device or on their worker thread do so and return at once.
+  virtual Status OrderAfter(const Stream& producer) { return producer.Synchronize(); }
 
   // Asynchronous forms of the collectives above, with the same arguments and results.
   virtual CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) = 0;

@@ -40,6 +40,7 @@ class CountingCommunicator final : public Communicator {
   Status AllGather(const void* send, void* recv, int64_t send_count, DType type) override;
   Status Broadcast(void* buf, int64_t count, DType type, int root) override;
   Status Barrier() override { return inner_->Barrier(); }
+  Status OrderAfter(const Stream& producer) override { return inner_->OrderAfter(producer); }
   CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override;
   CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType type,
                                 ReduceOp op) override;

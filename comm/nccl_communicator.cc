@@ -405,10 +405,13 @@ class NcclWork::Impl {
     return !complete.ok() || *complete || !state_->CheckUsable().ok() || Clock::now() >= deadline_;
   }
 
-  Status StreamWait(const CudaStream& consumer) const {
+  Status StreamWait(const Stream& consumer) {
     if (result_ && !result_->ok()) return *result_;
     if (done_.empty()) return FailedPreconditionError(what_ + " was never issued");
-    return done_.StreamWait(consumer);
+    const auto* cuda = dynamic_cast<const CudaStream*>(&consumer);
+    if (cuda == nullptr) return Wait();
+    HOIST_CUDA_RETURN_IF_ERROR(cudaSetDevice(state_->device()));
+    return done_.StreamWait(*cuda);
   }
 
   bool Waited() const { return result_.has_value(); }
@@ -432,9 +435,7 @@ NcclWork::~NcclWork() {
 
 Status NcclWork::Wait() { return impl_->Wait(); }
 bool NcclWork::Done() { return impl_->Done(); }
-Status NcclWork::StreamWait(const CudaStream& consumer) const {
-  return impl_->StreamWait(consumer);
-}
+Status NcclWork::StreamWait(const Stream& consumer) { return impl_->StreamWait(consumer); }
 
 namespace {
 
@@ -497,6 +498,18 @@ Status NcclCommunicator::WaitFor(const CudaEvent& ready) {
   HOIST_RETURN_IF_ERROR(state_->CheckUsable());
   HOIST_CUDA_RETURN_IF_ERROR(cudaSetDevice(state_->device()));
   return ready.StreamWait(state_->stream());
+}
+
+Status NcclCommunicator::OrderAfter(const Stream& producer) {
+  const auto* cuda = dynamic_cast<const CudaStream*>(&producer);
+  if (cuda == nullptr) return producer.Synchronize();
+  HOIST_RETURN_IF_ERROR(state_->CheckUsable());
+  HOIST_CUDA_RETURN_IF_ERROR(cudaSetDevice(state_->device()));
+  if (ready_.empty()) {
+    HOIST_ASSIGN_OR_RETURN(ready_, CudaEvent::Create());
+  }
+  HOIST_RETURN_IF_ERROR(ready_.Record(*cuda));
+  return WaitFor(ready_);
 }
 
 Status NcclCommunicator::AllReduce(void* buf, int64_t count, DType type, ReduceOp op) {

@@ -3,9 +3,11 @@
 //
 // Streams. Collectives run on the communicator's own comm stream, in the order they were issued.
 // The comm stream does not wait for the caller's compute streams by itself: work that produced a
-// collective's input is ordered before it with WaitFor(event), recorded on the producer's stream
-// (the host does not stop). Work that consumes a result is ordered after it either on the host,
-// by the blocking form or a handle's Wait, or on the GPU, by NcclWork::StreamWait.
+// collective's input is ordered before it with OrderAfter(producer stream), or WaitFor(event)
+// recorded on the producer's stream (the host does not stop). Work that consumes a result is
+// ordered after it either on the host, by the blocking form or a handle's Wait, or on the GPU,
+// by the handle's StreamWait. A stream that waits on a collective that never completes waits
+// for ever: only Wait has the deadline, so the caller Waits before it waits for that stream.
 //
 // Reductions. NCCL chooses the reduction order (ring or tree, by size and topology), so for more
 // than two ranks the floating-point sum is not the rank-ordered one the Communicator contract
@@ -58,9 +60,10 @@ class NcclWork final : public CommWork {
   Status Wait() override;
   bool Done() override;
 
-  // Work issued to `consumer` after this call runs after the collective; the host does not wait.
-  // Fails (without touching the stream) when the collective could not even be issued.
-  Status StreamWait(const CudaStream& consumer) const;
+  // Work issued to `consumer` after this call runs after the collective; the host does not wait
+  // where `consumer` is a CUDA stream (any other stream: the host Waits). Fails (without touching
+  // the stream) when the collective could not even be issued.
+  Status StreamWait(const Stream& consumer) override;
 
  private:
   std::unique_ptr<Impl> impl_;
@@ -90,6 +93,9 @@ class NcclCommunicator final : public Communicator {
   // Later collectives wait on the GPU until `ready` (already recorded on a producer's stream)
   // completes. Never blocks the host.
   Status WaitFor(const CudaEvent& ready);
+  // The same for the work on `producer` so far, through an event of the communicator's own; a
+  // stream that is not CUDA's is waited for on the host.
+  Status OrderAfter(const Stream& producer) override;
 
   Status AllReduce(void* buf, int64_t count, DType type, ReduceOp op) override;
   Status ReduceScatter(const void* send, void* recv, int64_t recv_count, DType type,
@@ -117,6 +123,9 @@ class NcclCommunicator final : public Communicator {
   explicit NcclCommunicator(std::shared_ptr<State> state);
 
   std::shared_ptr<State> state_;
+  // OrderAfter's mark, created on first use. A later Record moves it without releasing a wait
+  // already enqueued on the comm stream (CUDA's semantics).
+  CudaEvent ready_;
 };
 
 }  // namespace hoist::comm

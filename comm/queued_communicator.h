@@ -32,6 +32,7 @@ class QueuedCommunicator : public Communicator {
         Task({CollectiveOp::kBroadcast, count, type, ReduceOp::kSum, root}, buf, buf));
   }
   Status Barrier() override { return queue_->Run(Task(CollectiveCall{}, nullptr, nullptr)); }
+  Status OrderAfter(const Stream& producer) override { return queue_->OrderAfter(producer); }
 
   CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override {
     return queue_->Submit(Task({CollectiveOp::kAllReduce, count, type, op, 0}, buf, buf));

@@ -34,20 +34,27 @@ SplitCommunicator::Route SplitCommunicator::RouteFor(const void* a, const void* 
                          "a collective between device and host memory: its send and receive "
                          "buffers must both be device memory or both host memory")};
   }
-  // Whichever side carries it, the input may have been written by work still on the stream.
-  const Status synced = backend_->compute_stream().Synchronize();
+  // Whichever side carries it, the input may have been written by work still on the stream: the
+  // device side waits for it on the device, the host side on the host.
   if (a_device || b_device) {
-    if (!synced.ok()) {
+    const Status ordered = device_->OrderAfter(backend_->compute_stream());
+    if (!ordered.ok()) {
       // The device failed under its work: its collective cannot run, and the peers waiting in it
       // must not wait for ever.
-      Abort(synced.WithContext("the compute stream before a device collective"), 1);
-      return {nullptr, synced};
+      Abort(ordered.WithContext("the compute stream before a device collective"), 1);
+      return {nullptr, ordered};
     }
     return {device_, Status::Ok()};
   }
   // Host memory: the collective still runs (the peers are in it, an agreement on this very
   // failure among them), and the failure is returned after it.
-  return {host_, synced};
+  return {host_, backend_->compute_stream().Synchronize()};
+}
+
+Status SplitCommunicator::OrderAfter(const Stream& producer) {
+  // Every collective is ordered after the compute stream already (RouteFor).
+  if (&producer == &backend_->compute_stream()) return Status::Ok();
+  return producer.Synchronize();
 }
 
 namespace {

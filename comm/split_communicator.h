@@ -5,13 +5,17 @@
 // memory, nor a host one device memory; the ZeRO engine calls one communicator for both.
 //
 // Ordering: a collective reads its input after the work enqueued on the backend's compute stream
-// before the call (the host waits for that stream first), and its result is in place once the
-// blocking call, or the handle's Wait, returns. Both sides must be whole-group communicators of
+// before the call: a device collective by the device communicator's OrderAfter (NCCL's comm
+// stream waits on the GPU; the host goes on), a host one after the host waited for the stream.
+// Its result is in place once the blocking call, or the handle's Wait, returns, and for a
+// stream's later work after the handle's StreamWait (the device side's handles are returned as
+// they are). Both sides must be whole-group communicators of
 // the same ranks in the same order.
 //
-// Failures: where waiting for the compute stream fails, a host collective still runs (the peers
-// are in it; it may be their agreement on this very failure) and the failure is returned after
-// it; a device collective cannot, and both sides are aborted so that no peer waits for ever.
+// Failures: where the compute stream has failed (an error of its earlier work, reported by the
+// host's wait or by ordering after it), a host collective still runs (the peers are in it; it may
+// be their agreement on this very failure) and the failure is returned after it; a device
+// collective cannot, and both sides are aborted so that no peer waits for ever.
 //
 // Ownership: the two communicators and the backend must outlive it. Not thread-safe, as
 // Communicator.
@@ -34,6 +38,9 @@ class SplitCommunicator final : public Communicator {
   Status AllGather(const void* send, void* recv, int64_t send_count, DType type) override;
   Status Broadcast(void* buf, int64_t count, DType type, int root) override;
   Status Barrier() override { return host_->Barrier(); }
+  // Ok at once for the backend's compute stream (every collective is ordered after it); the host
+  // waits for any other.
+  Status OrderAfter(const Stream& producer) override;
   CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override;
   CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType type,
                                 ReduceOp op) override;

@@ -56,6 +56,11 @@ StagedCommunicator::~StagedCommunicator() {
   (void)backend_->compute_stream().Synchronize();
 }
 
+Status StagedCommunicator::OrderAfter(const Stream& producer) {
+  if (&producer == &backend_->compute_stream()) return Status::Ok();
+  return producer.Synchronize();
+}
+
 Status StagedCommunicator::Events() {
   if (compute_mark_ != nullptr) return Status::Ok();
   HOIST_ASSIGN_OR_RETURN(compute_mark_, backend_->CreateEvent());

@@ -45,6 +45,9 @@ class StagedCommunicator final : public Communicator {
   Status AllGather(const void* send, void* recv, int64_t send_count, DType type) override;
   Status Broadcast(void* buf, int64_t count, DType type, int root) override;
   Status Barrier() override { return inner_->Barrier(); }
+  // Ok at once for the backend's compute stream (every collective is ordered after it); the host
+  // waits for any other.
+  Status OrderAfter(const Stream& producer) override;
   CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override;
   CommHandle ReduceScatterAsync(const void* send, void* recv, int64_t recv_count, DType type,
                                 ReduceOp op) override;

@@ -211,6 +211,7 @@ class ThreadCommunicator : public Communicator {
   Status Barrier() override {
     return queue_.Run([this] { return state_->Run(rank_, Call{}, nullptr, nullptr); });
   }
+  Status OrderAfter(const Stream& producer) override { return queue_.OrderAfter(producer); }
 
   CommHandle AllReduceAsync(void* buf, int64_t count, DType type, ReduceOp op) override {
     return queue_.Submit(AllReduceTask(buf, count, type, op));

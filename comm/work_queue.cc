@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "core/host_stream.h"
+
 namespace hoist::comm {
 
 struct WorkQueue::Completion {
@@ -9,6 +11,12 @@ struct WorkQueue::Completion {
   std::condition_variable cv;
   bool done = false;  // guarded by mu
   Status status;      // guarded by mu; final once done
+
+  Status Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return done; });
+    return status;
+  }
 
   void Finish(Status s) {
     {
@@ -28,10 +36,13 @@ class QueuedWork : public CommWork {
       : completion_(std::move(completion)) {}
   ~QueuedWork() override { (void)Wait(); }
 
-  Status Wait() override {
-    std::unique_lock<std::mutex> lock(completion_->mu);
-    completion_->cv.wait(lock, [&] { return completion_->done; });
-    return completion_->status;
+  Status Wait() override { return completion_->Wait(); }
+
+  Status StreamWait(const Stream& consumer) override {
+    const auto* host = dynamic_cast<const HostStream*>(&consumer);
+    if (host == nullptr || host->mode() == HostStream::Mode::kInline) return Wait();
+    // The stream's worker holds the completion: the handle may go before the wait runs.
+    return host->Enqueue([completion = completion_] { return completion->Wait(); });
   }
 
   bool Done() override {
@@ -48,6 +59,8 @@ class QueuedWork : public CommWork {
 WorkQueue::WorkQueue() : worker_([this] { WorkerLoop(); }) {}
 
 WorkQueue::~WorkQueue() {
+  // Marks that no task took yet: their producers' streams still hold them.
+  for (const auto& event : after_) (void)event->Synchronize();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -62,8 +75,32 @@ CommHandle WorkQueue::Completed(Status status) {
   return std::make_unique<QueuedWork>(std::move(completion));
 }
 
+Status WorkQueue::OrderAfter(const Stream& producer) {
+  const auto* host = dynamic_cast<const HostStream*>(&producer);
+  if (host == nullptr) return producer.Synchronize();  // a device's stream: the host waits
+  if (host->mode() == HostStream::Mode::kInline) return Status::Ok();  // its work is done
+  auto ready = std::make_shared<HostEvent>();
+  // A stream with an earlier error still takes the mark (its later work runs): the event is kept
+  // for the next task to wait on either way, and the error returned.
+  const Status recorded = ready->Record(producer);
+  after_.push_back(std::move(ready));
+  return recorded;
+}
+
+std::function<Status()> WorkQueue::Ordered(std::function<Status()> task) {
+  if (after_.empty()) return task;
+  std::vector<std::shared_ptr<Event>> ready;
+  ready.swap(after_);
+  return [ready = std::move(ready), task = std::move(task)] {
+    // A host event's wait cannot fail; the producer's own errors are its stream's to report.
+    for (const auto& event : ready) (void)event->Synchronize();
+    return task();
+  };
+}
+
 CommHandle WorkQueue::Submit(std::function<Status()> task) {
   auto completion = std::make_shared<Completion>();
+  task = Ordered(std::move(task));
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(Item{std::move(task), completion});
@@ -73,6 +110,7 @@ CommHandle WorkQueue::Submit(std::function<Status()> task) {
 }
 
 Status WorkQueue::Run(std::function<Status()> task) {
+  task = Ordered(std::move(task));
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (queue_.empty() && !busy_) {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <utility>
 
+#include "core/host_stream.h"
 #include "core/live_memory.h"
 
 namespace hoist {
@@ -75,7 +76,25 @@ void* CpuDevice::RawAllocate(int64_t bytes) {
   return data;
 }
 
-void CpuDevice::RawFree(void* data) { std::free(data); }
+void CpuDevice::RawFree(void* data) {
+  const HostStream* served = served_.load();
+  if (served == nullptr) {
+    std::free(data);
+    return;
+  }
+  // Nothing to report: a free cannot fail, and the stream's earlier errors are its users'.
+  (void)served->Enqueue([data] {
+    std::free(data);
+    return Status::Ok();
+  });
+}
+
+void CpuDevice::ServeStream(const HostStream* stream) { served_.store(stream); }
+
+void CpuDevice::StopServing(const HostStream* stream) {
+  const HostStream* expected = stream;
+  served_.compare_exchange_strong(expected, nullptr);
+}
 
 std::optional<int64_t> CpuDevice::FreeBytes() const {
   std::optional<int64_t> host = HostMemAvailableBytes();

@@ -5,6 +5,7 @@
 // Devices are thread-safe for Allocate; a Buffer is owned by one thread at a time.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 namespace hoist {
 
 class Device;
+class HostStream;
 
 class Buffer {
  public:
@@ -98,6 +100,16 @@ class CpuDevice final : public Device {
   int64_t capacity_bytes() const { return capacity_bytes_; }
   void set_capacity_bytes(int64_t capacity_bytes) { capacity_bytes_ = capacity_bytes; }
 
+  // From now on the memory of a released Buffer goes back in the order of `stream`'s work, as a
+  // GPU's caching allocator serving one stream hands a freed block only to that stream's later
+  // work (core/cuda/cuda_caching_device.h): work enqueued on the stream before the release may
+  // still use it. The tracker counts it gone at the release, as there. For a backend whose
+  // streams run on worker threads (kernels/cpu_backend.h), so that its users free buffers as they
+  // would on a GPU. The stream must outlive the setting; StopServing(stream) ends it (frees at
+  // once again, the default) if that stream is still the one served.
+  void ServeStream(const HostStream* stream);
+  void StopServing(const HostStream* stream);
+
  protected:
   void* RawAllocate(int64_t bytes) override;
   void RawFree(void* data) override;
@@ -105,6 +117,7 @@ class CpuDevice final : public Device {
  private:
   int64_t held() const;
   int64_t capacity_bytes_;
+  std::atomic<const HostStream*> served_{nullptr};
 };
 
 // MemAvailable from /proc/meminfo (or another file of its format) in bytes: what the kernel can

@@ -61,6 +61,14 @@ Status CheckDeviceArrays(const char* op, std::initializer_list<DeviceArrayArg> a
 CpuBackend::CpuBackend(Device* device, HostStream::Mode mode)
     : device_(device), compute_(mode), copy_(mode) {
   HOIST_CHECK(device != nullptr);
+  // Buffers go back as on a GPU: after the compute stream's work that may still use them.
+  served_ = mode == HostStream::Mode::kThreaded ? dynamic_cast<CpuDevice*>(device) : nullptr;
+  if (served_ != nullptr) served_->ServeStream(&compute_);
+}
+
+CpuBackend::~CpuBackend() {
+  // Frees already enqueued still run: the stream drains as it goes.
+  if (served_ != nullptr) served_->StopServing(&compute_);
 }
 
 std::string CpuBackend::name() const {

@@ -32,7 +32,10 @@ Status CheckDeviceArrays(const char* op, std::initializer_list<DeviceArrayArg> a
 
 class CpuBackend final : public Backend {
  public:
+  // With kThreaded and a CpuDevice, the device frees in the compute stream's order while the
+  // backend lives (CpuDevice::ServeStream), as a GPU's caching allocator does.
   explicit CpuBackend(Device* device, HostStream::Mode mode = HostStream::Mode::kInline);
+  ~CpuBackend() override;
 
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   std::string name() const override;
@@ -148,6 +151,7 @@ class CpuBackend final : public Backend {
  private:
   Device* device_;
   HostStream compute_, copy_;
+  CpuDevice* served_ = nullptr;  // the device freeing in compute_'s order, if any
 };
 
 }  // namespace hoist::kernels

@@ -327,6 +327,9 @@ StatusOr<StepRecord> Trainer::Step() {
     loss_sum += model_->Forward(inputs, targets, B, T, dloss);
     const auto t2 = Clock::now();
     model_->Backward();
+    // The reductions the backward left for the compute stream to wait on, waited for within the
+    // timeout before the next forward pass reads its loss off that stream.
+    HOIST_RETURN_IF_ERROR(engine_->Settle());
     HOIST_RETURN_IF_ERROR(model_->status());
     HOIST_RETURN_IF_ERROR(engine_->status());
     if (joined_store_ != nullptr) HOIST_RETURN_IF_ERROR(joined_store_->status());

@@ -94,16 +94,16 @@ ZeroEngine::ZeroEngine(const ZeroOptions& options, comm::Communicator* comm,
       csize_(DTypeSize(options.compute_type)) {}
 
 ZeroEngine::~ZeroEngine() {
-  // Work still queued on the streams, and collectives in flight, use buffers of ours: let them
+  // Collectives in flight, and work still queued on the streams, use buffers of ours: let them
   // finish before the buffers go.
-  (void)Sync();
-  if (host_update_) (void)backend_->copy_stream().Synchronize();
   for (auto& pending : reductions_) {
     if (pending->handle) (void)pending->handle->Wait();
   }
   for (auto& pending : gathers_) {
     if (pending && pending->handle) (void)pending->handle->Wait();
   }
+  (void)Sync();
+  if (host_update_) (void)backend_->copy_stream().Synchronize();
 }
 
 StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> units,
@@ -453,8 +453,6 @@ Status ZeroEngine::Initialize(const RangeFill& fill) {
 
 Status ZeroEngine::StartGather(int unit) {
   const UnitPartition& part = plan_.unit(unit);
-  // The collective reads the shard on the host's side of the stream.
-  HOIST_RETURN_IF_ERROR(Sync());
   auto pending = std::make_unique<Pending>();
   pending->unit = unit;
   HOIST_ASSIGN_OR_RETURN(
@@ -476,6 +474,9 @@ Status ZeroEngine::StartGather(int unit) {
   } else {
     shard = ElementPtr(params_.data(), options_.compute_type, part.shard_offset);
   }
+  // The collective writes the gathered buffer after its allocation's fill, and reads a shard the
+  // step or the upload wrote, all on the compute stream: ordered there, not by the host.
+  HOIST_RETURN_IF_ERROR(comm_->OrderAfter(stream()));
   pending->handle =
       comm_->AllGatherAsync(shard, pending->gathered.data(), part.shard, options_.compute_type);
   live_gathered_ += part.padded;
@@ -492,7 +493,9 @@ StatusOr<const void*> ZeroEngine::UploadShard(int unit, const void* shard) {
   HOIST_RETURN_IF_ERROR(backend_->Copy(param_stage_.data(), shard,
                                        plan_.unit(unit).shard * static_cast<int64_t>(csize_),
                                        kernels::CopyDirection::kHostToDevice, stream()));
-  HOIST_RETURN_IF_ERROR(Sync());  // the collective reads it on the host's side of the stream
+  // The collective reads it after the copy. The host shard is released once the collective is
+  // waited for, which is after the copy.
+  HOIST_RETURN_IF_ERROR(comm_->OrderAfter(stream()));
   return static_cast<const void*>(param_stage_.data());
 }
 
@@ -529,8 +532,8 @@ void ZeroEngine::ReleaseParams(int unit) {
   HOIST_CHECK_GT(acquire_count_[u], 0) << "unit " << unit << " released but not acquired";
   if (--acquire_count_[u] > 0) return;
   acquired_params_[u] = nullptr;
-  // The model's ops on the stream may still read the gathered unit.
-  if (gathers_[u] != nullptr) Fail(Sync());
+  // The model's ops on the stream may still read the gathered unit: the device takes its memory
+  // back in the stream's order (Device), and the gather was waited for at AcquireParams.
   if (gathers_[u] != nullptr) {
     live_gathered_ -= plan_.unit(unit).padded;
     gathers_[u].reset();
@@ -587,8 +590,7 @@ void ZeroEngine::ReleaseGrads(int unit) {
     if (type != DType::kFloat32) {
       Fail(backend_->Accumulate(whole_grads(unit), type, work_grads_[u].data(), DType::kFloat32,
                                 1.0f, part.size, stream()));
-      Fail(Sync());  // before the working gradient goes
-      work_grads_[u] = Buffer();
+      work_grads_[u] = Buffer();  // back in the stream's order, after the accumulation
     }
     return;
   }
@@ -598,7 +600,6 @@ void ZeroEngine::ReleaseGrads(int unit) {
   const DType wire = options_.comm_type;
   const int64_t send_bytes = ReductionSendBytes(part, options_);
   if (send_bytes == 0) {  // fp32 on the wire: the working gradient itself, once it is written
-    Fail(Sync());
     pending->send = std::move(work_grads_[u]);
   } else {
     StatusOr<Buffer> send =
@@ -612,8 +613,7 @@ void ZeroEngine::ReleaseGrads(int unit) {
     pending->send = std::move(send).value();
     Fail(backend_->Cast(pending->send.data(), wire, work_grads_[u].data(), DType::kFloat32,
                         part.padded, stream()));
-    Fail(Sync());  // the collective reads it, and the working gradient goes
-    work_grads_[u] = Buffer();
+    work_grads_[u] = Buffer();  // back in the stream's order, after the cast
   }
   if (options_.reduce_scatter) {
     StatusOr<Buffer> recv = AllocateTransient(
@@ -624,6 +624,12 @@ void ZeroEngine::ReleaseGrads(int unit) {
       return;
     }
     pending->recv = std::move(recv).value();
+  }
+  // The collective reads the gradient the stream wrote and writes a buffer the stream filled:
+  // ordered there, so that the host goes on to the next unit's backward while this unit's
+  // reduction waits for its gradient (overlap_comm).
+  Fail(comm_->OrderAfter(stream()));
+  if (options_.reduce_scatter) {
     pending->handle = comm_->ReduceScatterAsync(pending->send.data(), pending->recv.data(),
                                                 part.shard, wire, comm::ReduceOp::kAvg);
     pending->result = pending->recv.data();
@@ -638,23 +644,46 @@ void ZeroEngine::ReleaseGrads(int unit) {
 }
 
 Status ZeroEngine::DrainReductions(int64_t keep_elements) {
-  Status first = Status::Ok();
+  Status first = SettleDone();
   while (!reductions_.empty() && reductions_in_flight_ > keep_elements) {
     std::unique_ptr<Pending> pending = std::move(reductions_.front());
     reductions_.pop_front();
     const UnitPartition& part = plan_.unit(pending->unit);
     reductions_in_flight_ -= part.padded;
-    Status status = FinishPending(*pending);
-    if (!status.ok()) {
-      if (first.ok()) first = status;
-      continue;
+    // The accumulation waits for the reduction on the stream, not on the host.
+    Status status = pending->handle->StreamWait(stream());
+    if (status.ok()) {
+      void* shard = ElementPtr(grads_.data(), options_.compute_type, part.shard_offset);
+      status = backend_->Accumulate(shard, options_.compute_type, pending->result,
+                                    options_.comm_type, 1.0f, part.shard, stream());
     }
-    void* shard = ElementPtr(grads_.data(), options_.compute_type, part.shard_offset);
-    Status added = backend_->Accumulate(shard, options_.compute_type, pending->result,
-                                        options_.comm_type, 1.0f, part.shard, stream());
-    if (added.ok()) added = Sync();  // before the reduction's buffers go
-    if (!added.ok() && first.ok()) first = added;
+    if (!status.ok() && first.ok()) first = status;
+    // Waited for on the host by the next Sync (a stream wait has no deadline). The reduction's
+    // buffers go back in the stream's order: after the accumulation, which is after the
+    // collective.
+    settling_.push_back(std::move(pending->handle));
   }
+  return first;
+}
+
+Status ZeroEngine::SettleDone() {
+  Status first = Status::Ok();
+  std::erase_if(settling_, [&](comm::CommHandle& handle) {
+    if (!handle->Done()) return false;
+    const Status status = handle->Wait();
+    if (!status.ok() && first.ok()) first = status;
+    return true;
+  });
+  return first;
+}
+
+Status ZeroEngine::Settle() const {
+  Status first = Status::Ok();
+  for (comm::CommHandle& handle : settling_) {
+    const Status status = handle->Wait();
+    if (!status.ok() && first.ok()) first = status;
+  }
+  settling_.clear();
   return first;
 }
 
@@ -671,6 +700,7 @@ Status ZeroEngine::ReduceFullGrads() {
   const DType type = options_.compute_type, wire = options_.comm_type;
   const int64_t total = plan_.total_padded();
   const int64_t bucket = options_.reduce_bucket_size;
+  HOIST_RETURN_IF_ERROR(comm_->OrderAfter(stream()));  // the backward wrote them
   if (wire == type) {
     std::vector<comm::CommHandle> handles;
     for (int64_t begin = 0; begin < total; begin += bucket) {
@@ -695,7 +725,7 @@ Status ZeroEngine::ReduceFullGrads() {
     const int64_t count = std::min(chunk, total - begin);
     void* grads = ElementPtr(grads_.data(), type, begin);
     HOIST_RETURN_IF_ERROR(backend_->Cast(staging.data(), wire, grads, type, count, stream()));
-    HOIST_RETURN_IF_ERROR(Sync());
+    HOIST_RETURN_IF_ERROR(comm_->OrderAfter(stream()));
     HOIST_RETURN_IF_ERROR(comm_->AllReduce(staging.data(), count, wire, comm::ReduceOp::kAvg));
     HOIST_RETURN_IF_ERROR(backend_->Cast(grads, type, staging.data(), wire, count, stream()));
   }
@@ -706,7 +736,7 @@ Status ZeroEngine::GatherUpdatedParams() {
   // Stages 1/2 with one rank updated the whole copy in place; stage 3's persistent units are
   // refreshed from their shards even then.
   if (comm_->world_size() == 1 && options_.stage < 3) return Status::Ok();
-  HOIST_RETURN_IF_ERROR(Sync());  // the collectives read what the step wrote
+  HOIST_RETURN_IF_ERROR(comm_->OrderAfter(stream()));  // the collectives read what the step wrote
   const DType type = options_.compute_type;
   std::vector<comm::CommHandle> handles;
   int64_t in_flight = 0;
@@ -758,7 +788,12 @@ StatusOr<Buffer> ZeroEngine::AllocateTransient(int64_t bytes, Category category,
                     ". To make room: " + (advice.empty() ? "" : advice + " ") + kMakeRoom);
 }
 
-Status ZeroEngine::Sync() const { return backend_->compute_stream().Synchronize(); }
+Status ZeroEngine::Sync() const {
+  // The stream may wait on collectives: those are waited for first, with their deadline.
+  const Status settled = Settle();
+  const Status synced = backend_->compute_stream().Synchronize();
+  return settled.ok() ? synced : settled;
+}
 
 float* ZeroEngine::moment_at(float* offloaded, const Buffer& on_device, int unit) const {
   const int64_t at = state_plan_.unit(unit).shard_offset;

@@ -31,6 +31,15 @@
 //   segment), the compute-type copy written from the fp32 result, and in stages 1/2 the updated
 //   weights all-gathered (stage 3 keeps its shards).
 //
+// Streams. The engine issues its work on the backend's compute stream and orders its collectives
+// against that stream rather than by waiting on the host: a collective reads what the stream
+// wrote after Communicator::OrderAfter, and a reduced gradient is accumulated after the handle's
+// StreamWait, so that on a GPU with NCCL a unit's reduction runs on the comm stream while the
+// host goes on issuing the next unit's backward. Buffers that queued work still uses are released
+// at once: the device takes them back in the compute stream's order. The host waits for the
+// stream only where it reads what the stream wrote (the norm, a checkpoint), before another
+// thread takes a buffer (the swapper, the parameter store), and at Settle.
+//
 // Every rank must make the same calls in the same order (the collectives inside depend on it).
 // Not thread-safe; one engine per rank.
 #pragma once
@@ -184,6 +193,14 @@ class ZeroEngine final : public ParamStore {
   void ReleaseGrads(int unit) override;
   Status status() const override { return status_; }
 
+  // Waits on the host, each within the communicator's timeout, for the gradient reductions the
+  // compute stream was only made to wait on (they run in the background during the backward
+  // pass): a stream wait has no deadline, so a caller about to wait for the compute stream
+  // outside the engine (reading a loss) calls this first, lest a collective that never completes
+  // hold it for ever. The trainer does after each backward pass; the engine's own waits do it.
+  // Returns the first failure among them.
+  Status Settle() const;
+
   // Clears the gradient accumulators; call before the first micro-batch of each step.
   Status ZeroGrads();
   bool frozen() const { return options_.frozen; }
@@ -232,9 +249,14 @@ class ZeroEngine final : public ParamStore {
   ZeroEngine(const ZeroOptions& options, comm::Communicator* comm, kernels::Backend* backend,
              PartitionPlan plan, PartitionPlan state_plan);
   const Stream& stream() const { return backend_->compute_stream(); }
-  // Waits for the work enqueued on the compute stream: before the host, a collective or another
-  // thread reads what it wrote, or a buffer it uses goes.
+  // Waits for the work enqueued on the compute stream (after Settle): before the host or another
+  // thread reads what it wrote. Collectives are ordered against the stream instead
+  // (Communicator::OrderAfter, CommWork::StreamWait), and buffers the stream's work uses go back
+  // to the device in its order (the CUDA caching device serves the compute stream; the threaded
+  // test backend's device frees the same way).
   Status Sync() const;
+  // Waits for the settling reductions that are complete and drops them; the first failure.
+  Status SettleDone();
   // A transient buffer of a pass or a step from the device, or kResourceExhausted naming `what`
   // it was for, the bytes asked and held (the device's message) and what frees memory: `advice`
   // (ending in "or", may be empty) and the settings that free memory for any buffer.
@@ -476,6 +498,9 @@ class ZeroEngine final : public ParamStore {
   // Stage 3: gathered compute-type copies, ready or in flight.
   std::vector<std::unique_ptr<Pending>> gathers_;
   std::deque<std::unique_ptr<Pending>> reductions_;
+  // Reductions the compute stream waits on (DrainReductions) that the host has not yet waited
+  // for (Settle). Mutable: the const waits settle them.
+  mutable std::vector<comm::CommHandle> settling_;
   int64_t reductions_in_flight_ = 0;  // elements
   int64_t live_gathered_ = 0;         // elements of gathered units alive (stage 3)
 };

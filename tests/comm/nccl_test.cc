@@ -272,13 +272,12 @@ TEST_F(NcclTest, BadCountOrRootIsInvalidArgument) {
   EXPECT_TRUE(comm_->AllReduce(buf.data(), 0, DType::kFloat32, ReduceOp::kSum).ok());
 }
 
-// The producer writes the collective's input after a long spin; WaitFor orders the collective
+// The producer writes the collective's input after a long spin; OrderAfter orders the collective
 // after it, and StreamWait orders a consumer kernel after the collective, with no host wait in
 // between. Without either event the consumer would almost surely see the poison.
 TEST_F(NcclTest, EventsOrderTheCollectiveBetweenProducerAndConsumerStreams) {
   CudaStream producer = CudaStream::Create().value();
   CudaStream consumer = CudaStream::Create().value();
-  CudaEvent produced = CudaEvent::Create().value();
   Buffer send = Allocate(sizeof(float));
   Buffer recv = Allocate(sizeof(float));
   Buffer seen = Allocate(sizeof(float));
@@ -288,12 +287,11 @@ TEST_F(NcclTest, EventsOrderTheCollectiveBetweenProducerAndConsumerStreams) {
 
   constexpr int64_t kSpinCycles = int64_t{100} << 20;
   ASSERT_TRUE(testing::LaunchDelayedStore(send.as<int>(), value, kSpinCycles, producer).ok());
-  ASSERT_TRUE(produced.Record(producer).ok());
-  ASSERT_TRUE(comm_->WaitFor(produced).ok());
+  ASSERT_TRUE(comm_->OrderAfter(producer).ok());
   CommHandle handle = comm_->AllGatherAsync(send.data(), recv.data(), 1, DType::kFloat32);
-  auto* work = dynamic_cast<NcclWork*>(handle.get());
-  ASSERT_NE(work, nullptr);
-  ASSERT_TRUE(work->StreamWait(consumer).ok());
+  // Through the Communicator's interface, as the engine calls it.
+  ASSERT_TRUE(handle->StreamWait(consumer).ok());
+  EXPECT_FALSE(handle->Done()) << "the host waited for the producer";
   ASSERT_TRUE(testing::LaunchCopyOne(recv.as<int>(), seen.as<int>(), consumer).ok());
   int observed = 0;
   ASSERT_EQ(

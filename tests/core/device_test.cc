@@ -2,10 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
+
+#include "core/host_stream.h"
 
 namespace hoist {
 namespace {
@@ -143,6 +147,59 @@ class FullDevice final : public Device {
   void* RawAllocate(int64_t) override { return nullptr; }
   void RawFree(void*) override {}
 };
+
+// Serving a threaded stream, a released buffer is counted gone at once and freed after the work
+// the stream had before the release: that work may still write it (under AddressSanitizer an
+// early free would be a reported use after free). Stopping makes frees immediate again.
+TEST(CpuDevice, ServingAStreamFreesAfterTheStreamsEarlierWork) {
+  MemoryTracker tracker;
+  CpuDevice device(Place::kDevice, &tracker);
+  HostStream stream(HostStream::Mode::kThreaded);
+  device.ServeStream(&stream);
+  Buffer buf = device.Allocate(4096, Category::kGrad).value();
+  std::atomic<bool> released{false};
+  char* data = buf.as<char>();
+  ASSERT_TRUE(stream
+                  .Enqueue([&released, data] {
+                    while (!released.load()) std::this_thread::yield();
+                    std::memset(data, 7, 4096);  // after the release, before the free
+                    return Status::Ok();
+                  })
+                  .ok());
+  buf.Reset();
+  EXPECT_EQ(tracker.Snapshot().CurrentTotal(Place::kDevice), 0) << "counted gone at the release";
+  released = true;
+  ASSERT_TRUE(stream.Synchronize().ok());
+
+  device.StopServing(&stream);
+  Buffer later = device.Allocate(64, Category::kGrad).value();
+  later.Reset();  // at once: nothing queued holds it
+  EXPECT_EQ(tracker.Snapshot().CurrentTotal(Place::kDevice), 0);
+}
+
+// StopServing leaves a device that serves another stream alone.
+TEST(CpuDevice, StopServingOnlyEndsItsOwnStream) {
+  MemoryTracker tracker;
+  CpuDevice device(Place::kDevice, &tracker);
+  HostStream first(HostStream::Mode::kThreaded), second(HostStream::Mode::kThreaded);
+  device.ServeStream(&second);
+  device.StopServing(&first);
+  // Still served by `second`: the free waits for its held work.
+  std::atomic<bool> go{false};
+  Buffer buf = device.Allocate(256, Category::kGrad).value();
+  char* data = buf.as<char>();
+  ASSERT_TRUE(second
+                  .Enqueue([&go, data] {
+                    while (!go.load()) std::this_thread::yield();
+                    data[255] = 1;
+                    return Status::Ok();
+                  })
+                  .ok());
+  buf.Reset();
+  go = true;
+  ASSERT_TRUE(second.Synchronize().ok());
+  device.StopServing(&second);
+}
 
 TEST(Device, FailedAllocationIsResourceExhaustedAndUncounted) {
   MemoryTracker tracker;

@@ -65,7 +65,8 @@ AcceleratorFactory ThreadedCpu() {
 }
 
 // A device communicator's stand-in: the inner one's collectives, refusing any buffer that no
-// allocator of hoist's handed out (live_memory), as NCCL cannot read host memory.
+// allocator of hoist's handed out (live_memory), as NCCL cannot read host memory. Its handles are
+// the inner group's, which wait on a threaded stream's worker (StreamWait) as NCCL's do on the GPU.
 class DeviceOnly final : public comm::Communicator {
  public:
   DeviceOnly(comm::Communicator* inner, std::atomic<int64_t>* calls)
@@ -92,6 +93,9 @@ class DeviceOnly final : public comm::Communicator {
     return inner_->Broadcast(buf, count, type, root);
   }
   Status Barrier() override { return inner_->Barrier(); }
+  // Ordered on the inner group's worker thread, as NCCL orders on its comm stream: the host does
+  // not wait for the compute stream.
+  Status OrderAfter(const Stream& producer) override { return inner_->OrderAfter(producer); }
   comm::CommHandle AllReduceAsync(void* buf, int64_t count, DType type,
                                   comm::ReduceOp op) override {
     EXPECT_TRUE(Check(buf).ok());

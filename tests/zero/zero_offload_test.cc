@@ -504,6 +504,16 @@ TEST(ZeroThreadedStreams, GiveTheInlineBits) {
       runs.push_back(Offloaded(Base(1, world, type), StatePlace::kNvme, dir, 30, 3));
       runs.push_back(
           ParamsOffloaded(Base(3, world, type), ParamPlace::kNvme, StatePlace::kNvme, dir, 0, 2));
+      // Reductions in flight while the model goes on (overlap_comm, a bucket of about one unit):
+      // the collectives wait for the gradients on the comm worker and the accumulation for the
+      // collectives on the stream; the host waits for neither.
+      for (int stage : {2, 3}) {
+        RunOptions overlapped = Base(stage, world, type);
+        overlapped.zero.overlap_comm = true;
+        overlapped.zero.reduce_bucket_size = 60;
+        overlapped.zero.reduce_scatter = stage == 2;
+        runs.push_back(overlapped);
+      }
     }
   }
   for (RunOptions run : runs) {
@@ -511,7 +521,8 @@ TEST(ZeroThreadedStreams, GiveTheInlineBits) {
         "stage " + std::to_string(run.zero.stage) + ", " + std::to_string(run.world) + " ranks, " +
         DTypeName(run.zero.compute_type) + ", optimizer offload " +
         std::to_string(int(run.zero.offload_optimizer.place)) + ", parameter offload " +
-        std::to_string(int(run.zero.offload_param.place));
+        std::to_string(int(run.zero.offload_param.place)) +
+        (run.zero.overlap_comm ? ", overlap_comm" : "");
     run.steps = 3;
     const std::vector<RankResult> inline_run = Train(run);
     run.streams = HostStream::Mode::kThreaded;
