@@ -30,9 +30,10 @@
 // communicator does both on the device (NCCL: its comm stream waits on an event recorded on the
 // producer; the consumer waits on one recorded after the collective); a host communicator does
 // them on its worker thread and the consumer stream's (a threaded host stream, core/host_stream.h),
-// and on the host where a stream is of a kind it cannot wait on. A consumer stream that waits on
-// a collective that fails carries its error (the stream's next call or Synchronize reports it);
-// Wait still returns it too, and only Wait bounds the wait by the timeout: a caller that only
+// and on the host where a stream is of a kind it cannot wait on. The collective's outcome is
+// always Wait's to return: a host backend's consumer stream also carries a failure as its error,
+// but a GPU stream that waited on a failed NCCL collective goes on without one (the collective's
+// output is then not the reduction). Only Wait bounds the wait by the timeout: a caller that only
 // StreamWaits must Wait before the host waits for the consumer stream.
 //
 // Buffers are borrowed for the duration of a call (or until its handle completes) and never

@@ -503,7 +503,9 @@ Status NcclCommunicator::WaitFor(const CudaEvent& ready) {
 Status NcclCommunicator::OrderAfter(const Stream& producer) {
   const auto* cuda = dynamic_cast<const CudaStream*>(&producer);
   if (cuda == nullptr) return producer.Synchronize();
-  HOIST_RETURN_IF_ERROR(state_->CheckUsable());
+  // A communicator that already failed: the collective itself returns that failure, as without
+  // the ordering (a failure here would read as the producer's).
+  if (!state_->CheckUsable().ok()) return Status::Ok();
   HOIST_CUDA_RETURN_IF_ERROR(cudaSetDevice(state_->device()));
   if (ready_.empty()) {
     HOIST_ASSIGN_OR_RETURN(ready_, CudaEvent::Create());

@@ -17,12 +17,13 @@ namespace hoist::zero {
 // A collective in flight and the buffers it owns until it completes.
 struct ZeroEngine::Pending {
   int unit = 0;
-  comm::CommHandle handle;
   Buffer send;                   // stage 2/3 reductions: the unit's gradient in comm_type, padded
   Buffer recv;                   // reductions: this rank's reduced shard (reduce-scatter)
   const void* result = nullptr;  // where the reduced shard is (recv, or inside send)
   Buffer gathered;               // stage 3 gathers: the whole unit in compute type, padded
   bool done = false;
+  // Last, so destroyed first: a handle still running is waited for before its buffers go.
+  comm::CommHandle handle;
 };
 
 namespace {
@@ -476,7 +477,11 @@ Status ZeroEngine::StartGather(int unit) {
   }
   // The collective writes the gathered buffer after its allocation's fill, and reads a shard the
   // step or the upload wrote, all on the compute stream: ordered there, not by the host.
-  HOIST_RETURN_IF_ERROR(comm_->OrderAfter(stream()));
+  const Status ordered = comm_->OrderAfter(stream());
+  if (!ordered.ok()) {
+    if (param_shards_ != nullptr) param_shards_->Release(unit);
+    return ordered;
+  }
   pending->handle =
       comm_->AllGatherAsync(shard, pending->gathered.data(), part.shard, options_.compute_type);
   live_gathered_ += part.padded;
@@ -493,9 +498,10 @@ StatusOr<const void*> ZeroEngine::UploadShard(int unit, const void* shard) {
   HOIST_RETURN_IF_ERROR(backend_->Copy(param_stage_.data(), shard,
                                        plan_.unit(unit).shard * static_cast<int64_t>(csize_),
                                        kernels::CopyDirection::kHostToDevice, stream()));
-  // The collective reads it after the copy. The host shard is released once the collective is
-  // waited for, which is after the copy.
-  HOIST_RETURN_IF_ERROR(comm_->OrderAfter(stream()));
+  // The host shard goes back to the parameter store, whose threads may refill it, once the
+  // gather is waited for; a collective's completion does not imply the copy's (alone, the staged
+  // gather is a copy on this stream, complete at once), so the host waits for the copy here.
+  HOIST_RETURN_IF_ERROR(Sync());
   return static_cast<const void*>(param_stage_.data());
 }
 
@@ -657,13 +663,23 @@ Status ZeroEngine::DrainReductions(int64_t keep_elements) {
       status = backend_->Accumulate(shard, options_.compute_type, pending->result,
                                     options_.comm_type, 1.0f, part.shard, stream());
     }
-    if (!status.ok() && first.ok()) first = status;
+    if (!status.ok()) {
+      if (first.ok()) first = status;
+      // The stream may not wait for the collective: the host does, before its buffers go.
+      (void)pending->handle->Wait();
+    }
     // Waited for on the host by the next Sync (a stream wait has no deadline). The reduction's
     // buffers go back in the stream's order: after the accumulation, which is after the
     // collective.
     settling_.push_back(std::move(pending->handle));
   }
   return first;
+}
+
+Status ZeroEngine::DrainAndSettle() {
+  const Status drained = DrainReductions(0);
+  const Status settled = Settle();
+  return drained.ok() ? settled : drained;
 }
 
 Status ZeroEngine::SettleDone() {
@@ -689,7 +705,7 @@ Status ZeroEngine::Settle() const {
 
 Status ZeroEngine::ZeroGrads() {
   if (options_.frozen) return FailedPreconditionError("ZeroGrads on frozen weights");
-  HOIST_RETURN_IF_ERROR(DrainReductions(0));
+  HOIST_RETURN_IF_ERROR(DrainAndSettle());
   HOIST_RETURN_IF_ERROR(backend_->Zero(grads_.data(), grads_.bytes(), stream()));
   HOIST_RETURN_IF_ERROR(Sync());  // the model adds to them from the host
   return status_;
@@ -815,7 +831,10 @@ kernels::CopyDirection ZeroEngine::StateToModel() const {
 }
 
 Status ZeroEngine::AgreeOnFailure(const Status& local) const {
-  return comm::AgreeOnStatus(*comm_, local);
+  // The agreement is a host collective, which waits for the compute stream on the host: the
+  // collectives the stream waits on are waited for first, within their timeout.
+  const Status settled = Settle();
+  return comm::AgreeOnStatus(*comm_, local.ok() ? settled : local);
 }
 
 ModelStateBytes ZeroEngine::model_state_bytes() const {

@@ -257,6 +257,9 @@ class ZeroEngine final : public ParamStore {
   Status Sync() const;
   // Waits for the settling reductions that are complete and drops them; the first failure.
   Status SettleDone();
+  // Every reduction in flight accumulated, and all of them waited for on the host (at the end of
+  // the passes: whatever follows, an error return included, may wait for the stream).
+  Status DrainAndSettle();
   // A transient buffer of a pass or a step from the device, or kResourceExhausted naming `what`
   // it was for, the bytes asked and held (the device's message) and what frees memory: `advice`
   // (ending in "or", may be empty) and the settings that free memory for any buffer.

@@ -17,7 +17,7 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   if (options_.stage >= 2) {
-    HOIST_RETURN_IF_ERROR(DrainReductions(0));
+    HOIST_RETURN_IF_ERROR(DrainAndSettle());
   } else {
     HOIST_RETURN_IF_ERROR(ReduceFullGrads());
   }

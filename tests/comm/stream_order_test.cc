@@ -42,11 +42,12 @@ TEST(StreamOrderedCollectives, RunBetweenProducerAndConsumerStreamsWithoutTheHos
   const int64_t count = 1000;
   auto group = MakeGroup(n, 30.0);
   ExpectAllOk(RunRanks(*group, [&](int rank, Communicator& comm) -> Status {
-    HostStream producer(HostStream::Mode::kThreaded), consumer(HostStream::Mode::kThreaded);
     std::vector<float> buf(static_cast<size_t>(count), -1.0f);
     std::vector<float> seen(static_cast<size_t>(count), 0.0f);
     std::atomic<bool> issued{false};
     bool held_open = false;
+    // After the data their work uses, so that an early return drains them first.
+    HostStream producer(HostStream::Mode::kThreaded), consumer(HostStream::Mode::kThreaded);
     HOIST_RETURN_IF_ERROR(producer.Enqueue([&] {
       held_open = AwaitOpen(issued);
       for (int64_t i = 0; i < count; ++i) buf[size_t(i)] = float(rank + 1) * float(i % 7);
@@ -76,11 +77,11 @@ TEST(StreamOrderedCollectives, LaterCollectivesFollowTheFirstAndConsumersTheirOw
   const int64_t count = 64;
   auto group = MakeGroup(n, 30.0);
   ExpectAllOk(RunRanks(*group, [&](int rank, Communicator& comm) -> Status {
-    HostStream producer(HostStream::Mode::kThreaded), consumer(HostStream::Mode::kThreaded);
     std::vector<float> send(static_cast<size_t>(n * count), 0.0f);
     std::vector<float> shard(static_cast<size_t>(count), 0.0f);
     std::vector<float> gathered(static_cast<size_t>(n * count), 0.0f);
     std::vector<float> seen_shard, seen_gathered;
+    HostStream producer(HostStream::Mode::kThreaded), consumer(HostStream::Mode::kThreaded);
     HOIST_RETURN_IF_ERROR(producer.Enqueue([&] {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       for (size_t i = 0; i < send.size(); ++i) send[i] = float(rank) + float(i);

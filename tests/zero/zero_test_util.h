@@ -70,15 +70,24 @@ struct RankResult {
 };
 
 // The toy model's backward for one micro-batch: loss 0.5 * |w - t|^2 per element, so the gradient
-// w - t is added, weighted by dloss, into the store's buffer.
+// w - t is added, weighted by dloss, into the store's buffer. It computes on the host: the weights
+// are ordered before the store's compute stream's later work (ParamStore), so with `stream` (the
+// store's, where its work may be queued) it waits for that stream before reading them, as any
+// host reader must.
 inline void MicroBatch(ParamStore& store, const std::vector<UnitSpec>& units, int step, int k,
-                       float dloss, bool poison) {
+                       float dloss, bool poison, const Stream* stream = nullptr) {
   std::vector<float> w;
   for (int u = 0; u < static_cast<int>(units.size()); ++u) {
     // The weights come in the store's type: widened here, as a model's op would read them.
     w.resize(static_cast<size_t>(units[u].size));
-    kernels::cpu::ToFloat(store.AcquireParams(u), store.param_type(), w.data(), units[u].size);
+    // The next unit asked for before this one's weights are read, as a model asks before it
+    // computes: the store may start on it while this unit's work is still queued.
+    const void* weights = store.AcquireParams(u);
     if (u + 1 < static_cast<int>(units.size())) store.Prefetch(u + 1);
+    if (stream != nullptr) {
+      EXPECT_TRUE(stream->Synchronize().ok());
+    }
+    kernels::cpu::ToFloat(weights, store.param_type(), w.data(), units[u].size);
     float* g = store.AcquireGrads(u);
     for (int64_t i = 0; i < units[u].size; ++i) g[i] += dloss * (w[i] - Target(step, k, u, i));
     if (poison && u == 1) g[5] = std::numeric_limits<float>::infinity();
@@ -122,7 +131,8 @@ inline std::vector<RankResult> Train(const RunOptions& run) {
         const bool poison = run.poison && run.poison(step, r);
         for (int m = 0; m < accumulation; ++m) {
           // Rank r takes micro-batches r, r + world, ... of the global batch.
-          MicroBatch(e, units, step, m * run.world + r, 1.0f / float(accumulation), poison);
+          MicroBatch(e, units, step, m * run.world + r, 1.0f / float(accumulation), poison,
+                     &backend.compute_stream());
         }
         auto result = e.Step(run.lr, 1.0f, run.max_norm);
         if (!result.ok()) {
