@@ -59,6 +59,9 @@ Status Trainer::CreateModel() {
     auto engine = zero::ZeroEngine::Create(units, trained_options, engine_comm_, backend_);
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, engine.status()));
     engine_ = std::move(engine).value();
+    // The base's own host waits (an offloaded shard's upload) wait for the compute stream, which
+    // may be waiting on the adapters' reductions: those are settled first, within the timeout.
+    if (base_engine_ != nullptr) base_engine_->SettleFirst(engine_.get());
   }
   zero::ParamStore* store = engine_.get();
   if (lora) {

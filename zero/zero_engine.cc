@@ -694,7 +694,7 @@ Status ZeroEngine::SettleDone() {
 }
 
 Status ZeroEngine::Settle() const {
-  Status first = Status::Ok();
+  Status first = settle_first_ != nullptr ? settle_first_->Settle() : Status::Ok();
   for (comm::CommHandle& handle : settling_) {
     const Status status = handle->Wait();
     if (!status.ok() && first.ok()) first = status;

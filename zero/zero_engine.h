@@ -200,6 +200,10 @@ class ZeroEngine final : public ParamStore {
   // hold it for ever. The trainer does after each backward pass; the engine's own waits do it.
   // Returns the first failure among them.
   Status Settle() const;
+  // Another engine on the same compute stream (a LoRA fine-tune's adapters beside this frozen
+  // base) whose reductions that stream may wait on: this engine's host waits settle them first.
+  // It must outlive this engine's calls; null: none.
+  void SettleFirst(const ZeroEngine* other) { settle_first_ = other; }
 
   // Clears the gradient accumulators; call before the first micro-batch of each step.
   Status ZeroGrads();
@@ -504,8 +508,9 @@ class ZeroEngine final : public ParamStore {
   // Reductions the compute stream waits on (DrainReductions) that the host has not yet waited
   // for (Settle). Mutable: the const waits settle them.
   mutable std::vector<comm::CommHandle> settling_;
-  int64_t reductions_in_flight_ = 0;  // elements
-  int64_t live_gathered_ = 0;         // elements of gathered units alive (stage 3)
+  const ZeroEngine* settle_first_ = nullptr;  // SettleFirst
+  int64_t reductions_in_flight_ = 0;          // elements
+  int64_t live_gathered_ = 0;                 // elements of gathered units alive (stage 3)
 };
 
 }  // namespace hoist::zero
