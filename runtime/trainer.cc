@@ -326,6 +326,9 @@ StatusOr<StepRecord> Trainer::Step() {
         (micro * comm_->world_size() + comm_->rank()) * int64_t{B});
     loss_sum += model_->Forward(inputs, targets, B, T, dloss);
     const auto t2 = Clock::now();
+    // The last micro-batch's gradients are final as the backward reduces them: an offloaded
+    // optimizer's come down to the host during it.
+    engine_->SetAccumulationBoundary(micro + 1 == accumulation);
     model_->Backward();
     // The reductions the backward left for the compute stream to wait on, waited for within the
     // timeout before the next forward pass reads its loss off that stream.

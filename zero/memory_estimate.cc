@@ -162,9 +162,19 @@ int64_t ParamStagingBytes(const PartitionPlan& plan, const ZeroOptions& options)
   return largest * ComputeBytes(options);
 }
 
+int64_t HostGradBytes(const PartitionPlan& state_plan, const ZeroOptions& options) {
+  if (options.offload_optimizer.place == StatePlace::kDevice) return 0;
+  const int64_t on_device = DeviceStateElements(state_plan, options);
+  int64_t elements = 0;
+  for (int u = 0; u < state_plan.num_units(); ++u) {
+    if (state_plan.unit(u).shard_offset >= on_device) elements += state_plan.unit(u).owned_real;
+  }
+  return std::max<int64_t>(elements, 1) * static_cast<int64_t>(DTypeSize(options.compute_type));
+}
+
 int HostUpdateStagingBuffers(const ZeroOptions& options) {
   if (options.offload_optimizer.place == StatePlace::kDevice) return 0;
-  return 2 * (IsHalf(options.compute_type) ? 2 : 1);  // two slots
+  return IsHalf(options.compute_type) ? 2 : 0;  // two slots of the 16-bit copy
 }
 
 int64_t ReductionSendBytes(const UnitPartition& part, const ZeroOptions& options) {
@@ -343,7 +353,9 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
       }
     }
   }
-  if (accelerator) {
+  if (accelerator && optimizer.place != StatePlace::kDevice) {
+    tracker.Add(Place::kHostPinned, Category::kGrad,
+                PinnedHostPool::AllocationBytes(HostGradBytes(state_plan, options)));
     tracker.Add(Place::kHostPinned, Category::kOptimizer,
                 HostUpdateStagingBuffers(options) *
                     PinnedHostPool::AllocationBytes(HostUpdateStagingBytes(state_plan, options)));

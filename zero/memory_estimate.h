@@ -107,10 +107,15 @@ int64_t ReductionsKeptElements(const ZeroOptions& options);
 int64_t AllReduceStagingElements(const PartitionPlan& plan, const ZeroOptions& options);
 
 // ZeRO-Offload on an accelerator (the engine's host update, where the optimizer states are in
-// host memory the backend cannot reach): the bytes of each of its pinned staging buffers
-// (Category::kOptimizer, held from Create on), one unit's owned range in the compute type; there
-// are HostUpdateStagingBuffers of them (two slots of gradients, and of the 16-bit copy), 0
-// without offload.
+// host memory the backend cannot reach), its pinned buffers, held from Create on:
+//   HostGradBytes: the offloaded part's owned gradients in the compute type, every unit's at
+//     once (Category::kGrad): they come down on the copy stream as the last micro-batch's
+//     backward finishes each unit, and the CPU's AdamW reads them there;
+//   HostUpdateStagingBytes: each of HostUpdateStagingBuffers slots (Category::kOptimizer) of the
+//     updated 16-bit copy on its way up, one unit's owned range (two slots in bf16/fp16, none in
+//     fp32, whose copy is the master itself).
+// All 0 without offload.
+int64_t HostGradBytes(const PartitionPlan& state_plan, const ZeroOptions& options);
 int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOptions& options);
 int HostUpdateStagingBuffers(const ZeroOptions& options);
 // Parameter offload on an accelerator: the device buffer (Category::kParam, held from Create on)

@@ -168,17 +168,28 @@ Status ZeroEngine::Allocate() {
   HOIST_ASSIGN_OR_RETURN(norm_, device_->Allocate(EngineWorkspaceBytes(), Category::kWorkspace));
   if (options_.offload_optimizer.place != StatePlace::kDevice &&
       !backend_->OperatesOnHostMemory()) {
-    // The host update's staging: the largest owned range of a unit, gradients and copy.
+    // The host update's buffers: the offloaded part's owned gradients, and two slots of the
+    // largest owned range for the updated 16-bit copy.
     host_update_ = true;
     host_ops_device_ = std::make_unique<CpuDevice>(Place::kHost, device_->tracker());
     host_backend_ = std::make_unique<kernels::CpuBackend>(host_ops_device_.get());
+    HOIST_ASSIGN_OR_RETURN(host_grads_,
+                           pool_->Allocate(HostGradBytes(state_plan_, options_), Category::kGrad));
+    host_grad_at_.assign(static_cast<size_t>(n), -1);
+    grads_down_.resize(static_cast<size_t>(n));
+    grads_queued_.assign(static_cast<size_t>(n), 0);
+    int64_t at = 0;
+    for (int u = 0; u < n; ++u) {
+      if (!host_part(u) || state_plan_.unit(u).owned_real == 0) continue;
+      host_grad_at_[static_cast<size_t>(u)] = at;
+      at += state_plan_.unit(u).owned_real * static_cast<int64_t>(csize_);
+      HOIST_ASSIGN_OR_RETURN(grads_down_[static_cast<size_t>(u)], backend_->CreateEvent());
+    }
+    HOIST_CHECK_LE(at, host_grads_.size_bytes());
     const int64_t bytes = HostUpdateStagingBytes(state_plan_, options_);
-    for (int slot = 0; slot < 2; ++slot) {
-      HOIST_ASSIGN_OR_RETURN(stage_grads_[slot], pool_->Allocate(bytes, Category::kOptimizer));
-      if (IsHalf(options_.compute_type)) {
-        HOIST_ASSIGN_OR_RETURN(stage_copy_[slot], pool_->Allocate(bytes, Category::kOptimizer));
-      }
-      HOIST_ASSIGN_OR_RETURN(downloaded_[slot], backend_->CreateEvent());
+    for (int slot = 0; slot < HostUpdateStagingBuffers(options_); ++slot) {
+      HOIST_ASSIGN_OR_RETURN(stage_copy_[slot], pool_->Allocate(bytes, Category::kOptimizer));
+      HOIST_ASSIGN_OR_RETURN(copied_up_[slot], backend_->CreateEvent());
     }
     HOIST_ASSIGN_OR_RETURN(grads_final_, backend_->CreateEvent());
     HOIST_ASSIGN_OR_RETURN(uploaded_, backend_->CreateEvent());
@@ -656,12 +667,20 @@ Status ZeroEngine::DrainReductions(int64_t keep_elements) {
     reductions_.pop_front();
     const UnitPartition& part = plan_.unit(pending->unit);
     reductions_in_flight_ -= part.padded;
-    // The accumulation waits for the reduction on the stream, not on the host.
+    // The accumulation waits for the reduction on the stream, not on the host (and for a
+    // download that still reads the shard's last value).
+    const int u = pending->unit;
     Status status = pending->handle->StreamWait(stream());
+    if (status.ok()) status = AwaitGradDownload(u);
     if (status.ok()) {
       void* shard = ElementPtr(grads_.data(), options_.compute_type, part.shard_offset);
       status = backend_->Accumulate(shard, options_.compute_type, pending->result,
                                     options_.comm_type, 1.0f, part.shard, stream());
+    }
+    // The step's last backward: the unit's owned gradients are final, and go down to the host
+    // optimizer on the copy stream while the backward goes on.
+    if (status.ok() && boundary_ && host_update_ && host_grad_at_[static_cast<size_t>(u)] >= 0) {
+      status = QueueGradDownload(u);
     }
     if (!status.ok()) {
       if (first.ok()) first = status;
@@ -706,6 +725,10 @@ Status ZeroEngine::Settle() const {
 Status ZeroEngine::ZeroGrads() {
   if (options_.frozen) return FailedPreconditionError("ZeroGrads on frozen weights");
   HOIST_RETURN_IF_ERROR(DrainAndSettle());
+  boundary_ = false;
+  // After the downloads of the last step's gradients (queued, perhaps, for a step that
+  // overflowed and did not wait for them).
+  for (int u = 0; u < plan_.num_units(); ++u) HOIST_RETURN_IF_ERROR(AwaitGradDownload(u));
   HOIST_RETURN_IF_ERROR(backend_->Zero(grads_.data(), grads_.bytes(), stream()));
   HOIST_RETURN_IF_ERROR(Sync());  // the model adds to them from the host
   return status_;

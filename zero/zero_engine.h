@@ -152,7 +152,10 @@ struct ModelStateBytes {
 // memory (the owned gradients in, the updated compute-type weights out): the transfers an
 // accelerator's step makes over the host link.
 struct OffloadStats {
-  int64_t to_host_bytes = 0;    // device -> host (the owned gradients)
+  int64_t to_host_bytes = 0;  // device -> host (the owned gradients)
+  // Of to_host_bytes, the gradients that came down on the copy stream while the last
+  // micro-batch's backward still ran (ZeroEngine::SetAccumulationBoundary), not at Step.
+  int64_t to_host_during_backward_bytes = 0;
   int64_t from_host_bytes = 0;  // host -> device (the updated compute-type weights)
   int64_t nvme_read_bytes = 0;
   int64_t nvme_write_bytes = 0;
@@ -207,6 +210,14 @@ class ZeroEngine final : public ParamStore {
 
   // Clears the gradient accumulators; call before the first micro-batch of each step.
   Status ZeroGrads();
+  // Whether the coming backward pass is the step's last micro-batch's (DeepSpeed's gradient
+  // accumulation boundary). With the optimizer offloaded on an accelerator (ZeRO-Offload), a
+  // unit's owned gradients are final once that pass has reduced them (stages 2 and 3): they then
+  // come down to host memory on the copy stream while the backward goes on, and Step finds them
+  // there. Without it (and in stages 0/1, which reduce at Step) they come down at Step. More
+  // backward passes after it stay correct: a unit's gradients come down again after each
+  // accumulation. ZeroGrads clears it.
+  void SetAccumulationBoundary(bool last) { boundary_ = last; }
   bool frozen() const { return options_.frozen; }
   // Finishes the reductions and updates this rank's shard. Gradients hold loss_scale times the
   // true gradient; max_norm 0 disables clipping. Increments the step count unless skipped.
@@ -338,8 +349,25 @@ class ZeroEngine final : public ParamStore {
   // master, m, v (pointing at element lo); writes the compute-type copy.
   // `compute` is the unit's owned-range compute-type copy (from BeginOwnedWrite).
   // Step's update with host_update_, the states in host memory and the parameters on the device:
-  // unit by unit, pipelined over the two staging slots.
+  // unit by unit as the gradients arrive, the updated 16-bit copies going up through the two
+  // staging slots.
   Status HostUpdate(const kernels::AdamWStepScalars& h);
+  // The host update's gradients (host_update_): the unit's owned range in host_grads_.
+  void* host_grads(int unit) const;
+  // Queues the copy of the unit's owned gradients into host_grads() on the copy stream, after
+  // the compute stream's work so far, and records grads_down_ after it.
+  Status QueueGradDownload(int unit);
+  // The same for every unit of the offloaded part not yet queued: at Step.
+  Status QueueGradDownloads();
+  // Makes the compute stream's later writes to the unit's gradients wait for a queued download
+  // that reads them, and forgets it.
+  Status AwaitGradDownload(int unit);
+  // Whether the step's CPU update writes the unit's updated 16-bit shard straight into the
+  // parameter store's host buffer (parameters and optimizer both offloaded): nothing goes up to
+  // the device and back.
+  bool host_writes(int unit) const {
+    return param_shards_ != nullptr && host_update_ && host_part(unit);
+  }
   // Its loop over the units; HostUpdate orders and drains the copy stream after it, whatever it
   // returned.
   Status HostUpdateUnits(const kernels::AdamWStepScalars& h);
@@ -406,12 +434,13 @@ class ZeroEngine final : public ParamStore {
                                  const float* v) const;
   // The compute-type copy of the unit's owned range, to be rewritten: in place, or (parameter
   // offload) a zero-filled buffer that EndOwnedWrite stores; FinishOwnedWrites waits for the
-  // stores and returns the first error.
-  void* BeginOwnedWrite(int unit);
+  // stores and returns the first error. `by_host`: the host writes it (host_writes), not the
+  // backend: the store's host buffer itself, even on an accelerator.
+  void* BeginOwnedWrite(int unit, bool by_host = false);
   void EndOwnedWrite(int unit);
   // For walks over sub-groups, in which a unit spans one or more pieces: the unit's copy, begun
   // when the walk reaches it and ended (CloseOwnedWrite, or reaching the next unit) after.
-  void* OpenOwnedWrite(int unit);
+  void* OpenOwnedWrite(int unit, bool by_host = false);
   void CloseOwnedWrite();
   Status FinishOwnedWrites();
   // Agrees across ranks on whether any rank's local part of a step failed; every rank then
@@ -432,22 +461,30 @@ class ZeroEngine final : public ParamStore {
   std::unique_ptr<offload::PinnedHostPool> pool_;
   std::unique_ptr<Device> host_device_;  // pageable host memory (pin_memory false)
   // Optimizer states in host memory (offloaded to the host or NVMe) that the backend cannot
-  // reach (a GPU's): the step brings the owned gradients down into stage_grads_, runs the CPU's
-  // AdamW on the states (host_backend_), and sends the updated compute-type copy (stage_copy_;
-  // fp32: the master itself) up to the model's weights. DeepSpeed's ZeRO-Offload. Two slots, so
-  // that one unit's copies run on the copy stream while the CPU updates the unit before.
+  // reach (a GPU's): the owned gradients come down into host_grads_ (during the last backward,
+  // or at Step), the CPU's AdamW runs on the states (host_backend_), and the updated
+  // compute-type copy (stage_copy_; fp32: the master itself) goes up to the model's weights.
+  // DeepSpeed's ZeRO-Offload. Two copy slots, so that one unit's copy goes up on the copy stream
+  // while the CPU updates the next.
   bool host_update_ = false;
   std::unique_ptr<Device> host_ops_device_;
   std::unique_ptr<kernels::Backend> host_backend_;
-  offload::PinnedBuffer stage_grads_[2], stage_copy_[2];
-  // Marks for the pipelined update: the gradients final on the compute stream, each slot's
-  // gradients down, and the last upload.
-  std::unique_ptr<Event> grads_final_, downloaded_[2], uploaded_;
+  offload::PinnedBuffer host_grads_, stage_copy_[2];
+  std::vector<int64_t> host_grad_at_;  // per unit, bytes into host_grads_ (-1: not offloaded)
+  // Per unit of the offloaded part: recorded on the copy stream after the download of its
+  // gradients, and whether one is queued since the compute stream last wrote them.
+  std::vector<std::unique_ptr<Event>> grads_down_;
+  std::vector<char> grads_queued_;
+  bool boundary_ = false;  // SetAccumulationBoundary
+  // Marks on the streams: the gradients final on the compute stream (a download's start), each
+  // copy slot's last upload, and the step's last upload.
+  std::unique_ptr<Event> grads_final_, copied_up_[2], uploaded_;
   std::unique_ptr<offload::PinnedHostPool> param_pool_;
   // Stage 3 with offload_param: this rank's compute-type shards, instead of params_.
   std::unique_ptr<ParamShards> param_shards_;
   int open_write_unit_ = -1;  // the unit OpenOwnedWrite has begun (-1: none)
   void* open_write_ = nullptr;
+  int host_write_unit_ = -1;  // the unit BeginOwnedWrite handed to the host (-1: none)
   // Parameter offload on an accelerator (ParamStagingBytes): the device buffer a shard goes up
   // through for its gather and an updated shard comes down through (BeginOwnedWrite writes it,
   // EndOwnedWrite copies it into the shard's host buffer, param_write_, of unit

@@ -21,6 +21,15 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   } else {
     HOIST_RETURN_IF_ERROR(ReduceFullGrads());
   }
+  // The host optimizer's gradients that the backward did not bring down start down now, while
+  // the norm is computed and agreed on.
+  int64_t came_early = 0;  // elements
+  if (host_update_) {
+    for (int u = 0; u < plan_.num_units(); ++u) {
+      if (grads_queued_[static_cast<size_t>(u)]) came_early += state_plan_.unit(u).owned_real;
+    }
+    HOIST_RETURN_IF_ERROR(QueueGradDownloads());
+  }
   // A parameter shard that could not be read during this step's passes was replaced by zeros:
   // the step is void, on every rank.
   HOIST_RETURN_IF_ERROR(AgreeOnDeferredErrors());
@@ -70,7 +79,7 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     for (int u = 0; u < plan_.num_units(); ++u) {
       const UnitPartition& owned = state_plan_.unit(u);
       if (owned.owned_real == 0) continue;
-      void* compute = BeginOwnedWrite(u);
+      void* compute = BeginOwnedWrite(u, host_writes(u));
       updated = UpdatePiece(u, 0, owned.owned_real, master(u), ResidentMoments(u), compute, h);
       EndOwnedWrite(u);
       if (!updated.ok()) break;
@@ -100,12 +109,15 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     } else {
       offload_stats_.update_s += update_s;
     }
-    int64_t owned = 0;  // of the offloaded part
+    int64_t owned = 0, up = 0;  // of the offloaded part; of that, what goes up to the device
     for (int u = 0; u < plan_.num_units(); ++u) {
-      if (host_part(u)) owned += state_plan_.unit(u).owned_real;
+      if (!host_part(u)) continue;
+      owned += state_plan_.unit(u).owned_real;
+      if (!host_writes(u)) up += state_plan_.unit(u).owned_real;
     }
     offload_stats_.to_host_bytes += owned * static_cast<int64_t>(csize_);
-    offload_stats_.from_host_bytes += owned * static_cast<int64_t>(csize_);
+    offload_stats_.to_host_during_backward_bytes += came_early * static_cast<int64_t>(csize_);
+    offload_stats_.from_host_bytes += up * static_cast<int64_t>(csize_);
   }
   // An update that failed on one rank (an I/O fault, a host or device op) must stop every rank
   // here, not leave the others waiting in the next collective or training on diverged weights.
@@ -121,11 +133,12 @@ Status ZeroEngine::HostUpdate(const kernels::AdamWStepScalars& h) {
   const Stream& copy = backend_->copy_stream();
   const Status updated = HostUpdateUnits(h);
   // However it ended: what the compute stream does next comes after the copies queued so far
-  // (the uploads it reads, the downloads of gradients it would overwrite), and the staging is
-  // free once the copy stream is done.
+  // (the uploads it reads, the downloads of gradients it would overwrite), and the host buffers
+  // are free once the copy stream is done.
   Status ordered = uploaded_->Record(copy);
   if (ordered.ok()) ordered = stream().WaitEvent(*uploaded_);
   const Status drained = copy.Synchronize();
+  if (drained.ok()) std::fill(grads_queued_.begin(), grads_queued_.end(), 0);
   if (!updated.ok()) return updated;
   return ordered.ok() ? drained : ordered;
 }
@@ -134,24 +147,6 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
   const DType type = options_.compute_type;
   const Stream& copy = backend_->copy_stream();
   const Stream& host = host_backend_->compute_stream();
-  std::vector<int> units;  // the offloaded part's
-  for (int u = 0; u < plan_.num_units(); ++u) {
-    if (state_plan_.unit(u).owned_real > 0 && host_part(u)) units.push_back(u);
-  }
-  auto bytes = [&](int u) { return state_plan_.unit(u).owned_real * static_cast<int64_t>(csize_); };
-  // The i-th unit's gradients down into slot i % 2, after the compute stream's work so far (the
-  // gradients are final there) and, in the copy stream's order, after the upload that last read
-  // that slot.
-  HOIST_RETURN_IF_ERROR(grads_final_->Record(stream()));
-  HOIST_RETURN_IF_ERROR(copy.WaitEvent(*grads_final_));
-  auto down = [&](size_t i) -> Status {
-    const size_t slot = i % 2;
-    HOIST_RETURN_IF_ERROR(backend_->Copy(stage_grads_[slot].data(), owned_grads(units[i]),
-                                         bytes(units[i]), kernels::CopyDirection::kDeviceToHost,
-                                         copy));
-    return downloaded_[slot]->Record(copy);
-  };
-  for (size_t i = 0; i < std::min<size_t>(2, units.size()); ++i) HOIST_RETURN_IF_ERROR(down(i));
   // Partial offload: the device part's update queued on the compute stream, where it runs while
   // the copy stream brings the offloaded part's gradients down and the CPU updates them.
   for (int u = 0; u < plan_.num_units(); ++u) {
@@ -160,32 +155,71 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
     HOIST_RETURN_IF_ERROR(
         UpdatePiece(u, 0, owned.owned_real, master(u), ResidentMoments(u), owned_params(u), h));
   }
-  for (size_t i = 0; i < units.size(); ++i) {
-    const int u = units[i];
-    const size_t slot = i % 2;
+  // The offloaded units in order, each as soon as its gradients are down; the i-th unit's
+  // 16-bit copy goes up from slot i % 2, rewritten once the upload that last read it is done.
+  int i = 0;
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    if (host_grad_at_[static_cast<size_t>(u)] < 0) continue;
     const UnitPartition& owned = state_plan_.unit(u);
-    HOIST_RETURN_IF_ERROR(downloaded_[slot]->Synchronize());
-    // The whole owned range, the staging slot holding exactly its gradients.
+    const int slot = i % 2;
+    HOIST_RETURN_IF_ERROR(grads_down_[static_cast<size_t>(u)]->Synchronize());
+    if (IsHalf(type) && i >= 2) HOIST_RETURN_IF_ERROR(copied_up_[slot]->Synchronize());
+    // The whole owned range, the copy slot holding exactly its 16-bit copy.
     float* master_u = master(u);
+    void* copies = stage_copy_[slot].data();  // null in fp32
     if (options_.adam.eight_bit) {
       HOIST_RETURN_IF_ERROR(Update8bit(host_backend_.get(), host, u, 0, owned.owned_real, master_u,
-                                       ResidentMoments(u), stage_grads_[slot].data(),
-                                       stage_copy_[slot].data(), 0, h));
+                                       ResidentMoments(u), host_grads(u), copies, 0, h));
     } else {
-      const std::vector<kernels::AdamWTensorRef> pieces = AdamWPieces(
-          u, 0, owned.owned_real, master_u, moment_at(state_m_, split_m_, u),
-          moment_at(state_v_, split_v_, u), stage_grads_[slot].data(), stage_copy_[slot].data(), 0);
+      const std::vector<kernels::AdamWTensorRef> pieces =
+          AdamWPieces(u, 0, owned.owned_real, master_u, moment_at(state_m_, split_m_, u),
+                      moment_at(state_v_, split_v_, u), host_grads(u), copies, 0);
       HOIST_RETURN_IF_ERROR(host_backend_->AdamW(pieces, type, type, h, host));
     }
     HOIST_RETURN_IF_ERROR(host.Synchronize());
     // The new weights up: the rounded copy, or in fp32 the master's bits.
-    const void* updated =
-        IsHalf(type) ? static_cast<const void*>(stage_copy_[slot].data()) : master_u;
-    HOIST_RETURN_IF_ERROR(backend_->Copy(owned_params(u), updated, bytes(u),
+    const void* updated = IsHalf(type) ? static_cast<const void*>(copies) : master_u;
+    HOIST_RETURN_IF_ERROR(backend_->Copy(owned_params(u), updated,
+                                         owned.owned_real * static_cast<int64_t>(csize_),
                                          kernels::CopyDirection::kHostToDevice, copy));
-    if (i + 2 < units.size()) HOIST_RETURN_IF_ERROR(down(i + 2));
+    if (IsHalf(type)) HOIST_RETURN_IF_ERROR(copied_up_[slot]->Record(copy));
+    ++i;
   }
   return Status::Ok();
+}
+
+void* ZeroEngine::host_grads(int unit) const {
+  const int64_t at = host_grad_at_[static_cast<size_t>(unit)];
+  HOIST_CHECK_GE(at, 0) << "unit " << unit << " is not in the offloaded part";
+  return static_cast<char*>(host_grads_.data()) + at;
+}
+
+Status ZeroEngine::QueueGradDownload(int unit) {
+  const Stream& copy = backend_->copy_stream();
+  const auto u = static_cast<size_t>(unit);
+  HOIST_RETURN_IF_ERROR(grads_final_->Record(stream()));
+  HOIST_RETURN_IF_ERROR(copy.WaitEvent(*grads_final_));
+  HOIST_RETURN_IF_ERROR(
+      backend_->Copy(host_grads(unit), owned_grads(unit),
+                     state_plan_.unit(unit).owned_real * static_cast<int64_t>(csize_),
+                     kernels::CopyDirection::kDeviceToHost, copy));
+  grads_queued_[u] = 1;  // the copy reads the gradients from here on, whatever comes next
+  return grads_down_[u]->Record(copy);
+}
+
+Status ZeroEngine::QueueGradDownloads() {
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    const auto at = static_cast<size_t>(u);
+    if (host_grad_at_[at] >= 0 && !grads_queued_[at]) HOIST_RETURN_IF_ERROR(QueueGradDownload(u));
+  }
+  return Status::Ok();
+}
+
+Status ZeroEngine::AwaitGradDownload(int unit) {
+  const auto u = static_cast<size_t>(unit);
+  if (grads_queued_.empty() || !grads_queued_[u]) return Status::Ok();
+  grads_queued_[u] = 0;
+  return stream().WaitEvent(*grads_down_[u]);
 }
 
 std::vector<kernels::AdamWTensorRef> ZeroEngine::AdamWPieces(int unit, int64_t lo, int64_t hi,
@@ -237,12 +271,12 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master,
   kernels::Backend* ops = backend_;
   const Stream* ops_stream = &stream();
   const bool host_update = host_update_ && host_part(unit);
+  const bool by_host = host_writes(unit);  // `compute` is then the store's host buffer
   if (host_update) {
-    HOIST_RETURN_IF_ERROR(backend_->Copy(stage_grads_[0].data(), ElementPtr(grads, type, lo), bytes,
-                                         kernels::CopyDirection::kDeviceToHost, stream()));
-    HOIST_RETURN_IF_ERROR(Sync());
-    grads = stage_grads_[0].data();
-    copies = stage_copy_[0].data();
+    // The gradients, queued down at the start of the step (or during the backward).
+    HOIST_RETURN_IF_ERROR(grads_down_[static_cast<size_t>(unit)]->Synchronize());
+    grads = ElementPtr(host_grads(unit), type, lo);
+    copies = by_host ? ElementPtr(compute, type, lo) : stage_copy_[0].data();
     origin = lo;
     ops = host_backend_.get();
     ops_stream = &host_backend_->compute_stream();
@@ -254,6 +288,14 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master,
     HOIST_RETURN_IF_ERROR(
         ops->AdamW(AdamWPieces(unit, lo, hi, master, moments.m, moments.v, grads, copies, origin),
                    type, type, h, *ops_stream));
+  }
+  if (by_host) {
+    // Written in place but for fp32, whose copy is the master's bits.
+    HOIST_RETURN_IF_ERROR(ops_stream->Synchronize());
+    if (type != DType::kFloat32) return Status::Ok();
+    return host_backend_->Copy(static_cast<float*>(compute) + lo, master,
+                               (hi - lo) * static_cast<int64_t>(sizeof(float)),
+                               kernels::CopyDirection::kHostToHost, *ops_stream);
   }
   if (host_update) {
     // The updated weights up: the rounded copy, or in fp32 the master's bits. The staging is the
@@ -322,14 +364,14 @@ Status ZeroEngine::UpdateSubGroup(std::span<const offload::SwapPiece> pieces,
         // Units come in order, each over one or more sub-groups: its copy stays open until the
         // next.
         return UpdatePiece(u, lo, hi, master + (owned.shard_offset + lo - begin), moments,
-                           OpenOwnedWrite(u), h);
+                           OpenOwnedWrite(u, host_writes(u)), h);
       });
 }
 
-void* ZeroEngine::OpenOwnedWrite(int unit) {
+void* ZeroEngine::OpenOwnedWrite(int unit, bool by_host) {
   if (unit != open_write_unit_) {
     CloseOwnedWrite();
-    open_write_ = BeginOwnedWrite(unit);
+    open_write_ = BeginOwnedWrite(unit, by_host);
     open_write_unit_ = unit;
   }
   return open_write_;
@@ -340,10 +382,14 @@ void ZeroEngine::CloseOwnedWrite() {
   open_write_unit_ = -1;
 }
 
-void* ZeroEngine::BeginOwnedWrite(int unit) {
+void* ZeroEngine::BeginOwnedWrite(int unit, bool by_host) {
   if (param_shards_ == nullptr) return owned_params(unit);
-  offload_stats_.to_host_bytes += plan_.unit(unit).shard * static_cast<int64_t>(csize_);
   void* shard = param_shards_->BeginWrite(unit);
+  if (by_host) {
+    host_write_unit_ = unit;
+    return shard;
+  }
+  offload_stats_.to_host_bytes += plan_.unit(unit).shard * static_cast<int64_t>(csize_);
   if (param_stage_.data() == nullptr) return shard;
   // On an accelerator the update writes the device's staging, brought down at EndOwnedWrite.
   HOIST_CHECK(param_write_unit_ < 0)
@@ -357,15 +403,19 @@ void* ZeroEngine::BeginOwnedWrite(int unit) {
 
 void ZeroEngine::EndOwnedWrite(int unit) {
   if (param_shards_ == nullptr) return;
-  if (param_stage_.data() != nullptr) {
-    HOIST_CHECK_EQ(param_write_unit_, unit);
-    Fail(backend_->Copy(param_write_, param_stage_.data(),
-                        plan_.unit(unit).shard * static_cast<int64_t>(csize_),
-                        kernels::CopyDirection::kDeviceToHost, stream()));
-    param_write_unit_ = -1;
-    param_write_ = nullptr;
+  if (host_write_unit_ == unit) {
+    host_write_unit_ = -1;  // written by the host, which is done with it
+  } else {
+    if (param_stage_.data() != nullptr) {
+      HOIST_CHECK_EQ(param_write_unit_, unit);
+      Fail(backend_->Copy(param_write_, param_stage_.data(),
+                          plan_.unit(unit).shard * static_cast<int64_t>(csize_),
+                          kernels::CopyDirection::kDeviceToHost, stream()));
+      param_write_unit_ = -1;
+      param_write_ = nullptr;
+    }
+    Fail(Sync());  // the store's writer thread takes the copy from here
   }
-  Fail(Sync());  // the store's writer thread takes the copy from here
   param_shards_->CommitWrite(unit);
 }
 

@@ -330,7 +330,15 @@ TEST(LoraTraining, DropoutMasksAndResumeDoNotDependOnTheSplit) {
   EXPECT_LT(MaxRelative(second[0].losses,
                         std::vector<float>(one[0].losses.begin() + 4, one[0].losses.end())),
             1e-5);
-  EXPECT_LT(MaxRelative(second[0].params, one[0].params), 1e-4);
+  // The weights, against the largest weight's size: a tiny weight's relative error says nothing
+  // of the trajectory (how far the reductions' rounding moves it depends on the BLAS kernel).
+  float largest = 0.0f;
+  for (float w : one[0].params) largest = std::max(largest, std::abs(w));
+  double worst = 0;
+  for (size_t i = 0; i < one[0].params.size(); ++i) {
+    worst = std::max(worst, std::abs(double(second[0].params[i]) - one[0].params[i]) / largest);
+  }
+  EXPECT_LT(worst, 1e-5);
 }
 
 // QLoRA's claim at small scale: adapters trained on a 4-bit (NF4) base end within 2% of the

@@ -584,9 +584,11 @@ TEST(EngineMemoryEstimate, PartialOffloadStagesOnlyTheHostPartsUnits) {
   options.compute_type = DType::kBFloat16;
   options.offload_optimizer.place = StatePlace::kHost;
   EXPECT_EQ(HostUpdateStagingBytes(*plan, options), 300 * 2);
+  EXPECT_EQ(HostGradBytes(*plan, options), 370 * 2);  // every unit's gradients
   options.offload_optimizer.ratio = 0.1;
   EXPECT_EQ(DeviceStateElements(*plan, options), 330);
   EXPECT_EQ(HostUpdateStagingBytes(*plan, options), 40 * 2);
+  EXPECT_EQ(HostGradBytes(*plan, options), 40 * 2);
   // bf16: master, m and v in both parts.
   const ModelStateBytes bytes = ModelStateBytesFor(*plan, *plan, options);
   EXPECT_EQ(bytes.optimizer, 12 * 370);

@@ -536,6 +536,89 @@ TEST(ZeroThreadedStreams, GiveTheInlineBits) {
   }
 }
 
+// ZeRO-Offload on an accelerator (the backend stands for one: live_memory on, threaded streams):
+// told which micro-batch is the step's last, the engine brings each unit's owned gradients down
+// on the copy stream as that backward reduces them, not at Step; untold, at Step; told on every
+// micro-batch, again after each accumulation. The weights are the device run's whichever, and a
+// step that overflows leaves no download to race the next step's gradients.
+TEST(ZeroOffload, OnAnAcceleratorTheLastBackwardBringsTheGradientsDown) {
+  live_memory::ScopedEnable checked;
+  ScratchDir dir;
+  using Boundary = RunOptions::Boundary;
+  for (DType type : {DType::kFloat32, DType::kBFloat16}) {
+    for (int stage : {1, 2, 3}) {
+      for (int world : {1, 2}) {
+        RunOptions device = Base(stage, world, type);
+        device.steps = 3;
+        device.poison = [](int step, int rank) { return step == 1 && rank == 0; };
+        const std::vector<RankResult> want = Train(device);
+        for (StatePlace place : {StatePlace::kHost, StatePlace::kNvme}) {
+          for (Boundary boundary : {Boundary::kLast, Boundary::kNone, Boundary::kEvery}) {
+            RunOptions run = Offloaded(device, place, dir, 50, 2);
+            run.streams = HostStream::Mode::kThreaded;
+            run.zero.overlap_comm = stage >= 2;
+            run.zero.reduce_bucket_size = 60;
+            run.boundary = boundary;
+            const std::string what = "stage " + std::to_string(stage) + ", " +
+                                     std::to_string(world) + " ranks, " + DTypeName(type) +
+                                     (place == StatePlace::kHost ? ", host" : ", nvme") +
+                                     ", boundary " + std::to_string(int(boundary));
+            const std::vector<RankResult> got = Train(run);
+            for (int r = 0; r < world; ++r) {
+              ASSERT_TRUE(got[r].status.ok()) << what << ": " << got[r].status.ToString();
+              EXPECT_EQ(got[r].params, want[r].params) << what << ", rank " << r;
+              EXPECT_EQ(got[r].overflow, (std::vector<bool>{false, true, false})) << what;
+              // Two steps updated: each brought the owned gradients down once.
+              int64_t owned = 0;  // bytes of this rank's owned gradients, padding aside
+              for (int u = 0; u < got[r].plan.num_units(); ++u) {
+                owned += got[r].plan.unit(u).owned_real * int64_t(DTypeSize(type));
+              }
+              EXPECT_EQ(got[r].offload.to_host_bytes, 2 * owned) << what << ", rank " << r;
+              const bool early = stage >= 2 && boundary != Boundary::kNone;
+              EXPECT_EQ(got[r].offload.to_host_during_backward_bytes, early ? 2 * owned : 0)
+                  << what << ", rank " << r;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// With the parameters offloaded too, the CPU's update writes each new shard into the parameter
+// store's host buffer: no shard goes up to the device and back down.
+TEST(ZeroParamOffload, OnAnAcceleratorTheHostUpdateWritesTheShardInPlace) {
+  live_memory::ScopedEnable checked;
+  ScratchDir dir;
+  for (DType type : {DType::kFloat32, DType::kBFloat16}) {
+    const RunOptions device = Base(3, 2, type);
+    const std::vector<RankResult> want = Train(device);
+    for (StatePlace states : {StatePlace::kDevice, StatePlace::kHost, StatePlace::kNvme}) {
+      RunOptions run = ParamsOffloaded(device, ParamPlace::kHost, states, dir, 0, 2);
+      run.streams = HostStream::Mode::kThreaded;
+      const std::vector<RankResult> got = Train(run);
+      for (int r = 0; r < 2; ++r) {
+        const std::string what = std::string(DTypeName(type)) + ", optimizer place " +
+                                 std::to_string(int(states)) + ", rank " + std::to_string(r);
+        ASSERT_TRUE(got[r].status.ok()) << what << ": " << got[r].status.ToString();
+        EXPECT_EQ(got[r].params, want[r].params) << what;
+        // Down: the owned gradients, and the updated shards where the device updated them; and
+        // once, at Initialize, every shard (rounded on the host, staged through the device).
+        const int64_t bytes = int64_t(DTypeSize(type));
+        int64_t shards = 0, owned = 0;
+        for (int u = 0; u < got[r].plan.num_units(); ++u) {
+          shards += got[r].plan.unit(u).shard;
+          owned += got[r].plan.unit(u).owned_real;
+        }
+        const int64_t grads = states == StatePlace::kDevice ? 0 : owned * bytes;
+        const int64_t written = states == StatePlace::kDevice ? shards * bytes : 0;
+        EXPECT_EQ(got[r].offload.to_host_bytes, run.steps * (grads + written) + shards * bytes)
+            << what;
+      }
+    }
+  }
+}
+
 // The engine's collectives through the host-staged communicator (how ranks sharing one GPU
 // talk), with threaded streams: the same weights as talking directly. With the parameters on
 // NVMe too, on one rank as on two: alone, the staged gather is a copy on the compute stream and

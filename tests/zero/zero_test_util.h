@@ -56,6 +56,10 @@ struct RunOptions {
   bool staged_comm = false;
   // The model's units; empty: ToyUnits().
   std::vector<UnitSpec> units;
+  // Which micro-batches' backward the engine is told ends the step
+  // (ZeroEngine::SetAccumulationBoundary): the last's, none, or every one's.
+  enum class Boundary { kLast, kNone, kEvery };
+  Boundary boundary = Boundary::kLast;
 };
 
 struct RankResult {
@@ -131,6 +135,9 @@ inline std::vector<RankResult> Train(const RunOptions& run) {
         const bool poison = run.poison && run.poison(step, r);
         for (int m = 0; m < accumulation; ++m) {
           // Rank r takes micro-batches r, r + world, ... of the global batch.
+          e.SetAccumulationBoundary(
+              run.boundary == RunOptions::Boundary::kEvery ||
+              (run.boundary == RunOptions::Boundary::kLast && m + 1 == accumulation));
           MicroBatch(e, units, step, m * run.world + r, 1.0f / float(accumulation), poison,
                      &backend.compute_stream());
         }
