@@ -422,9 +422,14 @@ class QuantizedReplay final : public StoreReplay {
 // tracker instead of buffers allocated.
 class Replay final : public StoreReplay {
  public:
-  Replay(const PartitionPlan& plan, const ZeroOptions& options, MemoryTracker& tracker)
+  Replay(const PartitionPlan& plan, const ZeroOptions& options, MemoryTracker& tracker,
+         bool accelerator)
       : plan_(plan), options_(options), tracker_(tracker) {
     const auto n = static_cast<size_t>(plan.num_units());
+    offloaded_ = options.offload_param.place != ParamPlace::kDevice;
+    staged_ = offloaded_ && accelerator;
+    on_nvme_ = offloaded_ ? ParamShards::UnitsOnNvme(plan, options.offload_param)
+                          : std::vector<bool>(n, false);
     acquire_count_.assign(n, 0);
     gathering_.assign(n, false);
     gathered_bytes_.assign(n, 0);
@@ -451,6 +456,13 @@ class Replay final : public StoreReplay {
 
   void Step() override {
     if (options_.frozen) return;
+    // Gathers prefetched and not acquired are dropped (their weights are about to change).
+    for (int u = 0; u < plan_.num_units(); ++u) {
+      if (gathering_[static_cast<size_t>(u)] && acquire_count_[static_cast<size_t>(u)] == 0) {
+        DropGather(u);
+      }
+    }
+    stage_unit_ = -1;
     if (options_.stage >= 2) {
       Drain(0);
       return;
@@ -525,30 +537,37 @@ class Replay final : public StoreReplay {
     Add(Category::kParam, gathered_bytes_[u]);
     gathering_[u] = true;
     live_gathered_ += plan_.unit(unit).padded;
+    if (staged_) stage_unit_ = unit;  // its shard in the device staging until it is waited for
   }
 
-  void AcquireParams(int unit) {
+  void DropGather(int unit) {
     const auto u = static_cast<size_t>(unit);
-    if (acquire_count_[u]++ > 0) return;
-    if (Sharded(unit) && !gathering_[u]) StartGather(unit);
-  }
-
-  void ReleaseParams(int unit) {
-    const auto u = static_cast<size_t>(unit);
-    if (--acquire_count_[u] > 0) return;
-    if (!gathering_[u]) return;
     live_gathered_ -= plan_.unit(unit).padded;
     Remove(Category::kParam, gathered_bytes_[u]);
     gathered_bytes_[u] = 0;
     gathering_[u] = false;
   }
 
+  void AcquireParams(int unit) {
+    const auto u = static_cast<size_t>(unit);
+    if (acquire_count_[u]++ > 0) return;
+    if (Sharded(unit) && !gathering_[u]) StartGather(unit);
+    if (stage_unit_ == unit) stage_unit_ = -1;  // the gather is waited for here
+  }
+
+  void ReleaseParams(int unit) {
+    const auto u = static_cast<size_t>(unit);
+    if (--acquire_count_[u] > 0) return;
+    if (gathering_[u]) DropGather(unit);
+  }
+
   void Prefetch(int unit) {
     const auto u = static_cast<size_t>(unit);
     if (!Sharded(unit) || gathering_[u] || acquire_count_[u] > 0) return;
-    // Offloaded shards are read into the (resident) staging buffers; the gather waits for
-    // AcquireParams.
-    if (options_.offload_param.place != ParamPlace::kDevice) return;
+    // An offloaded shard on NVMe is read into the (resident) staging buffers and gathered at
+    // AcquireParams; one in host memory is gathered ahead, unless the device staging still
+    // holds another's for a gather not yet waited for.
+    if (on_nvme_[u] || stage_unit_ >= 0) return;
     if (!PrefetchGathers(plan_.unit(unit), live_gathered_, options_)) return;
     StartGather(unit);
   }
@@ -610,6 +629,11 @@ class Replay final : public StoreReplay {
   std::deque<Reduction> reductions_;
   int64_t in_flight_ = 0;      // elements
   int64_t live_gathered_ = 0;  // elements
+  // Parameter offload: whether shards are offloaded, go up through the device staging (on an
+  // accelerator), and which are in the file; the unit whose gather the staging serves (-1: none).
+  bool offloaded_ = false, staged_ = false;
+  std::vector<bool> on_nvme_;
+  int stage_unit_ = -1;
 };
 
 }  // namespace
@@ -677,7 +701,8 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnit
     if (engines[e].quantized) {
       replays.push_back(std::make_unique<QuantizedReplay>(engines[e].units));
     } else {
-      replays.push_back(std::make_unique<Replay>(plans[e], engines[e].options, tracker));
+      replays.push_back(
+          std::make_unique<Replay>(plans[e], engines[e].options, tracker, accelerator));
     }
   }
   // A pass's calls, each sent to the engine that holds its unit (renumbered within it).

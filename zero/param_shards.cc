@@ -130,6 +130,13 @@ ParamShardFootprint ParamShards::Footprint(const PartitionPlan& plan, DType type
   return footprint;
 }
 
+std::vector<bool> ParamShards::UnitsOnNvme(const PartitionPlan& plan, const ParamOffload& options) {
+  const Layout layout = PlanLayout(plan, 1, options);
+  std::vector<bool> on_nvme;
+  for (int64_t offset : layout.file_offset) on_nvme.push_back(offset >= 0);
+  return on_nvme;
+}
+
 Status ParamShards::Validate(const PartitionPlan& plan, DType type, const ParamOffload& options) {
   if (options.place == ParamPlace::kDevice) return Status::Ok();
   const Layout layout = PlanLayout(plan, DTypeSize(type), options);

@@ -81,6 +81,8 @@ class ParamShards {
   // The refusal Create gives for options that cannot hold `plan` (a buffer_size below the
   // largest shard on NVMe), without allocating anything; Ok otherwise.
   static Status Validate(const PartitionPlan& plan, DType type, const ParamOffload& options);
+  // Per unit of `plan`, whether Create puts its shard in the file (on_nvme below).
+  static std::vector<bool> UnitsOnNvme(const PartitionPlan& plan, const ParamOffload& options);
   // The staging buffers allocated for `buffer_count`: at least two (the unit being gathered and
   // the next one).
   static int StagingCount(int buffer_count);

@@ -104,7 +104,9 @@ ZeroEngine::~ZeroEngine() {
     if (pending && pending->handle) (void)pending->handle->Wait();
   }
   (void)Sync();
-  if (host_update_) (void)backend_->copy_stream().Synchronize();
+  if (host_update_ || param_stage_.data() != nullptr) {
+    (void)backend_->copy_stream().Synchronize();
+  }
 }
 
 StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> units,
@@ -156,7 +158,14 @@ Status ZeroEngine::Allocate() {
     // through this buffer for its gather, and comes down through it after an update.
     HOIST_ASSIGN_OR_RETURN(param_stage_,
                            device_->Allocate(ParamStagingBytes(plan_, options_), Category::kParam));
+    HOIST_ASSIGN_OR_RETURN(param_uploaded_, backend_->CreateEvent());
   }
+  if (param_stage_.data() != nullptr ||
+      (!options_.frozen && options_.offload_optimizer.place != StatePlace::kDevice &&
+       !backend_->OperatesOnHostMemory())) {
+    HOIST_ASSIGN_OR_RETURN(compute_mark_, backend_->CreateEvent());
+  }
+  shard_held_.assign(static_cast<size_t>(n), 0);
   work_grads_.resize(static_cast<size_t>(n));
   acquired_params_.assign(static_cast<size_t>(n), nullptr);
   acquire_count_.assign(static_cast<size_t>(n), 0);
@@ -191,7 +200,6 @@ Status ZeroEngine::Allocate() {
       HOIST_ASSIGN_OR_RETURN(stage_copy_[slot], pool_->Allocate(bytes, Category::kOptimizer));
       HOIST_ASSIGN_OR_RETURN(copied_up_[slot], backend_->CreateEvent());
     }
-    HOIST_ASSIGN_OR_RETURN(grads_final_, backend_->CreateEvent());
     HOIST_ASSIGN_OR_RETURN(uploaded_, backend_->CreateEvent());
   }
   return Status::Ok();
@@ -475,11 +483,12 @@ Status ZeroEngine::StartGather(int unit) {
                         "stage3_prefetch_bucket_size, or"));
   const void* shard;
   if (param_shards_ != nullptr) {
-    shard = param_shards_->Acquire(unit);  // released once the gather has copied it
+    shard = param_shards_->Acquire(unit);  // given back by EndShardUse
+    shard_held_[static_cast<size_t>(unit)] = 1;
     offload_stats_.from_host_bytes += part.shard * static_cast<int64_t>(csize_);
     StatusOr<const void*> uploaded = UploadShard(unit, shard);
     if (!uploaded.ok()) {
-      param_shards_->Release(unit);
+      (void)EndShardUse(unit);
       return uploaded.status();
     }
     shard = *uploaded;
@@ -487,10 +496,14 @@ Status ZeroEngine::StartGather(int unit) {
     shard = ElementPtr(params_.data(), options_.compute_type, part.shard_offset);
   }
   // The collective writes the gathered buffer after its allocation's fill, and reads a shard the
-  // step or the upload wrote, all on the compute stream: ordered there, not by the host.
-  const Status ordered = comm_->OrderAfter(stream());
+  // step wrote or the upload copied, on the compute and copy streams: ordered there, not by the
+  // host.
+  Status ordered = comm_->OrderAfter(stream());
+  if (ordered.ok() && param_stage_.data() != nullptr) {
+    ordered = comm_->OrderAfter(backend_->copy_stream());
+  }
   if (!ordered.ok()) {
-    if (param_shards_ != nullptr) param_shards_->Release(unit);
+    if (param_shards_ != nullptr) (void)EndShardUse(unit);
     return ordered;
   }
   pending->handle =
@@ -502,18 +515,59 @@ Status ZeroEngine::StartGather(int unit) {
 
 StatusOr<const void*> ZeroEngine::UploadShard(int unit, const void* shard) {
   if (param_stage_.data() == nullptr) return shard;
-  // One gather at a time uses the buffer: with offloaded shards the gather starts at
-  // AcquireParams and is waited for there, and no write is open.
   HOIST_CHECK(open_write_unit_ < 0 && param_write_unit_ < 0)
       << "a gather while an updated shard is being written";
+  HOIST_RETURN_IF_ERROR(FreeParamStage());
+  // On the copy stream, after the compute stream's work so far (a host-staged gather's copy
+  // out of the staging runs there).
+  const Stream& copy = backend_->copy_stream();
+  HOIST_RETURN_IF_ERROR(compute_mark_->Record(stream()));
+  HOIST_RETURN_IF_ERROR(copy.WaitEvent(*compute_mark_));
   HOIST_RETURN_IF_ERROR(backend_->Copy(param_stage_.data(), shard,
                                        plan_.unit(unit).shard * static_cast<int64_t>(csize_),
-                                       kernels::CopyDirection::kHostToDevice, stream()));
-  // The host shard goes back to the parameter store, whose threads may refill it, once the
-  // gather is waited for; a collective's completion does not imply the copy's (alone, the staged
-  // gather is a copy on this stream, complete at once), so the host waits for the copy here.
-  HOIST_RETURN_IF_ERROR(Sync());
+                                       kernels::CopyDirection::kHostToDevice, copy));
+  stage_unit_ = unit;
+  HOIST_RETURN_IF_ERROR(param_uploaded_->Record(copy));
   return static_cast<const void*>(param_stage_.data());
+}
+
+Status ZeroEngine::EndShardUse(int unit) {
+  const auto u = static_cast<size_t>(unit);
+  if (!shard_held_[u]) return Status::Ok();
+  Status uploaded = Status::Ok();
+  if (stage_unit_ == unit) {
+    uploaded = param_uploaded_->Synchronize();
+    stage_unit_ = -1;
+  }
+  shard_held_[u] = 0;
+  param_shards_->Release(unit);
+  return uploaded;
+}
+
+Status ZeroEngine::FreeParamStage() {
+  if (stage_unit_ < 0) return Status::Ok();
+  const int unit = stage_unit_;
+  Pending* gather = gathers_[static_cast<size_t>(unit)].get();
+  const Status gathered = gather != nullptr ? FinishPending(*gather) : Status::Ok();
+  const Status ended = EndShardUse(unit);
+  return gathered.ok() ? ended : gathered;
+}
+
+Status ZeroEngine::DropPrefetchedGathers() {
+  Status first = Status::Ok();
+  for (int u = 0; u < plan_.num_units(); ++u) {
+    const auto at = static_cast<size_t>(u);
+    if (gathers_[at] == nullptr || acquire_count_[at] > 0) continue;
+    Status status = FinishPending(*gathers_[at]);
+    if (param_shards_ != nullptr) {
+      const Status ended = EndShardUse(u);
+      if (status.ok()) status = ended;
+    }
+    if (first.ok()) first = status;
+    live_gathered_ -= plan_.unit(u).padded;
+    gathers_[at].reset();  // back to the device in the stream's order
+  }
+  return first;
 }
 
 Status ZeroEngine::FinishPending(Pending& pending) {
@@ -537,7 +591,7 @@ const void* ZeroEngine::AcquireParams(int unit) {
     if (gathers_[u] == nullptr) Fail(StartGather(unit));
     if (!status_.ok()) return nullptr;
     Fail(FinishPending(*gathers_[u]));
-    if (param_shards_ != nullptr) param_shards_->Release(unit);
+    if (param_shards_ != nullptr) Fail(EndShardUse(unit));
     source = gathers_[u]->gathered.data();
   }
   acquired_params_[u] = source;
@@ -562,9 +616,14 @@ void ZeroEngine::Prefetch(int unit) {
   const auto u = static_cast<size_t>(unit);
   if (gathers_[u] != nullptr || acquire_count_[u] > 0) return;
   if (param_shards_ != nullptr) {
-    // Bring the shard in from NVMe in the background; the gather starts at AcquireParams.
-    param_shards_->Prefetch(unit);
-    return;
+    if (param_shards_->on_nvme(unit)) {
+      // Bring the shard in from NVMe in the background; the gather starts at AcquireParams.
+      param_shards_->Prefetch(unit);
+      return;
+    }
+    // A shard in host memory: gathered ahead as on the device, unless the device staging still
+    // holds another unit's shard for a gather not yet waited for.
+    if (stage_unit_ >= 0) return;
   }
   if (!PrefetchGathers(plan_.unit(unit), live_gathered_, options_)) return;
   Fail(StartGather(unit));
@@ -794,10 +853,13 @@ Status ZeroEngine::GatherUpdatedParams() {
     if (whole == nullptr) continue;  // stage 3: sharded units stay sharded
     if (param_shards_ != nullptr) {
       // The persistent unit's shard, read back where it is kept, gathered at once.
+      shard_held_[static_cast<size_t>(u)] = 1;
       StatusOr<const void*> shard = UploadShard(u, param_shards_->Acquire(u));
       Status status = shard.status();
+      if (status.ok()) status = comm_->OrderAfter(backend_->copy_stream());
       if (status.ok()) status = comm_->AllGather(*shard, whole, part.shard, type);
-      param_shards_->Release(u);
+      const Status ended = EndShardUse(u);
+      if (status.ok()) status = ended;
       if (first.ok()) first = status;
       continue;
     }

@@ -333,9 +333,22 @@ class ZeroEngine final : public ParamStore {
   // The fp32 weights this rank's optimizer updates, for the unit's owned range (state plan).
   float* master(int unit) const;
   Status StartGather(int unit);
-  // The offloaded shard of `unit` (host memory) where a collective can take it: itself, or on
-  // an accelerator its copy in param_stage_ (waited for).
+  // The offloaded shard of `unit` (host memory, acquired from the store: shard_held_) where a
+  // collective can take it: itself, or on an accelerator its copy in param_stage_, queued on the
+  // copy stream (param_uploaded_ after it) once the staging's last gather is done. A collective
+  // that reads it must be ordered after the copy stream.
   StatusOr<const void*> UploadShard(int unit, const void* shard);
+  // Gives the unit's offloaded shard back to the store once nothing reads it any more: its
+  // gather waited for, and its upload (the host waits for the copy stream's event: done already
+  // where the gather, ordered after the copy stream, completed; not so when the gather never
+  // started). No-op when not held.
+  Status EndShardUse(int unit);
+  // Waits for the gather that reads param_stage_, if any, and gives its shard back: the staging
+  // is then free for another upload or an updated shard.
+  Status FreeParamStage();
+  // Drops the gathers prefetched and not acquired (waited for first): before the weights change,
+  // lest the next pass use a gathered copy of the old ones.
+  Status DropPrefetchedGathers();
   Status FinishPending(Pending& pending);
   Status DrainReductions(int64_t keep_elements);
   Status ReduceFullGrads();
@@ -476,9 +489,10 @@ class ZeroEngine final : public ParamStore {
   std::vector<std::unique_ptr<Event>> grads_down_;
   std::vector<char> grads_queued_;
   bool boundary_ = false;  // SetAccumulationBoundary
-  // Marks on the streams: the gradients final on the compute stream (a download's start), each
-  // copy slot's last upload, and the step's last upload.
-  std::unique_ptr<Event> grads_final_, copied_up_[2], uploaded_;
+  // Marks on the streams: the compute stream's work so far (for the copy stream to wait on
+  // before a download or a shard's upload), each copy slot's last upload, and the step's last
+  // upload.
+  std::unique_ptr<Event> compute_mark_, copied_up_[2], uploaded_;
   std::unique_ptr<offload::PinnedHostPool> param_pool_;
   // Stage 3 with offload_param: this rank's compute-type shards, instead of params_.
   std::unique_ptr<ParamShards> param_shards_;
@@ -492,6 +506,12 @@ class ZeroEngine final : public ParamStore {
   Buffer param_stage_;
   int param_write_unit_ = -1;
   void* param_write_ = nullptr;
+  // The unit whose shard is in param_stage_ for a gather not yet waited for (-1: none), and the
+  // event after its upload on the copy stream; per unit, whether its offloaded shard is held
+  // (acquired from the store for a gather).
+  int stage_unit_ = -1;
+  std::unique_ptr<Event> param_uploaded_;
+  std::vector<char> shard_held_;
 
   Buffer params_;      // compute type: whole padded model (stages 0-2) or this rank's shards (3)
   Buffer persistent_;  // stage 3: compute-type copies of the persistent units

@@ -89,6 +89,7 @@ Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) cons
 Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const float* v_in,
                                 int64_t step_count) {
   if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
+  HOIST_RETURN_IF_ERROR(DropPrefetchedGathers());  // of the weights replaced here
   const DType type = options_.compute_type;
   for (int u = 0; u < plan_.num_units(); ++u) {
     const UnitPartition& owned = state_plan_.unit(u);
@@ -161,6 +162,7 @@ Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
 
 Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_count) {
   HOIST_CHECK(swapper_ != nullptr) << "RestoreStateInPieces needs the optimizer states on NVMe";
+  HOIST_RETURN_IF_ERROR(DropPrefetchedGathers());  // of the weights replaced here
   const DType type = options_.compute_type;
   std::vector<float> m, v;  // 8-bit: the sub-group's moments as fp32, requantized after
   Status written = swapper_->ForEachSubGroupView(

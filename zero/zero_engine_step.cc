@@ -16,6 +16,8 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   if (options_.frozen) return FailedPreconditionError("an optimizer step on frozen weights");
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
+  // The weights change: a gather prefetched and not used would hold the old ones.
+  HOIST_RETURN_IF_ERROR(DropPrefetchedGathers());
   if (options_.stage >= 2) {
     HOIST_RETURN_IF_ERROR(DrainAndSettle());
   } else {
@@ -197,8 +199,8 @@ void* ZeroEngine::host_grads(int unit) const {
 Status ZeroEngine::QueueGradDownload(int unit) {
   const Stream& copy = backend_->copy_stream();
   const auto u = static_cast<size_t>(unit);
-  HOIST_RETURN_IF_ERROR(grads_final_->Record(stream()));
-  HOIST_RETURN_IF_ERROR(copy.WaitEvent(*grads_final_));
+  HOIST_RETURN_IF_ERROR(compute_mark_->Record(stream()));
+  HOIST_RETURN_IF_ERROR(copy.WaitEvent(*compute_mark_));
   HOIST_RETURN_IF_ERROR(
       backend_->Copy(host_grads(unit), owned_grads(unit),
                      state_plan_.unit(unit).owned_real * static_cast<int64_t>(csize_),
@@ -391,7 +393,9 @@ void* ZeroEngine::BeginOwnedWrite(int unit, bool by_host) {
   }
   offload_stats_.to_host_bytes += plan_.unit(unit).shard * static_cast<int64_t>(csize_);
   if (param_stage_.data() == nullptr) return shard;
-  // On an accelerator the update writes the device's staging, brought down at EndOwnedWrite.
+  // On an accelerator the update writes the device's staging, brought down at EndOwnedWrite,
+  // once a gather that reads it is done.
+  Fail(FreeParamStage());
   HOIST_CHECK(param_write_unit_ < 0)
       << "unit " << unit << " written while unit " << param_write_unit_ << " still is";
   param_write_unit_ = unit;

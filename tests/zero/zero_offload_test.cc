@@ -19,6 +19,7 @@
 #include "offload/fault_injecting_storage.h"
 #include "offload/open_storage.h"
 #include "tests/zero/zero_test_util.h"
+#include "zero/memory_estimate.h"
 
 namespace hoist::zero {
 namespace {
@@ -381,6 +382,54 @@ TEST(ZeroParamOffload, TheShardsMoveOffTheDevice) {
   }
 }
 
+// A shard kept in host memory is gathered ahead, as on the device: Prefetch starts the next
+// unit's gather (its buffer allocated at once). On an accelerator the shard goes up through the one
+// device staging buffer, so a second prefetch waits until the first gather has been acquired; a
+// shard on NVMe is only read ahead, and gathered at AcquireParams.
+TEST(ZeroParamOffload, ShardsInHostMemoryAreGatheredAhead) {
+  ScratchDir dir;
+  for (bool accelerator : {false, true}) {
+    std::unique_ptr<live_memory::ScopedEnable> checked;
+    if (accelerator) checked = std::make_unique<live_memory::ScopedEnable>();
+    for (ParamPlace place : {ParamPlace::kHost, ParamPlace::kNvme}) {
+      auto group = comm::ThreadGroup::Create(1, 30.0);
+      ASSERT_TRUE(group.ok());
+      MemoryTracker tracker;
+      CpuDevice device(Place::kDevice, &tracker);
+      kernels::CpuBackend backend(&device, HostStream::Mode::kThreaded);
+      ZeroOptions options =
+          ParamsOffloaded(Base(3, 1, DType::kBFloat16), place, StatePlace::kDevice, dir, 0, 2).zero;
+      options.offload_param.nvme_file = dir.File(0);
+      auto engine = ZeroEngine::Create(ToyUnits(), options, &(*group)->comm(0), &backend);
+      ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+      ZeroEngine& e = **engine;
+      ASSERT_TRUE(e.Initialize([](int, float* out) { out[0] = 1.0f; }).ok());
+      auto gathered = [&] {
+        return tracker.Snapshot().current[int(Place::kDevice)][int(Category::kParam)];
+      };
+      const int64_t resident = gathered();
+      auto unit_bytes = [&](int u) { return GatheredUnitBytes(e.plan().unit(u), options); };
+      const std::string what = std::string(accelerator ? "accelerator" : "cpu") +
+                               (place == ParamPlace::kHost ? ", host" : ", nvme");
+      const bool ahead = place == ParamPlace::kHost;
+      e.Prefetch(1);
+      EXPECT_EQ(gathered(), resident + (ahead ? unit_bytes(1) : 0)) << what;
+      e.Prefetch(2);
+      EXPECT_EQ(gathered(), resident + (ahead ? unit_bytes(1) : 0) +
+                                (ahead && !accelerator ? unit_bytes(2) : 0))
+          << what;
+      ASSERT_NE(e.AcquireParams(1), nullptr);
+      e.Prefetch(2);  // the staging is free again
+      EXPECT_EQ(gathered(), resident + unit_bytes(1) + (ahead ? unit_bytes(2) : 0)) << what;
+      ASSERT_NE(e.AcquireParams(2), nullptr);
+      e.ReleaseParams(2);
+      e.ReleaseParams(1);
+      EXPECT_EQ(gathered(), resident) << what;
+      EXPECT_TRUE(e.status().ok()) << e.status().ToString();
+    }
+  }
+}
+
 TEST(ZeroParamOffload, ABufferSizeBelowTheLargestShardIsRefused) {
   ScratchDir dir;
   RunOptions run = ParamsOffloaded(Base(3, 1, DType::kFloat32), ParamPlace::kNvme,
@@ -620,10 +669,12 @@ TEST(ZeroParamOffload, OnAnAcceleratorTheHostUpdateWritesTheShardInPlace) {
 }
 
 // The engine's collectives through the host-staged communicator (how ranks sharing one GPU
-// talk), with threaded streams: the same weights as talking directly. With the parameters on
-// NVMe too, on one rank as on two: alone, the staged gather is a copy on the compute stream and
-// its handle is complete at once, so nothing but the engine's own wait keeps the store from
-// taking back the host shard that the upload is still reading (a race the TSan lane reports).
+// talk), with threaded streams: the same weights as talking directly. With the parameters
+// offloaded too (to NVMe, and to host memory, where the next unit's gather starts ahead), on one
+// rank as on two: alone, the staged gather is a copy on the compute stream and its handle is
+// complete at once, so nothing but the engine's own wait for the upload keeps the store from
+// taking back (or the step from rewriting) the host shard that the upload is still reading (a
+// race the TSan lane reports).
 TEST(ZeroStagedComm, GivesTheDirectBits) {
   live_memory::ScopedEnable checked;
   ScratchDir dir;
@@ -633,6 +684,9 @@ TEST(ZeroStagedComm, GivesTheDirectBits) {
     for (int world : {1, 2}) {
       runs.push_back(
           ParamsOffloaded(Base(3, world, type), ParamPlace::kNvme, StatePlace::kHost, dir, 0, 2));
+      // In host memory: gathered ahead, each shard going up on the copy stream.
+      runs.push_back(
+          ParamsOffloaded(Base(3, world, type), ParamPlace::kHost, StatePlace::kHost, dir, 0, 2));
     }
     for (RunOptions run : runs) {
       const int stage = run.zero.stage;
@@ -646,8 +700,8 @@ TEST(ZeroStagedComm, GivesTheDirectBits) {
         ASSERT_TRUE(staged[r].status.ok()) << staged[r].status.ToString();
         EXPECT_EQ(staged[r].params, direct[r].params)
             << "stage " << stage << ", " << DTypeName(type) << ", " << direct.size()
-            << " ranks, rank " << r
-            << (run.zero.offload_param.place == ParamPlace::kNvme ? ", parameters on NVMe" : "");
+            << " ranks, rank " << r << ", parameters offloaded to "
+            << int(run.zero.offload_param.place);
       }
     }
   }
