@@ -173,8 +173,15 @@ int64_t HostGradBytes(const PartitionPlan& state_plan, const ZeroOptions& option
 }
 
 int HostUpdateStagingBuffers(const ZeroOptions& options) {
-  if (options.offload_optimizer.place == StatePlace::kDevice) return 0;
-  return IsHalf(options.compute_type) ? 2 : 0;  // two slots of the 16-bit copy
+  // fp32's copy is the master itself; with the parameters offloaded the update writes the
+  // store's host buffer.
+  if (options.offload_optimizer.place == StatePlace::kDevice || !IsHalf(options.compute_type) ||
+      options.offload_param.place != ParamPlace::kDevice) {
+    return 0;
+  }
+  // From NVMe one sub-group at a time through one slot; from host memory two, one going up
+  // while the CPU updates the next unit.
+  return options.offload_optimizer.place == StatePlace::kNvme ? 1 : 2;
 }
 
 int64_t ReductionSendBytes(const UnitPartition& part, const ZeroOptions& options) {

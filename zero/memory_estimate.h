@@ -112,8 +112,9 @@ int64_t AllReduceStagingElements(const PartitionPlan& plan, const ZeroOptions& o
 //     once (Category::kGrad): they come down on the copy stream as the last micro-batch's
 //     backward finishes each unit, and the CPU's AdamW reads them there;
 //   HostUpdateStagingBytes: each of HostUpdateStagingBuffers slots (Category::kOptimizer) of the
-//     updated 16-bit copy on its way up, one unit's owned range (two slots in bf16/fp16, none in
-//     fp32, whose copy is the master itself).
+//     updated 16-bit copy on its way up, one unit's owned range (in bf16/fp16 two slots from host
+//     memory, one from NVMe; none in fp32, whose copy is the master itself, nor with the
+//     parameters offloaded, where the update writes the store's host buffer).
 // All 0 without offload.
 int64_t HostGradBytes(const PartitionPlan& state_plan, const ZeroOptions& options);
 int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOptions& options);

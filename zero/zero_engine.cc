@@ -22,6 +22,7 @@ struct ZeroEngine::Pending {
   const void* result = nullptr;  // where the reduced shard is (recv, or inside send)
   Buffer gathered;               // stage 3 gathers: the whole unit in compute type, padded
   bool done = false;
+  bool last = false;  // a reduction of the step's last backward pass (SetAccumulationBoundary)
   // Last, so destroyed first: a handle still running is waited for before its buffers go.
   comm::CommHandle handle;
 };
@@ -187,6 +188,9 @@ Status ZeroEngine::Allocate() {
     host_grad_at_.assign(static_cast<size_t>(n), -1);
     grads_down_.resize(static_cast<size_t>(n));
     grads_queued_.assign(static_cast<size_t>(n), 0);
+    // A copy from device memory into pageable memory would hold the host until it is done,
+    // the backward with it: the gradients then come down at Step.
+    early_downloads_ = options_.offload_optimizer.pin_memory;
     int64_t at = 0;
     for (int u = 0; u < n; ++u) {
       if (!host_part(u) || state_plan_.unit(u).owned_real == 0) continue;
@@ -640,7 +644,14 @@ float* ZeroEngine::AcquireGrads(int unit) {
       << "gradients of unit " << unit << " acquired twice in one micro-batch";
   if (!status_.ok()) return nullptr;
   if (!UsesWorkingGrads(options_)) {
-    return static_cast<float*>(whole_grads(unit));  // accumulates in place across micro-batches
+    // Accumulates in place across micro-batches: the host writes it, after a download of the
+    // last step's value is done.
+    if (host_update_) {
+      Fail(AwaitGradDownload(unit));
+      Fail(Sync());
+      if (!status_.ok()) return nullptr;
+    }
+    return static_cast<float*>(whole_grads(unit));
   }
   StatusOr<Buffer> work =
       AllocateTransient(WorkingGradBytes(plan_.unit(unit)), Category::kGrad,
@@ -664,6 +675,7 @@ void ZeroEngine::ReleaseGrads(int unit) {
   }
   if (options_.stage < 2) {
     if (type != DType::kFloat32) {
+      if (host_update_) Fail(AwaitGradDownload(unit));
       Fail(backend_->Accumulate(whole_grads(unit), type, work_grads_[u].data(), DType::kFloat32,
                                 1.0f, part.size, stream()));
       work_grads_[u] = Buffer();  // back in the stream's order, after the accumulation
@@ -673,6 +685,7 @@ void ZeroEngine::ReleaseGrads(int unit) {
   // Stages 2/3: reduce the unit's gradient into its owners' shards now.
   auto pending = std::make_unique<Pending>();
   pending->unit = unit;
+  pending->last = boundary_;
   const DType wire = options_.comm_type;
   const int64_t send_bytes = ReductionSendBytes(part, options_);
   if (send_bytes == 0) {  // fp32 on the wire: the working gradient itself, once it is written
@@ -730,6 +743,7 @@ Status ZeroEngine::DrainReductions(int64_t keep_elements) {
     // download that still reads the shard's last value).
     const int u = pending->unit;
     Status status = pending->handle->StreamWait(stream());
+    // (Only a unit reduced again after the boundary's pass has a download still queued.)
     if (status.ok()) status = AwaitGradDownload(u);
     if (status.ok()) {
       void* shard = ElementPtr(grads_.data(), options_.compute_type, part.shard_offset);
@@ -738,7 +752,8 @@ Status ZeroEngine::DrainReductions(int64_t keep_elements) {
     }
     // The step's last backward: the unit's owned gradients are final, and go down to the host
     // optimizer on the copy stream while the backward goes on.
-    if (status.ok() && boundary_ && host_update_ && host_grad_at_[static_cast<size_t>(u)] >= 0) {
+    if (status.ok() && pending->last && early_downloads_ &&
+        host_grad_at_[static_cast<size_t>(u)] >= 0) {
       status = QueueGradDownload(u);
     }
     if (!status.ok()) {
@@ -752,6 +767,14 @@ Status ZeroEngine::DrainReductions(int64_t keep_elements) {
     settling_.push_back(std::move(pending->handle));
   }
   return first;
+}
+
+std::vector<char> ZeroEngine::UnitsReducing() const {
+  std::vector<char> reducing(static_cast<size_t>(plan_.num_units()), 0);
+  for (const std::unique_ptr<Pending>& pending : reductions_) {
+    reducing[static_cast<size_t>(pending->unit)] = 1;
+  }
+  return reducing;
 }
 
 Status ZeroEngine::DrainAndSettle() {
@@ -783,8 +806,8 @@ Status ZeroEngine::Settle() const {
 
 Status ZeroEngine::ZeroGrads() {
   if (options_.frozen) return FailedPreconditionError("ZeroGrads on frozen weights");
-  HOIST_RETURN_IF_ERROR(DrainAndSettle());
   boundary_ = false;
+  HOIST_RETURN_IF_ERROR(DrainAndSettle());
   // After the downloads of the last step's gradients (queued, perhaps, for a step that
   // overflowed and did not wait for them).
   for (int u = 0; u < plan_.num_units(); ++u) HOIST_RETURN_IF_ERROR(AwaitGradDownload(u));

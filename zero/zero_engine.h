@@ -152,9 +152,14 @@ struct ModelStateBytes {
 // memory (the owned gradients in, the updated compute-type weights out): the transfers an
 // accelerator's step makes over the host link.
 struct OffloadStats {
-  int64_t to_host_bytes = 0;  // device -> host (the owned gradients)
-  // Of to_host_bytes, the gradients that came down on the copy stream while the last
-  // micro-batch's backward still ran (ZeroEngine::SetAccumulationBoundary), not at Step.
+  // device -> host: the owned gradients, each time they are sent down (once per step, steps
+  // that overflowed included; once per boundary pass too, see SetAccumulationBoundary), and
+  // with offload_param every shard the device wrote (Initialize, a device-side update)
+  int64_t to_host_bytes = 0;
+  // Of to_host_bytes, the gradients a step found already sent down by its last backward pass
+  // (ZeroEngine::SetAccumulationBoundary): the units whose reductions that pass finished,
+  // not those still in flight when it ended (with overlap_comm, up to reduce_bucket_size
+  // elements of them), which go down as Step drains them.
   int64_t to_host_during_backward_bytes = 0;
   int64_t from_host_bytes = 0;  // host -> device (the updated compute-type weights)
   int64_t nvme_read_bytes = 0;
@@ -213,10 +218,12 @@ class ZeroEngine final : public ParamStore {
   // Whether the coming backward pass is the step's last micro-batch's (DeepSpeed's gradient
   // accumulation boundary). With the optimizer offloaded on an accelerator (ZeRO-Offload), a
   // unit's owned gradients are final once that pass has reduced them (stages 2 and 3): they then
-  // come down to host memory on the copy stream while the backward goes on, and Step finds them
-  // there. Without it (and in stages 0/1, which reduce at Step) they come down at Step. More
-  // backward passes after it stay correct: a unit's gradients come down again after each
-  // accumulation. ZeroGrads clears it.
+  // come down to pinned host memory on the copy stream while the backward goes on, and Step
+  // finds them there. Without it, in stage 1 (which reduces at Step), with pin_memory false,
+  // and for the reductions still in flight when the pass ends (overlap_comm keeps up to
+  // reduce_bucket_size elements of them) they come down at Step. More backward passes after it
+  // stay correct: a unit's gradients come down again after each accumulation. ZeroGrads clears
+  // it.
   void SetAccumulationBoundary(bool last) { boundary_ = last; }
   bool frozen() const { return options_.frozen; }
   // Finishes the reductions and updates this rank's shard. Gradients hold loss_scale times the
@@ -272,6 +279,8 @@ class ZeroEngine final : public ParamStore {
   Status Sync() const;
   // Waits for the settling reductions that are complete and drops them; the first failure.
   Status SettleDone();
+  // Per unit, whether a reduction of its gradient is in flight (not yet accumulated).
+  std::vector<char> UnitsReducing() const;
   // Every reduction in flight accumulated, and all of them waited for on the host (at the end of
   // the passes: whatever follows, an error return included, may wait for the stream).
   Status DrainAndSettle();
@@ -488,7 +497,8 @@ class ZeroEngine final : public ParamStore {
   // gradients, and whether one is queued since the compute stream last wrote them.
   std::vector<std::unique_ptr<Event>> grads_down_;
   std::vector<char> grads_queued_;
-  bool boundary_ = false;  // SetAccumulationBoundary
+  bool boundary_ = false;         // SetAccumulationBoundary
+  bool early_downloads_ = false;  // host_grads_ is page-locked: downloads during the backward
   // Marks on the streams: the compute stream's work so far (for the copy stream to wait on
   // before a download or a shard's upload), each copy slot's last upload, and the step's last
   // upload.

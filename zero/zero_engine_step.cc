@@ -18,20 +18,25 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   const auto started = Clock::now();
   // The weights change: a gather prefetched and not used would hold the old ones.
   HOIST_RETURN_IF_ERROR(DropPrefetchedGathers());
+  // The host optimizer's gradients the backward already sent down (the reductions it finished;
+  // those still in flight, up to reduce_bucket_size with overlap_comm, go down as they are
+  // drained here).
+  // (A unit with a reduction still in flight comes down again once it is accumulated.)
+  int64_t came_early = 0;  // elements
+  const std::vector<char> reducing = UnitsReducing();
+  for (size_t u = 0; u < grads_queued_.size(); ++u) {
+    if (grads_queued_[u] && !reducing[u]) {
+      came_early += state_plan_.unit(static_cast<int>(u)).owned_real;
+    }
+  }
+  offload_stats_.to_host_during_backward_bytes += came_early * static_cast<int64_t>(csize_);
   if (options_.stage >= 2) {
     HOIST_RETURN_IF_ERROR(DrainAndSettle());
   } else {
     HOIST_RETURN_IF_ERROR(ReduceFullGrads());
   }
-  // The host optimizer's gradients that the backward did not bring down start down now, while
-  // the norm is computed and agreed on.
-  int64_t came_early = 0;  // elements
-  if (host_update_) {
-    for (int u = 0; u < plan_.num_units(); ++u) {
-      if (grads_queued_[static_cast<size_t>(u)]) came_early += state_plan_.unit(u).owned_real;
-    }
-    HOIST_RETURN_IF_ERROR(QueueGradDownloads());
-  }
+  // The rest start down now, while the norm is computed and agreed on.
+  if (host_update_) HOIST_RETURN_IF_ERROR(QueueGradDownloads());
   // A parameter shard that could not be read during this step's passes was replaced by zeros:
   // the step is void, on every rank.
   HOIST_RETURN_IF_ERROR(AgreeOnDeferredErrors());
@@ -97,6 +102,10 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     CloseOwnedWrite();
   }
   HOIST_RETURN_IF_ERROR(status_);
+  // Every path but HostUpdate's (which does it itself) waited for each download it read.
+  if (updated.ok() && !(host_update_ && swapper_ == nullptr && param_shards_ == nullptr)) {
+    std::fill(grads_queued_.begin(), grads_queued_.end(), 0);
+  }
   if (param_shards_ != nullptr) {
     Status stored = FinishOwnedWrites();
     if (updated.ok()) updated = stored;
@@ -111,14 +120,10 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     } else {
       offload_stats_.update_s += update_s;
     }
-    int64_t owned = 0, up = 0;  // of the offloaded part; of that, what goes up to the device
+    int64_t up = 0;  // of the offloaded part, what goes up to the device
     for (int u = 0; u < plan_.num_units(); ++u) {
-      if (!host_part(u)) continue;
-      owned += state_plan_.unit(u).owned_real;
-      if (!host_writes(u)) up += state_plan_.unit(u).owned_real;
+      if (host_part(u) && !host_writes(u)) up += state_plan_.unit(u).owned_real;
     }
-    offload_stats_.to_host_bytes += owned * static_cast<int64_t>(csize_);
-    offload_stats_.to_host_during_backward_bytes += came_early * static_cast<int64_t>(csize_);
     offload_stats_.from_host_bytes += up * static_cast<int64_t>(csize_);
   }
   // An update that failed on one rank (an I/O fault, a host or device op) must stop every rank
@@ -199,14 +204,19 @@ void* ZeroEngine::host_grads(int unit) const {
 Status ZeroEngine::QueueGradDownload(int unit) {
   const Stream& copy = backend_->copy_stream();
   const auto u = static_cast<size_t>(unit);
+  const int64_t bytes = state_plan_.unit(unit).owned_real * static_cast<int64_t>(csize_);
   HOIST_RETURN_IF_ERROR(compute_mark_->Record(stream()));
   HOIST_RETURN_IF_ERROR(copy.WaitEvent(*compute_mark_));
-  HOIST_RETURN_IF_ERROR(
-      backend_->Copy(host_grads(unit), owned_grads(unit),
-                     state_plan_.unit(unit).owned_real * static_cast<int64_t>(csize_),
-                     kernels::CopyDirection::kDeviceToHost, copy));
-  grads_queued_[u] = 1;  // the copy reads the gradients from here on, whatever comes next
-  return grads_down_[u]->Record(copy);
+  HOIST_RETURN_IF_ERROR(backend_->Copy(host_grads(unit), owned_grads(unit), bytes,
+                                       kernels::CopyDirection::kDeviceToHost, copy));
+  if (const Status recorded = grads_down_[u]->Record(copy); !recorded.ok()) {
+    // No event to wait on: the copy is waited for here, and nothing reads the gradients after.
+    (void)copy.Synchronize();
+    return recorded;
+  }
+  grads_queued_[u] = 1;
+  offload_stats_.to_host_bytes += bytes;
+  return Status::Ok();
 }
 
 Status ZeroEngine::QueueGradDownloads() {
@@ -220,8 +230,9 @@ Status ZeroEngine::QueueGradDownloads() {
 Status ZeroEngine::AwaitGradDownload(int unit) {
   const auto u = static_cast<size_t>(unit);
   if (grads_queued_.empty() || !grads_queued_[u]) return Status::Ok();
+  HOIST_RETURN_IF_ERROR(stream().WaitEvent(*grads_down_[u]));
   grads_queued_[u] = 0;
-  return stream().WaitEvent(*grads_down_[u]);
+  return Status::Ok();
 }
 
 std::vector<kernels::AdamWTensorRef> ZeroEngine::AdamWPieces(int unit, int64_t lo, int64_t hi,
@@ -265,8 +276,9 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master,
                                const kernels::AdamWStepScalars& h) {
   const DType type = options_.compute_type;
   const int64_t bytes = (hi - lo) * static_cast<int64_t>(csize_);
-  // Owned element i's gradient and compute-type copy: in place, or in the host update's staging
-  // (which starts at owned element lo).
+  // Owned element i's gradient and compute-type copy: in place; or for the host update, the
+  // gradient in host_grads_ and the copy in the store's host buffer (host_writes) or the staging
+  // slot 0 (which starts at owned element lo).
   const void* grads = owned_grads(unit);
   void* copies = compute;
   int64_t origin = 0;
@@ -292,12 +304,13 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master,
                    type, type, h, *ops_stream));
   }
   if (by_host) {
-    // Written in place but for fp32, whose copy is the master's bits.
-    HOIST_RETURN_IF_ERROR(ops_stream->Synchronize());
-    if (type != DType::kFloat32) return Status::Ok();
-    return host_backend_->Copy(static_cast<float*>(compute) + lo, master,
-                               (hi - lo) * static_cast<int64_t>(sizeof(float)),
-                               kernels::CopyDirection::kHostToHost, *ops_stream);
+    // Written in place but for fp32, whose copy is the master's bits; done when this returns.
+    if (type == DType::kFloat32) {
+      HOIST_RETURN_IF_ERROR(host_backend_->Copy(static_cast<float*>(compute) + lo, master,
+                                                (hi - lo) * static_cast<int64_t>(sizeof(float)),
+                                                kernels::CopyDirection::kHostToHost, *ops_stream));
+    }
+    return ops_stream->Synchronize();
   }
   if (host_update) {
     // The updated weights up: the rounded copy, or in fp32 the master's bits. The staging is the

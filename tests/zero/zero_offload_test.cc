@@ -588,8 +588,10 @@ TEST(ZeroThreadedStreams, GiveTheInlineBits) {
 // ZeRO-Offload on an accelerator (the backend stands for one: live_memory on, threaded streams):
 // told which micro-batch is the step's last, the engine brings each unit's owned gradients down
 // on the copy stream as that backward reduces them, not at Step; untold, at Step; told on every
-// micro-batch, again after each accumulation. The weights are the device run's whichever, and a
-// step that overflows leaves no download to race the next step's gradients.
+// micro-batch, again after each accumulation. With overlap_comm the reductions still in flight
+// at the end of the pass (up to reduce_bucket_size elements) come down at Step. The weights are
+// the device run's whichever, and a step that overflows leaves no download to race the next
+// step's gradients.
 TEST(ZeroOffload, OnAnAcceleratorTheLastBackwardBringsTheGradientsDown) {
   live_memory::ScopedEnable checked;
   ScratchDir dir;
@@ -601,35 +603,66 @@ TEST(ZeroOffload, OnAnAcceleratorTheLastBackwardBringsTheGradientsDown) {
         device.steps = 3;
         device.poison = [](int step, int rank) { return step == 1 && rank == 0; };
         const std::vector<RankResult> want = Train(device);
-        for (StatePlace place : {StatePlace::kHost, StatePlace::kNvme}) {
-          for (Boundary boundary : {Boundary::kLast, Boundary::kNone, Boundary::kEvery}) {
-            RunOptions run = Offloaded(device, place, dir, 50, 2);
-            run.streams = HostStream::Mode::kThreaded;
-            run.zero.overlap_comm = stage >= 2;
-            run.zero.reduce_bucket_size = 60;
-            run.boundary = boundary;
-            const std::string what = "stage " + std::to_string(stage) + ", " +
-                                     std::to_string(world) + " ranks, " + DTypeName(type) +
-                                     (place == StatePlace::kHost ? ", host" : ", nvme") +
-                                     ", boundary " + std::to_string(int(boundary));
-            const std::vector<RankResult> got = Train(run);
-            for (int r = 0; r < world; ++r) {
-              ASSERT_TRUE(got[r].status.ok()) << what << ": " << got[r].status.ToString();
-              EXPECT_EQ(got[r].params, want[r].params) << what << ", rank " << r;
-              EXPECT_EQ(got[r].overflow, (std::vector<bool>{false, true, false})) << what;
-              // Two steps updated: each brought the owned gradients down once.
-              int64_t owned = 0;  // bytes of this rank's owned gradients, padding aside
-              for (int u = 0; u < got[r].plan.num_units(); ++u) {
-                owned += got[r].plan.unit(u).owned_real * int64_t(DTypeSize(type));
+        // The reductions kept in flight: none, a few units' worth, all of them.
+        for (int64_t bucket : {int64_t{0}, int64_t{60}, int64_t{1} << 30}) {
+          if (stage == 1 && bucket != 0) continue;  // stage 1 reduces at Step
+          for (StatePlace place : {StatePlace::kHost, StatePlace::kNvme}) {
+            for (Boundary boundary : {Boundary::kLast, Boundary::kNone, Boundary::kEvery}) {
+              RunOptions run = Offloaded(device, place, dir, 50, 2);
+              run.streams = HostStream::Mode::kThreaded;
+              run.zero.overlap_comm = bucket > 0;
+              if (bucket > 0) run.zero.reduce_bucket_size = bucket;
+              run.boundary = boundary;
+              const std::string what = "stage " + std::to_string(stage) + ", " +
+                                       std::to_string(world) + " ranks, " + DTypeName(type) +
+                                       (place == StatePlace::kHost ? ", host" : ", nvme") +
+                                       ", boundary " + std::to_string(int(boundary)) +
+                                       ", in flight " + std::to_string(bucket);
+              const std::vector<RankResult> got = Train(run);
+              for (int r = 0; r < world; ++r) {
+                ASSERT_TRUE(got[r].status.ok()) << what << ": " << got[r].status.ToString();
+                EXPECT_EQ(got[r].params, want[r].params) << what << ", rank " << r;
+                EXPECT_EQ(got[r].overflow, (std::vector<bool>{false, true, false})) << what;
+                int64_t owned = 0;  // bytes of this rank's owned gradients, padding aside
+                for (int u = 0; u < got[r].plan.num_units(); ++u) {
+                  owned += got[r].plan.unit(u).owned_real * int64_t(DTypeSize(type));
+                }
+                // Every step brought them down once, the one that overflowed too; told on every
+                // micro-batch, once per micro-batch (stages 2 and 3).
+                const int passes = stage >= 2 && boundary == Boundary::kEvery ? 4 / world : 1;
+                EXPECT_EQ(got[r].offload.to_host_bytes, 3 * passes * owned)
+                    << what << ", rank " << r;
+                const int64_t early = got[r].offload.to_host_during_backward_bytes;
+                if (stage == 1 || boundary == Boundary::kNone || bucket == int64_t{1} << 30) {
+                  EXPECT_EQ(early, 0) << what << ", rank " << r;
+                } else if (bucket == 0) {
+                  EXPECT_EQ(early, 3 * owned) << what << ", rank " << r;
+                } else {  // the last units' reductions still in flight
+                  EXPECT_GT(early, 0) << what << ", rank " << r;
+                  EXPECT_LT(early, 3 * owned) << what << ", rank " << r;
+                }
               }
-              EXPECT_EQ(got[r].offload.to_host_bytes, 2 * owned) << what << ", rank " << r;
-              const bool early = stage >= 2 && boundary != Boundary::kNone;
-              EXPECT_EQ(got[r].offload.to_host_during_backward_bytes, early ? 2 * owned : 0)
-                  << what << ", rank " << r;
             }
           }
         }
       }
+    }
+  }
+  // Pageable host memory would hold the host in each copy: the gradients wait for Step.
+  for (int stage : {2, 3}) {
+    RunOptions device = Base(stage, 2, DType::kBFloat16);
+    const std::vector<RankResult> want = Train(device);
+    RunOptions run = Offloaded(device, StatePlace::kHost, dir);
+    run.streams = HostStream::Mode::kThreaded;
+    run.zero.overlap_comm = false;
+    run.zero.offload_optimizer.pin_memory = false;
+    const std::vector<RankResult> got = Train(run);
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_TRUE(got[r].status.ok()) << "stage " << stage << ": " << got[r].status.ToString();
+      EXPECT_EQ(got[r].params, want[r].params) << "stage " << stage << ", rank " << r;
+      EXPECT_GT(got[r].offload.to_host_bytes, 0) << "stage " << stage << ", rank " << r;
+      EXPECT_EQ(got[r].offload.to_host_during_backward_bytes, 0)
+          << "stage " << stage << ", rank " << r;
     }
   }
 }
