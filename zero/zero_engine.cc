@@ -376,6 +376,9 @@ Status ZeroEngine::Initialize(const std::function<void(int unit, float* out)>& f
 
 Status ZeroEngine::Initialize(const RangeFill& fill) {
   const DType type = options_.compute_type;
+  // The weights change: a gather prefetched and not used would hold the old ones (and its
+  // upload would read a shard being rewritten).
+  HOIST_RETURN_IF_ERROR(DropPrefetchedGathers());
   // The part of the current unit this rank keeps, [first, first + values.size()) in the unit's
   // coordinates: the whole unit where it keeps a whole copy, else its shard of the weights
   // (stage 3) and of the master weights. `values` is host memory that the next unit refills:
@@ -530,8 +533,12 @@ StatusOr<const void*> ZeroEngine::UploadShard(int unit, const void* shard) {
   HOIST_RETURN_IF_ERROR(backend_->Copy(param_stage_.data(), shard,
                                        plan_.unit(unit).shard * static_cast<int64_t>(csize_),
                                        kernels::CopyDirection::kHostToDevice, copy));
+  if (const Status recorded = param_uploaded_->Record(copy); !recorded.ok()) {
+    // No event to wait on: the copy is waited for here, and the shard is free after.
+    (void)copy.Synchronize();
+    return recorded;
+  }
   stage_unit_ = unit;
-  HOIST_RETURN_IF_ERROR(param_uploaded_->Record(copy));
   return static_cast<const void*>(param_stage_.data());
 }
 
@@ -608,15 +615,20 @@ void ZeroEngine::ReleaseParams(int unit) {
   if (--acquire_count_[u] > 0) return;
   acquired_params_[u] = nullptr;
   // The model's ops on the stream may still read the gathered unit: the device takes its memory
-  // back in the stream's order (Device), and the gather was waited for at AcquireParams.
+  // back in the stream's order (Device), and the gather was waited for at AcquireParams (unless
+  // the engine had failed by then: its shard is given back after it here).
   if (gathers_[u] != nullptr) {
+    if (param_shards_ != nullptr && shard_held_[u]) {
+      (void)FinishPending(*gathers_[u]);
+      (void)EndShardUse(unit);
+    }
     live_gathered_ -= plan_.unit(unit).padded;
     gathers_[u].reset();
   }
 }
 
 void ZeroEngine::Prefetch(int unit) {
-  if (!stage3_sharded(unit)) return;
+  if (!stage3_sharded(unit) || !status_.ok()) return;
   const auto u = static_cast<size_t>(unit);
   if (gathers_[u] != nullptr || acquire_count_[u] > 0) return;
   if (param_shards_ != nullptr) {

@@ -399,6 +399,8 @@ void ZeroEngine::CloseOwnedWrite() {
 
 void* ZeroEngine::BeginOwnedWrite(int unit, bool by_host) {
   if (param_shards_ == nullptr) return owned_params(unit);
+  // Before the store hands out the shard to rewrite: no queued upload still reads it.
+  if (param_stage_.data() != nullptr) Fail(FreeParamStage());
   void* shard = param_shards_->BeginWrite(unit);
   if (by_host) {
     host_write_unit_ = unit;
@@ -406,9 +408,8 @@ void* ZeroEngine::BeginOwnedWrite(int unit, bool by_host) {
   }
   offload_stats_.to_host_bytes += plan_.unit(unit).shard * static_cast<int64_t>(csize_);
   if (param_stage_.data() == nullptr) return shard;
-  // On an accelerator the update writes the device's staging, brought down at EndOwnedWrite,
-  // once a gather that reads it is done.
-  Fail(FreeParamStage());
+  // On an accelerator the update writes the device's staging (free since above), brought down
+  // at EndOwnedWrite.
   HOIST_CHECK(param_write_unit_ < 0)
       << "unit " << unit << " written while unit " << param_write_unit_ << " still is";
   param_write_unit_ = unit;

@@ -537,19 +537,30 @@ TEST(EngineMemoryEstimate, OnAnAcceleratorTheStagingIsCounted) {
          o.offload_optimizer.ratio = 0.5;
          o.offload_param.place = ParamPlace::kHost;
        }},
-
+      {"params partly in host memory, partly on nvme; optimizer on the host",
+       [](ZeroOptions& o) {
+         o.offload_param.place = ParamPlace::kNvme;
+         o.offload_param.max_in_cpu = 200;  // of the shards 3, 150, 131, 1, 32, 65, 2
+         o.offload_optimizer.place = StatePlace::kHost;
+       }},
   };
   for (const auto& [name, apply] : settings) {
     for (DType type : {DType::kFloat32, DType::kBFloat16}) {
-      EngineRun run;
-      run.units = UnevenUnits();
-      run.options = Options(3, type, Offload::kNone);
-      apply(run.options);
-      run.world = 2;
-      run.passes = LayerwisePasses(static_cast<int>(run.units.size()));
-      run.micro_batches = 2;
-      run.accelerator = true;
-      ExpectEstimateIsExact(run, std::string(name) + ", " + DTypeName(type));
+      // Without, and with a prefetch at the end of the backward pass: the next micro-batch's
+      // forward uses it; the step drops the last one's.
+      for (bool trailing : {false, true}) {
+        EngineRun run;
+        run.units = UnevenUnits();
+        run.options = Options(3, type, Offload::kNone);
+        apply(run.options);
+        run.world = 2;
+        run.passes = LayerwisePasses(static_cast<int>(run.units.size()));
+        if (trailing) run.passes.backward.push_back({StoreCall::Op::kPrefetch, 0});
+        run.micro_batches = 2;
+        run.accelerator = true;
+        ExpectEstimateIsExact(run, std::string(name) + ", " + DTypeName(type) +
+                                       (trailing ? ", prefetch at the end" : ""));
+      }
     }
   }
   // A frozen base at stage 3 with its parameters offloaded has the staging too (it is allocated
