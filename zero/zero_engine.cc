@@ -173,6 +173,7 @@ Status ZeroEngine::Allocate() {
     host_grad_at_.assign(static_cast<size_t>(n), -1);
     grads_down_.resize(static_cast<size_t>(n));
     grads_queued_.assign(static_cast<size_t>(n), 0);
+    sent_down_.assign(static_cast<size_t>(n), 0);
     // A copy from device memory into pageable memory would hold the host until it is done,
     // the backward with it: the gradients then come down at Step.
     early_downloads_ = options_.offload_optimizer.pin_memory;

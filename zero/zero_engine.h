@@ -497,6 +497,10 @@ class ZeroEngine final : public ParamStore {
   // gradients, and whether one is queued since the compute stream last wrote them.
   std::vector<std::unique_ptr<Event>> grads_down_;
   std::vector<char> grads_queued_;
+  // When each unit's gradients were last sent down (the count of downloads then): the host
+  // update takes the units in that order.
+  std::vector<int64_t> sent_down_;
+  int64_t downloads_ = 0;
   bool boundary_ = false;         // SetAccumulationBoundary
   bool early_downloads_ = false;  // host_grads_ is page-locked: downloads during the backward
   // Marks on the streams: the compute stream's work so far (for the copy stream to wait on

@@ -162,11 +162,18 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
     HOIST_RETURN_IF_ERROR(
         UpdatePiece(u, 0, owned.owned_real, master(u), ResidentMoments(u), owned_params(u), h));
   }
-  // The offloaded units in order, each as soon as its gradients are down; the i-th unit's
-  // 16-bit copy goes up from slot i % 2, rewritten once the upload that last read it is done.
-  int i = 0;
+  // The offloaded units in the order their gradients were sent down (the backward's, for those
+  // it sent), each as soon as they are; the i-th unit's 16-bit copy goes up from slot i % 2,
+  // rewritten once the upload that last read it is done.
+  std::vector<int> order;
   for (int u = 0; u < plan_.num_units(); ++u) {
-    if (host_grad_at_[static_cast<size_t>(u)] < 0) continue;
+    if (host_grad_at_[static_cast<size_t>(u)] >= 0) order.push_back(u);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return sent_down_[static_cast<size_t>(a)] < sent_down_[static_cast<size_t>(b)];
+  });
+  int i = 0;
+  for (int u : order) {
     const UnitPartition& owned = state_plan_.unit(u);
     const int slot = i % 2;
     HOIST_RETURN_IF_ERROR(grads_down_[static_cast<size_t>(u)]->Synchronize());
@@ -215,6 +222,7 @@ Status ZeroEngine::QueueGradDownload(int unit) {
     return recorded;
   }
   grads_queued_[u] = 1;
+  sent_down_[u] = ++downloads_;
   offload_stats_.to_host_bytes += bytes;
   return Status::Ok();
 }
