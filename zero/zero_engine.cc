@@ -174,9 +174,6 @@ Status ZeroEngine::Allocate() {
     grads_down_.resize(static_cast<size_t>(n));
     grads_queued_.assign(static_cast<size_t>(n), 0);
     sent_down_.assign(static_cast<size_t>(n), 0);
-    // A copy from device memory into pageable memory would hold the host until it is done,
-    // the backward with it: the gradients then come down at Step.
-    early_downloads_ = options_.offload_optimizer.pin_memory;
     int64_t at = 0;
     for (int u = 0; u < n; ++u) {
       if (!host_part(u) || state_plan_.unit(u).owned_real == 0) continue;
@@ -185,6 +182,12 @@ Status ZeroEngine::Allocate() {
       HOIST_ASSIGN_OR_RETURN(grads_down_[static_cast<size_t>(u)], backend_->CreateEvent());
     }
     HOIST_CHECK_LE(at, host_grads_.size_bytes());
+    // A copy from device memory into pageable memory (for the driver, mlock'd pages are) would
+    // hold the host until it is done, the backward with it: the gradients then come down at
+    // Step. Without the driver (the CPU standing for an accelerator) the setting decides.
+    early_downloads_ = offload::PinnedHostPool::DriverPins()
+                           ? host_grads_.cuda_pinned()
+                           : options_.offload_optimizer.pin_memory;
     const int64_t bytes = HostUpdateStagingBytes(state_plan_, options_);
     for (int slot = 0; slot < HostUpdateStagingBuffers(options_); ++slot) {
       HOIST_ASSIGN_OR_RETURN(stage_copy_[slot], pool_->Allocate(bytes, Category::kOptimizer));

@@ -390,6 +390,9 @@ class ZeroEngine final : public ParamStore {
   bool host_writes(int unit) const {
     return param_shards_ != nullptr && host_update_ && host_part(unit);
   }
+  // Every unit, those whose gradients were sent down to the host in the order they were (units
+  // never sent down first, then in unit order where the host update does not run).
+  std::vector<int> UnitsBySentDown() const;
   // Its loop over the units; HostUpdate orders and drains the copy stream after it, whatever it
   // returned.
   Status HostUpdateUnits(const kernels::AdamWStepScalars& h);
@@ -498,7 +501,7 @@ class ZeroEngine final : public ParamStore {
   std::vector<std::unique_ptr<Event>> grads_down_;
   std::vector<char> grads_queued_;
   // When each unit's gradients were last sent down (the count of downloads then): the host
-  // update takes the units in that order.
+  // update takes the units in that order (UnitsBySentDown).
   std::vector<int64_t> sent_down_;
   int64_t downloads_ = 0;
   bool boundary_ = false;         // SetAccumulationBoundary

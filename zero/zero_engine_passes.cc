@@ -200,7 +200,7 @@ float* ZeroEngine::AcquireGrads(int unit) {
   if (!UsesWorkingGrads(options_)) {
     // Accumulates in place across micro-batches: the host writes it, after a download of the
     // last step's value is done.
-    if (host_update_) {
+    if (host_update_ && grads_queued_[u]) {
       Fail(AwaitGradDownload(unit));
       Fail(Sync());
       if (!status_.ok()) return nullptr;
@@ -306,7 +306,7 @@ Status ZeroEngine::DrainReductions(int64_t keep_elements) {
     }
     // The step's last backward: the unit's owned gradients are final, and go down to the host
     // optimizer on the copy stream while the backward goes on.
-    if (status.ok() && pending->last && early_downloads_ &&
+    if (status.ok() && pending->last && boundary_ && early_downloads_ &&
         host_grad_at_[static_cast<size_t>(u)] >= 0) {
       status = QueueGradDownload(u);
     }

@@ -83,7 +83,8 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   if (host_update_ && swapper_ == nullptr && param_shards_ == nullptr) {
     updated = HostUpdate(h);
   } else if (swapper_ == nullptr) {
-    for (int u = 0; u < plan_.num_units(); ++u) {
+    // (With a host update, in the order the gradients were sent down.)
+    for (int u : UnitsBySentDown()) {
       const UnitPartition& owned = state_plan_.unit(u);
       if (owned.owned_real == 0) continue;
       void* compute = BeginOwnedWrite(u, host_writes(u));
@@ -165,15 +166,9 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
   // The offloaded units in the order their gradients were sent down (the backward's, for those
   // it sent), each as soon as they are; the i-th unit's 16-bit copy goes up from slot i % 2,
   // rewritten once the upload that last read it is done.
-  std::vector<int> order;
-  for (int u = 0; u < plan_.num_units(); ++u) {
-    if (host_grad_at_[static_cast<size_t>(u)] >= 0) order.push_back(u);
-  }
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return sent_down_[static_cast<size_t>(a)] < sent_down_[static_cast<size_t>(b)];
-  });
   int i = 0;
-  for (int u : order) {
+  for (int u : UnitsBySentDown()) {
+    if (host_grad_at_[static_cast<size_t>(u)] < 0) continue;
     const UnitPartition& owned = state_plan_.unit(u);
     const int slot = i % 2;
     HOIST_RETURN_IF_ERROR(grads_down_[static_cast<size_t>(u)]->Synchronize());
@@ -200,6 +195,16 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
     ++i;
   }
   return Status::Ok();
+}
+
+std::vector<int> ZeroEngine::UnitsBySentDown() const {
+  std::vector<int> order(static_cast<size_t>(plan_.num_units()));
+  for (int u = 0; u < plan_.num_units(); ++u) order[static_cast<size_t>(u)] = u;
+  if (sent_down_.empty()) return order;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return sent_down_[static_cast<size_t>(a)] < sent_down_[static_cast<size_t>(b)];
+  });
+  return order;
 }
 
 void* ZeroEngine::host_grads(int unit) const {

@@ -543,11 +543,19 @@ TEST(EngineMemoryEstimate, OnAnAcceleratorTheStagingIsCounted) {
          o.offload_param.max_in_cpu = 200;  // of the shards 3, 150, 131, 1, 32, 65, 2
          o.offload_optimizer.place = StatePlace::kHost;
        }},
+      {"optimizer on the host",
+       [](ZeroOptions& o) { o.offload_optimizer.place = StatePlace::kHost; }},
+      {"optimizer on nvme",
+       [](ZeroOptions& o) {
+         o.offload_optimizer.place = StatePlace::kNvme;
+         o.offload_optimizer.sub_group_size = 100;
+       }},
   };
   for (const auto& [name, apply] : settings) {
     for (DType type : {DType::kFloat32, DType::kBFloat16}) {
-      // Without, and with a prefetch at the end of the backward pass: the next micro-batch's
-      // forward uses it; the step drops the last one's.
+      // Without, and with a prefetch at the end of the backward pass (of unit 1, sharded: unit 0
+      // is persistent): the next micro-batch's forward, which starts on unit 0, leaves it for
+      // later; the step drops the last one's.
       for (bool trailing : {false, true}) {
         EngineRun run;
         run.units = UnevenUnits();
@@ -555,7 +563,7 @@ TEST(EngineMemoryEstimate, OnAnAcceleratorTheStagingIsCounted) {
         apply(run.options);
         run.world = 2;
         run.passes = LayerwisePasses(static_cast<int>(run.units.size()));
-        if (trailing) run.passes.backward.push_back({StoreCall::Op::kPrefetch, 0});
+        if (trailing) run.passes.backward.push_back({StoreCall::Op::kPrefetch, 1});
         run.micro_batches = 2;
         run.accelerator = true;
         ExpectEstimateIsExact(run, std::string(name) + ", " + DTypeName(type) +
