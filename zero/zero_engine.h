@@ -504,8 +504,10 @@ class ZeroEngine final : public ParamStore {
   // update takes the units in that order (UnitsBySentDown).
   std::vector<int64_t> sent_down_;
   int64_t downloads_ = 0;
-  bool boundary_ = false;         // SetAccumulationBoundary
-  bool early_downloads_ = false;  // host_grads_ is page-locked: downloads during the backward
+  bool boundary_ = false;  // SetAccumulationBoundary
+  // host_grads_ is pinned for the device (by the CUDA driver; without it, pin_memory): the
+  // downloads may go during the backward without holding the host.
+  bool early_downloads_ = false;
   // Marks on the streams: the compute stream's work so far (for the copy stream to wait on
   // before a download or a shard's upload), each copy slot's last upload, and the step's last
   // upload.

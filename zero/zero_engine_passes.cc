@@ -229,7 +229,7 @@ void ZeroEngine::ReleaseGrads(int unit) {
   }
   if (options_.stage < 2) {
     if (type != DType::kFloat32) {
-      if (host_update_) Fail(AwaitGradDownload(unit));
+      Fail(AwaitGradDownload(unit));
       Fail(backend_->Accumulate(whole_grads(unit), type, work_grads_[u].data(), DType::kFloat32,
                                 1.0f, part.size, stream()));
       work_grads_[u] = Buffer();  // back in the stream's order, after the accumulation

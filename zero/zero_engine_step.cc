@@ -18,10 +18,9 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   const auto started = Clock::now();
   // The weights change: a gather prefetched and not used would hold the old ones.
   HOIST_RETURN_IF_ERROR(DropPrefetchedGathers());
-  // The host optimizer's gradients the backward already sent down (the reductions it finished;
-  // those still in flight, up to reduce_bucket_size with overlap_comm, go down as they are
-  // drained here).
-  // (A unit with a reduction still in flight comes down again once it is accumulated.)
+  // The host optimizer's gradients the last backward already sent down: the units whose
+  // reductions it finished. Those still in flight (up to reduce_bucket_size with overlap_comm)
+  // go down, again if they went before, as they are drained here.
   int64_t came_early = 0;  // elements
   const std::vector<char> reducing = UnitsReducing();
   for (size_t u = 0; u < grads_queued_.size(); ++u) {
@@ -80,7 +79,9 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   Status updated = Status::Ok();
   const auto update_started = Clock::now();
   const double wait_before = swapper_ != nullptr ? swapper_->io_wait_seconds() : 0.0;
-  if (host_update_ && swapper_ == nullptr && param_shards_ == nullptr) {
+  // The host update's pipeline: states in host memory, weights on the device.
+  const bool pipelined = host_update_ && swapper_ == nullptr && param_shards_ == nullptr;
+  if (pipelined) {
     updated = HostUpdate(h);
   } else if (swapper_ == nullptr) {
     // (With a host update, in the order the gradients were sent down.)
@@ -103,8 +104,8 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     CloseOwnedWrite();
   }
   HOIST_RETURN_IF_ERROR(status_);
-  // Every path but HostUpdate's (which does it itself) waited for each download it read.
-  if (updated.ok() && !(host_update_ && swapper_ == nullptr && param_shards_ == nullptr)) {
+  // The other paths waited for each download they read (HostUpdate clears the flags itself).
+  if (updated.ok() && !pipelined) {
     std::fill(grads_queued_.begin(), grads_queued_.end(), 0);
   }
   if (param_shards_ != nullptr) {

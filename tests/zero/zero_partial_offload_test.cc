@@ -9,24 +9,13 @@
 #include <vector>
 
 #include "offload/pinned_pool.h"
-#include "tests/zero/zero_test_util.h"
+#include "tests/zero/offload_test_util.h"
 #include "zero/memory_estimate.h"
 
 namespace hoist::zero {
 namespace {
 
 using namespace zero_test;  // NOLINT(google-build-using-namespace): the shared harness
-
-RunOptions Base(int stage, int world, DType type) {
-  RunOptions run;
-  run.world = world;
-  run.zero.stage = stage;
-  run.zero.compute_type = type;
-  run.zero.comm_type = type;
-  run.zero.stage3_param_persistence_threshold = 10;
-  run.zero.adam.weight_decay = 0.1f;
-  return run;
-}
 
 RunOptions AtRatio(RunOptions run, double ratio) {
   run.zero.offload_optimizer.place = StatePlace::kHost;
