@@ -8,15 +8,10 @@
 
 #include "runtime/config_model.h"
 #include "runtime/lora.h"
+#include "runtime/model_family.h"
 
 namespace hoist::runtime::config_internal {
 namespace {
-
-// PEFT's default target_modules for the families hoist knows.
-std::vector<std::string> DefaultTargets(ModelFamily family) {
-  if (family == ModelFamily::kGpt2) return {"c_attn"};
-  return {"q_proj", "v_proj"};
-}
 
 std::string Join(const std::vector<std::string>& names) {
   std::string out;
@@ -94,7 +89,8 @@ Status ReadLora(const Section& top, ModelConfig* model) {
                                 adapter && adapter->use_rslora ? "true" : "false"));
     lora.use_rslora = rslora;
   }
-  lora.target_modules = adapter ? adapter->target_modules : DefaultTargets(model->family);
+  lora.target_modules =
+      adapter ? adapter->target_modules : FamilyOf(model->family).default_lora_targets;
   if (const nlohmann::json* targets = s.Find("target_modules")) {
     std::vector<std::string> names;
     if (targets->is_string()) {

@@ -1,45 +1,23 @@
-// LlamaModel's construction, memory and weights (runtime/llama.h); its passes are in
-// llama_pass.cc.
+// LlamaModel's declaration to the block model and its embedding, block and final norm
+// (runtime/llama.h); its layout, Hugging Face names and initialisation are in llama_params.cc.
 #include "runtime/llama.h"
 
-#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
-#include "kernels/cpu_backend.h"
 #include "kernels/cuda/workspace.h"
 #include "kernels/rope.h"
+#include "runtime/model_family.h"
 
 namespace hoist::runtime {
 
-LlamaModel::LlamaModel(const ModelConfig& config, int max_B, int max_T, DType activation_type,
-                       const ActivationCheckpointingConfig& checkpointing)
-    : config_(config),
-      layout_(LlamaLayout::For(config)),
-      NH_(config.n_head),
-      NKV_(config.kv_heads()),
-      hd_(config.head_dim()),
-      C_(config.n_embd),
-      I_(config.intermediate_size),
-      QKV_((config.n_head + 2 * config.kv_heads()) * config.head_dim()),
-      max_B_(max_B),
-      max_T_(max_T),
-      activation_type_(activation_type),
-      checkpointing_(checkpointing) {
-  for (int s = 0; s < kNumSaved; ++s) {
-    std::vector<int>& index = kept_index_[static_cast<size_t>(s)];
-    int& kept = kept_layers_[static_cast<size_t>(s)];
-    for (int l = 0; l < config_.n_layer; ++l) index.push_back(Kept(s, l) ? kept++ : -1);
-  }
-  for (int l = 0; l < config_.n_layer; ++l) {
-    HOIST_CHECK_EQ(Kept(kSavedAtt, l), Kept(kSavedAtty, l)) << "layer " << l;
-  }
-}
-
-LlamaModel::~LlamaModel() = default;
-
 namespace {
+
+// The saved tensors' kinds: recomputed under the selective policy, kept by it, and the attention
+// probabilities (fp32, recomputed with the attention's output).
+constexpr BlockModel::SavedTensor kRecomputed{false, false}, kSelective{false, true},
+    kProbabilities{true, false};
 
 // The dimensions a Llama needs to fit together, named by their config.json keys.
 Status CheckLlamaConfig(const ModelConfig& m) {
@@ -80,202 +58,106 @@ kernels::RopeScaling ScalingOf(const RopeScalingConfig& r) {
   return s;
 }
 
+// One block's gradients within its unit's fp32 buffer; a null unit (a frozen base's gradients)
+// gives null tensors.
+struct BlockGrads {
+  float *ln1, *qkv, *o, *ln2, *gate_up, *down;
+
+  BlockGrads(float* unit, const LlamaLayout& layout) {
+    auto at = [&](int tensor) {
+      return unit == nullptr ? nullptr : unit + layout.local_offsets[tensor];
+    };
+    ln1 = at(kLlamaInputNorm), qkv = at(kLlamaQkv), o = at(kLlamaOProj);
+    ln2 = at(kLlamaPostNorm), gate_up = at(kLlamaGateUp), down = at(kLlamaDown);
+  }
+};
+
+// One block's weights as the store gives them (acquired: what AcquireParams returned): the
+// matmuls' as zero::StoredWeight (dense, or 4-bit in a frozen 4-bit base), the norms' in the
+// compute type.
+struct BlockWeights {
+  const void *ln1, *ln2;
+  zero::StoredWeight qkv, o, gate_up, down;
+
+  BlockWeights(const zero::ParamStore& store, int unit, const void* acquired,
+               const LlamaLayout& layout) {
+    auto at = [&](int tensor) {
+      return store.Weight(unit, acquired, layout.local_offsets[tensor]);
+    };
+    ln1 = at(kLlamaInputNorm).dense, ln2 = at(kLlamaPostNorm).dense;
+    qkv = at(kLlamaQkv), o = at(kLlamaOProj), gate_up = at(kLlamaGateUp), down = at(kLlamaDown);
+  }
+};
+
+BlockModel::Declaration Declare(const ModelConfig& config) {
+  const LlamaLayout layout = LlamaLayout::For(config);
+  return {.name = "LlamaModel",
+          .unit_offsets = layout.unit_offsets,
+          // ln1, qkv, atty, att (fp32), residual2, ln2, gate_up, swiglu, residual3.
+          .saved = {kRecomputed, kSelective, kRecomputed, kProbabilities, kSelective, kRecomputed,
+                    kSelective, kRecomputed, kRecomputed},
+          .tied_head = layout.tied,
+          .head_offset = layout.tied ? layout.local_offsets[kLlamaEmbedTokens]
+                                     : layout.local_offsets[kLlamaLmHead],
+          .initialize_unit = &InitializeLlamaUnit,
+          .initialize_range = &InitializeLlamaRange};
+}
+
 }  // namespace
+
+LlamaModel::LlamaModel(const ModelConfig& config, int max_B, int max_T, DType activation_type,
+                       const ActivationCheckpointingConfig& checkpointing)
+    : BlockModel(config, max_B, max_T, activation_type, checkpointing, Declare(config)),
+      layout_(LlamaLayout::For(config)),
+      NH_(config.n_head),
+      NKV_(config.kv_heads()),
+      hd_(config.head_dim()),
+      C_(config.n_embd),
+      I_(config.intermediate_size),
+      QKV_((config.n_head + 2 * config.kv_heads()) * config.head_dim()) {}
+
+LlamaModel::~LlamaModel() = default;
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     const ModelConfig& config, int max_B, int max_T, Device* device, zero::ParamStore* store,
     DType activation_type, const ActivationCheckpointingConfig& checkpointing) {
-  HOIST_CHECK(device != nullptr);
-  auto backend = std::make_unique<kernels::CpuBackend>(device);
-  kernels::Backend* raw = backend.get();
-  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
-                         Create(config, max_B, max_T, raw, store, activation_type, checkpointing));
-  model->own_backend_ = std::move(backend);
-  return model;
+  return CreateOnCpu<LlamaModel>(config, max_B, max_T, device, store, activation_type,
+                                 checkpointing);
 }
 
 StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     const ModelConfig& config, int max_B, int max_T, kernels::Backend* backend,
     zero::ParamStore* store, DType activation_type,
     const ActivationCheckpointingConfig& checkpointing) {
-  HOIST_CHECK(backend != nullptr);
   HOIST_RETURN_IF_ERROR(CheckLlamaConfig(config));
   HOIST_RETURN_IF_ERROR(
       CheckModelArguments(config, max_B, max_T, store, activation_type, checkpointing));
-  std::unique_ptr<LlamaModel> model(
-      new LlamaModel(config, max_B, max_T, activation_type, checkpointing));
-  model->store_ = store;
-  model->backend_ = backend;
-  HOIST_RETURN_IF_ERROR(model->Allocate(&backend->device()));
-  HOIST_RETURN_IF_ERROR(
-      model->CreateLora(config, int64_t{max_B} * max_T, backend, activation_type));
-  return model;
+  return Attach(std::unique_ptr<LlamaModel>(
+                    new LlamaModel(config, max_B, max_T, activation_type, checkpointing)),
+                backend, store);
 }
 
 Model::ActivationBytes LlamaModel::ActivationFootprint(
     const ModelConfig& config, int max_B, int max_T, DType activation_type,
     const ActivationCheckpointingConfig& checkpointing, DeviceKind device) {
-  LlamaModel model(config, max_B, max_T, activation_type, checkpointing);
-  model.footprint_device_ = device;
-  ActivationBytes bytes;
-  const Status counted = model.AllocateActivations(nullptr, &bytes);
-  HOIST_CHECK(counted.ok()) << counted.ToString();
-  bytes.device += LoraScratchBytes(config, int64_t{max_B} * max_T, activation_type);
-  return bytes;
+  return LlamaModel(config, max_B, max_T, activation_type, checkpointing).CountActivations(device);
 }
 
-Status LlamaModel::Allocate(Device* device) {
-  if (store_ == nullptr) {
-    HOIST_ASSIGN_OR_RETURN(own_store_,
-                           FlatParamStore::Create(StoreUnitOffsets(config_, layout_.unit_offsets),
-                                                  backend_, activation_type_));
-    store_ = own_store_.get();
-  }
-  ActivationBytes bytes;
-  HOIST_RETURN_IF_ERROR(AllocateActivations(device, &bytes));
-  // The rotary table and the zero position table, once.
-  HOIST_ASSIGN_OR_RETURN(
-      std::vector<float> inv_freq,
-      kernels::RopeInvFreq(hd_, config_.rope_theta, ScalingOf(config_.rope_scaling)));
-  const kernels::RopeTable table = kernels::MakeRopeTable(inv_freq, max_T_);
-  const int64_t table_bytes = int64_t{max_T_} * (hd_ / 2) * int64_t{sizeof(float)};
-  HOIST_RETURN_IF_ERROR(backend_->Copy(rope_cos_, table.cos.data(), table_bytes,
-                                       kernels::CopyDirection::kHostToDevice, stream()));
-  HOIST_RETURN_IF_ERROR(backend_->Copy(rope_sin_, table.sin.data(), table_bytes,
-                                       kernels::CopyDirection::kHostToDevice, stream()));
-  HOIST_RETURN_IF_ERROR(backend_->Zero(
-      zero_positions_, int64_t{max_T_} * C_ * int64_t(DTypeSize(activation_type_)), stream()));
-  return stream().Synchronize();
-}
-
-bool LlamaModel::Kept(int s, int l) const {
-  if (s == kSavedResidual3) return true;
-  switch (checkpointing_.policy) {
-    case CheckpointPolicy::kNone: return true;
-    case CheckpointPolicy::kFull:
-    case CheckpointPolicy::kEveryK: return !checkpointing_.Checkpointed(l);
-    case CheckpointPolicy::kSelective:
-      return s == kSavedQkv || s == kSavedResidual2 || s == kSavedGateUp;
-  }
-  return true;
-}
-
-bool LlamaModel::KeptOnHost(int s) const {
-  return s == kSavedResidual3 && checkpointing_.cpu_checkpointing && checkpointing_.enabled();
-}
-
-Status LlamaModel::AllocateActivations(Device* device, ActivationBytes* bytes) {
-  const int64_t L = config_.n_layer, C = C_, NH = NH_, T = max_T_;
+void LlamaModel::DeclareArrays(Arrays& activations, Arrays& scratch) {
+  const int64_t L = config_.n_layer, T = max_T_, C = C_;
   const int64_t BT = int64_t{max_B_} * max_T_;
-  const int64_t Vp = config_.padded_vocab_size();
-  const DType a = activation_type_, f32 = DType::kFloat32;
-
-  struct Slot {
-    float** fp32;
-    void** typed;
-    int64_t count;
-    DType type;
-  };
-  auto fp32 = [&](float** ptr, int64_t count) { return Slot{ptr, nullptr, count, f32}; };
-  auto typed = [&](void** ptr, int64_t count) { return Slot{nullptr, ptr, count, a}; };
-  std::vector<Slot> activation_slots = {fp32(&rope_cos_, T * (hd_ / 2)),
-                                        fp32(&rope_sin_, T * (hd_ / 2)),
-                                        typed(&zero_positions_, T * C),
-                                        fp32(&dpositions_, T * C),
-                                        typed(&encoded_, BT * C),
-                                        fp32(&rstd1_, L * BT),
-                                        fp32(&lse_, tiled() ? L * max_B_ * NH * T : 0),
-                                        fp32(&rstd2_, L * BT),
-                                        typed(&lnf_, BT * C),
-                                        fp32(&rstdf_, BT),
-                                        typed(&logits_, BT * Vp),
-                                        fp32(&losses_, BT)};
-  std::vector<Slot> pinned_slots;
-  for (int s = 0; s < kNumSaved; ++s) {
-    const auto i = static_cast<size_t>(s);
-    const int64_t count = SavedCount(s, max_B_, max_T_);
-    const DType type = SavedType(s);
-    if (kept_layers_[i] < L) activation_slots.push_back({nullptr, &work_[i], count, type});
-    (KeptOnHost(s) ? pinned_slots : activation_slots)
-        .push_back({nullptr, &stack_[i], kept_layers_[i] * count, type});
-  }
-  const Slot scratch_slots[] = {typed(&dresidual_, BT * C),    typed(&dln_, BT * C),
-                                typed(&datty_, BT * NH * hd_), typed(&dqkv_, BT * QKV_),
-                                typed(&dgateup_, BT * 2 * I_), typed(&dswiglu_, BT * I_)};
-
-  auto padded = [](const Slot& slot) {
-    return (slot.count * static_cast<int64_t>(DTypeSize(slot.type)) + 63) / 64 * 64;
-  };
-  auto total = [&](const auto& slots) {
-    int64_t sum = 0;
-    for (const Slot& slot : slots) sum += padded(slot);
-    return sum;
-  };
-  auto carve = [&](const auto& slots, void* base) {
-    char* cursor = static_cast<char*>(base);
-    for (const Slot& slot : slots) {
-      void* at = slot.count > 0 ? cursor : nullptr;
-      if (slot.fp32 != nullptr) *slot.fp32 = static_cast<float*>(at);
-      if (slot.typed != nullptr) *slot.typed = at;
-      cursor += padded(slot);
-    }
-  };
-  const int64_t pinned_bytes = total(pinned_slots);
-  const int64_t activation_bytes = total(activation_slots);
-  const int64_t scratch_bytes = total(scratch_slots);
-  const int64_t token_bytes = 2 * BT * int64_t{sizeof(int32_t)};
-  const int NHi = static_cast<int>(NH);
-  int64_t workspace_bytes = 0;
-  if (backend_ != nullptr) {
-    workspace_bytes = tiled()
-                          ? backend_->GqaTiledAttentionWorkspaceBytes(max_B_, max_T_, NHi)
-                          : backend_->GqaAttentionWorkspaceBytes(max_B_, max_T_, NHi, NKV_, hd_, a);
-  } else if (footprint_device_ == DeviceKind::kCuda) {
-    workspace_bytes =
-        tiled() ? kernels::cuda::TiledAttentionBackwardWorkspaceBytes(max_B_, max_T_, NHi)
-                : kernels::cuda::GqaAttentionWorkspaceBytes(max_B_, max_T_, NHi, NKV_, hd_, a);
-  }
-  const int64_t page = offload::PinnedHostPool::kPageBytes;
-  bytes->device = activation_bytes + scratch_bytes + token_bytes + workspace_bytes;
-  bytes->host_pinned = (pinned_bytes + page - 1) / page * page;
-  if (device == nullptr) return Status::Ok();
-
-  auto allocate = [&](int64_t n) -> StatusOr<Buffer> {
-    StatusOr<Buffer> buffer = device->Allocate(n, Category::kActivation);
-    if (buffer.ok()) return buffer;
-    return Status(buffer.status().code(),
-                  "the activations of a " + std::to_string(max_B_) + " x " +
-                      std::to_string(max_T_) + " micro-batch: " + buffer.status().message() +
-                      ". To make room: a smaller train_micro_batch_size_per_gpu, "
-                      "activation_checkpointing, model.attention \"tiled\", or a higher "
-                      "zero_optimization.stage or offload for the model states (hoist plan "
-                      "--memory BYTES lists the settings that fit)");
-  };
-  HOIST_ASSIGN_OR_RETURN(activations_, allocate(activation_bytes));
-  carve(activation_slots, activations_.data());
-  HOIST_ASSIGN_OR_RETURN(scratch_, allocate(scratch_bytes));
-  carve(scratch_slots, scratch_.data());
-  HOIST_ASSIGN_OR_RETURN(tokens_, allocate(token_bytes));
-  inputs_ = tokens_.as<int32_t>();
-  targets_ = inputs_ + BT;
-  if (workspace_bytes > 0) {
-    HOIST_ASSIGN_OR_RETURN(attention_workspace_, allocate(workspace_bytes));
-  }
-  host_losses_.resize(static_cast<size_t>(BT));
-  host_tokens_.resize(static_cast<size_t>(2 * BT));
-  if (pinned_bytes > 0) {
-    pinned_pool_ = std::make_unique<offload::PinnedHostPool>(*device->tracker());
-    HOIST_ASSIGN_OR_RETURN(pinned_, pinned_pool_->Allocate(pinned_bytes, Category::kActivation));
-    if (backend_ != nullptr && backend_->kind() == DeviceKind::kCuda && !pinned_.cuda_pinned()) {
-      return ResourceExhaustedError(
-          "activation_checkpointing.cpu_checkpointing: the CUDA driver could not pin " +
-          FormatBytes(pinned_bytes) +
-          " of host memory for the kept block inputs; free host memory, or turn "
-          "cpu_checkpointing off (the inputs then stay on the GPU)");
-    }
-    carve(pinned_slots, pinned_.data());
-  }
-  return Status::Ok();
+  activations.Fp32(&rope_cos_, T * (hd_ / 2));
+  activations.Fp32(&rope_sin_, T * (hd_ / 2));
+  activations.Typed(&zero_positions_, T * C);
+  activations.Fp32(&dpositions_, T * C);
+  activations.Fp32(&rstd1_, L * BT);
+  activations.Fp32(&lse_, tiled() ? L * BT * NH_ : 0);
+  activations.Fp32(&rstd2_, L * BT);
+  activations.Fp32(&rstdf_, BT);
+  scratch.Typed(&datty_, BT * NH_ * hd_);
+  scratch.Typed(&dqkv_, BT * QKV_);
+  scratch.Typed(&dgateup_, BT * 2 * I_);
+  scratch.Typed(&dswiglu_, BT * I_);
 }
 
 int64_t LlamaModel::SavedCount(int s, int B, int T) const {
@@ -290,73 +172,231 @@ int64_t LlamaModel::SavedCount(int s, int B, int T) const {
   }
 }
 
-DType LlamaModel::SavedType(int s) const {
-  return s == kSavedAtt ? DType::kFloat32 : activation_type_;
-}
-
-void* LlamaModel::At(int s, int l) const {
-  const auto i = static_cast<size_t>(s);
-  const int index = kept_index_[i][static_cast<size_t>(l)];
-  if (index < 0) return work_[i];
-  return ElementPtr(stack_[i], SavedType(s), index * SavedCount(s, last_B_, last_T_));
-}
-
-const void* LlamaModel::Weight(const void* unit, int tensor) const {
-  return ElementPtr(unit, activation_type_, layout_.local_offsets[tensor]);
-}
-
-bool LlamaModel::Ok(const Status& op) {
-  if (status_.ok() && !op.ok()) status_ = op;
-  return status_.ok();
-}
-
-bool LlamaModel::Zero(void* p, int64_t count) {
-  return Ok(backend_->Zero(p, count * static_cast<int64_t>(DTypeSize(activation_type_)), stream()));
-}
-
-float* LlamaModel::params() {
-  HOIST_CHECK(own_store_ != nullptr) << "params() of a model whose weights live in a ZeRO store";
-  return own_store_->params();
-}
-
-float* LlamaModel::grads() {
-  HOIST_CHECK(own_store_ != nullptr) << "grads() of a model whose gradients live in a ZeRO store";
-  return own_store_->grads();
-}
-
-const float* LlamaModel::logits() const {
-  HOIST_CHECK(activation_type_ == DType::kFloat32) << "logits() of a 16-bit model";
-  return static_cast<const float*>(logits_);
-}
-
-void LlamaModel::InitializeUnit(int unit, uint64_t seed, float* out) const {
-  InitializeLlamaUnit(config_, unit, seed, out);
-}
-
-void LlamaModel::InitializeRange(int unit, uint64_t seed, int64_t begin, int64_t count,
-                                 float* out) const {
-  InitializeLlamaRange(config_, unit, seed, begin, count, out);
-}
-
-void LlamaModel::InitializeWeights(uint64_t seed) {
-  std::vector<float> unit;
-  for (int u = 0; u < layout_.num_units(); ++u) {
-    unit.resize(static_cast<size_t>(layout_.unit_size(u)));
-    InitializeUnit(u, seed, unit.data());
-    if (!Ok(backend_->Copy(params() + layout_.unit_offsets[u], unit.data(),
-                           layout_.unit_size(u) * int64_t{sizeof(float)},
-                           kernels::CopyDirection::kHostToDevice, stream())) ||
-        !Ok(stream().Synchronize())) {
-      return;
-    }
+int64_t LlamaModel::AttentionWorkspaceBytes() const {
+  const DType a = activation_type_;
+  if (backend_ != nullptr) {
+    return tiled() ? backend_->GqaTiledAttentionWorkspaceBytes(max_B_, max_T_, NH_)
+                   : backend_->GqaAttentionWorkspaceBytes(max_B_, max_T_, NH_, NKV_, hd_, a);
   }
+  if (device_kind() != DeviceKind::kCuda) return 0;
+  return tiled() ? kernels::cuda::TiledAttentionBackwardWorkspaceBytes(max_B_, max_T_, NH_)
+                 : kernels::cuda::GqaAttentionWorkspaceBytes(max_B_, max_T_, NH_, NKV_, hd_, a);
 }
 
-void LlamaModel::ZeroGradients() {
-  if (own_store_ == nullptr) return;
-  if (Ok(backend_->Zero(grads(), own_store_->elements() * int64_t{sizeof(float)}, stream()))) {
-    (void)Ok(stream().Synchronize());
+Status LlamaModel::Prepare() {
+  // The rotary table and the zero position table, once.
+  HOIST_ASSIGN_OR_RETURN(
+      std::vector<float> inv_freq,
+      kernels::RopeInvFreq(hd_, config_.rope_theta, ScalingOf(config_.rope_scaling)));
+  const kernels::RopeTable table = kernels::MakeRopeTable(inv_freq, max_T_);
+  const int64_t table_bytes = int64_t{max_T_} * (hd_ / 2) * int64_t{sizeof(float)};
+  HOIST_RETURN_IF_ERROR(backend_->Copy(rope_cos_, table.cos.data(), table_bytes,
+                                       kernels::CopyDirection::kHostToDevice, stream()));
+  HOIST_RETURN_IF_ERROR(backend_->Copy(rope_sin_, table.sin.data(), table_bytes,
+                                       kernels::CopyDirection::kHostToDevice, stream()));
+  HOIST_RETURN_IF_ERROR(backend_->Zero(
+      zero_positions_, int64_t{max_T_} * C_ * int64_t(DTypeSize(activation_type_)), stream()));
+  return stream().Synchronize();  // the copies read the host table, which goes with this call
+}
+
+float* LlamaModel::lse(int l) const {
+  return lse_ == nullptr ? nullptr : lse_ + int64_t{l} * last_B_ * NH_ * last_T_;
+}
+
+Status LlamaModel::EmbedForward(const void* embedding) {
+  // The gather of the token rows: the encoder op against a zero position table.
+  return backend_->EncoderForward(
+      encoded_, inputs_, Weight(embedding, layout_.local_offsets[kLlamaEmbedTokens]),
+      zero_positions_, last_B_, last_T_, C_, activation_type_, stream());
+}
+
+Status LlamaModel::BlockForward(int l, const void* residual, const void* weights,
+                                const void* adapters, void* scratch, uint64_t compute) {
+  const int B = last_B_, T = last_T_, C = C_;
+  const int64_t BT = int64_t{B} * T;
+  const int N = static_cast<int>(BT), A = NH_ * hd_;
+  const DType a = activation_type_;
+  const float eps = config_.rms_norm_eps;
+  const Stream& st = stream();
+  const BlockWeights w(*store_, 1 + l, weights, layout_);
+  auto runs = [&](int s) { return (compute & Bit(s)) != 0; };
+  if (runs(kSavedLn1)) {
+    HOIST_RETURN_IF_ERROR(backend_->RmsNormForward(At(kSavedLn1, l), rstd1_ + l * BT, residual,
+                                                   w.ln1, N, C, eps, a, st));
   }
+  if (runs(kSavedQkv)) {
+    void* qkv = At(kSavedQkv, l);
+    const void* ln1 = At(kSavedLn1, l);
+    HOIST_RETURN_IF_ERROR(
+        StoredMatmulForward(*backend_, qkv, ln1, w.qkv, nullptr, N, C, QKV_, a, st));
+    HOIST_RETURN_IF_ERROR(Lora(LoraModule::kLlamaQ, l, qkv, ln1, adapters));
+    HOIST_RETURN_IF_ERROR(Lora(LoraModule::kLlamaK, l, qkv, ln1, adapters));
+    HOIST_RETURN_IF_ERROR(Lora(LoraModule::kLlamaV, l, qkv, ln1, adapters));
+    HOIST_RETURN_IF_ERROR(
+        backend_->RopeForward(qkv, rope_cos_, rope_sin_, B, T, NH_, NKV_, hd_, a, st));
+  }
+  if (runs(kSavedAtty)) {  // the output and the probabilities are kept or recomputed together
+    HOIST_RETURN_IF_ERROR(
+        tiled() ? backend_->GqaAttentionForwardTiled(At(kSavedAtty, l), lse(l), At(kSavedQkv, l), B,
+                                                     T, NH_, NKV_, hd_, a, st)
+                : backend_->GqaAttentionForward(
+                      At(kSavedAtty, l), static_cast<float*>(At(kSavedAtt, l)), At(kSavedQkv, l),
+                      attention_workspace_.data(), B, T, NH_, NKV_, hd_, a, st));
+  }
+  if (runs(kSavedResidual2)) {
+    HOIST_RETURN_IF_ERROR(
+        StoredMatmulForward(*backend_, scratch, At(kSavedAtty, l), w.o, nullptr, N, A, C, a, st));
+    HOIST_RETURN_IF_ERROR(Lora(LoraModule::kLlamaO, l, scratch, At(kSavedAtty, l), adapters));
+    HOIST_RETURN_IF_ERROR(
+        backend_->ResidualForward(At(kSavedResidual2, l), residual, scratch, BT * C, a, st));
+  }
+  if (runs(kSavedLn2)) {
+    HOIST_RETURN_IF_ERROR(backend_->RmsNormForward(
+        At(kSavedLn2, l), rstd2_ + l * BT, At(kSavedResidual2, l), w.ln2, N, C, eps, a, st));
+  }
+  if (runs(kSavedGateUp)) {
+    void* gate_up = At(kSavedGateUp, l);
+    const void* ln2 = At(kSavedLn2, l);
+    HOIST_RETURN_IF_ERROR(
+        StoredMatmulForward(*backend_, gate_up, ln2, w.gate_up, nullptr, N, C, 2 * I_, a, st));
+    HOIST_RETURN_IF_ERROR(Lora(LoraModule::kLlamaGate, l, gate_up, ln2, adapters));
+    HOIST_RETURN_IF_ERROR(Lora(LoraModule::kLlamaUp, l, gate_up, ln2, adapters));
+  }
+  if (runs(kSavedSwiGlu)) {
+    HOIST_RETURN_IF_ERROR(
+        backend_->SwiGluForward(At(kSavedSwiGlu, l), At(kSavedGateUp, l), N, I_, a, st));
+  }
+  if (runs(kSavedResidual3)) {
+    HOIST_RETURN_IF_ERROR(StoredMatmulForward(*backend_, scratch, At(kSavedSwiGlu, l), w.down,
+                                              nullptr, N, I_, C, a, st));
+    HOIST_RETURN_IF_ERROR(Lora(LoraModule::kLlamaDown, l, scratch, At(kSavedSwiGlu, l), adapters));
+    HOIST_RETURN_IF_ERROR(backend_->ResidualForward(At(kSavedResidual3, l), At(kSavedResidual2, l),
+                                                    scratch, BT * C, a, st));
+  }
+  return Status::Ok();
+}
+
+Status LlamaModel::BlockBackward(int l, const void* residual, const void* weights, float* grads,
+                                 const void* adapters, float* adapter_grads) {
+  const int B = last_B_, T = last_T_, C = C_;
+  const int64_t BT = int64_t{B} * T;
+  const int N = static_cast<int>(BT), A = NH_ * hd_;
+  const DType a = activation_type_;
+  const Stream& st = stream();
+  const BlockWeights w(*store_, 1 + l, weights, layout_);
+  const BlockGrads g(grads, layout_);
+  const void* ln1 = At(kSavedLn1, l);
+  const void* qkv = At(kSavedQkv, l);
+  const void* atty = At(kSavedAtty, l);
+  const void* ln2 = At(kSavedLn2, l);
+  const void* swiglu = At(kSavedSwiGlu, l);
+  // MLP: residual3 = residual2 + down(swiglu(gate_up(rmsnorm2(residual2)))).
+  HOIST_RETURN_IF_ERROR(Zero(dswiglu_, BT * I_));
+  HOIST_RETURN_IF_ERROR(StoredMatmulBackward(*backend_, dswiglu_, g.down, nullptr, dresidual_,
+                                             swiglu, w.down, N, I_, C, a, st));
+  HOIST_RETURN_IF_ERROR(LoraBackward(LoraModule::kLlamaDown, l, dswiglu_, dresidual_, swiglu,
+                                     adapters, adapter_grads));
+  HOIST_RETURN_IF_ERROR(Zero(dgateup_, BT * 2 * I_));
+  HOIST_RETURN_IF_ERROR(
+      backend_->SwiGluBackward(dgateup_, At(kSavedGateUp, l), dswiglu_, N, I_, a, st));
+  HOIST_RETURN_IF_ERROR(Zero(dln_, BT * C));
+  HOIST_RETURN_IF_ERROR(StoredMatmulBackward(*backend_, dln_, g.gate_up, nullptr, dgateup_, ln2,
+                                             w.gate_up, N, C, 2 * I_, a, st));
+  HOIST_RETURN_IF_ERROR(
+      LoraBackward(LoraModule::kLlamaGate, l, dln_, dgateup_, ln2, adapters, adapter_grads));
+  HOIST_RETURN_IF_ERROR(
+      LoraBackward(LoraModule::kLlamaUp, l, dln_, dgateup_, ln2, adapters, adapter_grads));
+  HOIST_RETURN_IF_ERROR(backend_->RmsNormBackward(dresidual_, g.ln2, dln_, At(kSavedResidual2, l),
+                                                  w.ln2, rstd2_ + l * BT, N, C, a, st));
+  // Attention: residual2 = residual + o(attention(rope(qkv(rmsnorm1(residual))))).
+  HOIST_RETURN_IF_ERROR(Zero(datty_, BT * A));
+  HOIST_RETURN_IF_ERROR(
+      StoredMatmulBackward(*backend_, datty_, g.o, nullptr, dresidual_, atty, w.o, N, A, C, a, st));
+  HOIST_RETURN_IF_ERROR(
+      LoraBackward(LoraModule::kLlamaO, l, datty_, dresidual_, atty, adapters, adapter_grads));
+  HOIST_RETURN_IF_ERROR(Zero(dqkv_, BT * QKV_));
+  HOIST_RETURN_IF_ERROR(tiled()
+                            ? backend_->GqaAttentionBackwardTiled(dqkv_, datty_, qkv, atty, lse(l),
+                                                                  attention_workspace_.data(), B, T,
+                                                                  NH_, NKV_, hd_, a, st)
+                            : backend_->GqaAttentionBackward(
+                                  dqkv_, datty_, qkv, static_cast<const float*>(At(kSavedAtt, l)),
+                                  attention_workspace_.data(), B, T, NH_, NKV_, hd_, a, st));
+  HOIST_RETURN_IF_ERROR(
+      backend_->RopeBackward(dqkv_, rope_cos_, rope_sin_, B, T, NH_, NKV_, hd_, a, st));
+  HOIST_RETURN_IF_ERROR(Zero(dln_, BT * C));
+  HOIST_RETURN_IF_ERROR(
+      StoredMatmulBackward(*backend_, dln_, g.qkv, nullptr, dqkv_, ln1, w.qkv, N, C, QKV_, a, st));
+  for (LoraModule::Site site : {LoraModule::kLlamaQ, LoraModule::kLlamaK, LoraModule::kLlamaV}) {
+    HOIST_RETURN_IF_ERROR(LoraBackward(site, l, dln_, dqkv_, ln1, adapters, adapter_grads));
+  }
+  return backend_->RmsNormBackward(dresidual_, g.ln1, dln_, residual, w.ln1, rstd1_ + l * BT, N, C,
+                                   a, st);
+}
+
+Status LlamaModel::FinalNormForward(const void* final_unit, const void* residual) {
+  return backend_->RmsNormForward(
+      lnf_, rstdf_, residual, Weight(final_unit, layout_.local_offsets[kLlamaFinalNorm]),
+      last_B_ * last_T_, C_, config_.rms_norm_eps, activation_type_, stream());
+}
+
+Status LlamaModel::FinalNormBackward(const void* final_unit, float* grads, const void* residual) {
+  float* norm_grads = grads == nullptr ? nullptr : grads + layout_.local_offsets[kLlamaFinalNorm];
+  return backend_->RmsNormBackward(dresidual_, norm_grads, dln_, residual,
+                                   Weight(final_unit, layout_.local_offsets[kLlamaFinalNorm]),
+                                   rstdf_, last_B_ * last_T_, C_, activation_type_, stream());
+}
+
+Status LlamaModel::EmbedBackward(float* grads) {
+  // The encoder's position gradient lands in a scratch table nobody reads.
+  HOIST_RETURN_IF_ERROR(
+      backend_->Zero(dpositions_, int64_t{last_T_} * C_ * int64_t{sizeof(float)}, stream()));
+  return backend_->EncoderBackward(grads + layout_.local_offsets[kLlamaEmbedTokens], dpositions_,
+                                   dresidual_, inputs_, last_B_, last_T_, C_, activation_type_,
+                                   stream());
+}
+
+const ModelFamilySpec& LlamaFamily() {
+  using M = LoraModule;
+  static const ModelFamilySpec spec{
+      .family = ModelFamily::kLlama,
+      .create = &CreateAs<LlamaModel>,
+      .activation_footprint = &LlamaModel::ActivationFootprint,
+      .units = [](const ModelConfig& config) { return LlamaLayout::For(config).Units(); },
+      // An untied head counted either way.
+      .parameter_bound =
+          [](const ModelConfig& m) {
+            const long double C = m.n_embd, L = m.n_layer, Vp = m.padded_vocab_size();
+            const long double hd = C / m.n_head, heads = m.n_head + 2.0L * m.kv_heads();
+            const long double I = m.intermediate_size;
+            return 2 * Vp * C + L * (C * heads * hd + C * C + 3 * C * I + 2 * C) + C;
+          },
+      .lora_candidates = [](const ModelConfig& m) -> std::vector<LoraModule> {
+        const int64_t C = m.n_embd, hd = m.head_dim(), q = int64_t{m.n_head} * hd;
+        const int64_t kv = int64_t{m.kv_heads()} * hd, qkv = q + 2 * kv;
+        const int64_t I = m.intermediate_size;
+        return {{M::kLlamaQ, "self_attn.q_proj", C, q, 0, qkv},
+                {M::kLlamaK, "self_attn.k_proj", C, kv, q, qkv},
+                {M::kLlamaV, "self_attn.v_proj", C, kv, q + kv, qkv},
+                {M::kLlamaO, "self_attn.o_proj", q, C, 0, C},
+                {M::kLlamaGate, "mlp.gate_proj", C, I, 0, 2 * I},
+                {M::kLlamaUp, "mlp.up_proj", C, I, I, 2 * I},
+                {M::kLlamaDown, "mlp.down_proj", I, C, 0, C}};
+      },
+      .block_path = "model.layers.",
+      .outside_layers = {"lm_head", "model.embed_tokens"},
+      .default_lora_targets = {"q_proj", "v_proj"},
+      .fan_in_fan_out = false,
+      // q and o 2C^2, k and v 2 C NKV hd, SwiGLU 3 C I.
+      .block_matmul_weights =
+          [](const ModelConfig& m) {
+            const double C = m.n_embd, kv = static_cast<double>(m.kv_heads()) * m.head_dim();
+            return 2 * C * C + 2 * C * kv + 3 * C * m.intermediate_size;
+          },
+      .last_projection_weights =
+          [](const ModelConfig& m) { return static_cast<double>(m.n_embd) * m.intermediate_size; },
+  };
+  return spec;
 }
 
 }  // namespace hoist::runtime

@@ -40,10 +40,8 @@
 #include "core/device.h"
 #include "core/status.h"
 #include "kernels/backend.h"
-#include "offload/pinned_pool.h"
+#include "runtime/block_model.h"
 #include "runtime/config.h"
-#include "runtime/flat_store.h"
-#include "runtime/model.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
 
@@ -114,7 +112,7 @@ void InitializeLlamaUnit(const ModelConfig& config, int unit, uint64_t seed, flo
 void InitializeLlamaRange(const ModelConfig& config, int unit, uint64_t seed, int64_t begin,
                           int64_t count, float* out);
 
-class LlamaModel final : public Model {
+class LlamaModel final : public BlockModel {
  public:
   // As Gpt2Model::Create: activations for micro-batches up to (max_B, max_T), the parameters and
   // gradients too unless `store` is given (it must then serve LlamaLayout::For(config)'s units
@@ -138,38 +136,12 @@ class LlamaModel final : public Model {
       const ActivationCheckpointingConfig& checkpointing = {},
       DeviceKind device = DeviceKind::kCpu);
 
-  float Forward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                float dloss = 0.0f) override;
-  void Backward() override;
-  const Status& status() const override { return status_; }
-  void InitializeUnit(int unit, uint64_t seed, float* out) const override;
-  void InitializeRange(int unit, uint64_t seed, int64_t begin, int64_t count,
-                       float* out) const override;
-  // InitializeUnit for every unit of the model's own flat store.
-  void InitializeWeights(uint64_t seed);
-  void ZeroGradients() override;
-  float* params() override;
-  float* grads() override;
-  const float* logits() const override;
-  const ModelConfig& config() const override { return config_; }
-  int64_t num_parameters() const override { return layout_.total; }
-  double recompute_seconds() const override { return recompute_s_; }
-  int64_t recomputed_blocks() const override { return recomputed_blocks_; }
-
   const LlamaLayout& layout() const { return layout_; }
-  const ActivationCheckpointingConfig& checkpointing() const { return checkpointing_; }
-  kernels::Backend& backend() { return *backend_; }
-  zero::ParamStore* store() { return store_; }
-  int Vp() const { return config_.padded_vocab_size(); }
 
  private:
-  LlamaModel(const ModelConfig& config, int max_B, int max_T, DType activation_type,
-             const ActivationCheckpointingConfig& checkpointing);
-  Status Allocate(Device* device);
-  Status AllocateActivations(Device* device, ActivationBytes* bytes);
-
   // The per-layer activations backward reads: the attention probabilities in fp32, the rest in
-  // the activation type. kSavedQkv holds q and k after the rotation.
+  // the activation type. kSavedQkv holds q and k after the rotation. The selective policy keeps
+  // qkv, residual2 and gate_up.
   enum Saved {
     kSavedLn1,
     kSavedQkv,
@@ -182,81 +154,38 @@ class LlamaModel final : public Model {
     kSavedResidual3,
     kNumSaved
   };
-  bool tiled() const { return config_.attention == AttentionKind::kTiled; }
-  bool Kept(int s, int l) const;
-  bool KeptOnHost(int s) const;
-  int64_t SavedCount(int s, int B, int T) const;
-  DType SavedType(int s) const;
-  void* At(int s, int l) const;
-  const void* Weight(const void* unit, int tensor) const;
-  // Forward's ops for the parts of layer l that `run(s)` selects, in forward's order, from its
-  // input `residual`, its unit's `weights` and its `adapters`; scratch holds the projections'
-  // outputs.
-  template <typename Run>
-  bool BlockForward(int l, const void* residual, const void* weights, const void* adapters,
-                    void* scratch, Run run);
-  // `grads` null: a frozen base (LoRA); `adapters` and `adapter_grads` the block's adapter unit
-  // (null without LoRA).
-  bool BlockBackward(int l, const void* residual, const void* weights, float* grads,
-                     const void* adapters, float* adapter_grads);
-  // The adapters' forward at `site` of layer l (y += its output), and backward (dx and the
-  // adapter gradients); true without LoRA or an adapter there, false when the pass must stop.
-  bool Lora(LoraModule::Site site, int l, void* y, const void* x, const void* adapters);
-  bool LoraBackward(LoraModule::Site site, int l, void* dx, const void* dy, const void* x,
-                    const void* adapters, float* grads);
-  bool Ok(const Status& op);
-  const Stream& stream() const { return backend_->compute_stream(); }
-  bool Zero(void* p, int64_t count);
+  LlamaModel(const ModelConfig& config, int max_B, int max_T, DType activation_type,
+             const ActivationCheckpointingConfig& checkpointing);
 
-  ModelConfig config_;
+  void DeclareArrays(Arrays& activations, Arrays& scratch) override;
+  int64_t SavedCount(int s, int B, int T) const override;
+  int64_t AttentionWorkspaceBytes() const override;
+  Status Prepare() override;
+  Status EmbedForward(const void* embedding) override;
+  Status BlockForward(int l, const void* residual, const void* weights, const void* adapters,
+                      void* scratch, uint64_t compute) override;
+  Status BlockBackward(int l, const void* residual, const void* weights, float* grads,
+                       const void* adapters, float* adapter_grads) override;
+  Status FinalNormForward(const void* final_unit, const void* residual) override;
+  Status FinalNormBackward(const void* final_unit, float* grads, const void* residual) override;
+  Status EmbedBackward(float* grads) override;
+  float* lse(int l) const;
+
   LlamaLayout layout_;
   int NH_, NKV_, hd_, C_, I_, QKV_;  // QKV_: (NH + 2 NKV) hd
-  std::unique_ptr<kernels::Backend> own_backend_;
-  kernels::Backend* backend_ = nullptr;
-  DeviceKind footprint_device_ = DeviceKind::kCpu;
-  Status status_;
-  int max_B_, max_T_;
-  std::unique_ptr<FlatParamStore> own_store_;
-  zero::ParamStore* store_ = nullptr;
-  DType activation_type_ = DType::kFloat32;
-  ActivationCheckpointingConfig checkpointing_;
-  std::array<std::vector<int>, kNumSaved> kept_index_;
-  std::array<int, kNumSaved> kept_layers_{};
-  Buffer activations_, scratch_, tokens_, attention_workspace_;
-  std::vector<float> host_losses_;
-  std::vector<int32_t> host_tokens_;
-  std::unique_ptr<offload::PinnedHostPool> pinned_pool_;
-  offload::PinnedBuffer pinned_;
-
-  std::array<void*, kNumSaved> stack_{};
-  std::array<void*, kNumSaved> work_{};
-  float* rope_cos_ = nullptr;       // (max_T, hd/2)
-  float* rope_sin_ = nullptr;       // (max_T, hd/2)
-  void* zero_positions_ = nullptr;  // (max_T, C) zeros: the encoder op's position table
-  float* dpositions_ = nullptr;     // (max_T, C) where the encoder's backward puts its gradient
-  void* encoded_ = nullptr;         // (B,T,C)
-  float* rstd1_ = nullptr;          // (L,B,T)
-  float* lse_ = nullptr;            // (L,B,NH,T) with tiled attention
-  float* rstd2_ = nullptr;          // (L,B,T)
-  void* lnf_ = nullptr;             // (B,T,C)
-  float* rstdf_ = nullptr;          // (B,T)
-  void* logits_ = nullptr;          // (B,T,Vp); dlogits after a Forward with dloss
-  float* losses_ = nullptr;         // (B,T)
-
+  float* rope_cos_ = nullptr;        // (max_T, hd/2)
+  float* rope_sin_ = nullptr;        // (max_T, hd/2)
+  void* zero_positions_ = nullptr;   // (max_T, C) zeros: the encoder op's position table
+  float* dpositions_ = nullptr;      // (max_T, C) where the encoder's backward puts its gradient
+  float* rstd1_ = nullptr;           // (L,B,T)
+  float* lse_ = nullptr;             // (L,B,NH,T) with tiled attention
+  float* rstd2_ = nullptr;           // (L,B,T)
+  float* rstdf_ = nullptr;           // (B,T)
   // Backward scratch in the activation type.
-  void* dresidual_ = nullptr;  // (B,T,C)
-  void* dln_ = nullptr;        // (B,T,C)
-  void* datty_ = nullptr;      // (B,T,NH hd)
-  void* dqkv_ = nullptr;       // (B,T,QKV)
-  void* dgateup_ = nullptr;    // (B,T,2I)
-  void* dswiglu_ = nullptr;    // (B,T,I)
-
-  int32_t* inputs_ = nullptr;
-  int32_t* targets_ = nullptr;
-  int last_B_ = 0, last_T_ = 0;
-  bool backward_ready_ = false;
-  double recompute_s_ = 0;
-  int64_t recomputed_blocks_ = 0;
+  void* datty_ = nullptr;    // (B,T,NH hd)
+  void* dqkv_ = nullptr;     // (B,T,QKV)
+  void* dgateup_ = nullptr;  // (B,T,2I)
+  void* dswiglu_ = nullptr;  // (B,T,I)
 };
 
 }  // namespace hoist::runtime

@@ -8,6 +8,7 @@
 #include "core/file_system.h"
 #include "core/random.h"
 #include "runtime/model.h"
+#include "runtime/model_family.h"
 #include "runtime/safetensors.h"
 
 namespace hoist::runtime {
@@ -18,32 +19,14 @@ double LoraConfig::scaling() const {
 }
 
 std::vector<LoraModule> LoraCandidates(const ModelConfig& model) {
-  using M = LoraModule;
-  const int64_t C = model.n_embd;
-  if (model.family == ModelFamily::kGpt2) {
-    return {{M::kGpt2Attn, "attn.c_attn", C, 3 * C, 0, 3 * C},
-            {M::kGpt2AttnProj, "attn.c_proj", C, C, 0, C},
-            {M::kGpt2Fc, "mlp.c_fc", C, 4 * C, 0, 4 * C},
-            {M::kGpt2MlpProj, "mlp.c_proj", 4 * C, C, 0, C}};
-  }
-  const int64_t hd = model.head_dim(), q = int64_t{model.n_head} * hd;
-  const int64_t kv = int64_t{model.kv_heads()} * hd, qkv = q + 2 * kv;
-  const int64_t I = model.intermediate_size;
-  return {{M::kLlamaQ, "self_attn.q_proj", C, q, 0, qkv},
-          {M::kLlamaK, "self_attn.k_proj", C, kv, q, qkv},
-          {M::kLlamaV, "self_attn.v_proj", C, kv, q + kv, qkv},
-          {M::kLlamaO, "self_attn.o_proj", q, C, 0, C},
-          {M::kLlamaGate, "mlp.gate_proj", C, I, 0, 2 * I},
-          {M::kLlamaUp, "mlp.up_proj", C, I, I, 2 * I},
-          {M::kLlamaDown, "mlp.down_proj", I, C, 0, C}};
+  return FamilyOf(model.family).lora_candidates(model);
 }
 
 namespace {
 
 // The path transformers gives block `layer`'s modules.
 std::string BlockPath(ModelFamily family, int layer) {
-  return (family == ModelFamily::kGpt2 ? "transformer.h." : "model.layers.") +
-         std::to_string(layer) + ".";
+  return FamilyOf(family).block_path + std::to_string(layer) + ".";
 }
 
 // PEFT's match of a target name against a module's full path: equal, or its end after a dot.
@@ -52,12 +35,6 @@ bool PeftMatches(const std::string& target, const std::string& path) {
   return path.size() > target.size() &&
          path.compare(path.size() - target.size(), target.size(), target) == 0 &&
          path[path.size() - target.size() - 1] == '.';
-}
-
-// The linear layers outside the blocks, which hoist does not adapt.
-std::vector<std::string> OutsideLayers(ModelFamily family) {
-  if (family == ModelFamily::kGpt2) return {"lm_head", "transformer.wte", "transformer.wpe"};
-  return {"lm_head", "model.embed_tokens"};
 }
 
 }  // namespace
@@ -104,7 +81,7 @@ StatusOr<LoraLayout> LoraLayout::For(const ModelConfig& model) {
   }
   for (const std::string& target : lora.target_modules) {
     if (all_linear || matched_something.count(target) > 0) continue;
-    for (const std::string& outside : OutsideLayers(model.family)) {
+    for (const std::string& outside : FamilyOf(model.family).outside_layers) {
       if (PeftMatches(target, outside)) {
         return InvalidArgumentError("lora.target_modules: \"" + target + "\" is " + outside +
                                     ", outside the transformer blocks; hoist adapts the blocks' "

@@ -14,6 +14,7 @@
 #include "kernels/cpu/ops.h"
 #include "runtime/engine_options.h"
 #include "runtime/gpt2.h"
+#include "runtime/model_family.h"
 
 namespace hoist::runtime {
 namespace {
@@ -41,17 +42,11 @@ double BlockElementwiseFlops(const ModelConfig& m) {
 
 // The weights of one block's matmuls (each multiply-add of a token is 2 FLOPs per weight), and
 // those of its last projection (the MLP's output, whose result every checkpointing policy keeps).
-// GPT-2: qkv 3C^2, projection C^2, MLP 8C^2. Llama: q and o 2C^2, k and v 2 C NKV hd, SwiGLU
-// 3 C I.
 double BlockMatmulWeights(const ModelConfig& m) {
-  const double C = m.n_embd;
-  if (m.family == ModelFamily::kGpt2) return 12 * C * C;
-  const double kv = static_cast<double>(m.kv_heads()) * m.head_dim();
-  return 2 * C * C + 2 * C * kv + 3 * C * m.intermediate_size;
+  return FamilyOf(m.family).block_matmul_weights(m);
 }
 double LastProjectionWeights(const ModelConfig& m) {
-  const double C = m.n_embd;
-  return m.family == ModelFamily::kGpt2 ? 4 * C * C : C * m.intermediate_size;
+  return FamilyOf(m.family).last_projection_weights(m);
 }
 
 double ForwardFlopsPerToken(const ModelConfig& m) {

@@ -5,8 +5,7 @@
 
 #include "core/check.h"
 #include "kernels/cpu_backend.h"
-#include "runtime/gpt2.h"
-#include "runtime/llama.h"
+#include "runtime/model_family.h"
 
 namespace hoist::runtime {
 
@@ -92,12 +91,7 @@ int64_t Model::LoraScratchBytes(const ModelConfig& config, int64_t max_N, DType 
 }
 
 std::vector<zero::UnitSpec> ModelUnits(const ModelConfig& config) {
-  switch (config.family) {
-    case ModelFamily::kGpt2: return ParamLayout::For(config).Units();
-    case ModelFamily::kLlama: return LlamaLayout::For(config).Units();
-  }
-  HOIST_CHECK(false) << "no layout for model family " << ModelFamilyName(config.family);
-  return {};
+  return FamilyOf(config.family).units(config);
 }
 
 int64_t ModelParameterCount(const ModelConfig& config) {
@@ -107,18 +101,8 @@ int64_t ModelParameterCount(const ModelConfig& config) {
 }
 
 Status CheckModelSize(const ModelConfig& config) {
-  // In long double, which holds every product of these int dimensions without overflow: an
-  // upper bound of each family's layout (an untied Llama head counted either way).
-  const long double C = config.n_embd, L = config.n_layer, Vp = config.padded_vocab_size(),
-                    P = config.positions();
-  long double total = 0;
-  if (config.family == ModelFamily::kLlama) {
-    const long double hd = C / config.n_head, heads = config.n_head + 2.0L * config.kv_heads();
-    const long double I = config.intermediate_size;
-    total = 2 * Vp * C + L * (C * heads * hd + C * C + 3 * C * I + 2 * C) + C;
-  } else {
-    total = Vp * C + P * C + L * (12 * C * C + 13 * C) + 2 * C;
-  }
+  // In long double, which holds every product of these int dimensions without overflow.
+  const long double total = FamilyOf(config.family).parameter_bound(config);
   if (total > static_cast<long double>(kMaxModelParameters)) {
     char text[32];
     std::snprintf(text, sizeof(text), "%.3Lg", total);
@@ -133,59 +117,29 @@ StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, int max_
                                              kernels::Backend* backend, zero::ParamStore* store,
                                              DType activation_type,
                                              const ActivationCheckpointingConfig& checkpointing) {
-  switch (config.family) {
-    case ModelFamily::kGpt2: {
-      HOIST_ASSIGN_OR_RETURN(
-          std::unique_ptr<Gpt2Model> model,
-          Gpt2Model::Create(config, max_B, max_T, backend, store, activation_type, checkpointing));
-      return std::unique_ptr<Model>(std::move(model));
-    }
-    case ModelFamily::kLlama: {
-      HOIST_ASSIGN_OR_RETURN(
-          std::unique_ptr<LlamaModel> model,
-          LlamaModel::Create(config, max_B, max_T, backend, store, activation_type, checkpointing));
-      return std::unique_ptr<Model>(std::move(model));
-    }
-  }
-  return InternalError("unknown model family " + std::to_string(static_cast<int>(config.family)));
+  return FamilyOf(config.family)
+      .create(config, max_B, max_T, backend, store, activation_type, checkpointing);
 }
 
 StatusOr<std::unique_ptr<Model>> CreateModel(const ModelConfig& config, int max_B, int max_T,
                                              Device* device, zero::ParamStore* store,
                                              DType activation_type,
                                              const ActivationCheckpointingConfig& checkpointing) {
-  switch (config.family) {
-    case ModelFamily::kGpt2: {
-      HOIST_ASSIGN_OR_RETURN(
-          std::unique_ptr<Gpt2Model> model,
-          Gpt2Model::Create(config, max_B, max_T, device, store, activation_type, checkpointing));
-      return std::unique_ptr<Model>(std::move(model));
-    }
-    case ModelFamily::kLlama: {
-      HOIST_ASSIGN_OR_RETURN(
-          std::unique_ptr<LlamaModel> model,
-          LlamaModel::Create(config, max_B, max_T, device, store, activation_type, checkpointing));
-      return std::unique_ptr<Model>(std::move(model));
-    }
-  }
-  return InternalError("unknown model family " + std::to_string(static_cast<int>(config.family)));
+  HOIST_CHECK(device != nullptr);
+  auto backend = std::make_unique<kernels::CpuBackend>(device);
+  HOIST_ASSIGN_OR_RETURN(
+      std::unique_ptr<Model> model,
+      CreateModel(config, max_B, max_T, backend.get(), store, activation_type, checkpointing));
+  model->OwnBackend(std::move(backend));
+  return model;
 }
 
 Model::ActivationBytes ModelActivationFootprint(const ModelConfig& config, int max_B, int max_T,
                                                 DType activation_type,
                                                 const ActivationCheckpointingConfig& checkpointing,
                                                 DeviceKind device) {
-  switch (config.family) {
-    case ModelFamily::kGpt2:
-      return Gpt2Model::ActivationFootprint(config, max_B, max_T, activation_type, checkpointing,
-                                            device);
-    case ModelFamily::kLlama:
-      return LlamaModel::ActivationFootprint(config, max_B, max_T, activation_type, checkpointing,
-                                             device);
-  }
-  HOIST_CHECK(false) << "no activation footprint for model family "
-                     << ModelFamilyName(config.family);
-  return {};
+  return FamilyOf(config.family)
+      .activation_footprint(config, max_B, max_T, activation_type, checkpointing, device);
 }
 
 }  // namespace hoist::runtime

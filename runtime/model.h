@@ -101,6 +101,10 @@ class Model {
     if (lora_ != nullptr) lora_->set_seed(seed, first_sequence);
   }
 
+  // Keeps `backend` alive as long as the model: the backend of CreateModel's Device form, which
+  // the model computes on.
+  void OwnBackend(std::unique_ptr<kernels::Backend> backend) { own_backend_ = std::move(backend); }
+
  protected:
   void EnterPhase(Phase phase, int block) {
     if (phase_hook_) phase_hook_(phase, block);
@@ -116,6 +120,8 @@ class Model {
   // The scratch bytes CreateLora allocates.
   static int64_t LoraScratchBytes(const ModelConfig& config, int64_t max_N, DType type);
 
+  // Declared first, destroyed last: after the adapters' and the family's buffers.
+  std::unique_ptr<kernels::Backend> own_backend_;
   std::unique_ptr<LoraPass> lora_;
 
  private:

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/convert.h"
 #include "runtime/lora.h"
+#include "runtime/model_family.h"
 #include "runtime/safetensors.h"
 
 namespace hoist::runtime {
@@ -47,8 +48,7 @@ std::string PeftAdapterConfigText(const ModelConfig& model) {
                                  {"ensure_weight_tying", false},
                                  {"eva_config", nullptr},
                                  {"exclude_modules", nullptr},
-                                 // GPT-2's layers are Conv1D, whose weight is stored (in, out).
-                                 {"fan_in_fan_out", model.family == ModelFamily::kGpt2},
+                                 {"fan_in_fan_out", FamilyOf(model.family).fan_in_fan_out},
                                  {"inference_mode", true},
                                  {"init_lora_weights", true},
                                  {"kasa_config", nullptr},
