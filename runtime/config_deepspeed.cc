@@ -4,6 +4,8 @@
 #include <cctype>
 #include <sstream>
 
+#include "runtime/config_deepspeed_keys.h"
+
 namespace hoist::runtime::config_internal {
 namespace {
 
@@ -139,47 +141,6 @@ Status ReadCommunicationDataType(const Section& top, Config* config) {
 }
 
 // ---- zero_optimization ----
-
-// Keys that tune how DeepSpeed schedules, groups, caches, logs or saves, not what it computes:
-// accepted with one notice each (their values are not read).
-constexpr std::string_view kZeroNoticeKeys[] = {
-    // How buckets map onto collectives: all-reduce of several ranks' buckets at once, a series
-    // of broadcasts instead of one all-gather, the order of gradient copies under CPU offload.
-    "use_multi_rank_bucket_allreduce",
-    "allgather_partitions",
-    "round_robin_gradients",
-    "stage3_use_all_reduce_for_fetch_params",
-    "use_all_reduce_for_fetch_params",
-    "stage3_allgather_sequential",
-    "allgather_sequential",
-    "mics_hierarchical_params_gather",
-    // Memory policy of stage 3: how many parameters stay gathered, and for how long.
-    "stage3_model_persistence_threshold",
-    "model_persistence_threshold",
-    "stage3_max_reuse_distance",
-    "max_reuse_distance",
-    "stage3_module_granularity_threshold",
-    "module_granularity_threshold",
-    "stage3_partition_stream_chunk_size",
-    "partition_stream_chunk_size",
-    // What a checkpoint or a saved 16-bit model looks like, not the training itself.
-    "elastic_checkpoint",
-    "stage3_gather_16bit_weights_on_model_save",
-    "gather_16bit_weights_on_model_save",
-    "stage3_gather_fp16_weights_on_model_save",
-    "pipeline_loading_checkpoint",
-    "save_muon_momentum_buffer_in_memory",
-    // PyTorch module plumbing, logging and self-checks.
-    "ignore_unused_parameters",  // every GPT-2 parameter receives a gradient
-    "legacy_stage1",             // an older implementation of the same stage 1
-    "memory_efficient_linear",
-    "override_module_apply",
-    "leaf_module",
-    "log_trace_cache_warnings",
-    "enable_sanity_checks",
-    // Only read with zero_quantized_gradients, which is refused.
-    "zeropp_loco_param",
-};
 
 // Largest accepted element count: far beyond any machine, and small enough that a byte count
 // (elements x 16) stays far from int64 overflow.
@@ -426,7 +387,8 @@ Status ReadZero(const Section& top, ZeroConfig* zero, std::vector<std::string>* 
       "mics_shard_size",
       "zenflow",
   };
-  allowed.insert(allowed.end(), std::begin(kZeroNoticeKeys), std::end(kZeroNoticeKeys));
+  const std::vector<std::string_view>& notice_keys = ZeroNoticeKeys();
+  allowed.insert(allowed.end(), notice_keys.begin(), notice_keys.end());
   HOIST_RETURN_IF_ERROR(s.AllowOnly(allowed));
 
   HOIST_RETURN_IF_ERROR(s.Int("stage", &zero->stage));
@@ -496,10 +458,7 @@ Status ReadZero(const Section& top, ZeroConfig* zero, std::vector<std::string>* 
                                     Unsupported("MiCS sharding") + "; set it to -1 or remove it");
   }
 
-  for (std::string_view key : kZeroNoticeKeys) {
-    if (s.Find(key) != nullptr) notices->push_back(IgnoredNotice(s, key));
-  }
-  return Status::Ok();
+  return CheckZeroNoticeKeys(s, notices);
 }
 
 Status ReadAio(const Section& top, AioConfig* aio, std::vector<std::string>* notices) {

@@ -1,21 +1,45 @@
 #include "runtime/config_deepspeed_keys.h"
 
 #include <algorithm>
+#include <span>
 
 namespace hoist::runtime::config_internal {
 namespace {
 
-enum class Expect { kBool, kNumber, kString, kObject };
+enum class Expect { kBool, kNumber, kCount, kString, kStrings, kObject };
+
+// One key of an object that DeepSpeed reads with a pydantic model (extra keys forbidden), with
+// the type the model declares.
+struct Field {
+  std::string_view key;
+  Expect type;
+};
+
+// DeepSpeed's monitor configs (deepspeed/monitor/config.py) and its comms logger's
+// (deepspeed/comm/config.py).
+constexpr Field kTensorboardFields[] = {
+    {"enabled", Expect::kBool}, {"output_path", Expect::kString}, {"job_name", Expect::kString}};
+constexpr Field kWandbFields[] = {{"enabled", Expect::kBool},
+                                  {"group", Expect::kString},
+                                  {"team", Expect::kString},
+                                  {"project", Expect::kString}};
+constexpr Field kCommsLoggerFields[] = {{"enabled", Expect::kBool},
+                                        {"verbose", Expect::kBool},
+                                        {"prof_all", Expect::kBool},
+                                        {"debug", Expect::kBool},
+                                        {"prof_ops", Expect::kStrings}};
 
 // A key whose value does not change the trained weights. For a boolean, `asks` is the value that
 // asks for something (the other is DeepSpeed's default, which asks for nothing and gets no
 // notice); for an object, whether it asks when its `enabled` is absent (DeepSpeed's monitors and
-// profilers are off by default); a number asks unless it is 1.
+// profilers are off by default); a number asks unless it is 1. `fields`, for an object DeepSpeed
+// reads with a pydantic model, are the keys it allows and their types (empty: not checked).
 struct NoticeKey {
   std::string_view key;
   Expect type;
   bool asks;
   std::string_view notice;
+  std::span<const Field> fields = {};
 };
 
 constexpr std::string_view kMonitorNotice =
@@ -60,18 +84,19 @@ constexpr NoticeKey kNoticeKeys[] = {
      "stages and offload settings for memory); ignored"},
     {"comms_logger", Expect::kObject, false,
      "DeepSpeed's communication logger, a DeepSpeed feature hoist does not have "
-     "(hoist_comm_bytes_total counts the bytes of each collective); ignored"},
+     "(hoist_comm_bytes_total counts the bytes of each collective); ignored",
+     kCommsLoggerFields},
     {"nebula", Expect::kObject, false,
      "DeepSpeed's Nebula checkpoint service, a DeepSpeed feature hoist does not have; "
      "checkpoints go to checkpoint.dir; ignored"},
-    {"tensorboard", Expect::kObject, false, kMonitorNotice},
-    {"wandb", Expect::kObject, false, kMonitorNotice},
-    {"csv_monitor", Expect::kObject, false, kMonitorNotice},
+    {"tensorboard", Expect::kObject, false, kMonitorNotice, kTensorboardFields},
+    {"wandb", Expect::kObject, false, kMonitorNotice, kWandbFields},
+    {"csv_monitor", Expect::kObject, false, kMonitorNotice, kTensorboardFields},
 };
 
-// What asks for a missing feature: the section's presence, its `enabled` flag, an integer above
-// 1, or the boolean false.
-enum class Gate { kPresence, kEnabled, kAboveOne, kFalse };
+// What asks for a missing feature: the section's presence, its `enabled` flag, the section unless
+// its `enabled` is false, an integer above 1, or the boolean false or true.
+enum class Gate { kPresence, kEnabled, kUnlessDisabled, kAboveOne, kFalse, kTrue };
 
 struct Feature {
   std::string_view key;
@@ -100,6 +125,10 @@ constexpr Feature kFeatures[] = {
     {"managed_gradient_accumulation",
      "accumulation boundaries set by the training script (managed_gradient_accumulation false)",
      Gate::kFalse},
+    {"expert_parallel", "expert parallelism (AutoEP)", Gate::kUnlessDisabled},
+    {"disable_allgather", "gathering updated parameters by broadcasts instead of an all-gather",
+     Gate::kTrue},
+    {"datastates_ckpt", "DataStates-LLM asynchronous checkpointing", Gate::kPresence},
 };
 
 // The DeepSpeed top-level keys read by ReadPrecision, ReadZero, ReadAio and
@@ -115,6 +144,13 @@ constexpr std::string_view kReadKeys[] = {
     "gradient_allreduce_op",
 };
 
+// "a string", "an object", ... for an error message.
+std::string Describe(const nlohmann::json& value) {
+  const std::string name = value.type_name();
+  if (value.is_null()) return name;
+  return (name.front() == 'a' || name.front() == 'o' ? "an " : "a ") + name;
+}
+
 Status CheckType(const Section& s, std::string_view key, Expect type) {
   switch (type) {
     case Expect::kBool: {
@@ -125,12 +161,45 @@ Status CheckType(const Section& s, std::string_view key, Expect type) {
       double value = 0;
       return s.Double(key, &value);
     }
+    case Expect::kCount: {
+      int64_t value = 0;
+      HOIST_RETURN_IF_ERROR(s.Int(key, &value));
+      if (value < 0) return s.Invalid(key, "must be >= 0, found " + std::to_string(value));
+      return Status::Ok();
+    }
     case Expect::kString: {
       std::string value;
       return s.String(key, &value);
     }
+    case Expect::kStrings: {
+      const nlohmann::json* value = s.Find(key);
+      if (value == nullptr || value->is_null()) return Status::Ok();
+      if (!value->is_array()) {
+        return s.Invalid(key, "expected a list of strings, found " + Describe(*value));
+      }
+      for (size_t i = 0; i < value->size(); ++i) {
+        if (!(*value)[i].is_string()) {
+          return s.Invalid(std::string(key) + "[" + std::to_string(i) + "]",
+                           "expected a string, found " + Describe((*value)[i]));
+        }
+      }
+      return Status::Ok();
+    }
     case Expect::kObject: return s.Child(key).status();
   }
+  return Status::Ok();
+}
+
+// The value of `key` and, for an object with `fields`, the keys in it and their types.
+Status CheckValue(const Section& s, std::string_view key, Expect type,
+                  std::span<const Field> fields) {
+  HOIST_RETURN_IF_ERROR(CheckType(s, key, type));
+  if (type != Expect::kObject || fields.empty()) return Status::Ok();
+  HOIST_ASSIGN_OR_RETURN(Section child, s.Child(key));
+  std::vector<std::string_view> allowed;
+  for (const Field& field : fields) allowed.push_back(field.key);
+  HOIST_RETURN_IF_ERROR(child.AllowOnly(allowed));
+  for (const Field& field : fields) HOIST_RETURN_IF_ERROR(CheckType(child, field.key, field.type));
   return Status::Ok();
 }
 
@@ -148,7 +217,9 @@ StatusOr<bool> Asks(const Section& s, const NoticeKey& k) {
       HOIST_RETURN_IF_ERROR(s.Double(k.key, &value));
       return value != 1;
     }
-    case Expect::kString: return true;
+    case Expect::kCount:
+    case Expect::kString:
+    case Expect::kStrings: return true;
     case Expect::kObject: {
       HOIST_ASSIGN_OR_RETURN(Section section, s.Child(k.key));
       bool enabled = k.asks;
@@ -167,13 +238,18 @@ Status CheckFeature(const Section& top, const Feature& f) {
       HOIST_RETURN_IF_ERROR(CheckType(top, f.key, Expect::kObject));
       fix = "remove the section";
       break;
-    case Gate::kEnabled: {
+    case Gate::kEnabled:
+    case Gate::kUnlessDisabled: {
       HOIST_ASSIGN_OR_RETURN(Section section, top.Child(f.key));
-      bool enabled = false;
+      bool enabled = f.gate == Gate::kUnlessDisabled;
       HOIST_RETURN_IF_ERROR(section.Bool("enabled", &enabled));
       if (!enabled) return Status::Ok();
-      path = section.PathOf("enabled");
-      fix = "set it to false or remove the section";
+      if (section.Has("enabled")) {
+        path = section.PathOf("enabled");
+        fix = "set it to false or remove the section";
+      } else {
+        fix = "remove the section";
+      }
       break;
     }
     case Gate::kAboveOne: {
@@ -184,11 +260,13 @@ Status CheckFeature(const Section& top, const Feature& f) {
       fix = "set it to 1 or remove it";
       break;
     }
-    case Gate::kFalse: {
-      bool value = true;
+    case Gate::kFalse:
+    case Gate::kTrue: {
+      const bool asks = f.gate == Gate::kTrue;
+      bool value = !asks;
       HOIST_RETURN_IF_ERROR(top.Bool(f.key, &value));
-      if (value) return Status::Ok();
-      fix = "set it to true or remove it";
+      if (value != asks) return Status::Ok();
+      fix = std::string("set it to ") + (asks ? "false" : "true") + " or remove it";
       break;
     }
   }
@@ -222,6 +300,58 @@ constexpr NoticeKey kCheckpointNoticeKeys[] = {
      "have; hoist writes with its own; ignored"},
 };
 
+// Keys of zero_optimization that tune how DeepSpeed schedules, groups, caches, logs or saves, not
+// what it computes: accepted with one notice each, their values checked against the types of
+// DeepSpeed's DeepSpeedZeroConfig (deepspeed/runtime/zero/config.py).
+constexpr Field kLeafModuleFields[] = {{"classes", Expect::kStrings},
+                                       {"names", Expect::kStrings},
+                                       {"ignore_default_classes", Expect::kBool}};
+
+struct ZeroNoticeKey {
+  std::string_view key;
+  Expect type;
+  std::span<const Field> fields = {};
+};
+
+constexpr ZeroNoticeKey kZeroNoticeKeys[] = {
+    // How buckets map onto collectives: all-reduce of several ranks' buckets at once, a series
+    // of broadcasts instead of one all-gather, the order of gradient copies under CPU offload.
+    {"use_multi_rank_bucket_allreduce", Expect::kBool},
+    {"allgather_partitions", Expect::kBool},
+    {"round_robin_gradients", Expect::kBool},
+    {"stage3_use_all_reduce_for_fetch_params", Expect::kBool},
+    {"use_all_reduce_for_fetch_params", Expect::kBool},
+    {"stage3_allgather_sequential", Expect::kBool},
+    {"allgather_sequential", Expect::kBool},
+    {"mics_hierarchical_params_gather", Expect::kBool},
+    // Memory policy of stage 3: how many parameters stay gathered, and for how long.
+    {"stage3_model_persistence_threshold", Expect::kCount},
+    {"model_persistence_threshold", Expect::kCount},
+    {"stage3_max_reuse_distance", Expect::kCount},
+    {"max_reuse_distance", Expect::kCount},
+    {"stage3_module_granularity_threshold", Expect::kCount},
+    {"module_granularity_threshold", Expect::kCount},
+    {"stage3_partition_stream_chunk_size", Expect::kCount},
+    {"partition_stream_chunk_size", Expect::kCount},
+    // What a checkpoint or a saved 16-bit model looks like, not the training itself.
+    {"elastic_checkpoint", Expect::kBool},
+    {"stage3_gather_16bit_weights_on_model_save", Expect::kBool},
+    {"gather_16bit_weights_on_model_save", Expect::kBool},
+    {"stage3_gather_fp16_weights_on_model_save", Expect::kBool},
+    {"pipeline_loading_checkpoint", Expect::kBool},
+    {"save_muon_momentum_buffer_in_memory", Expect::kBool},
+    // PyTorch module plumbing, logging and self-checks.
+    {"ignore_unused_parameters", Expect::kBool},  // every GPT-2 parameter receives a gradient
+    {"legacy_stage1", Expect::kBool},             // an older implementation of the same stage 1
+    {"memory_efficient_linear", Expect::kBool},
+    {"override_module_apply", Expect::kBool},
+    {"leaf_module", Expect::kObject, kLeafModuleFields},
+    {"log_trace_cache_warnings", Expect::kBool},
+    {"enable_sanity_checks", Expect::kBool},
+    // Only read with zero_quantized_gradients, which is refused (a free-form dict in DeepSpeed).
+    {"zeropp_loco_param", Expect::kObject},
+};
+
 constexpr std::string_view kOneBitParams[] = {
     "freeze_step",       "cuda_aware",        "comm_backend_name",  "var_freeze_step",
     "var_update_scaler", "local_step_scaler", "local_step_clipper", "max_coeff",
@@ -250,7 +380,7 @@ Status CheckDeepSpeedOnlyKeys(const Section& top, std::vector<std::string>* noti
   for (const std::string& key : top.Keys()) {
     for (const NoticeKey& k : kNoticeKeys) {
       if (k.key != key) continue;
-      HOIST_RETURN_IF_ERROR(CheckType(top, key, k.type));
+      HOIST_RETURN_IF_ERROR(CheckValue(top, key, k.type, k.fields));
       HOIST_ASSIGN_OR_RETURN(bool asks, Asks(top, k));
       if (asks) notices->push_back(top.PathOf(key) + ": " + std::string(k.notice));
     }
@@ -258,6 +388,25 @@ Status CheckDeepSpeedOnlyKeys(const Section& top, std::vector<std::string>* noti
       if (f.key == key && top.Has(key)) HOIST_RETURN_IF_ERROR(CheckFeature(top, f));
     }
     if (key == "gradient_allreduce_op") HOIST_RETURN_IF_ERROR(CheckAllreduceOp(top));
+  }
+  return Status::Ok();
+}
+
+const std::vector<std::string_view>& ZeroNoticeKeys() {
+  static const std::vector<std::string_view> keys = [] {
+    std::vector<std::string_view> all;
+    for (const ZeroNoticeKey& k : kZeroNoticeKeys) all.push_back(k.key);
+    return all;
+  }();
+  return keys;
+}
+
+Status CheckZeroNoticeKeys(const Section& zero, std::vector<std::string>* notices) {
+  for (const ZeroNoticeKey& k : kZeroNoticeKeys) {
+    if (zero.Find(k.key) == nullptr) continue;
+    HOIST_RETURN_IF_ERROR(CheckValue(zero, k.key, k.type, k.fields));
+    notices->push_back(zero.PathOf(k.key) +
+                       ": a DeepSpeed setting that hoist does not act on yet; ignored");
   }
   return Status::Ok();
 }

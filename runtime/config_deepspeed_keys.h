@@ -24,6 +24,13 @@ const std::vector<std::string_view>& DeepSpeedOnlyKeys();
 // `notices`. Every such value is type-checked.
 Status CheckDeepSpeedOnlyKeys(const Section& top, std::vector<std::string>* notices);
 
+// The keys of `zero_optimization` that tune how DeepSpeed schedules, groups, caches or saves, not
+// what it computes, for the section's allowed keys.
+const std::vector<std::string_view>& ZeroNoticeKeys();
+// Type-checks those present in `zero` (the zero_optimization section) as DeepSpeed's pydantic
+// config declares them, and appends one notice each.
+Status CheckZeroNoticeKeys(const Section& zero, std::vector<std::string>* notices);
+
 // DeepSpeed's keys of the `checkpoint` section, which hoist's own section shares.
 const std::vector<std::string_view>& DeepSpeedCheckpointKeys();
 // Type-checks those present in `checkpoint`: load_universal true is refused (hoist cannot load

@@ -44,6 +44,24 @@ TEST(ConfigDeepSpeedKeys, MonitorsAndProfilersAreAcceptedWithOneNoticeEach) {
                             "feature hoist does not have")));
 }
 
+// Their defaults, and a disabled section, ask for nothing.
+TEST(ConfigDeepSpeedKeys, NewlyNamedFeaturesAtTheirDefaultsAreAccepted) {
+  Config c = ParseOk(kMinimal, {"disable_allgather=false", "expert_parallel.enabled=false"});
+  EXPECT_THAT(c.notices, IsEmpty());
+}
+
+TEST(ConfigDeepSpeedKeys, TypedZeroAndMonitorKeysAreAcceptedWithANotice) {
+  Config c = ParseOk(kMinimal, {"zero_optimization.allgather_partitions=true",
+                                "zero_optimization.leaf_module.names=[\"Block\"]",
+                                "tensorboard={\"enabled\": false, \"output_path\": \"/tmp/tb\", "
+                                "\"job_name\": \"j\"}",
+                                "comms_logger.prof_ops=[\"all_reduce\"]"});
+  EXPECT_THAT(c.notices,
+              UnorderedElementsAre(HasSubstr("zero_optimization.allgather_partitions: a DeepSpeed "
+                                             "setting that hoist does not act on yet; ignored"),
+                                   HasSubstr("zero_optimization.leaf_module: ")));
+}
+
 TEST(ConfigDeepSpeedKeys, KeysThatAskForNothingGetNoNotice) {
   // DeepSpeed's defaults: the monitors are off unless enabled, the flags false.
   Config c = ParseOk(kMinimal, {"wall_clock_breakdown=false", "tensorboard.output_path=/tmp/tb",
@@ -83,6 +101,30 @@ INSTANTIATE_TEST_SUITE_P(
                                {"sequence_parallel_size=0"},
                                kInvalid,
                                "sequence_parallel_size: must be >= 1"},
+                      // Inside zero_optimization and the monitors too, as DeepSpeed's pydantic
+                      // models declare them (these were accepted whatever they held).
+                      BadValue{"AllgatherPartitionsString",
+                               {"zero_optimization.allgather_partitions=\"banana\""},
+                               kInvalid,
+                               "zero_optimization.allgather_partitions: expected true or false, "
+                               "found a string"},
+                      BadValue{"ReuseDistanceNegative",
+                               {"zero_optimization.stage3_max_reuse_distance=-1"},
+                               kInvalid,
+                               "zero_optimization.stage3_max_reuse_distance: must be >= 0"},
+                      BadValue{"LeafModuleNames",
+                               {"zero_optimization.leaf_module.names=[1]"},
+                               kInvalid,
+                               "zero_optimization.leaf_module.names[0]: expected a string"},
+                      BadValue{"TensorboardOutputPathNumber",
+                               {"tensorboard.output_path=5"},
+                               kInvalid,
+                               "tensorboard.output_path: expected a string, found a number"},
+                      BadValue{"WandbUnknownKey", {"wandb.projet=\"p\""}, kInvalid, "wandb.projet"},
+                      BadValue{"CommsLoggerOps",
+                               {"comms_logger.prof_ops=\"all_reduce\""},
+                               kInvalid,
+                               "comms_logger.prof_ops: expected a list of strings"},
                       BadValue{"TagValidationNumber",
                                {"checkpoint.tag_validation=1"},
                                kInvalid,
@@ -168,6 +210,21 @@ INSTANTIATE_TEST_SUITE_P(
                  kUnimplemented,
                  "checkpoint.load_universal: loading DeepSpeed's universal checkpoints is a "
                  "DeepSpeed feature"},
+        BadValue{"ExpertParallel",
+                 {"expert_parallel={\"autoep_size\": 4}"},
+                 kUnimplemented,
+                 "expert_parallel: expert parallelism (AutoEP) is a DeepSpeed feature hoist does "
+                 "not have; remove the section"},
+        BadValue{"DisableAllgather",
+                 {"disable_allgather=true"},
+                 kUnimplemented,
+                 "disable_allgather: gathering updated parameters by broadcasts instead of an "
+                 "all-gather is a DeepSpeed feature hoist does not have; set it to false"},
+        BadValue{"DataStates",
+                 {"datastates_ckpt={\"host_cache_size\": 16}"},
+                 kUnimplemented,
+                 "datastates_ckpt: DataStates-LLM asynchronous checkpointing is a DeepSpeed "
+                 "feature hoist does not have; remove the section"},
         BadValue{"SummedGradients",
                  {"gradient_allreduce_op=sum"},
                  kUnimplemented,
