@@ -17,6 +17,7 @@
 #include "runtime/config_model.h"
 #include "runtime/config_optimizer.h"
 #include "runtime/config_reader.h"
+#include "runtime/lr_schedule.h"
 
 extern const unsigned char kDemoConfig[];
 extern const size_t kDemoConfig_size;
@@ -509,6 +510,12 @@ StatusOr<Config> Parse(std::string_view text, const std::vector<std::string>& ov
                               "set train.eval_interval to 0");
   }
   HOIST_RETURN_IF_ERROR(CheckKernelSizes(errors, config));
+  // The schedule's own checks, the ones the trainer runs, here too: `hoist estimate` and `plan`
+  // refuse what `train` would, naming the file.
+  if (StatusOr<LrSchedule> schedule = LrSchedule::Create(LrScheduleParamsOf(config));
+      !schedule.ok()) {
+    return errors.Invalid("", schedule.status().message());
+  }
 
   for (std::string& notice : config.notices) {
     notice = std::string(source_name) + ": " + notice;

@@ -211,6 +211,12 @@ Status ReadOffloadOptimizer(const Section& zero, int stage, std::string_view ena
       ReadCount(s, "buffer_count", "sub-groups held in host memory", &opt->buffer_count));
   HOIST_RETURN_IF_ERROR(s.Bool("pin_memory", &opt->pin_memory));
   HOIST_RETURN_IF_ERROR(s.Bool("fast_init", &opt->fast_init));
+  if (s.Has("fast_init")) {
+    // DeepSpeed's fast_init changes how its offloaded states are first set up, not their values.
+    notices->push_back(s.PathOf("fast_init") +
+                       ": tunes how DeepSpeed sets up its offloaded optimizer states at start-up; "
+                       "hoist sets them up one way, with the same values, so it has no effect");
+  }
   // DeepSpeed pipelines the NVMe swapper only when asked; hoist's swapper always does, as far as
   // buffer_count allows, which gives the same states either way.
   for (std::string_view key : {"pipeline_read", "pipeline_write"}) {
@@ -357,6 +363,14 @@ Status ReadZero(const Section& top, ZeroConfig* zero, std::vector<std::string>* 
   // The legacy spelling `"zero_optimization": true` means stage 1, false stage 0.
   if (value != nullptr && value->is_boolean()) {
     zero->stage = value->get<bool>() ? 1 : 0;
+    // DeepSpeed reads it too, with this deprecation warning.
+    notices->push_back(top.PathOf("zero_optimization") + ": " +
+                       (value->get<bool>() ? "true" : "false") +
+                       " is the deprecated format of the ZeRO setup (DeepSpeed warns "
+                       "\"this format of ZeRO optimization setup is deprecated\"); read as "
+                       "stage " +
+                       std::to_string(zero->stage) +
+                       "; write {\"stage\": " + std::to_string(zero->stage) + "} instead");
     return Status::Ok();
   }
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("zero_optimization"));

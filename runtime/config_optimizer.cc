@@ -44,6 +44,14 @@ Status ReadOptimizer(const Section& top, OptimizerConfig* opt, std::vector<std::
   }
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("optimizer"));
   HOIST_RETURN_IF_ERROR(s.AllowOnly({"type", "params"}));
+  if (top.Has("optimizer") && !s.Has("type")) {
+    // DeepSpeed builds an optimizer from the section only when it names a type; without one it
+    // trains with the script's optimizer, which hoist does not have.
+    notices->push_back(s.PathOf("type") +
+                       ": not set; DeepSpeed builds no optimizer from a section without a type "
+                       "(it would train with the optimizer the training script passes), and "
+                       "hoist trains AdamW with these params; set it to \"AdamW\" to say so");
+  }
   std::string type = opt->type;
   HOIST_RETURN_IF_ERROR(s.String("type", &type));
   opt->type = Canonical(type, {"AdamW", "Adam", "AdamW8bit"});

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "runtime/config.h"
 
 namespace hoist::runtime {
 namespace {
@@ -37,6 +38,21 @@ Status CheckRatio(const std::string& key, float value) {
 
 }  // namespace
 
+LrScheduleParams LrScheduleParamsOf(const Config& config) {
+  LrScheduleParams params;
+  const SchedulerConfig& s = config.scheduler;
+  params.type = s.type;
+  params.base_lr = config.optimizer.lr;
+  params.warmup_min_lr = s.warmup_min_lr;
+  params.warmup_max_lr = s.warmup_max_lr;
+  params.warmup_num_steps = s.warmup_num_steps;
+  params.warmup_type = s.warmup_type;
+  params.total_num_steps = s.total_num_steps;
+  params.warmup_min_ratio = s.warmup_min_ratio;
+  params.cos_min_ratio = s.cos_min_ratio;
+  return params;
+}
+
 StatusOr<LrSchedule> LrSchedule::Create(const LrScheduleParams& params) {
   Kind kind;
   if (params.type.empty()) {
@@ -60,9 +76,10 @@ StatusOr<LrSchedule> LrSchedule::Create(const LrScheduleParams& params) {
   }
   if (kind == Kind::kConstant) return LrSchedule(params, kind);
 
-  if (params.warmup_num_steps <= 0) {
+  // DeepSpeed warms up over max(2, warmup_num_steps) steps, so 0 and 1 are valid.
+  if (params.warmup_num_steps < 0) {
     return BadField("scheduler.params.warmup_num_steps",
-                    "must be a positive integer, got " + std::to_string(params.warmup_num_steps));
+                    "must be >= 0, got " + std::to_string(params.warmup_num_steps));
   }
   if (params.warmup_type != "log" && params.warmup_type != "linear") {
     return BadField("scheduler.params.warmup_type",

@@ -18,6 +18,8 @@
 //  - An unknown warmup_type is an error; DeepSpeed logs a warning and uses "log".
 //  - Negative or non-finite learning rates and ratios outside [0, 1] are errors; DeepSpeed does
 //    not check them.
+//  - warmup_num_steps below 0 is an error; 0 and 1 are accepted and warm up over 2 steps, as
+//    DeepSpeed's max(2, warmup_num_steps) does.
 //  - total_num_steps must be positive for WarmupDecayLR and WarmupCosineLR (DeepSpeed requires
 //    the argument but accepts any value).
 // DeepSpeed facts kept as they are:
@@ -52,6 +54,11 @@ struct LrScheduleParams {
   float warmup_min_ratio = 0;       // WarmupCosineLR
   float cos_min_ratio = 1e-4f;      // WarmupCosineLR
 };
+
+struct Config;
+// The schedule `config` asks for (its scheduler section and optimizer.params.lr). ParseConfig
+// validates it with Create, so that every command refuses a bad schedule alike, naming the file.
+LrScheduleParams LrScheduleParamsOf(const Config& config);
 
 class LrSchedule {
  public:

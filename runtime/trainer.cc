@@ -32,21 +32,6 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-LrScheduleParams ScheduleParamsFrom(const Config& config) {
-  LrScheduleParams params;
-  const SchedulerConfig& s = config.scheduler;
-  params.type = s.type;
-  params.base_lr = config.optimizer.lr;
-  params.warmup_min_lr = s.warmup_min_lr;
-  params.warmup_max_lr = s.warmup_max_lr;
-  params.warmup_num_steps = s.warmup_num_steps;
-  params.warmup_type = s.warmup_type;
-  params.total_num_steps = s.total_num_steps;
-  params.warmup_min_ratio = s.warmup_min_ratio;
-  params.cos_min_ratio = s.cos_min_ratio;
-  return params;
-}
-
 // The directory of a memory profile's files exists and takes new files.
 Status CheckProfileDirectory(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
@@ -245,7 +230,7 @@ Status Trainer::Initialize() {
   if (config_.precision() == DType::kFloat16) {
     scaler_ = std::make_unique<LossScaler>(config_.fp16);
   }
-  HOIST_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(ScheduleParamsFrom(config_)));
+  HOIST_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(LrScheduleParamsOf(config_)));
   schedule_ = std::make_unique<LrSchedule>(std::move(schedule));
   HOIST_ASSIGN_OR_RETURN(train_loader_,
                          DataLoader::Open(config_.data.train, Split::kTrain, B, T, rank, world_size,

@@ -16,7 +16,9 @@ namespace hoist::runtime {
 namespace {
 
 using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::Each;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
@@ -60,6 +62,22 @@ TEST(ConfigDeepSpeedKeys, TypedZeroAndMonitorKeysAreAcceptedWithANotice) {
               UnorderedElementsAre(HasSubstr("zero_optimization.allgather_partitions: a DeepSpeed "
                                              "setting that hoist does not act on yet; ignored"),
                                    HasSubstr("zero_optimization.leaf_module: ")));
+}
+
+// The legacy `"zero_optimization": true` is read as stage 1 with DeepSpeed's deprecation message;
+// offload_optimizer.fast_init was read and dropped without a word.
+TEST(ConfigDeepSpeedKeys, LegacyZeroFlagAndFastInitSayWhatTheyDo) {
+  Config legacy = ParseOk(kMinimal, {"zero_optimization=true"});
+  EXPECT_EQ(legacy.zero.stage, 1);
+  EXPECT_THAT(legacy.notices,
+              ElementsAre(AllOf(HasSubstr("job.json: zero_optimization: true is the deprecated "
+                                          "format of the ZeRO setup"),
+                                HasSubstr("read as stage 1"))));
+  Config fast = ParseOk(
+      kMinimal, {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu",
+                 "zero_optimization.offload_optimizer.fast_init=true"});
+  EXPECT_THAT(fast.notices,
+              Contains(AllOf(HasSubstr("offload_optimizer.fast_init: "), HasSubstr("no effect"))));
 }
 
 TEST(ConfigDeepSpeedKeys, KeysThatAskForNothingGetNoNotice) {

@@ -10,6 +10,7 @@
 
 #include "runtime/config.h"
 #include "runtime/engine_options.h"
+#include "runtime/lr_schedule.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {
@@ -47,10 +48,31 @@ TEST(ConfigOptimizerDefaults, AnOptimizerWithoutLrSaysWhichLr) {
   EXPECT_THAT(ParseOk(kMinimal).notices, IsEmpty());
 }
 
+// DeepSpeed builds an optimizer from the section only when it names a type; hoist trains AdamW
+// with the params given, and says so.
+TEST(ConfigOptimizerDefaults, AnOptimizerWithoutTypeTrainsAdamWAndSaysSo) {
+  Config c = ParseOk(kBare, {"gradient_clipping=1.0", "optimizer.params.lr=3e-4"});
+  EXPECT_EQ(c.optimizer.type, "AdamW");
+  EXPECT_FLOAT_EQ(c.optimizer.lr, 3e-4f);
+  EXPECT_THAT(c.notices, ElementsAre(AllOf(HasSubstr("job.json: optimizer.type: not set"),
+                                           HasSubstr("hoist trains AdamW with these params"))));
+}
+
+// warmup_num_steps 0 (DeepSpeed warms up over max(2, n) steps) was accepted by the config, and so
+// by `hoist estimate`, and then refused by the trainer's schedule without naming the file: both
+// run the schedule's checks now, at parse.
+TEST(ConfigOptimizerDefaults, TheScheduleIsCheckedOnceForEveryCommand) {
+  const Config c =
+      ParseOk(kMinimal, {"scheduler.type=WarmupLR", "scheduler.params.warmup_num_steps=0",
+                         "scheduler.params.warmup_max_lr=1e-3"});
+  EXPECT_EQ(c.scheduler.warmup_num_steps, 0);
+  EXPECT_TRUE(LrSchedule::Create(LrScheduleParamsOf(c)).ok());
+}
+
 // DeepSpeed clips at 1.0 by default since 0.19.3 (0: off before it), so an unset key is said.
 TEST(ConfigOptimizerDefaults, UnsetClippingClipsAtOneAndSaysSo) {
   // Absent, and null (DeepSpeed's None), are both unset.
-  for (const Config& c : {ParseOk(kBare, {"optimizer.params.lr=1e-3"}),
+  for (const Config& c : {ParseOk(kBare, {"optimizer.type=AdamW", "optimizer.params.lr=1e-3"}),
                           ParseOk(kMinimal, {"gradient_clipping=null"})}) {
     EXPECT_FLOAT_EQ(c.gradient_clipping, 1.0f);
     EXPECT_THAT(c.notices,

@@ -92,6 +92,12 @@ TEST(LrSchedule, WarmupStepsBelowTwoAreRaisedToTwo) {
   params.warmup_type = "log";
   const LrSchedule log = MustCreate(params);
   ExpectLr(log, 1, 1.25);  // log(2) / log(2)
+  // 0 too, as DeepSpeed's max(2, warmup_num_steps): the config accepts it, so the schedule must.
+  params.warmup_num_steps = 0;
+  params.warmup_type = "linear";
+  const LrSchedule none = MustCreate(params);
+  ExpectLr(none, 1, 0.25 + 1.0 * 0.5);
+  ExpectLr(none, 2, 1.25);
 }
 
 TEST(LrSchedule, WarmupDecayLrDecaysLinearlyToZeroFactorAtTotal) {
@@ -188,9 +194,6 @@ TEST(LrSchedule, InvalidParamsAreRejectedNamingTheField) {
   p = Warmup("WarmupLR", "log");
   p.base_lr = -1;
   add("negative optimizer lr", p, "optimizer.params.lr");
-  p = Warmup("WarmupLR", "log");
-  p.warmup_num_steps = 0;
-  add("zero warmup", p, "scheduler.params.warmup_num_steps");
   p = Warmup("WarmupCosineLR", "log");
   p.warmup_num_steps = -3;
   add("negative warmup", p, "scheduler.params.warmup_num_steps");
