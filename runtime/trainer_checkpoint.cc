@@ -21,6 +21,20 @@ namespace {
 // This rank's JSONL log length at the step; older checkpoints have only rank 0's, in the manifest.
 constexpr char kJsonlBytesBlob[] = "jsonl_bytes";
 
+// The optimizer states' blobs, whose checksums the restore checks as it reads them (or
+// StateReshard::VerifyShare before it reads their ranges).
+bool IsStateBlob(const std::string& name) {
+  return name == "master" || name == "adam_m" || name == "adam_v";
+}
+
+// Checks the checksum of every blob of `shard` but the states'.
+Status VerifyOtherBlobs(const CheckpointReader& shard) {
+  for (const ShardBlobEntry& blob : shard.blobs()) {
+    if (!IsStateBlob(blob.name)) HOIST_RETURN_IF_ERROR(shard.Verify(blob.name, blob.bytes));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Trainer::SaveCheckpoint() {
@@ -158,6 +172,18 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     }
   }
   const CheckpointReader* mine = rank == 0 ? &first : (own ? &*own : nullptr);
+  // Every blob of every saved shard is checked on resume, whoever reads it, on any world size:
+  // the states' by the restore below, the others here, rank r taking the saved shards r,
+  // r + world_size, ..., so that a damaged blob no rank reads (another rank's data position or
+  // log length) stops the job, named, instead of resuming from it.
+  for (int k = rank; prepared.ok() && k < saved_world; k += world_size) {
+    if (k == 0 || k == rank) {
+      prepared = VerifyOtherBlobs(k == 0 ? first : *mine);
+      continue;
+    }
+    StatusOr<CheckpointReader> shard = CheckpointReader::Open(step_dir, k, checkpoint_fs());
+    prepared = shard.ok() ? VerifyOtherBlobs(*shard) : shard.status();
+  }
   std::optional<StateReshard> reshard;
   if (prepared.ok() && !same_partition) {
     StatusOr<StateReshard> created = StateReshard::Create(

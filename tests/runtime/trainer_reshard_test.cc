@@ -244,6 +244,46 @@ TEST(TrainerReshard, AMissingOrDamagedShardOfTheOldWorldIsNamed) {
   }
 }
 
+// A blob that no rank of the new job reads (rank 1's data position; its log length on another
+// world size) is checked all the same: a flipped byte in it stops every rank, naming the shard
+// and the blob, on the same world size and on others.
+TEST(TrainerReshard, ADamagedBlobNoRankReadsIsNamedOnAnyWorldSize) {
+  const fs::path dir = TempDir("unread_blob");
+  ExpectOk(TrainOnRanks(Job(2, 4, dir, Stage(1)), 2));
+  const fs::path shard = fs::path(StepDir(dir, 4)) / "rank_00001.bin";
+  for (const char* blob : {"train_loader", "jsonl_bytes"}) {
+    StatusOr<CheckpointReader> reader = CheckpointReader::Open(StepDir(dir, 4), 1);
+    ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+    int64_t offset = -1;
+    for (const ShardBlobEntry& entry : reader->blobs()) {
+      if (entry.name == blob) offset = entry.offset;
+    }
+    ASSERT_GE(offset, 0) << blob;
+    const fs::path kept = dir / "kept.bin";
+    fs::copy_file(shard, kept, fs::copy_options::overwrite_existing);
+    {
+      std::fstream file(shard, std::ios::in | std::ios::out | std::ios::binary);
+      file.seekg(offset);
+      const char byte = static_cast<char>(file.get());
+      file.seekp(offset);
+      file.put(static_cast<char>(byte ^ 0x01));
+    }
+    for (const int world : {1, 2, 4}) {
+      const std::vector<RankRun> runs =
+          TrainOnRanks(Job(world, 8, dir, Stage(1)), world, ResumeFrom(StepDir(dir, 4)));
+      for (int r = 0; r < world; ++r) {
+        const Status& s = runs[static_cast<size_t>(r)].status;
+        ASSERT_FALSE(s.ok()) << blob << ", " << world << " ranks, rank " << r;
+        EXPECT_NE(s.message().find(blob), std::string::npos) << s.ToString();
+        EXPECT_NE(s.message().find("rank_00001.bin"), std::string::npos) << s.ToString();
+      }
+    }
+    fs::copy_file(kept, shard, fs::copy_options::overwrite_existing);
+  }
+  // Put back, the checkpoint resumes on any world size.
+  ExpectOk(TrainOnRanks(Job(4, 8, dir, Stage(1)), 4, ResumeFrom(StepDir(dir, 4))));
+}
+
 // The global batch must stay: a resume with another one is refused, naming both splits.
 TEST(TrainerReshard, AnotherGlobalBatchIsRefusedNamingIt) {
   const fs::path dir = TempDir("batch");
