@@ -2,9 +2,12 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <utility>
 #include <vector>
 
+#include "core/logging.h"
+#include "runtime/base_identity.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_metadata.h"
 #include "runtime/lora.h"
@@ -80,8 +83,24 @@ StatusOr<ModelWeights> ReadCheckpointModelWeights(const CheckpointModel& opened)
   std::vector<float> adapters(static_cast<size_t>(adapter_count));
   HOIST_RETURN_IF_ERROR(ReadCheckpointWeights(opened.step_dir, opened.model, adapters.data()));
   nlohmann::json base_config;
-  HOIST_RETURN_IF_ERROR(
-      ReadMergedLoraWeights(opened.model, adapters.data(), out.weights.data(), &base_config));
+  // The base must be the one the adapters were trained on; checkpoints written before its
+  // identity was recorded cannot tell.
+  std::function<Status(const WeightSource&)> check_base;
+  if (metadata.contains(kBaseIdentityField)) {
+    check_base = [&](const WeightSource& base) -> Status {
+      HOIST_ASSIGN_OR_RETURN(nlohmann::json current, BaseIdentity(base));
+      return CheckSameBase(metadata[kBaseIdentityField], current, base.path(), opened.step_dir);
+    };
+  } else {
+    HOIST_LOG(WARN) << "checkpoint " << opened.step_dir
+                    << " was written before checkpoints recorded the identity of their LoRA "
+                       "base; the base at "
+                    << opened.model.init_from
+                    << " (model.init_from) is merged without checking that it is the one the "
+                       "adapters were trained on";
+  }
+  HOIST_RETURN_IF_ERROR(ReadMergedLoraWeights(opened.model, adapters.data(), out.weights.data(),
+                                              &base_config, check_base));
   if (!out.hf_config.is_object()) out.hf_config = std::move(base_config);
   return out;
 }

@@ -66,6 +66,7 @@ class HfSource final : public WeightSource {
   const ModelConfig& model() const override { return model_; }
   const nlohmann::json& hf_config() const override { return config_; }
   Status FillRange(int unit, int64_t begin, int64_t count, float* out) const override;
+  std::vector<std::string> files() const override { return file_paths_; }
 
  private:
   struct Place {
@@ -82,6 +83,7 @@ class HfSource final : public WeightSource {
   nlohmann::json config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::vector<Place> places_;  // HfTensorPlaces order
+  std::vector<std::string> file_paths_;  // config.json, the index if any, the safetensors
 };
 
 StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, FileSystem& fs) {
@@ -139,8 +141,11 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
   } else {
     names.push_back("model.safetensors");
   }
+  source->file_paths_.push_back(config_path);
+  if (index_info.ok()) source->file_paths_.push_back(index_path);
   std::map<std::string, const SafetensorsFile*> by_file;
   for (const std::string& name : names) {
+    source->file_paths_.push_back(dir + "/" + name);
     HOIST_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(dir + "/" + name, fs));
     source->files_.push_back(std::make_unique<SafetensorsFile>(std::move(file)));
     by_file[name] = source->files_.back().get();

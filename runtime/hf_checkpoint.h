@@ -49,6 +49,9 @@ class WeightSource {
   Status FillUnit(int unit, float* out) const;
   // The config.json the weights came with (empty for an llm.c file).
   virtual const nlohmann::json& hf_config() const = 0;
+  // The paths of the files the weights and their config are read from (runtime/base_identity.h
+  // records them): path() itself for a single file.
+  virtual std::vector<std::string> files() const { return {path()}; }
 };
 
 // Opens `path`: a directory is a Hugging Face checkpoint (config.json, and the index's shards or

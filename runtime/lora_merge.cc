@@ -100,7 +100,8 @@ std::string ShapeDifference(const ModelConfig& base, const ModelConfig& adapted)
 }  // namespace
 
 Status ReadMergedLoraWeights(const ModelConfig& model, const float* adapters, float* out,
-                             nlohmann::json* base_config) {
+                             nlohmann::json* base_config,
+                             const std::function<Status(const WeightSource&)>& check_base) {
   HOIST_ASSIGN_OR_RETURN(const LoraLayout layout, LoraLayout::For(model));
   ModelConfig base = model;
   base.lora = LoraConfig();
@@ -122,6 +123,11 @@ Status ReadMergedLoraWeights(const ModelConfig& model, const float* adapters, fl
                                    " (model.init_from) is not the model its adapters were "
                                    "trained on: " +
                                    differs + needs);
+  }
+  if (check_base) {
+    if (Status same = check_base(**source); !same.ok()) {
+      return Status(same.code(), same.message() + needs);
+    }
   }
   const std::map<int, std::vector<MergeTarget>> targets = TargetsByUnit(base, layout);
   const std::vector<zero::UnitSpec> units = ModelUnits(base);

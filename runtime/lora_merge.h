@@ -5,10 +5,12 @@
 // both (ReadCheckpointModelWeights in runtime/checkpoint_weights.h).
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "runtime/config.h"
+#include "runtime/hf_checkpoint.h"
 #include "runtime/lora.h"
 
 namespace hoist::runtime {
@@ -20,8 +22,11 @@ namespace hoist::runtime {
 // once. `adapters` holds layout.n_layer * layout.unit_size floats, block by block, as a LoRA
 // checkpoint stores them (ReadCheckpointWeights). `base_config` gets the
 // base's config.json (empty for an llm.c file). A base that is gone, unreadable or of other
-// shapes than the adapted model's is FailedPrecondition naming its path.
-Status ReadMergedLoraWeights(const ModelConfig& model, const float* adapters, float* out,
-                             nlohmann::json* base_config);
+// shapes than the adapted model's is FailedPrecondition naming its path. `check_base`, when set,
+// is called on the opened base before anything is read from it (a checkpoint's check that the
+// base is the one its adapters were trained on); its error ends the merge.
+Status ReadMergedLoraWeights(
+    const ModelConfig& model, const float* adapters, float* out, nlohmann::json* base_config,
+    const std::function<Status(const WeightSource&)>& check_base = nullptr);
 
 }  // namespace hoist::runtime

@@ -233,6 +233,9 @@ class Trainer {
   // The config.json of the Hugging Face checkpoint the run started from (model.init_from), kept
   // in every checkpoint so that `hoist export` writes it back; null otherwise.
   nlohmann::json hf_config_;
+  // A LoRA run's base (model.init_from) as its checkpoints record it (runtime/base_identity.h);
+  // null without LoRA or without init_from.
+  nlohmann::json base_identity_;
   float clip_ = 0;
   bool stopped_ = false;
   int stop_signal_ = 0;

@@ -9,6 +9,7 @@
 #include "comm/agree.h"
 #include "core/check.h"
 #include "core/logging.h"
+#include "runtime/base_identity.h"
 #include "runtime/checkpoint.h"
 #include "runtime/checkpoint_metadata.h"
 #include "runtime/checkpoint_reshard.h"
@@ -102,6 +103,7 @@ Status Trainer::SaveCheckpoint() {
     // Hyperparameters set through the control service hold after a resume.
     metadata["control"] = {{"lr_override", nullptr}, {"gradient_clipping", clip_}};
     if (hf_config_.is_object()) metadata["hf_config"] = hf_config_;
+    if (base_identity_.is_object()) metadata[kBaseIdentityField] = base_identity_;
     if (lr_override_) metadata["control"]["lr_override"] = *lr_override_;
     if (scaler_ != nullptr) {
       const LossScalerState state = scaler_->state();
@@ -138,6 +140,21 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     return DataLossError("checkpoint " + step_dir + " has no run identity in its manifest");
   }
   HOIST_RETURN_IF_ERROR(CheckSameRun(metadata["run"], config_, step_dir, saved_world));
+  // A LoRA checkpoint holds the adapters alone: the base read again from model.init_from must be
+  // the one they were trained on.
+  if (base_identity_.is_object()) {
+    if (metadata.contains(kBaseIdentityField)) {
+      HOIST_RETURN_IF_ERROR(CheckSameBase(metadata[kBaseIdentityField], base_identity_,
+                                          config_.model.init_from, step_dir));
+    } else if (rank == 0) {
+      HOIST_LOG(WARN) << "checkpoint " << step_dir
+                      << " was written before checkpoints recorded the identity of their LoRA "
+                         "base; resuming on the base at "
+                      << config_.model.init_from
+                      << " (model.init_from) without checking that it is the one the adapters "
+                         "were trained on";
+    }
+  }
   // Every value read from the manifest is range-checked before it steers training.
   const CheckpointMetadata fields(metadata, step_dir);
   HOIST_ASSIGN_OR_RETURN(int64_t saved_stage, fields.Integer("zero_stage", 0, 3));

@@ -6,6 +6,7 @@
 
 #include "comm/agree.h"
 #include "core/logging.h"
+#include "runtime/base_identity.h"
 #include "runtime/engine_options.h"
 #include "runtime/gpt2_weights.h"
 #include "runtime/host_memory.h"
@@ -109,6 +110,15 @@ Status Trainer::InitializeFrom(const std::string& path) {
       read = FailedPreconditionError("model.init_from " + path +
                                      " no longer describes the model the job was configured "
                                      "with; it changed while the job started");
+    }
+  }
+  if (read.ok() && config_.model.lora.enabled()) {
+    // What the checkpoints record, and a resume checks, of the base the adapters train on.
+    StatusOr<nlohmann::json> identity = BaseIdentity(**opened);
+    if (identity.ok()) {
+      base_identity_ = std::move(identity).value();
+    } else {
+      read = identity.status();
     }
   }
   // A unit that cannot be read leaves zeros and the error, and the ranks agree on it before

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "runtime/checkpoint.h"
 #include "runtime/config.h"
 #include "runtime/export.h"
 #include "runtime/hf_checkpoint.h"
@@ -361,6 +362,61 @@ TEST(LoraExportErrors, AMissingOrChangedBaseIsNamed) {
   fs::copy(BaseDir("llama") + "/fp32", base);
   expect_refused("not the model its adapters were trained on");
   EXPECT_TRUE(Export(dir + "/ck", ExportFormat::kPeft, dir + "/peft").ok());
+}
+
+// Other weights of the same shapes put in place of the base (every float of model.safetensors
+// nudged, its header kept) used to resume and export silently onto them: the checkpoint records
+// the base's identity, and a resume or a merged export onto another base is refused, naming the
+// file and what changed. A checkpoint written before the identity was recorded still exports.
+TEST(LoraExportErrors, ABaseReplacedByOtherWeightsOfTheSameShapesIsRefused) {
+  const std::string dir = TempDir("replaced_base");
+  const std::string base = dir + "/base";
+  fs::copy(BaseDir("gpt2") + "/fp32", base);
+  Train(Job("gpt2", base, dir, 1), 1);
+  const std::string weights = base + "/model.safetensors";
+  const std::string original = ReadFile(weights);
+  std::string other = original;
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<unsigned char>(other[i]);
+  for (size_t at = 8 + header; at < other.size(); at += 4) other[at] ^= 0x10;
+  const std::string step_dir = dir + "/ck/step_00000001";
+  TrainerOptions resume;
+  resume.resume_from = step_dir;
+  const Config longer = Job("gpt2", base, dir, 1, {"train.steps=2"});
+
+  std::ofstream(weights, std::ios::binary | std::ios::trunc) << other;
+  auto expect_named = [&](const Status& s) {
+    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+    EXPECT_NE(s.message().find(step_dir), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find(base), std::string::npos) << s.ToString();
+    EXPECT_NE(s.message().find("model.safetensors holds other data"), std::string::npos)
+        << s.ToString();
+  };
+  const std::vector<RankRun> refused = TrainOnRanks(longer, 1, resume);
+  ASSERT_FALSE(refused[0].status.ok());
+  expect_named(refused[0].status);
+  StatusOr<std::string> exported = Export(step_dir, ExportFormat::kHuggingFace, dir + "/out");
+  ASSERT_FALSE(exported.ok());
+  expect_named(exported.status());
+  // The adapters alone need no base.
+  EXPECT_TRUE(Export(step_dir, ExportFormat::kPeft, dir + "/peft").ok());
+
+  // The base put back, both go on.
+  std::ofstream(weights, std::ios::binary | std::ios::trunc) << original;
+  EXPECT_TRUE(Export(step_dir, ExportFormat::kHuggingFace, dir + "/out").ok());
+  const std::vector<RankRun> resumed = TrainOnRanks(longer, 1, resume);
+  EXPECT_TRUE(resumed[0].status.ok()) << resumed[0].status.ToString();
+
+  // A manifest without the identity (written before it was recorded) cannot tell: it exports,
+  // with a notice.
+  std::ofstream(weights, std::ios::binary | std::ios::trunc) << other;
+  const std::string manifest_path = step_dir + "/manifest.json";
+  nlohmann::json manifest = nlohmann::json::parse(ReadFile(manifest_path));
+  ASSERT_TRUE(manifest["metadata"].contains("lora_base"));
+  manifest["metadata"].erase("lora_base");
+  manifest["manifest_xxh64"] = CheckpointManifestChecksum(manifest).value();
+  std::ofstream(manifest_path, std::ios::trunc) << manifest.dump(2);
+  EXPECT_TRUE(Export(step_dir, ExportFormat::kHuggingFace, dir + "/out").ok());
 }
 
 }  // namespace
