@@ -203,7 +203,7 @@ nlohmann::json PlanJson(const MemoryPlan& plan) {
                          {"best",
                           {{"choice", ChoiceJson(plan.candidates.front().choice)},
                            {"overrides", plan.overrides},
-                           {"config", plan.best.raw}}},
+                           {"config", *plan.best.raw}}},
                          {"candidates", std::move(candidates)}};
   if (plan.base) {
     json["base"] = CandidateJson(*plan.base);
@@ -213,7 +213,7 @@ nlohmann::json PlanJson(const MemoryPlan& plan) {
 }
 
 Status WriteConfig(const std::string& path, const runtime::Config& config) {
-  const std::string text = config.raw.dump(2) + "\n";
+  const std::string text = config.raw->dump(2) + "\n";
   const std::string_view pieces[] = {text};
   return WriteFileAtomically(FileSystem::Posix(), path, pieces)
       .WithContext("writing the planned config to '" + path + "'");

@@ -521,7 +521,7 @@ StatusOr<Config> Parse(std::string_view text, const std::vector<std::string>& ov
     notice = std::string(source_name) + ": " + notice;
     if (log_notices) HOIST_LOG(WARN) << notice;
   }
-  config.raw = std::move(root);
+  config.raw = std::make_shared<const json>(std::move(root));
   return config;
 }
 

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -421,7 +422,10 @@ struct Config {
   // DeepSpeed's top-level communication_data_type ("fp32", "fp16" or "bf16", any case): the
   // type gradients are reduced in. Unset: the compute precision().
   DType communication_data_type = DType::kFloat32;
-  nlohmann::json raw;  // the effective JSON after overrides (saved in checkpoints)
+  // The effective JSON after overrides (stored beside the checkpoints), never null after
+  // ParseConfig. Copies of a Config share it: for a large config the parsed tree is many times
+  // the file's size, and a job copies its Config (the trainer, the planner's candidates).
+  std::shared_ptr<const nlohmann::json> raw;
   // The notices logged for accepted-but-ignored DeepSpeed keys, one line each.
   std::vector<std::string> notices;
 

@@ -94,14 +94,16 @@ struct NvmePaths {
 
 // Whether zero_optimization.`key` is set (non-null) in the config's JSON.
 bool RawZeroHas(const Config& config, const char* key) {
-  const nlohmann::json& raw = config.raw;
+  if (config.raw == nullptr) return false;
+  const nlohmann::json& raw = *config.raw;
   if (!raw.is_object() || !raw.contains("zero_optimization")) return false;
   const nlohmann::json& zero = raw["zero_optimization"];
   return zero.is_object() && zero.contains(key) && !zero[key].is_null();
 }
 
 bool RawEveryKSet(const Config& config) {
-  const nlohmann::json& raw = config.raw;
+  if (config.raw == nullptr) return false;
+  const nlohmann::json& raw = *config.raw;
   if (!raw.is_object() || !raw.contains("activation_checkpointing")) return false;
   const nlohmann::json& ac = raw["activation_checkpointing"];
   return ac.is_object() && ac.contains("every_k") && !ac["every_k"].is_null();
@@ -541,7 +543,7 @@ StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOp
     nvme = true;
   }
 
-  const std::string text = base.raw.dump();
+  const std::string text = base.raw != nullptr ? base.raw->dump() : std::string("{}");
   // Every point has the base's depth, so one recording of the model's calls serves them all.
   const zero::ModelPasses passes = ModelStorePasses(base.model);
   std::vector<PlanCandidate> all;

@@ -236,6 +236,9 @@ class Trainer {
   // A LoRA run's base (model.init_from) as its checkpoints record it (runtime/base_identity.h);
   // null without LoRA or without init_from.
   nlohmann::json base_identity_;
+  // Rank 0: the run's config as stored beside its checkpoints (runtime/checkpoint_config.h),
+  // once the first one is saved; null before.
+  nlohmann::json config_reference_;
   float clip_ = 0;
   bool stopped_ = false;
   int stop_signal_ = 0;

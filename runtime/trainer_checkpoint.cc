@@ -11,6 +11,7 @@
 #include "core/logging.h"
 #include "runtime/base_identity.h"
 #include "runtime/checkpoint.h"
+#include "runtime/checkpoint_config.h"
 #include "runtime/checkpoint_metadata.h"
 #include "runtime/checkpoint_reshard.h"
 #include "runtime/run_identity.h"
@@ -98,8 +99,7 @@ Status Trainer::SaveCheckpoint() {
                                {"train_s", train_seconds_},
                                {"jsonl_bytes", log_->bytes()},
                                {"zero_stage", config_.zero.stage},
-                               {"run", RunIdentity(config_)},
-                               {"config", config_.raw}};
+                               {"run", RunIdentity(config_)}};
     // Hyperparameters set through the control service hold after a resume.
     metadata["control"] = {{"lr_override", nullptr}, {"gradient_clipping", clip_}};
     if (hf_config_.is_object()) metadata["hf_config"] = hf_config_;
@@ -112,7 +112,20 @@ Status Trainer::SaveCheckpoint() {
                                  {"clean_steps", state.clean_steps},
                                  {"skipped_steps", state.skipped_steps}};
     }
-    committed = CommitCheckpoint(dir, step_, world_size, metadata, checkpoint_fs());
+    // The config once per run beside the steps, named by its checksum from each manifest.
+    if (config_reference_.is_null()) {
+      const std::string text = config_.raw != nullptr ? config_.raw->dump() : std::string("{}");
+      StatusOr<nlohmann::json> stored = StoreRunConfig(dir, text, checkpoint_fs());
+      if (stored.ok()) {
+        config_reference_ = std::move(stored).value();
+      } else {
+        committed = stored.status();
+      }
+    }
+    metadata[kConfigFileField] = config_reference_;
+    if (committed.ok()) {
+      committed = CommitCheckpoint(dir, step_, world_size, metadata, checkpoint_fs());
+    }
     if (committed.ok() && config_.checkpoint.keep_last > 0) {
       committed =
           PruneCheckpoints(dir, static_cast<int>(config_.checkpoint.keep_last), checkpoint_fs());

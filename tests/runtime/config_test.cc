@@ -214,7 +214,7 @@ TEST(ConfigOverride, SetsANumber) {
 TEST(ConfigOverride, CreatesMissingNestedObjects) {
   Config c = ParseOk(kMinimal, {"monitor.jsonl.path=/tmp/run.jsonl"});
   EXPECT_EQ(c.monitor.jsonl_path, "/tmp/run.jsonl");
-  EXPECT_EQ(c.raw["monitor"]["jsonl"]["path"], "/tmp/run.jsonl");
+  EXPECT_EQ((*c.raw)["monitor"]["jsonl"]["path"], "/tmp/run.jsonl");
 }
 
 TEST(ConfigOverride, ValueThatIsNotJsonIsAString) {
@@ -274,8 +274,8 @@ TEST(ConfigOverride, PathThroughANonObjectIsAnError) {
 
 TEST(ConfigOverride, RawHoldsTheEffectiveJson) {
   Config c = ParseOk(kMinimal, {"train.seed=7"});
-  EXPECT_EQ(c.raw["train"]["seed"], 7);
-  EXPECT_EQ(c.raw["train"]["steps"], 10);
+  EXPECT_EQ((*c.raw)["train"]["seed"], 7);
+  EXPECT_EQ((*c.raw)["train"]["steps"], 10);
 }
 
 // ---- defaults ----

@@ -491,10 +491,10 @@ TEST(MemoryPlan, ParsesQuietlyAndTheBestReparsesFromTheOverrides) {
   EXPECT_EQ(logged, "");
   EXPECT_FALSE(plan.best.notices.empty());
   const StatusOr<Config> again =
-      ParseConfigQuietly(base.raw.dump(), plan.overrides, 1, "again.json");
+      ParseConfigQuietly(base.raw->dump(), plan.overrides, 1, "again.json");
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_EQ(PlanChoice::Of(*again), plan.candidates.front().choice);
-  EXPECT_EQ(again->raw, plan.best.raw);
+  EXPECT_EQ(*again->raw, *plan.best.raw);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "runtime/checkpoint.h"
+#include "runtime/checkpoint_config.h"
 #include "runtime/trainer.h"
 #include "tests/runtime/config_test_util.h"
 #include "tests/runtime/trainer_test_util.h"
@@ -104,6 +105,65 @@ void EditManifest(const fs::path& step_dir, const std::function<void(nlohmann::j
   edit(manifest);
   if (reseal) manifest["manifest_xxh64"] = CheckpointManifestChecksum(manifest).value();
   std::ofstream(path, std::ios::trunc) << manifest.dump(2);
+}
+
+// The config is stored once beside the steps, named by its checksum from each manifest: a large
+// config (here 200 KB of a monitor's settings) no longer grows every manifest by its size. A
+// manifest of an older build, with the config inline and no reference, still resumes.
+TEST(TrainerResume, TheConfigIsStoredOnceBesideTheStepsNotCopiedIntoEachManifest) {
+  const fs::path dir = TempDir("config_once");
+  nlohmann::json pad = nlohmann::json::array();
+  for (int i = 0; i < 20000; ++i) pad.push_back("tag" + std::to_string(i));
+  const std::vector<std::string> job = {"checkpoint.dir=\"" + (dir / "ck").string() + "\"",
+                                        "checkpoint.interval_steps=4",
+                                        "comms_logger.prof_ops=" + pad.dump()};
+  const Config config = testing_util::TinyJob(1, 8, job);
+  const std::string text = config.raw->dump();
+  ASSERT_GT(text.size(), 200000u);
+  ExpectOk(TrainOnRanks(config, 1));
+
+  nlohmann::json reference;
+  for (const char* step : {"step_00000004", "step_00000008"}) {
+    const fs::path manifest_path = dir / "ck" / step / "manifest.json";
+    EXPECT_LT(fs::file_size(manifest_path), 20000u) << step;
+    const nlohmann::json manifest = nlohmann::json::parse(ReadFile(manifest_path));
+    EXPECT_FALSE(manifest["metadata"].contains("config")) << step;
+    ASSERT_TRUE(manifest["metadata"].contains(kConfigFileField)) << step;
+    if (reference.is_null()) reference = manifest["metadata"][kConfigFileField];
+    EXPECT_EQ(manifest["metadata"][kConfigFileField], reference) << step;
+  }
+  StatusOr<std::string> stored = ReadRunConfig((dir / "ck").string(), reference);
+  ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+  EXPECT_EQ(*stored, text);
+  int config_files = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir / "ck")) {
+    config_files += entry.path().filename().string().rfind("config_", 0) == 0;
+  }
+  EXPECT_EQ(config_files, 1);
+
+  // A stored config damaged in place is named when read back.
+  const fs::path stored_path = dir / "ck" / reference["name"].get<std::string>();
+  std::string damaged = ReadFile(stored_path);
+  damaged[10] ^= 0x01;
+  std::ofstream(stored_path, std::ios::binary | std::ios::trunc) << damaged;
+  StatusOr<std::string> reread = ReadRunConfig((dir / "ck").string(), reference);
+  ASSERT_FALSE(reread.ok());
+  EXPECT_EQ(reread.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(reread.status().message().find(stored_path.string()), std::string::npos)
+      << reread.status().ToString();
+
+  // As an older build wrote it: the config inline, no reference.
+  EditManifest(
+      dir / "ck" / "step_00000004",
+      [&](nlohmann::json& manifest) {
+        manifest["metadata"].erase(kConfigFileField);
+        manifest["metadata"]["config"] = *config.raw;
+      },
+      /*reseal=*/true);
+  fs::remove(dir / "ck" / reference["name"].get<std::string>());
+  TrainerOptions resume;
+  resume.resume_from = (dir / "ck" / "step_00000004").string();
+  ExpectOk(TrainOnRanks(testing_util::TinyJob(1, 8, job), 1, resume));
 }
 
 TEST(TrainerResume, AManifestValueOutOfRangeIsRefusedNamingTheDirectoryAndTheField) {
