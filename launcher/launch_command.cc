@@ -34,7 +34,8 @@ and # comments; --include/--exclude take HOST[:SLOT[,SLOT...]] joined by @.
 The local launcher starts the workers on this node with RANK, WORLD_SIZE, LOCAL_RANK,
 LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and HOIST_JOB_ID set (and CUDA_VISIBLE_DEVICES when the
 selection skips slots; OMP_NUM_THREADS and OPENBLAS_NUM_THREADS to share the cores among the
-ranks, unless OMP_NUM_THREADS is set), prefixes each output line with [rank R], forwards SIGINT/SIGTERM/SIGHUP,
+ranks, unless OMP_NUM_THREADS is set; OMP_WAIT_POLICY=passive where the threads outnumber the
+cores), prefixes each output line with [rank R], forwards SIGINT/SIGTERM/SIGHUP,
 and when one worker fails stops the others (SIGTERM, then SIGKILL after --grace-period) and exits
 with that worker's code; with --max-restarts N it then starts every rank again with
 `train --resume`, at most N times. mpirun and srun get MASTER_ADDR (when known), MASTER_PORT and
@@ -161,7 +162,8 @@ void AddLaunchCommand(CLI::App& app, int* exit_code) {
     const CpuLimits cpus = ReadCpuLimits();
     context.usable_cores = UsableCores(cpus);
     context.cores_text = DescribeCores(cpus);
-    context.omp_num_threads_set = std::getenv("OMP_NUM_THREADS") != nullptr;
+    const char* omp_threads = std::getenv("OMP_NUM_THREADS");
+    context.omp_num_threads = omp_threads != nullptr ? omp_threads : "";
     const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
     context.omp_wait_policy = wait_policy != nullptr ? wait_policy : "";
     StatusOr<LaunchPlan> plan = BuildLaunchPlan(args->request, context);

@@ -71,7 +71,7 @@ struct LaunchRequest {
   bool exec = false;
   std::vector<std::string> command;
   // OpenMP (and OpenBLAS) threads for each local worker; 0: the cores divided among the workers
-  // of this node, unless OMP_NUM_THREADS is set (LaunchContext).
+  // of this node, unless OMP_NUM_THREADS is set (LaunchContext: then the workers keep it).
   int threads_per_rank = 0;
   // --max-restarts: times a failed local `train` job is started again with --resume.
   int max_restarts = 0;
@@ -88,7 +88,9 @@ struct LaunchContext {
   // (DescribeCores); 0: unknown, and the workers' threads are left alone.
   int usable_cores = 0;
   std::string cores_text;
-  bool omp_num_threads_set = false;  // OMP_NUM_THREADS is in the environment: it wins
+  // OMP_NUM_THREADS's value in the environment (empty: unset): the workers keep it, and it
+  // counts against the cores in place of an equal share.
+  std::string omp_num_threads;
   std::string omp_wait_policy;       // OMP_WAIT_POLICY's value in the environment; empty: unset
 };
 
