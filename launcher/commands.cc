@@ -267,8 +267,9 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       StatusOr<std::unique_ptr<runtime::Trainer>> trainer =
           runtime::Trainer::Create(*config, options);
       if (trainer.ok()) {
-        // From here on SIGINT and SIGTERM stop the job at the next step boundary, every rank
-        // alike, after a checkpoint (checkpoint.on_signal); a second one ends the process at once.
+        // From here on SIGINT, SIGTERM and SIGHUP stop the job at the next step boundary, every
+        // rank alike, after a checkpoint (checkpoint.on_signal); a second one ends the process at
+        // once.
         runtime::InstallStopSignalHandlers();
         status = (*trainer)->Run();
         stop_signal = (*trainer)->stop_signal();
@@ -278,7 +279,8 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
     }
     if (status.ok()) {
       // Stopped by a signal is not finished: 128 + its number, as a shell reports a process the
-      // signal ended, so that a scheduler requeues the job (143 for SIGTERM, 130 for SIGINT).
+      // signal ended, so that a scheduler requeues the job (143 for SIGTERM, 130 for SIGINT, 129
+      // for SIGHUP).
       *exit_code = stop_signal != 0 ? 128 + stop_signal : 0;
       return;
     }

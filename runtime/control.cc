@@ -328,6 +328,7 @@ enum Slot {
   kClipRestSlot,
   kSignalSlot,
   kSigtermSlot,
+  kSighupSlot,
   kNumSlots
 };
 
@@ -359,6 +360,7 @@ StatusOr<AgreedCommands> ExchangeCommands(comm::Communicator& comm, const Contro
   }
   slots[kSignalSlot] = signal_number != 0 ? 1.0f : 0.0f;
   slots[kSigtermSlot] = signal_number == SIGTERM ? 1.0f : 0.0f;
+  slots[kSighupSlot] = signal_number == SIGHUP ? 1.0f : 0.0f;
   HOIST_RETURN_IF_ERROR(
       comm.AllReduce(slots.data(), kNumSlots, DType::kFloat32, comm::ReduceOp::kSum));
   AgreedCommands agreed;
@@ -378,7 +380,11 @@ StatusOr<AgreedCommands> ExchangeCommands(comm::Communicator& comm, const Contro
     c.update_ids = mine.update_ids;
   }
   agreed.signalled = slots[kSignalSlot] != 0;
-  if (agreed.signalled) agreed.signal_number = slots[kSigtermSlot] != 0 ? SIGTERM : SIGINT;
+  if (agreed.signalled) {
+    agreed.signal_number = slots[kSigtermSlot] != 0  ? SIGTERM
+                           : slots[kSighupSlot] != 0 ? SIGHUP
+                                                     : SIGINT;
+  }
   return agreed;
 }
 
@@ -413,8 +419,18 @@ void InstallStopSignalHandlers() {
   action.sa_handler = OnStopSignal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  // SIGHUP is a closed terminal or ssh session (and what `hoist launch` forwards of one): the
+  // operator is gone, not the job broken, so it stops the job as SIGTERM does.
+  for (int signo : {SIGINT, SIGTERM, SIGHUP}) sigaction(signo, &action, nullptr);
+}
+
+const char* StopSignalName(int signal_number) {
+  switch (signal_number) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+  }
+  return "a signal";
 }
 
 bool StopSignalled() { return g_stop_signals.load() > 0; }

@@ -176,25 +176,28 @@ class JobController {
 
 // ControlSync: the step-boundary agreement. Every rank calls Exchange at the same boundary; rank
 // 0 passes the commands it took from its controller (the others pass nothing) and every rank
-// gets the same commands back, plus whether any rank caught SIGINT or SIGTERM and which. One
-// small all-reduce.
+// gets the same commands back, plus whether any rank caught SIGINT, SIGTERM or SIGHUP and which.
+// One small all-reduce.
 struct AgreedCommands {
   ControlCommands commands;  // request ids only on rank 0
   bool signalled = false;    // some rank was asked to stop by a signal
-  // The same on every rank: SIGTERM when any rank caught one, else SIGINT when any did, else 0.
+  // The same on every rank: SIGTERM when any rank caught one, else SIGHUP when any did, else
+  // SIGINT when any did, else 0.
   int signal_number = 0;
 };
 // `signal_number`: the stop signal this rank caught (StopSignalNumber()), 0 for none.
 StatusOr<AgreedCommands> ExchangeCommands(comm::Communicator& comm, const ControlCommands& mine,
                                           int signal_number);
 
-// Process-wide stop requests from SIGINT and SIGTERM: the first sets a flag the training loop
-// checks at each step boundary; a second one ends the process at once. Installed by `hoist
-// train`.
+// Process-wide stop requests from SIGINT, SIGTERM and SIGHUP (a closed terminal): the first sets
+// a flag the training loop checks at each step boundary; a second one ends the process at once.
+// Installed by `hoist train`.
 void InstallStopSignalHandlers();
 bool StopSignalled();
-// The first stop signal caught (SIGINT or SIGTERM), 0 before any.
+// The first stop signal caught (SIGINT, SIGTERM or SIGHUP), 0 before any.
 int StopSignalNumber();
+// "SIGINT", "SIGTERM" or "SIGHUP".
+const char* StopSignalName(int signal_number);
 // Clears the flag (for tests).
 void ResetStopSignal();
 

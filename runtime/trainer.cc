@@ -667,7 +667,7 @@ StatusOr<std::string> Trainer::StopOnSignal(int signal_number, bool checkpointed
   // A scheduler preempting the job sends SIGTERM and kills it a grace period later: what was
   // trained since the last checkpoint is kept now, and the exit code says the job did not finish.
   stop_signal_ = signal_number;
-  const char* name = signal_number == SIGTERM ? "SIGTERM" : "SIGINT";
+  const char* name = StopSignalName(signal_number);
   std::string reason = std::string("stopped by ") + name + " (exit code " +
                        std::to_string(128 + signal_number) + ")";
   if (config_.checkpoint.dir.empty() || !config_.checkpoint.on_signal) return reason;

@@ -143,15 +143,33 @@ TEST(RestartTrain, AStopBySigtermIsNotRestarted) {
   EXPECT_FALSE(Contains(job.err(), "restart 1 of")) << job.err();
 }
 
+// Sends `signal_number` to rank 1 alone of a job with restarts left: every rank stops at the
+// same step (the one that got it checkpoints and says why), the launcher exits 128 + the number,
+// and nothing restarts.
+void ExpectARankStoppedDirectlyIsNotRestarted(int signal_number, const std::string& name) {
+  const fs::path dir = testing::TempDir("hoist_restart_train_", "rank_stop_" + name);
+  Background job(dir, LaunchArgs(dir, {"--max-restarts", "3"}, 1000000));
+  KillRankAfter(job, dir, 3, 1, signal_number);
+  ASSERT_EQ(job.Wait(120), 128 + signal_number) << job.err();
+  EXPECT_TRUE(Contains(job.err(), "exited with code " + std::to_string(128 + signal_number)))
+      << job.err();
+  EXPECT_FALSE(Contains(job.err(), "restart 1 of")) << job.err();
+  const testing::Log rank1 = ReadLog(dir / "log_1.jsonl");
+  ASSERT_TRUE(rank1.end.is_object()) << job.err();
+  EXPECT_TRUE(Contains(rank1.end.value("stopped", ""), "stopped by " + name)) << rank1.end.dump();
+  EXPECT_NE(testing::Latest(dir / "ck"), "") << job.err();
+}
+
 // A scheduler may signal every process of a job itself (Slurm does): a rank stopped by SIGTERM
 // exits 143 after its checkpoint, and that is a stop too.
 TEST(RestartTrain, ARankStoppedBySigtermDirectlyIsNotRestarted) {
-  const fs::path dir = testing::TempDir("hoist_restart_train_", "rank_stop");
-  Background job(dir, LaunchArgs(dir, {"--max-restarts", "3"}, 1000000));
-  KillRankAfter(job, dir, 3, 1, SIGTERM);
-  ASSERT_EQ(job.Wait(120), 128 + SIGTERM) << job.err();
-  EXPECT_TRUE(Contains(job.err(), "exited with code 143")) << job.err();
-  EXPECT_FALSE(Contains(job.err(), "restart 1 of")) << job.err();
+  ExpectARankStoppedDirectlyIsNotRestarted(SIGTERM, "SIGTERM");
+}
+
+// SIGHUP sent to one rank (its terminal closed) is a stop as well: every rank checkpoints, exits
+// 129, and nothing restarts (issue 35: the rank died of it and the launcher restarted the job).
+TEST(RestartTrain, ARankStoppedBySighupDirectlyIsNotRestarted) {
+  ExpectARankStoppedDirectlyIsNotRestarted(SIGHUP, "SIGHUP");
 }
 
 }  // namespace

@@ -439,7 +439,8 @@ TEST(TrainerControl, HyperparamUpdatesReachEveryRankAndSurviveAResume) {
 }
 
 // A scheduler's signal may reach one rank only: every rank learns of it at the same boundary,
-// and all stop with the same signal (SIGTERM over SIGINT), so that all exit with the same code.
+// and all stop with the same signal (SIGTERM over SIGHUP over SIGINT), so that all exit with the
+// same code.
 TEST(ControlSync, EveryRankAgreesOnTheStopSignalOfAnyRank) {
   struct Case {
     std::vector<int> caught;  // by rank
@@ -448,7 +449,10 @@ TEST(ControlSync, EveryRankAgreesOnTheStopSignalOfAnyRank) {
   const Case cases[] = {{{0, 0, 0}, 0},
                         {{0, SIGINT, 0}, SIGINT},
                         {{0, 0, SIGTERM}, SIGTERM},
-                        {{SIGINT, 0, SIGTERM}, SIGTERM}};
+                        {{SIGINT, 0, SIGTERM}, SIGTERM},
+                        {{0, SIGHUP, 0}, SIGHUP},
+                        {{SIGHUP, SIGINT, 0}, SIGHUP},
+                        {{SIGHUP, 0, SIGTERM}, SIGTERM}};
   for (const Case& c : cases) {
     auto group = comm::ThreadGroup::Create(3, 20.0);
     ASSERT_TRUE(group.ok());
