@@ -1,10 +1,16 @@
 #include "offload/scratch_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
+#include <string_view>
 #include <utility>
 
 #include "core/logging.h"
@@ -34,7 +40,80 @@ int CreateFile(const std::string& path) {
   return fd;
 }
 
+// The pid in a scratch file's name, "hoist-rank<rank>-<pid>.<what>.swp"; 0 for another name.
+int64_t ScratchFilePid(std::string_view name) {
+  constexpr std::string_view kPrefix = "hoist-rank", kSuffix = ".swp";
+  if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return 0;
+  name.remove_prefix(kPrefix.size());
+  // A decimal number at the front of `name`, taken off it.
+  const auto take_number = [&name](int64_t* value) {
+    const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), *value);
+    if (error != std::errc() || end == name.data()) return false;
+    name.remove_prefix(static_cast<size_t>(end - name.data()));
+    return true;
+  };
+  int64_t rank = 0, pid = 0;
+  if (!take_number(&rank) || !name.starts_with('-')) return 0;
+  name.remove_prefix(1);
+  if (!take_number(&pid) || pid <= 0 || !name.starts_with('.')) return 0;
+  return pid;
+}
+
+// Whether a process `pid` runs on this node (EPERM: it does, as another user's).
+bool ProcessRuns(int64_t pid) {
+  return pid <= INT32_MAX && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+}
+
 }  // namespace
+
+std::string ScratchFilePath(const std::string& dir, int rank, const std::string& what) {
+  return dir + "/hoist-rank" + std::to_string(rank) + "-" + std::to_string(::getpid()) + "." +
+         what + ".swp";
+}
+
+std::vector<FoundScratchFile> SweepScratchFiles(const std::string& dir,
+                                                std::vector<FoundScratchFile>* left) {
+  std::vector<FoundScratchFile> removed;
+  std::vector<std::string> names;
+  if (DIR* stream = ::opendir(dir.c_str()); stream != nullptr) {
+    while (const dirent* entry = ::readdir(stream)) names.emplace_back(entry->d_name);
+    ::closedir(stream);
+  }
+  for (const std::string& name : names) {
+    FoundScratchFile found;
+    found.pid = ScratchFilePid(name);
+    if (found.pid == 0) continue;
+    found.path = dir + "/" + name;
+    // Not followed and not waited on: a link or a pipe planted under the name stays untouched.
+    const int fd = ::open(found.path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat info {};
+    if (fd < 0 || ::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+      found.kept_because = "not a regular file this user can open";
+    } else {
+      found.size_bytes = static_cast<int64_t>(info.st_blocks) * 512;
+      // A pid seen running keeps its files even when the lock is free: between its O_EXCL
+      // create and its flock, a live process's new file is not yet locked. A lock held keeps
+      // a file whose pid is not seen here: a process of another node (a shared directory) or of
+      // another pid namespace.
+      if (info.st_uid != ::geteuid()) {
+        found.kept_because = "another user's";
+      } else if (ProcessRuns(found.pid)) {
+        found.kept_because = "process " + std::to_string(found.pid) + " still runs";
+      } else if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        found.kept_because = "held by a process of another node or container";
+      } else if (::unlink(found.path.c_str()) != 0 && errno != ENOENT) {
+        found.kept_because = "cannot be removed: " + ErrnoText(errno);
+      }
+    }
+    if (fd >= 0) ::close(fd);
+    if (!found.kept_because.empty()) {
+      if (left != nullptr) left->push_back(std::move(found));
+    } else {
+      removed.push_back(std::move(found));
+    }
+  }
+  return removed;
+}
 
 Status PreallocationFailure(const std::string& path, int64_t bytes_needed, int64_t bytes_free,
                             int errno_value) {
@@ -70,6 +149,9 @@ StatusOr<ScratchFile> ScratchFile::Open(const std::string& path, int64_t size_by
   }
   // From here on the destructor closes the descriptor and removes the file.
   ScratchFile file(path, fd, size_bytes, false);
+  // Held until the descriptor closes, by the kernel even when this process is killed: what tells
+  // SweepScratchFiles that the file is in use.
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return PosixError("offload: flock", path, errno);
   // O_DIRECT is switched on the open file rather than asked for at creation: a file system that
   // refuses it may have created the file before refusing, and a second O_EXCL open would fail.
   if (options.direct_io) {

@@ -4,6 +4,9 @@
 // file removed again when this object goes. Open always creates the file (O_CREAT|O_EXCL|
 // O_NOFOLLOW, mode 0600): a name that exists already, a symbolic link included, is an error,
 // so that a name planted in a shared directory never redirects offloaded state into another file.
+// The open file holds an exclusive flock for as long as it lives: a process killed with SIGKILL
+// cannot remove its file, but the kernel drops its lock, which is how SweepScratchFiles tells a
+// file left behind from one in use.
 //
 // Movable, not copyable; the owner closes the descriptor by destroying it. Not thread-safe to
 // move or destroy while another thread uses fd(); Open blocks on the file system.
@@ -11,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 
@@ -58,6 +62,30 @@ class ScratchFile {
   int64_t size_bytes_ = 0;
   bool direct_io_ = false;
 };
+
+// Where rank `rank` of this process keeps its `what` ("optimizer", "params") scratch file under
+// `dir`: hoist-rank<rank>-<pid>.<what>.swp, unique per rank and per process, since two jobs may
+// share a directory.
+std::string ScratchFilePath(const std::string& dir, int rank, const std::string& what);
+
+// A scratch file (a name ScratchFilePath gives) found in a directory.
+struct FoundScratchFile {
+  std::string path;
+  int64_t size_bytes = 0;  // allocated on disk, what it takes from the free space
+  int64_t pid = 0;         // the process that created it, from its name
+  // Empty for a removed file; for one left, why: "process 123 still runs", ...
+  std::string kept_because;
+};
+
+// Removes the scratch files under `dir` whose process has ended: those this user owns, whose pid
+// runs no process on this node and whose lock nobody holds (a rank killed with SIGKILL leaves its
+// whole offloaded state there, and restarts would pile such files up until the disk is full).
+// Returns the ones removed; `*left` (when not null) gets those still there, each with why: in
+// use by a live process, another user's, or not examinable. Best effort: nothing is removed that
+// is not surely stale. Blocks on the file system; thread-safe, and several processes may sweep
+// one directory at once.
+std::vector<FoundScratchFile> SweepScratchFiles(const std::string& dir,
+                                                std::vector<FoundScratchFile>* left = nullptr);
 
 // The ResourceExhausted Status for a preallocation of `bytes_needed` on `path` that failed with
 // `errno_value` where the file system had `bytes_free` free.

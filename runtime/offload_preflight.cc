@@ -11,12 +11,35 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/logging.h"
 #include "core/memory_tracker.h"
 #include "offload/block_storage.h"
+#include "offload/scratch_file.h"
 #include "offload/state_swapper.h"
 #include "zero/memory_estimate.h"
 
 namespace hoist::runtime {
+namespace {
+
+// "2 scratch files (3.00 GiB): hoist-rank1-4242.optimizer.swp (1.50 GiB, process 4242 still
+// runs), ...", naming the first few.
+std::string DescribeScratchFiles(const std::vector<offload::FoundScratchFile>& files) {
+  constexpr size_t kNamed = 8;
+  int64_t total = 0;
+  for (const offload::FoundScratchFile& file : files) total += file.size_bytes;
+  std::string text = std::to_string(files.size()) + " scratch file" +
+                     (files.size() == 1 ? "" : "s") + " (" + FormatBytes(total) + "): ";
+  for (size_t i = 0; i < files.size() && i < kNamed; ++i) {
+    const offload::FoundScratchFile& file = files[i];
+    text += (i > 0 ? ", " : "") + file.path + " (" + FormatBytes(file.size_bytes) +
+            (file.kept_because.empty() ? "" : ", " + file.kept_because) + ")";
+  }
+  if (files.size() > kNamed) text += " and " + std::to_string(files.size() - kNamed) + " more";
+  return text;
+}
+
+}  // namespace
+
 StatusOr<OffloadFootprint> OffloadFootprintPerRank(const std::vector<zero::UnitSpec>& units,
                                                    const zero::ZeroOptions& options, int world_size,
                                                    int rank, bool accelerator) {
@@ -102,6 +125,14 @@ Status CheckNvmePath(const std::string& path, const std::string& key, int64_t by
   }
   close(fd);
   unlink(probe.c_str());
+  // Ranks killed with SIGKILL leave their whole offloaded state here; across restarts those files
+  // would fill the disk. Every local rank sweeps (one of them finds each file).
+  std::vector<offload::FoundScratchFile> left;
+  const std::vector<offload::FoundScratchFile> removed = offload::SweepScratchFiles(path, &left);
+  if (!removed.empty()) {
+    HOIST_LOG(WARN) << "offload: removed " << DescribeScratchFiles(removed)
+                    << " that ended processes left in " << key << " \"" << path << "\"";
+  }
   int64_t free_bytes = options.simulate_free_bytes;
   if (free_bytes < 0) {
     struct statvfs fs {};
@@ -112,9 +143,12 @@ Status CheckNvmePath(const std::string& path, const std::string& key, int64_t by
     free_bytes = static_cast<int64_t>(fs.f_bavail) * static_cast<int64_t>(fs.f_frsize);
   }
   if (free_bytes < bytes_needed) {
+    // Files of other hoist processes are the first place to look for the space.
+    const std::string others =
+        left.empty() ? "" : "; " + DescribeScratchFiles(left) + " of other processes are there";
     return ResourceExhaustedError(key + " \"" + path + "\" has " + FormatBytesExactly(free_bytes) +
                                   " free but the job's scratch files there need " +
-                                  FormatBytesExactly(bytes_needed) +
+                                  FormatBytesExactly(bytes_needed) + others +
                                   "; free space, choose a larger disk, or spread the job over "
                                   "more nodes");
   }

@@ -58,8 +58,10 @@ struct NvmeCheckOptions {
 // Checks that `path` (named in messages as `key`, e.g.
 // "zero_optimization.offload_optimizer.nvme_path") can hold `bytes_needed` bytes of scratch
 // files: it exists, is a directory, is writable, takes O_DIRECT (probed with a file created and
-// removed at once) and has that much free space. NotFound, FailedPrecondition or
-// ResourceExhausted naming the path, what is needed and what is free.
+// removed at once) and has that much free space once the scratch files of ended processes are
+// swept from it (offload::SweepScratchFiles, each removal logged). NotFound, FailedPrecondition
+// or ResourceExhausted naming the path, what is needed and what is free, and the scratch files of
+// other processes still there.
 Status CheckNvmePath(const std::string& path, const std::string& key, int64_t bytes_needed,
                      const NvmeCheckOptions& options = {});
 

@@ -18,6 +18,7 @@
 #include "core/logging.h"
 #include "core/posix_error.h"
 #include "offload/open_storage.h"
+#include "offload/scratch_file.h"
 #include "runtime/checkpoint.h"
 #include "runtime/control_server.h"
 #include "runtime/memory_report.h"
@@ -106,10 +107,8 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, local));
   if (!offload) return Status::Ok();
 
-  // Unique per rank and per process: two jobs may share a path.
   auto scratch = [&](const std::string& dir, const char* what) {
-    return dir + "/hoist-rank" + std::to_string(rank) + "-" + std::to_string(getpid()) + "." +
-           what + ".swp";
+    return offload::ScratchFilePath(dir, rank, what);
   };
   offload::StorageFactory open = options_.offload_storage;
   if (!open) {

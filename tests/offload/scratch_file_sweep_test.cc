@@ -1,0 +1,97 @@
+// SweepScratchFiles: a rank killed with SIGKILL leaves its scratch file (its whole offloaded
+// state) behind; the next start removes it, and keeps every file a live process may still use.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "offload/scratch_file.h"
+#include "tests/offload/storage_test_util.h"
+
+namespace hoist::offload {
+namespace {
+
+// The pid of a process that has ended (and been reaped), so that no process runs under it.
+pid_t EndedPid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return child;
+}
+
+void WriteBytes(const std::string& path, int64_t bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out << std::string(static_cast<size_t>(bytes), 'x');
+}
+
+TEST(ScratchFileSweep, RemovesTheFilesOfEndedProcessesOnly) {
+  testing::ScratchDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const pid_t ended = EndedPid();
+  const std::string stale = dir.File("hoist-rank1-" + std::to_string(ended) + ".optimizer.swp");
+  WriteBytes(stale, 1 << 16);
+  // This process's own file, open and locked.
+  ScratchFileOptions options;
+  options.direct_io = false;
+  auto live = ScratchFile::Open(ScratchFilePath(dir.path(), 0, "optimizer"), 1 << 16, options);
+  ASSERT_TRUE(live.ok()) << live.status().ToString();
+  // An ended pid's name, but a lock held: a process of another node on a shared directory.
+  const std::string held = dir.File("hoist-rank2-" + std::to_string(ended) + ".params.swp");
+  WriteBytes(held, 4096);
+  const int holder = ::open(held.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(holder, 0);
+  ASSERT_EQ(::flock(holder, LOCK_EX | LOCK_NB), 0);
+  // Names that are not scratch files stay whatever they are.
+  WriteBytes(dir.File("notes.txt"), 10);
+  WriteBytes(dir.File("hoist-rank1-x.optimizer.swp"), 10);
+
+  std::vector<FoundScratchFile> left;
+  const std::vector<FoundScratchFile> removed = SweepScratchFiles(dir.path(), &left);
+  ::close(holder);
+
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].path, stale);
+  EXPECT_EQ(removed[0].pid, ended);
+  EXPECT_GE(removed[0].size_bytes, 1 << 16);
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  ASSERT_EQ(left.size(), 2u);
+  for (const FoundScratchFile& file : left) {
+    EXPECT_TRUE(std::filesystem::exists(file.path)) << file.path;
+    if (file.path == live->path()) {
+      EXPECT_EQ(file.kept_because, "process " + std::to_string(::getpid()) + " still runs");
+    } else {
+      EXPECT_EQ(file.path, held);
+      EXPECT_EQ(file.kept_because, "held by a process of another node or container");
+    }
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir.File("notes.txt")));
+  EXPECT_TRUE(std::filesystem::exists(dir.File("hoist-rank1-x.optimizer.swp")));
+}
+
+TEST(ScratchFileSweep, APlantedLinkOrPipeIsNeverFollowedNorRemoved) {
+  testing::ScratchDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const pid_t ended = EndedPid();
+  const std::string target = dir.File("precious");
+  WriteBytes(target, 100);
+  const std::string link = dir.File("hoist-rank0-" + std::to_string(ended) + ".optimizer.swp");
+  std::filesystem::create_symlink(target, link);
+  const std::string pipe = dir.File("hoist-rank1-" + std::to_string(ended) + ".optimizer.swp");
+  ASSERT_EQ(::mkfifo(pipe.c_str(), 0600), 0);
+  std::vector<FoundScratchFile> left;
+  EXPECT_TRUE(SweepScratchFiles(dir.path(), &left).empty());
+  EXPECT_EQ(left.size(), 2u);
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(std::filesystem::file_size(target), 100u);
+  EXPECT_TRUE(std::filesystem::is_fifo(pipe));
+}
+
+}  // namespace
+}  // namespace hoist::offload
