@@ -232,6 +232,11 @@ class PosixFileSystem final : public FileSystem {
     return Status::Ok();
   }
 
+  Status Link(const std::string& from, const std::string& to) override {
+    HOIST_POSIX_CALL(::link(from.c_str(), to.c_str()), from + "' -> '" + to);
+    return Status::Ok();
+  }
+
   Status Remove(const std::string& path) override {
     std::error_code error;
     std::filesystem::remove(path, error);
@@ -259,6 +264,7 @@ const char* OpName(FileOp op) {
     case FileOp::kSyncDir: return "fsync directory";
     case FileOp::kRename: return "rename";
     case FileOp::kRemove: return "remove";
+    case FileOp::kLink: return "link";
   }
   return "file operation";
 }
@@ -375,10 +381,17 @@ void FaultInjectingFileSystem::SetWriteBudget(int64_t bytes) {
   write_budget_bytes_ = std::max<int64_t>(bytes, 0);
 }
 
+void FaultInjectingFileSystem::CrashAfter(int64_t calls) {
+  std::lock_guard<std::mutex> lock(mu_);
+  crash_after_calls_ = std::max<int64_t>(calls, 0);
+  calls_ = 0;
+}
+
 void FaultInjectingFileSystem::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   faults_.clear();
   write_budget_bytes_ = -1;
+  crash_after_calls_ = -1;
 }
 
 int64_t FaultInjectingFileSystem::faults_fired() const {
@@ -388,6 +401,9 @@ int64_t FaultInjectingFileSystem::faults_fired() const {
 
 Status FaultInjectingFileSystem::Check(FileOp op, const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (crash_after_calls_ >= 0 && calls_++ >= crash_after_calls_) {
+    return PosixError(std::string(OpName(op)) + " (after an injected crash)", path, EIO);
+  }
   for (ArmedFault& armed : faults_) {
     const FileFault& fault = armed.fault;
     if (fault.op != op || path.find(fault.path_contains) == std::string::npos) continue;
@@ -445,6 +461,11 @@ Status FaultInjectingFileSystem::Rename(const std::string& from, const std::stri
 Status FaultInjectingFileSystem::Exchange(const std::string& a, const std::string& b) {
   HOIST_RETURN_IF_ERROR(Check(FileOp::kRename, b));
   return base_.Exchange(a, b);
+}
+
+Status FaultInjectingFileSystem::Link(const std::string& from, const std::string& to) {
+  HOIST_RETURN_IF_ERROR(Check(FileOp::kLink, to));
+  return base_.Link(from, to);
 }
 
 Status FaultInjectingFileSystem::Remove(const std::string& path) {

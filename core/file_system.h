@@ -97,6 +97,9 @@ class FileSystem {
   // Atomically swaps two existing paths (renameat2 RENAME_EXCHANGE). Unimplemented where the
   // file system cannot; callers fall back to a non-atomic replace.
   virtual Status Exchange(const std::string& a, const std::string& b) = 0;
+  // link(2): a second name `to` for the file `from` (a symbolic link is linked, not followed);
+  // `to` must not exist.
+  virtual Status Link(const std::string& from, const std::string& to) = 0;
   // Removes a file or an empty directory; a missing path is fine, so cleanup may repeat.
   virtual Status Remove(const std::string& path) = 0;
   // Removes a file or a directory tree; a missing path is fine.
@@ -131,6 +134,7 @@ enum class FileOp {
   kSyncDir,
   kRename,  // and Exchange; matched on the destination (`to`, `b`)
   kRemove,  // and RemoveAll
+  kLink,    // matched on the new name
 };
 
 // One injected failure: the `nth` call (1 = the next) of `op` whose path contains
@@ -170,7 +174,11 @@ class FaultInjectingFileSystem final : public FileSystem {
   // Appends and WriteAts beyond `bytes` in total (from now, over all files) write what fits and
   // then fail with ENOSPC, as a real full disk does.
   void SetWriteBudget(int64_t bytes);
-  // Removes every fault and the budget.
+  // A process killed after `calls` calls: those go through, and from then on every call (of any
+  // operation, on any path) fails with EIO without touching the disk, which stays as the kill
+  // left it. A crash test runs its operation once per `calls` = 0, 1, 2, ... until one finishes.
+  void CrashAfter(int64_t calls);
+  // Removes every fault, the budget and the crash.
   void Clear();
   // How many injected failures have fired.
   int64_t faults_fired() const;
@@ -186,6 +194,7 @@ class FaultInjectingFileSystem final : public FileSystem {
   Status SyncDir(const std::string& path) override;
   Status Rename(const std::string& from, const std::string& to) override;
   Status Exchange(const std::string& a, const std::string& b) override;
+  Status Link(const std::string& from, const std::string& to) override;
   Status Remove(const std::string& path) override;
   Status RemoveAll(const std::string& path) override;
 
@@ -203,6 +212,8 @@ class FaultInjectingFileSystem final : public FileSystem {
   std::vector<ArmedFault> faults_;   // guarded by mu_
   int64_t write_budget_bytes_ = -1;  // guarded by mu_; negative: unlimited
   int64_t faults_fired_ = 0;         // guarded by mu_
+  int64_t crash_after_calls_ = -1;   // guarded by mu_; negative: no crash
+  int64_t calls_ = 0;                // guarded by mu_; counted while a crash is armed
 
   // The failure for a call of `op` on `path`, or OK; counts the call.
   Status Check(FileOp op, const std::string& path);

@@ -32,8 +32,9 @@ void AddExportCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::IsMember({"hf", "llmc", "peft"}));
   cmd->add_option(
          "-o,--output", args->options.output,
-         "Output directory (hf, peft) or file (llmc); files of the same names are replaced, and "
-         "an earlier export's safetensors in the directory removed")
+         "Output directory (hf, peft) or file (llmc). An existing one is replaced whole once the "
+         "new export is complete (a failure or a kill leaves it as it was): a directory keeps "
+         "its other files, but not an earlier export's safetensors")
       ->required();
   cmd->add_option("--dtype", args->dtype, "Type of the written weights: fp32, bf16 or fp16")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kernels/cpu/convert.h"
+#include "runtime/export_staging.h"
 #include "runtime/gpt2_weights.h"
 #include "runtime/hf_config.h"
 #include "runtime/llama.h"
@@ -29,7 +30,7 @@ void Transpose(const float* in, int64_t rows, int64_t cols, float* out) {
 }
 
 // The safetensors files an export writes: model.safetensors, or model-NNNNN-of-NNNNN.safetensors.
-bool IsExportedWeightsFile(const std::string& name) {
+bool IsExportedWeightsFile(std::string_view name) {
   if (name == "model.safetensors") return true;
   constexpr std::string_view kPattern = "model-#####-of-#####.safetensors";
   if (name.size() != kPattern.size()) return false;
@@ -315,7 +316,6 @@ Status WriteHfCheckpoint(const std::string& out_dir, const ModelConfig& model, c
   const std::vector<HfTensorPlace> specs = HfTensorPlaces(model);
   const std::string dtype = SafetensorsDTypeName(options.dtype);
   const int64_t size_of = static_cast<int64_t>(DTypeSize(options.dtype));
-  HOIST_RETURN_IF_ERROR(fs.CreateDirs(out_dir));
 
   // Each tensor's bytes, produced from the flat weights (transposed back for Conv1D, wte without
   // its padding rows), rounded to the export type a block at a time.
@@ -366,28 +366,11 @@ Status WriteHfCheckpoint(const std::string& out_dir, const ModelConfig& model, c
     total_bytes += bytes;
     total_parameters += n;
   }
-  const std::string index_path = out_dir + "/model.safetensors.index.json";
-  const auto remove = [&](const std::string& name) -> Status {
-    const std::string path = out_dir + "/" + name;
-    if (!fs.Stat(path).ok()) return Status::Ok();
-    Status removed = fs.Remove(path);
-    if (removed.ok()) return removed;
-    return Status(removed.code(), "export to " + out_dir + ": " + name +
-                                      " of an earlier export could not be removed (" +
-                                      removed.message() +
-                                      "); remove it, or export to a new "
-                                      "directory");
-  };
-  if (shards.size() > 1) {
-    // The index is written last, as the export's commit: until then no reader may take an
-    // earlier export's index (or model.safetensors) with this export's first shards under it,
-    // which an export that fails half-way (a full disk) would otherwise leave behind.
-    HOIST_RETURN_IF_ERROR(remove("model.safetensors.index.json"));
-    HOIST_RETURN_IF_ERROR(remove("model.safetensors"));
-  }
+  // Written beside out_dir and swapped in whole (runtime/export_staging.h).
+  HOIST_ASSIGN_OR_RETURN(StagedExportDir staged, StagedExportDir::Begin(out_dir, fs));
+  const std::string& dir = staged.path();
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
   nlohmann::json weight_map = nlohmann::json::object();
-  std::set<std::string> written;
   for (size_t s = 0; s < shards.size(); ++s) {
     std::string name = "model.safetensors";
     if (shards.size() > 1) {
@@ -402,28 +385,26 @@ Status WriteHfCheckpoint(const std::string& out_dir, const ModelConfig& model, c
       weight_map[spec->name] = name;
     }
     SortSafetensorsOutputs(&outputs);
-    HOIST_RETURN_IF_ERROR(WriteSafetensors(out_dir + "/" + name, std::move(outputs), metadata, fs));
-    written.insert(name);
+    HOIST_RETURN_IF_ERROR(WriteSafetensors(dir + "/" + name, std::move(outputs), metadata, fs));
   }
-  // The weights of an earlier export to the same directory go: transformers loads a
-  // model.safetensors before it looks for an index, so one left beside new shards would be read
-  // in their place, and shards of another count are dead weight that a glob would pick up.
-  HOIST_ASSIGN_OR_RETURN(const std::vector<std::string> entries, fs.ListDirectory(out_dir));
-  for (const std::string& entry : entries) {
-    if (!written.count(entry) && IsExportedWeightsFile(entry)) HOIST_RETURN_IF_ERROR(remove(entry));
-  }
-  // A stale index would point readers at shards of another export.
-  if (shards.size() == 1) HOIST_RETURN_IF_ERROR(remove("model.safetensors.index.json"));
   const std::string config = HfConfigText(model, options.dtype, options.base_config);
   const std::string_view config_pieces[] = {config};
-  HOIST_RETURN_IF_ERROR(WriteFileAtomically(fs, out_dir + "/config.json", config_pieces));
-  if (shards.size() == 1) return Status::Ok();
-  const nlohmann::json index = {
-      {"metadata", {{"total_parameters", total_parameters}, {"total_size", total_bytes}}},
-      {"weight_map", weight_map}};
-  const std::string text = index.dump(2) + "\n";
-  const std::string_view pieces[] = {text};
-  return WriteFileAtomically(fs, index_path, pieces);
+  HOIST_RETURN_IF_ERROR(WriteFileAtomically(fs, dir + "/config.json", config_pieces));
+  if (shards.size() > 1) {
+    const nlohmann::json index = {
+        {"metadata", {{"total_parameters", total_parameters}, {"total_size", total_bytes}}},
+        {"weight_map", weight_map}};
+    const std::string text = index.dump(2) + "\n";
+    const std::string_view pieces[] = {text};
+    HOIST_RETURN_IF_ERROR(WriteFileAtomically(fs, dir + "/model.safetensors.index.json", pieces));
+  }
+  // The weights of an earlier export stay behind with it: transformers loads a model.safetensors
+  // before it looks for an index, so one kept beside new shards would be read in their place,
+  // shards of another count are dead weight that a glob would pick up, and a stale index would
+  // point readers at shards of another export.
+  return staged.Commit([](std::string_view name) {
+    return IsExportedWeightsFile(name) || name == "model.safetensors.index.json";
+  });
 }
 
 }  // namespace hoist::runtime

@@ -72,12 +72,11 @@ struct HfExportOptions {
 
 // Writes `weights` (ModelParameterCount(model) floats, the flat unit order of ModelUnits(model))
 // as a Hugging Face directory `out_dir` (created): config.json and the safetensors, named and
-// shaped as transformers' GPT2LMHeadModel or LlamaForCausalLM keeps them. Each file is written
-// atomically; in an existing directory, the files of those names are replaced and the
-// safetensors of an earlier export (model.safetensors, model-*-of-*.safetensors) not written
-// this time are removed, so that no reader picks up stale weights. A sharded export writes its
-// index last: one that fails half-way leaves shards without an index, never an index over a
-// mix of two exports' shards.
+// shaped as transformers' GPT2LMHeadModel or LlamaForCausalLM keeps them. The directory is
+// replaced whole (runtime/export_staging.h): a failure or a kill at any point leaves the earlier
+// export or this one, never a mixture. The other files of an existing directory are kept, but
+// not the weights of an earlier export (model.safetensors, model-*-of-*.safetensors and the
+// index), so that no reader picks up stale weights.
 Status WriteHfCheckpoint(const std::string& out_dir, const ModelConfig& model, const float* weights,
                          const HfExportOptions& options, FileSystem& fs = FileSystem::Posix());
 

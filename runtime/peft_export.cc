@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/convert.h"
+#include "runtime/export_staging.h"
 #include "runtime/lora.h"
 #include "runtime/model_family.h"
 #include "runtime/safetensors.h"
@@ -84,7 +85,8 @@ std::string PeftAdapterConfigText(const ModelConfig& model) {
 Status WritePeftAdapter(const std::string& out_dir, const ModelConfig& model, const float* adapters,
                         DType dtype, FileSystem& fs) {
   HOIST_ASSIGN_OR_RETURN(const LoraLayout layout, LoraLayout::For(model));
-  HOIST_RETURN_IF_ERROR(fs.CreateDirs(out_dir));
+  // Written beside out_dir and swapped in whole (runtime/export_staging.h).
+  HOIST_ASSIGN_OR_RETURN(StagedExportDir staged, StagedExportDir::Begin(out_dir, fs));
   const std::string type = SafetensorsDTypeName(dtype);
   const int64_t size_of = static_cast<int64_t>(DTypeSize(dtype));
   std::vector<SafetensorsOutput> outputs;
@@ -111,11 +113,13 @@ Status WritePeftAdapter(const std::string& out_dir, const ModelConfig& model, co
     }
   }
   SortSafetensorsOutputs(&outputs);
-  HOIST_RETURN_IF_ERROR(WriteSafetensors(out_dir + "/adapter_model.safetensors", std::move(outputs),
-                                         {{"format", "pt"}}, fs));
+  HOIST_RETURN_IF_ERROR(WriteSafetensors(staged.path() + "/adapter_model.safetensors",
+                                         std::move(outputs), {{"format", "pt"}}, fs));
   const std::string config = PeftAdapterConfigText(model);
   const std::string_view pieces[] = {config};
-  return WriteFileAtomically(fs, out_dir + "/adapter_config.json", pieces);
+  HOIST_RETURN_IF_ERROR(WriteFileAtomically(fs, staged.path() + "/adapter_config.json", pieces));
+  // An adapter directory's other files stay: both of its files are written every time.
+  return staged.Commit([](std::string_view) { return false; });
 }
 
 }  // namespace hoist::runtime

@@ -20,7 +20,8 @@ namespace hoist::runtime {
 std::string PeftAdapterConfigText(const ModelConfig& model);
 
 // Writes `adapters` (layout.n_layer * layout.unit_size floats, block by block, as a LoRA
-// checkpoint stores them) into `out_dir` (created) as `dtype`. Each file is written atomically.
+// checkpoint stores them) into `out_dir` (created) as `dtype`. The directory is replaced whole
+// (runtime/export_staging.h): a failure or a kill leaves the earlier adapters or these.
 Status WritePeftAdapter(const std::string& out_dir, const ModelConfig& model, const float* adapters,
                         DType dtype, FileSystem& fs = FileSystem::Posix());
 

@@ -191,6 +191,32 @@ TEST_F(FileSystemTest, ExchangeSwapsTwoDirectories) {
   EXPECT_FALSE(fs_std::exists(PathOf("a/in_a")));
 }
 
+TEST_F(FileSystemTest, LinkGivesTheFileASecondNameAndRefusesAnExistingOne) {
+  WriteString(PathOf("a"), "shared");
+  ASSERT_TRUE(posix_.Link(PathOf("a"), PathOf("b")).ok());
+  ASSERT_TRUE(posix_.Remove(PathOf("a")).ok());
+  EXPECT_EQ(ReadString(PathOf("b")), "shared");
+  WriteString(PathOf("c"), "");
+  const Status exists = posix_.Link(PathOf("b"), PathOf("c"));
+  EXPECT_FALSE(exists.ok());
+  EXPECT_THAT(exists.message(), HasSubstr(PathOf("c")));
+}
+
+// A kill after the n-th call: n calls reach the disk, then nothing does, cleanup included.
+TEST_F(FileSystemTest, CrashAfterLetsThatManyCallsThroughAndThenNothing) {
+  FaultInjectingFileSystem crashing;
+  crashing.CrashAfter(2);  // the open and the first append; the second append fails
+  const Status written = WriteThrough(crashing, PathOf("f"), "abcdef");
+  EXPECT_EQ(written.code(), StatusCode::kIoError);
+  EXPECT_THAT(written.message(), HasSubstr("after an injected crash"));
+  EXPECT_EQ(ReadString(PathOf("f")), "abc");
+  EXPECT_FALSE(crashing.Remove(PathOf("f")).ok());
+  EXPECT_FALSE(crashing.CreateDirs(PathOf("d")).ok());
+  EXPECT_EQ(Listing(), std::vector<std::string>{"f"});
+  crashing.Clear();
+  EXPECT_TRUE(crashing.Remove(PathOf("f")).ok());
+}
+
 TEST_F(FileSystemTest, WriteFileAtomicallyReplacesAndLeavesNoTemporary) {
   const std::string path = PathOf("a.txt");
   WriteString(path, "old contents");
