@@ -153,12 +153,16 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
     return DataLossError("checkpoint " + step_dir + " has no run identity in its manifest");
   }
   HOIST_RETURN_IF_ERROR(CheckSameRun(metadata["run"], config_, step_dir, saved_world));
+  // What this rank checks and reads before the collective restore; every rank stops if one fails.
+  Status prepared = Status::Ok();
   // A LoRA checkpoint holds the adapters alone: the base read again from model.init_from must be
-  // the one they were trained on.
+  // the one they were trained on. Each rank read it itself (nodes may keep their own copy), so
+  // one rank may find another base, or fail to read it: the ranks agree on the result below
+  // rather than that rank returning alone while the others wait in the collective.
   if (base_identity_.is_object()) {
     if (metadata.contains(kBaseIdentityField)) {
-      HOIST_RETURN_IF_ERROR(CheckSameBase(metadata[kBaseIdentityField], base_identity_,
-                                          config_.model.init_from, step_dir));
+      prepared = CheckSameBase(metadata[kBaseIdentityField], base_identity_,
+                               config_.model.init_from, step_dir);
     } else if (rank == 0) {
       HOIST_LOG(WARN) << "checkpoint " << step_dir
                       << " was written before checkpoints recorded the identity of their LoRA "
@@ -184,9 +188,8 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   const bool same_partition =
       StatePartitionWorld(saved_world, static_cast<int>(saved_stage)) == plan.world_size();
 
-  // What this rank reads before the collective restore; every rank stops if one fails.
   int64_t loader_words[2];
-  Status prepared = first.Read("train_loader", loader_words, sizeof(loader_words));
+  if (prepared.ok()) prepared = first.Read("train_loader", loader_words, sizeof(loader_words));
   if (prepared.ok()) {
     // The data position is global: the same sequence of global batches continues on any split.
     prepared = train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]});

@@ -2,7 +2,8 @@
 // its adapters in PEFT's layout are PEFT's own file, byte for byte, on one rank and on two at
 // ZeRO stage 3; merged into the base (hf, llmc) they are PEFT's merge_and_unload, with every
 // tensor no adapter touches the base's bits; `hoist sample` computes with the same merged
-// weights; a checkpoint whose base is gone or changed says that the merge needs it.
+// weights; a checkpoint whose base is gone or changed says that the merge needs it, and a resume
+// onto a base that differs on one rank stops every rank with the reason.
 //
 // The checkpoints hold PEFT's initial adapters unchanged: the job starts from the fixture adapter
 // and takes one step at a learning rate of 0 (WarmupLR from warmup_min_lr 0), under which AdamW
@@ -10,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/file_system.h"
 #include "runtime/checkpoint.h"
 #include "runtime/config.h"
 #include "runtime/export.h"
@@ -417,6 +420,97 @@ TEST(LoraExportErrors, ABaseReplacedByOtherWeightsOfTheSameShapesIsRefused) {
   manifest["manifest_xxh64"] = CheckpointManifestChecksum(manifest).value();
   std::ofstream(manifest_path, std::ios::trunc) << manifest.dump(2);
   EXPECT_TRUE(Export(step_dir, ExportFormat::kHuggingFace, dir + "/out").ok());
+}
+
+// The POSIX file system with every path under `from` read and written under `to` instead: one
+// rank's view of a directory that holds other bytes on its node.
+class RedirectingFileSystem final : public FileSystem {
+ public:
+  RedirectingFileSystem(std::string from, std::string to)
+      : from_(std::move(from)), to_(std::move(to)) {}
+
+  StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
+    return posix_.NewWritableFile(Map(path));
+  }
+  StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
+      const std::string& path) override {
+    return posix_.NewRandomAccessFile(Map(path));
+  }
+  StatusOr<std::unique_ptr<ReadOnlyMapping>> MapReadOnly(const std::string& path) override {
+    return posix_.MapReadOnly(Map(path));
+  }
+  StatusOr<FileInfo> Stat(const std::string& path) override { return posix_.Stat(Map(path)); }
+  StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) override {
+    return posix_.ListDirectory(Map(path));
+  }
+  Status CreateDirs(const std::string& path) override { return posix_.CreateDirs(Map(path)); }
+  Status SyncDir(const std::string& path) override { return posix_.SyncDir(Map(path)); }
+  Status Rename(const std::string& from, const std::string& to) override {
+    return posix_.Rename(Map(from), Map(to));
+  }
+  Status Exchange(const std::string& a, const std::string& b) override {
+    return posix_.Exchange(Map(a), Map(b));
+  }
+  Status Link(const std::string& from, const std::string& to) override {
+    return posix_.Link(Map(from), Map(to));
+  }
+  Status Remove(const std::string& path) override { return posix_.Remove(Map(path)); }
+  Status RemoveAll(const std::string& path) override { return posix_.RemoveAll(Map(path)); }
+
+ private:
+  std::string Map(const std::string& path) const {
+    return path.rfind(from_, 0) == 0 ? to_ + path.substr(from_.size()) : path;
+  }
+
+  FileSystem& posix_ = FileSystem::Posix();
+  const std::string from_, to_;
+};
+
+// Each rank reads the base itself (nodes often keep their own copy), so one rank alone may find
+// the base differs from the one the checkpoint recorded. That rank used to return alone while the
+// others waited in the restore's collective until the communicator timed out; now the ranks agree
+// on the check's result, and every rank stops at once with the reason. Rank 1 here reads a copy
+// of the checkpoint whose manifest records another model.safetensors: to the check, the same as
+// its base differing.
+TEST(LoraExportErrors, ABaseThatDiffersOnOneRankStopsEveryRankWithTheReason) {
+  const std::string dir = TempDir("base_differs_on_one_rank");
+  const std::string base = dir + "/base";
+  fs::copy(BaseDir("gpt2") + "/fp32", base);
+  Train(Job("gpt2", base, dir, 2), 2);
+  const std::string step_dir = dir + "/ck/step_00000001";
+  fs::copy(dir + "/ck", dir + "/ck_rank1", fs::copy_options::recursive);
+  const std::string manifest_path = dir + "/ck_rank1/step_00000001/manifest.json";
+  nlohmann::json manifest = nlohmann::json::parse(ReadFile(manifest_path));
+  bool recorded = false;
+  for (nlohmann::json& file : manifest["metadata"]["lora_base"]["files"]) {
+    if (file["name"] != "model.safetensors") continue;
+    file["data_xxh64"] = "0123456789abcdef";
+    recorded = true;
+  }
+  ASSERT_TRUE(recorded) << manifest["metadata"]["lora_base"].dump();
+  manifest["manifest_xxh64"] = CheckpointManifestChecksum(manifest).value();
+  std::ofstream(manifest_path, std::ios::trunc) << manifest.dump(2);
+
+  RedirectingFileSystem rank1_view(dir + "/ck", dir + "/ck_rank1");
+  TrainerOptions resume;
+  resume.resume_from = step_dir;
+  const auto started = std::chrono::steady_clock::now();
+  auto rank1_reads_its_view = [&](int rank, TrainerOptions* options) {
+    if (rank == 1) options->checkpoint_fs = &rank1_view;
+  };
+  const std::vector<RankRun> runs =
+      TrainOnRanks(Job("gpt2", base, dir, 2, {"train.steps=2"}), 2, resume, rank1_reads_its_view);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  for (const RankRun& run : runs) {
+    EXPECT_NE(run.status.message().find("model.safetensors holds other data"), std::string::npos)
+        << run.status.ToString();
+  }
+  EXPECT_EQ(runs[1].status.code(), StatusCode::kFailedPrecondition) << runs[1].status.ToString();
+  EXPECT_NE(runs[0].status.message().find("rank 1 failed"), std::string::npos)
+      << runs[0].status.ToString();
+  // Together, not rank 0 after the communicator's 60 s timeout.
+  EXPECT_LT(seconds, 30.0);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -23,9 +24,11 @@ struct RankRun {
   zero::OffloadStats offload;
 };
 
-// Trains `config` on `world` ranks; options.resume/resume_from apply to every rank.
-inline std::vector<RankRun> TrainOnRanks(const Config& config, int world,
-                                         const TrainerOptions& base = {}) {
+// Trains `config` on `world` ranks; options.resume/resume_from apply to every rank, then
+// `per_rank` (when set) may change one rank's options (its own view of the files, say).
+inline std::vector<RankRun> TrainOnRanks(
+    const Config& config, int world, const TrainerOptions& base = {},
+    const std::function<void(int rank, TrainerOptions* options)>& per_rank = nullptr) {
   auto group = comm::ThreadGroup::Create(world, 60.0);
   HOIST_CHECK(group.ok());
   std::vector<RankRun> runs(static_cast<size_t>(world));
@@ -37,6 +40,7 @@ inline std::vector<RankRun> TrainOnRanks(const Config& config, int world,
       TrainerOptions options = base;
       options.comm = &(*group)->comm(r);
       options.tracker = &trackers[static_cast<size_t>(r)];
+      if (per_rank) per_rank(r, &options);
       auto trainer = Trainer::Create(config, options);
       if (!trainer.ok()) {
         run.status = trainer.status();
