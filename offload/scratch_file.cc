@@ -8,6 +8,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <string_view>
@@ -66,13 +67,19 @@ bool ProcessRuns(int64_t pid) {
 
 }  // namespace
 
+bool FlockUnsupported(int errno_value) {
+  return errno_value == ENOSYS || errno_value == ENOLCK || errno_value == EOPNOTSUPP ||
+         errno_value == EINVAL;
+}
+
 std::string ScratchFilePath(const std::string& dir, int rank, const std::string& what) {
   return dir + "/hoist-rank" + std::to_string(rank) + "-" + std::to_string(::getpid()) + "." +
          what + ".swp";
 }
 
 std::vector<FoundScratchFile> SweepScratchFiles(const std::string& dir,
-                                                std::vector<FoundScratchFile>* left) {
+                                                std::vector<FoundScratchFile>* left,
+                                                const SweepOptions& options) {
   std::vector<FoundScratchFile> removed;
   std::vector<std::string> names;
   if (DIR* stream = ::opendir(dir.c_str()); stream != nullptr) {
@@ -99,7 +106,11 @@ std::vector<FoundScratchFile> SweepScratchFiles(const std::string& dir,
         found.kept_because = "another user's";
       } else if (ProcessRuns(found.pid)) {
         found.kept_because = "process " + std::to_string(found.pid) + " still runs";
-      } else if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      } else if (const int lock_errno = options.simulate_flock_errno != 0
+                                            ? options.simulate_flock_errno
+                                        : ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0
+                                                                              : errno;
+                 lock_errno != 0 && !FlockUnsupported(lock_errno)) {
         found.kept_because = "held by a process of another node or container";
       } else if (::unlink(found.path.c_str()) != 0 && errno != ENOENT) {
         found.kept_because = "cannot be removed: " + ErrnoText(errno);
@@ -151,7 +162,20 @@ StatusOr<ScratchFile> ScratchFile::Open(const std::string& path, int64_t size_by
   ScratchFile file(path, fd, size_bytes, false);
   // Held until the descriptor closes, by the kernel even when this process is killed: what tells
   // SweepScratchFiles that the file is in use.
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) return PosixError("offload: flock", path, errno);
+  const int lock_errno = options.simulate_flock_errno != 0          ? options.simulate_flock_errno
+                         : ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0
+                                                               : errno;
+  if (lock_errno != 0) {
+    if (!FlockUnsupported(lock_errno)) return PosixError("offload: flock", path, lock_errno);
+    // Offload works without the lock; only the sweep of files left by killed ranks loses a hint.
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) {
+      HOIST_LOG(WARN) << "offload: the file system of " << path << " has no flock ("
+                      << ErrnoText(lock_errno)
+                      << "); scratch files go unlocked, and the sweep of files left by killed "
+                         "ranks goes by process id alone";
+    }
+  }
   // O_DIRECT is switched on the open file rather than asked for at creation: a file system that
   // refuses it may have created the file before refusing, and a second O_EXCL open would fail.
   if (options.direct_io) {

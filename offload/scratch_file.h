@@ -6,7 +6,9 @@
 // so that a name planted in a shared directory never redirects offloaded state into another file.
 // The open file holds an exclusive flock for as long as it lives: a process killed with SIGKILL
 // cannot remove its file, but the kernel drops its lock, which is how SweepScratchFiles tells a
-// file left behind from one in use.
+// file left behind from one in use. Where the file system has no flock (Lustre mounted noflock,
+// some network file systems) the file goes unlocked, with a warning once per process: the lock
+// is only a hint for the sweep, which then goes by the process id alone.
 //
 // Movable, not copyable; the owner closes the descriptor by destroying it. Not thread-safe to
 // move or destroy while another thread uses fd(); Open blocks on the file system.
@@ -28,6 +30,8 @@ struct ScratchFileOptions {
   bool preallocate = true;
   // For tests: behave as though open(O_DIRECT) were refused (tmpfs accepts it on new kernels).
   bool simulate_direct_io_refused = false;
+  // For tests: behave as though flock failed with this errno (0: call flock).
+  int simulate_flock_errno = 0;
 };
 
 class ScratchFile {
@@ -77,15 +81,25 @@ struct FoundScratchFile {
   std::string kept_because;
 };
 
+// Whether a flock that failed with `errno_value` failed because the file system has no locks
+// (ENOSYS, ENOLCK, EOPNOTSUPP, EINVAL) rather than because someone holds the lock.
+bool FlockUnsupported(int errno_value);
+
+struct SweepOptions {
+  // For tests: behave as though flock failed with this errno (0: call flock).
+  int simulate_flock_errno = 0;
+};
+
 // Removes the scratch files under `dir` whose process has ended: those this user owns, whose pid
 // runs no process on this node and whose lock nobody holds (a rank killed with SIGKILL leaves its
 // whole offloaded state there, and restarts would pile such files up until the disk is full).
 // Returns the ones removed; `*left` (when not null) gets those still there, each with why: in
 // use by a live process, another user's, or not examinable. Best effort: nothing is removed that
 // is not surely stale. Blocks on the file system; thread-safe, and several processes may sweep
-// one directory at once.
+// one directory at once. On a file system without flock the process id alone decides.
 std::vector<FoundScratchFile> SweepScratchFiles(const std::string& dir,
-                                                std::vector<FoundScratchFile>* left = nullptr);
+                                                std::vector<FoundScratchFile>* left = nullptr,
+                                                const SweepOptions& options = {});
 
 // The ResourceExhausted Status for a preallocation of `bytes_needed` on `path` that failed with
 // `errno_value` where the file system had `bytes_free` free.

@@ -93,5 +93,52 @@ TEST(ScratchFileSweep, APlantedLinkOrPipeIsNeverFollowedNorRemoved) {
   EXPECT_TRUE(std::filesystem::is_fifo(pipe));
 }
 
+// Lustre mounted noflock answers ENOSYS, other file systems ENOLCK or EOPNOTSUPP: offload still
+// starts, unlocked, with one warning per process.
+TEST(ScratchFileSweep, AFileSystemWithoutFlockStillOpensScratchFiles) {
+  testing::ScratchDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  ScratchFileOptions options;
+  options.direct_io = false;
+  ::testing::internal::CaptureStderr();
+  std::vector<ScratchFile> files;
+  for (const int lock_errno : {ENOSYS, ENOLCK, EOPNOTSUPP, EINVAL}) {
+    options.simulate_flock_errno = lock_errno;
+    auto file = ScratchFile::Open(dir.File("hoist-" + std::to_string(lock_errno) + ".swp"), 4096,
+                                  options);
+    ASSERT_TRUE(file.ok()) << lock_errno << ": " << file.status().ToString();
+    files.push_back(std::move(*file));
+  }
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string warning = "has no flock";
+  ASSERT_NE(log.find(warning), std::string::npos) << log;
+  EXPECT_EQ(log.find(warning, log.find(warning) + 1), std::string::npos) << "warned twice: " << log;
+  // Any other flock failure is still an error.
+  options.simulate_flock_errno = EIO;
+  auto broken = ScratchFile::Open(dir.File("hoist-eio.swp"), 4096, options);
+  EXPECT_FALSE(broken.ok());
+}
+
+// Without flock, the sweep goes by the process id alone.
+TEST(ScratchFileSweep, WithoutFlockTheProcessIdAloneDecides) {
+  testing::ScratchDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  const pid_t ended = EndedPid();
+  const std::string stale = dir.File("hoist-rank1-" + std::to_string(ended) + ".optimizer.swp");
+  WriteBytes(stale, 4096);
+  const std::string live =
+      dir.File("hoist-rank0-" + std::to_string(::getpid()) + ".optimizer.swp");
+  WriteBytes(live, 4096);
+  SweepOptions options;
+  options.simulate_flock_errno = ENOSYS;
+  std::vector<FoundScratchFile> left;
+  const std::vector<FoundScratchFile> removed = SweepScratchFiles(dir.path(), &left, options);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].path, stale);
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].path, live);
+}
+
 }  // namespace
 }  // namespace hoist::offload
