@@ -68,6 +68,24 @@ StatusOr<StagedExportDir> StagedExportDir::Begin(const std::string& target_text,
   if (error) return PosixError("export: absolute path of", target_text, error.value());
   target = target.lexically_normal();
   if (!target.has_filename()) target = target.parent_path();  // "out/", "."
+  // The swap renames the target's last name: a symbolic link there would be replaced by a
+  // directory, the earlier export left in the link's target, and the staging directory made in
+  // the link's parent, perhaps another file system. The export goes to where the links lead.
+  std::filesystem::path resolved = std::filesystem::weakly_canonical(target, error);
+  if (error) {
+    return PosixError("export: resolving the symbolic links of", target_text, error.value());
+  }
+  if (std::filesystem::is_symlink(std::filesystem::symlink_status(resolved, error))) {
+    return FailedPreconditionError(
+        "export to " + target_text + ": it is a symbolic link to " +
+        std::filesystem::read_symlink(resolved, error).string() +
+        ", which does not exist; create that directory or remove the link");
+  }
+  if (std::filesystem::is_symlink(std::filesystem::symlink_status(target, error))) {
+    HOIST_LOG(INFO) << "export: " << target.string() << " is a symbolic link to "
+                    << resolved.string() << "; exporting there";
+  }
+  target = resolved;
   if (!target.has_filename() || target.filename() == "..") {
     return InvalidArgumentError("export to " + target_text +
                                 ": an export replaces its directory whole, so it needs a "

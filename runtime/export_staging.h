@@ -26,7 +26,8 @@ namespace hoist::runtime {
 
 class StagedExportDir {
  public:
-  // Starts an export to the directory `target` (created with its parents when missing). First
+  // Starts an export to the directory `target` (created with its parents when missing; a
+  // symbolic link is followed, and the directory it leads to is replaced, the link kept). First
   // clears what killed exports to the same target left beside it: their staging directories, and
   // an earlier export set aside by a swap that was cut short (put back when the target is
   // missing). Errors name the target and what to do: a file where the directory should be, a

@@ -218,6 +218,36 @@ TEST_F(ReexportTest, ADirectoryInsideTheTargetIsRefusedBeforeAnythingIsWritten) 
   EXPECT_EQ(Names(parent), std::vector<std::string>{"export"});
 }
 
+// An --output that is a symbolic link to the export directory (on another file system, say):
+// the link stays a link, the export replaces the directory it leads to, and the staging
+// directory is made beside that directory.
+TEST_F(ReexportTest, ASymbolicLinkToTheExportStaysALinkAndTheExportGoesWhereItLeads) {
+  const std::string parent = TempDir("symlink");
+  const std::string real = parent + "/disk/export";
+  WriteEarlier(real);
+  fs::create_directories(parent + "/links");
+  const std::string link = parent + "/links/export";
+  fs::create_directory_symlink(real, link);
+  ASSERT_TRUE(WriteHfCheckpoint(link, model_, later_.data(), {}).ok());
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(fs::read_symlink(link), real);
+  EXPECT_EQ(ReadWeights(real), later_);
+  EXPECT_EQ(Names(real), later_names_);
+  EXPECT_EQ(Names(parent + "/links"), std::vector<std::string>{"export"});
+  EXPECT_EQ(Names(parent + "/disk"), std::vector<std::string>{"export"});
+}
+
+TEST(StagedExportDir, ADanglingSymbolicLinkIsRefusedByName) {
+  const std::string parent = TempDir("dangling");
+  fs::create_directory_symlink(parent + "/nowhere", parent + "/export");
+  auto staged = StagedExportDir::Begin(parent + "/export", FileSystem::Posix());
+  ASSERT_FALSE(staged.ok());
+  EXPECT_NE(staged.status().message().find("symbolic link to " + parent + "/nowhere"),
+            std::string::npos)
+      << staged.status().message();
+  EXPECT_TRUE(fs::is_symlink(parent + "/export"));
+}
+
 TEST(StagedExportDir, AFileWhereTheDirectoryShouldBeIsRefusedByName) {
   const std::string parent = TempDir("file");
   std::ofstream(parent + "/export") << "x";
