@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "core/logging.h"
@@ -77,9 +78,34 @@ std::string ScratchFilePath(const std::string& dir, int rank, const std::string&
          what + ".swp";
 }
 
+namespace {
+
+// Takes the lock of a scratch file whose process has ended: 0, or why not (an errno). Another
+// sweep (a local rank's) may hold it while it removes the file, so a held lock is waited for
+// until `deadline`, shared by the whole sweep, which bounds what locks of other nodes cost.
+int LockEndedProcessFile(int fd, const SweepOptions& options,
+                         std::chrono::steady_clock::time_point deadline) {
+  if (options.simulate_flock_errno != 0) return options.simulate_flock_errno;
+  while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK || std::chrono::steady_clock::now() >= deadline) return errno;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return 0;
+}
+
+// Whether `path` still names the file open as `info` (not removed nor replaced meanwhile).
+bool StillNamed(const std::string& path, const struct stat& info) {
+  struct stat now {};
+  return ::lstat(path.c_str(), &now) == 0 && now.st_dev == info.st_dev &&
+         now.st_ino == info.st_ino;
+}
+
+}  // namespace
+
 std::vector<FoundScratchFile> SweepScratchFiles(const std::string& dir,
                                                 std::vector<FoundScratchFile>* left,
                                                 const SweepOptions& options) {
+  const auto deadline = std::chrono::steady_clock::now() + options.lock_wait;
   std::vector<FoundScratchFile> removed;
   std::vector<std::string> names;
   if (DIR* stream = ::opendir(dir.c_str()); stream != nullptr) {
@@ -93,6 +119,8 @@ std::vector<FoundScratchFile> SweepScratchFiles(const std::string& dir,
     found.path = dir + "/" + name;
     // Not followed and not waited on: a link or a pipe planted under the name stays untouched.
     const int fd = ::open(found.path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    // Gone since the listing: another sweep removed it.
+    if (fd < 0 && errno == ENOENT) continue;
     struct stat info {};
     if (fd < 0 || ::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
       found.kept_because = "not a regular file this user can open";
@@ -106,12 +134,13 @@ std::vector<FoundScratchFile> SweepScratchFiles(const std::string& dir,
         found.kept_because = "another user's";
       } else if (ProcessRuns(found.pid)) {
         found.kept_because = "process " + std::to_string(found.pid) + " still runs";
-      } else if (const int lock_errno = options.simulate_flock_errno != 0
-                                            ? options.simulate_flock_errno
-                                        : ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0
-                                                                              : errno;
+      } else if (const int lock_errno = LockEndedProcessFile(fd, options, deadline);
                  lock_errno != 0 && !FlockUnsupported(lock_errno)) {
         found.kept_because = "held by a process of another node or container";
+      } else if (!StillNamed(found.path, info)) {
+        // Another sweep held the lock while it removed the file.
+        ::close(fd);
+        continue;
       } else if (::unlink(found.path.c_str()) != 0 && errno != ENOENT) {
         found.kept_because = "cannot be removed: " + ErrnoText(errno);
       }

@@ -14,6 +14,7 @@
 // move or destroy while another thread uses fd(); Open blocks on the file system.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -86,6 +87,10 @@ struct FoundScratchFile {
 bool FlockUnsupported(int errno_value);
 
 struct SweepOptions {
+  // How long, in all, to wait on the locks of files whose process has ended: every local rank
+  // sweeps the same directory at once, and the one that locked such a file first holds the lock
+  // while it removes it. A lock still held after that is a process of another node's.
+  std::chrono::milliseconds lock_wait{2000};
   // For tests: behave as though flock failed with this errno (0: call flock).
   int simulate_flock_errno = 0;
 };
@@ -96,7 +101,8 @@ struct SweepOptions {
 // Returns the ones removed; `*left` (when not null) gets those still there, each with why: in
 // use by a live process, another user's, or not examinable. Best effort: nothing is removed that
 // is not surely stale. Blocks on the file system; thread-safe, and several processes may sweep
-// one directory at once. On a file system without flock the process id alone decides.
+// one directory at once: a file another sweep is removing is waited for (options.lock_wait) and
+// then counts as neither removed nor left. On a file system without flock the process id alone decides.
 std::vector<FoundScratchFile> SweepScratchFiles(const std::string& dir,
                                                 std::vector<FoundScratchFile>* left = nullptr,
                                                 const SweepOptions& options = {});

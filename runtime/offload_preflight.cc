@@ -126,7 +126,8 @@ Status CheckNvmePath(const std::string& path, const std::string& key, int64_t by
   close(fd);
   unlink(probe.c_str());
   // Ranks killed with SIGKILL leave their whole offloaded state here; across restarts those files
-  // would fill the disk. Every local rank sweeps (one of them finds each file).
+  // would fill the disk. Every local rank sweeps: one of them removes each file, and the others
+  // wait on its lock until it has, so no rank measures the free space before the removal.
   std::vector<offload::FoundScratchFile> left;
   const std::vector<offload::FoundScratchFile> removed = offload::SweepScratchFiles(path, &left);
   if (!removed.empty()) {
