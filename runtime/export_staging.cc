@@ -20,6 +20,8 @@ namespace {
 
 constexpr std::string_view kStagingTag = ".hoist-export-";
 constexpr std::string_view kSetAsideTag = ".hoist-replaced-";
+// An earlier export kept because files were added to it during the swap; never swept.
+constexpr std::string_view kKeptTag = ".hoist-kept-";
 
 // The pid that ends `entry` when it is ".<name><tag><pid>", else 0.
 int64_t SiblingPid(std::string_view entry, const std::string& name, std::string_view tag) {
@@ -168,10 +170,14 @@ Status StagedExportDir::Commit(const std::function<bool(std::string_view name)>&
   const std::string context = "export to " + target_;
   StatusOr<FileInfo> info = fs_->Stat(target_);
   const bool present = info.ok();
+  // What the earlier export held when its entries were carried over (linked), replaced or left
+  // as stale: all that may go with it.
+  std::set<std::string> accounted;
   if (present) {
     HOIST_ASSIGN_OR_RETURN(const std::vector<std::string> written, fs_->ListDirectory(staging_));
     const std::set<std::string> new_names(written.begin(), written.end());
     HOIST_ASSIGN_OR_RETURN(const std::vector<std::string> entries, fs_->ListDirectory(target_));
+    accounted.insert(entries.begin(), entries.end());
     HOIST_RETURN_IF_ERROR(CheckCarriable(*fs_, target_, entries));
     for (const std::string& entry : entries) {
       if (new_names.count(entry) != 0 || is_stale(entry)) continue;
@@ -212,6 +218,27 @@ Status StagedExportDir::Commit(const std::function<bool(std::string_view name)>&
   committed_ = true;
   HOIST_RETURN_IF_ERROR(fs_->SyncDir(parent).WithContext(context));
   if (earlier.empty()) return Status::Ok();
+  // Files added to the target after the listing above (by another program, during the swap)
+  // are in `earlier` only: it is kept, out of the way of the next export's cleanup.
+  StatusOr<std::vector<std::string>> now = fs_->ListDirectory(earlier);
+  std::string added;
+  if (now.ok()) {
+    for (const std::string& entry : *now) {
+      if (accounted.count(entry) == 0) added += (added.empty() ? "'" : ", '") + entry + "'";
+    }
+  }
+  if (!added.empty()) {
+    const std::filesystem::path target_path(target_);
+    const std::string kept = parent + "/." + target_path.filename().string() +
+                             std::string(kKeptTag) + std::to_string(::getpid());
+    const bool moved = fs_->Rename(earlier, kept).ok();
+    HOIST_LOG(WARN) << "export: the new export is in " << target_ << ", but " << added
+                    << " appeared in the earlier one while it was being replaced; the earlier "
+                       "export is kept in "
+                    << (moved ? kept : earlier) << ": move those files where they belong and "
+                    << "remove it" << (moved ? "" : " before the next export to " + target_);
+    return Status::Ok();
+  }
   Status removed = fs_->RemoveAll(earlier);
   if (!removed.ok()) {
     HOIST_LOG(WARN) << "export: the new export is in " << target_

@@ -48,7 +48,9 @@ class StagedExportDir {
   // Makes the staging directory the target: carries over the earlier target's other entries,
   // exchanges the two directories atomically (renameat2; two renames where the file system
   // cannot, a cut-short swap then being repaired by the next Begin), makes that durable and
-  // removes the earlier export. A failure before the exchange leaves the target as it was.
+  // removes the earlier export, unless files appeared in it after they were carried over: then
+  // it is kept as <parent>/.<name>.hoist-kept-<pid>, with a warning naming them. A failure
+  // before the exchange leaves the target as it was.
   Status Commit(const std::function<bool(std::string_view name)>& is_stale);
 
  private:

@@ -54,10 +54,10 @@ std::vector<std::string> Names(const std::string& dir) {
   return names;
 }
 
-// A file system without RENAME_EXCHANGE (NFS, for one): the swap falls back to two renames.
-class NoExchangeFileSystem final : public FileSystem {
+// Passes every call on to `base`; tests override the calls they change.
+class ForwardingFileSystem : public FileSystem {
  public:
-  explicit NoExchangeFileSystem(FileSystem& base) : base_(base) {}
+  explicit ForwardingFileSystem(FileSystem& base) : base_(base) {}
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     return base_.NewWritableFile(path);
   }
@@ -78,7 +78,7 @@ class NoExchangeFileSystem final : public FileSystem {
     return base_.Rename(from, to);
   }
   Status Exchange(const std::string& a, const std::string& b) override {
-    return UnimplementedError("no exchange of '" + a + "' and '" + b + "' here");
+    return base_.Exchange(a, b);
   }
   Status Link(const std::string& from, const std::string& to) override {
     return base_.Link(from, to);
@@ -86,8 +86,31 @@ class NoExchangeFileSystem final : public FileSystem {
   Status Remove(const std::string& path) override { return base_.Remove(path); }
   Status RemoveAll(const std::string& path) override { return base_.RemoveAll(path); }
 
- private:
+ protected:
   FileSystem& base_;
+};
+
+// A file system without RENAME_EXCHANGE (NFS, for one): the swap falls back to two renames.
+class NoExchangeFileSystem final : public ForwardingFileSystem {
+ public:
+  using ForwardingFileSystem::ForwardingFileSystem;
+  Status Exchange(const std::string& a, const std::string& b) override {
+    return UnimplementedError("no exchange of '" + a + "' and '" + b + "' here");
+  }
+};
+
+// Another program writes `file` into the target just before the swap.
+class WritesBeforeTheSwapFileSystem final : public ForwardingFileSystem {
+ public:
+  WritesBeforeTheSwapFileSystem(FileSystem& base, std::string file)
+      : ForwardingFileSystem(base), file_(std::move(file)) {}
+  Status Exchange(const std::string& a, const std::string& b) override {
+    std::ofstream(file_) << "notes";
+    return base_.Exchange(a, b);
+  }
+
+ private:
+  std::string file_;
 };
 
 class ReexportTest : public ::testing::Test {
@@ -246,6 +269,35 @@ TEST(StagedExportDir, ADanglingSymbolicLinkIsRefusedByName) {
             std::string::npos)
       << staged.status().message();
   EXPECT_TRUE(fs::is_symlink(parent + "/export"));
+}
+
+// A file added to the target between the carrying over and the swap is only in the earlier
+// export afterwards: that is kept, beside the target and out of the next export's cleanup.
+TEST(StagedExportDir, AFileAddedDuringTheSwapKeepsTheEarlierExport) {
+  const std::string parent = TempDir("added");
+  const std::string out = parent + "/export";
+  fs::create_directories(out);
+  std::ofstream(out + "/model.safetensors") << "old";
+  std::ofstream(out + "/tokenizer.json") << "{}";
+  WritesBeforeTheSwapFileSystem writer(FileSystem::Posix(), out + "/notes.txt");
+  auto staged = StagedExportDir::Begin(out, writer);
+  ASSERT_TRUE(staged.ok()) << staged.status().ToString();
+  std::ofstream(staged->path() + "/model.safetensors") << "new";
+  ::testing::internal::CaptureStderr();
+  const Status committed =
+      staged->Commit([](std::string_view name) { return name == "model.safetensors"; });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(committed.ok()) << committed.ToString();
+  EXPECT_EQ(Names(out), (std::vector<std::string>{"model.safetensors", "tokenizer.json"}));
+  const std::string kept = parent + "/.export.hoist-kept-" + std::to_string(::getpid());
+  EXPECT_EQ(Names(parent), (std::vector<std::string>{kept.substr(parent.size() + 1), "export"}));
+  EXPECT_TRUE(fs::exists(kept + "/notes.txt"));
+  EXPECT_NE(log.find("'notes.txt' appeared"), std::string::npos) << log;
+  EXPECT_NE(log.find(kept), std::string::npos) << log;
+  // The next export leaves it alone.
+  auto next = StagedExportDir::Begin(out, FileSystem::Posix());
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_TRUE(fs::exists(kept + "/notes.txt"));
 }
 
 TEST(StagedExportDir, AFileWhereTheDirectoryShouldBeIsRefusedByName) {
