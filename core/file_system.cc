@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 #include <utility>
 
@@ -277,7 +278,17 @@ FileSystem& FileSystem::Posix() {
 }
 
 StatusOr<std::string> ReadFileToString(FileSystem& fs, const std::string& path) {
+  return ReadFileToString(fs, path, std::numeric_limits<int64_t>::max());
+}
+
+StatusOr<std::string> ReadFileToString(FileSystem& fs, const std::string& path, int64_t max_bytes) {
   HOIST_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, fs.NewRandomAccessFile(path));
+  auto too_large = [&] {
+    return InvalidArgumentError("'" + path + "' holds more than " + std::to_string(max_bytes) +
+                                " bytes, the most hoist reads from such a file; is it the right "
+                                "file?");
+  };
+  if (file->size_bytes() > max_bytes) return too_large();
   std::string contents;
   // Read to the end rather than to the size at open, so a file that grew is read whole.
   constexpr int64_t kChunkBytes = 64 << 10;
@@ -287,6 +298,9 @@ StatusOr<std::string> ReadFileToString(FileSystem& fs, const std::string& path) 
     HOIST_ASSIGN_OR_RETURN(int64_t n,
                            file->Read(static_cast<int64_t>(at), contents.data() + at, kChunkBytes));
     contents.resize(at + static_cast<size_t>(n));
+    if (static_cast<int64_t>(contents.size()) > max_bytes) {
+      return too_large();
+    }
     if (n < kChunkBytes) return contents;
   }
 }

@@ -108,6 +108,9 @@ class FileSystem {
 
 // The whole file at `path`; for small files (manifests, pointers), it holds them in memory.
 StatusOr<std::string> ReadFileToString(FileSystem& fs, const std::string& path);
+// The same, refusing a file of more than `max_bytes` (before reading it where its size says so):
+// for files from outside, whose size should not decide how much memory the process takes.
+StatusOr<std::string> ReadFileToString(FileSystem& fs, const std::string& path, int64_t max_bytes);
 
 // A fresh name beside `path` ("<path>.tmp.<pid>.<n>") for writing a file that is then renamed
 // over `path`: the same directory keeps the rename atomic, and the pid and counter keep

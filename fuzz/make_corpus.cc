@@ -1,5 +1,5 @@
-// Writes the binary seeds of the fuzz targets: fuzz_make_corpus fuzz/corpus (rerun when a file
-// format changes). The config seeds are plain JSON files kept by hand.
+// Writes the generated seeds of the fuzz targets: fuzz_make_corpus fuzz/corpus (rerun when a file
+// format changes). The other JSON seeds are plain files kept by hand.
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -43,6 +43,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
     return 1;
   }
+  // 150,000 nested brackets, as deep as the documents that once overflowed the stack, for every
+  // target that reads JSON; the safetensors one as a header.
+  const std::string deep = "{\"x\": " + std::string(150000, '[') + std::string(150000, ']') + "}";
+  for (const char* target :
+       {"fuzz_config", "fuzz_checkpoint_manifest", "fuzz_hf_config", "fuzz_tokenizer_json"}) {
+    hoist::fuzz::WriteBytes(out + "/" + target + "/deep.json",
+                            reinterpret_cast<const uint8_t*>(deep.data()), deep.size());
+  }
+  std::string header = deep;
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::string safetensors(8, '\0');
+  for (size_t i = 0; i < 8; ++i) safetensors[i] = static_cast<char>(header.size() >> (8 * i));
+  safetensors += header;
+  hoist::fuzz::WriteBytes(out + "/fuzz_safetensors/deep.safetensors",
+                          reinterpret_cast<const uint8_t*>(safetensors.data()), safetensors.size());
   const std::string step_dir = hoist::fuzz::WriteTinyCheckpoint(hoist::fuzz::ScratchDir());
   Copy(step_dir + "/manifest.json", out + "/fuzz_checkpoint_manifest/tiny.json");
   Copy(step_dir + "/rank_00000.bin", out + "/fuzz_checkpoint_shard/tiny.bin");

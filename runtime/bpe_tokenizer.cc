@@ -4,6 +4,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "runtime/json_reader.h"
 #include "runtime/unicode_text.h"
 
 namespace hoist::runtime {
@@ -124,24 +125,23 @@ StatusOr<std::pair<std::string, std::string>> ReadMerge(const std::string& name,
 
 StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Load(const std::string& path,
                                                            FileSystem& fs) {
-  StatusOr<std::string> text = ReadFileToString(fs, path);
+  StatusOr<std::string> text = ReadFileToString(fs, path, kTokenizerJsonMaxBytes);
   if (!text.ok()) return text.status().WithContext("reading tokenizer '" + path + "'");
   return Parse(*text, path);
 }
 
 StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(std::string_view text,
                                                             const std::string& name) {
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return InvalidArgumentError("tokenizer '" + name + "' is not valid JSON (at byte " +
-                                std::to_string(e.byte) + " of " + std::to_string(text.size()) +
-                                "); is it truncated? Give a Hugging Face tokenizer.json");
-  } catch (const json::exception& e) {
-    // A number out of range, for one.
-    return InvalidArgumentError("tokenizer '" + name + "' is not valid JSON: " + e.what());
+  JsonFault fault;
+  StatusOr<json> parsed = ParseJson(text, "tokenizer '" + name + "'",
+                                    JsonLimits{kJsonMaxDepth, kTokenizerJsonMaxBytes}, &fault);
+  if (!parsed.ok()) {
+    if (fault != JsonFault::kNotJson) return parsed.status();
+    return InvalidArgumentError(parsed.status().message() + " (the text is " +
+                                std::to_string(text.size()) +
+                                " bytes); is it truncated? Give a Hugging Face tokenizer.json");
   }
+  json root = std::move(parsed).value();
   if (!root.is_object()) return Malformed(name, "(top level)", "expected a JSON object");
   std::unique_ptr<BpeTokenizer> tokenizer(new BpeTokenizer());
   tokenizer->name_ = name;

@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "runtime/checkpoint_metadata.h"
+#include "runtime/json_reader.h"
 
 namespace hoist::runtime {
 namespace {
@@ -181,6 +182,10 @@ Status PublishStagedStep(FileSystem& fs, const std::string& dir, int64_t step, i
   return WriteSmallFileAtomically(fs, Join(dir, kLatestName), step_name + "\n");
 }
 
+// A manifest carries the job config and the Hugging Face config.json of the run (each within
+// ParseJson's default bounds) a few levels down, beside its own fields.
+constexpr JsonLimits kManifestLimits{kJsonMaxDepth + 8, 4 * kJsonMaxBytes};
+
 Status BadManifest(const std::string& path, const std::string& what) {
   return DataLossError(path + " " + what +
                        "; the manifest is damaged: resume from another step directory");
@@ -259,8 +264,15 @@ class ManifestFields {
 
 StatusOr<Manifest> ParseManifest(const std::string& path, const std::string& text) {
   using Type = nlohmann::json::value_t;
-  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object()) return BadManifest(path, "is not a JSON object");
+  JsonFault fault;
+  StatusOr<nlohmann::json> parsed = ParseJson(text, path, kManifestLimits, &fault);
+  if (!parsed.ok()) {
+    if (fault == JsonFault::kNotJson) return BadManifest(path, "is not a JSON object");
+    return DataLossError(parsed.status().message() +
+                         "; the manifest is damaged: resume from another step directory");
+  }
+  const nlohmann::json json = std::move(parsed).value();
+  if (!json.is_object()) return BadManifest(path, "is not a JSON object");
   const ManifestFields fields(path);
   HOIST_ASSIGN_OR_RETURN(std::string format, fields.String(json, "", "format"));
   if (format != kManifestFormat) {
@@ -344,7 +356,8 @@ StatusOr<Manifest> ParseManifest(const std::string& path, const std::string& tex
 // lists, at the size it lists; otherwise why not.
 Status CheckStepComplete(FileSystem& fs, const std::string& step_dir) {
   const std::string manifest_path = Join(step_dir, kManifestName);
-  HOIST_ASSIGN_OR_RETURN(std::string text, ReadFileToString(fs, manifest_path));
+  HOIST_ASSIGN_OR_RETURN(std::string text,
+                         ReadFileToString(fs, manifest_path, kManifestLimits.max_bytes));
   HOIST_ASSIGN_OR_RETURN(Manifest manifest, ParseManifest(manifest_path, text));
   for (const ManifestFile& file : manifest.files) {
     const std::string shard = Join(step_dir, file.name);
@@ -523,7 +536,7 @@ StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& step_dir, i
     return NotFoundError("checkpoint directory " + step_dir + " does not exist");
   }
   const std::string manifest_path = Join(step_dir, kManifestName);
-  StatusOr<std::string> text = ReadFileToString(fs, manifest_path);
+  StatusOr<std::string> text = ReadFileToString(fs, manifest_path, kManifestLimits.max_bytes);
   if (!text.ok()) {
     if (text.status().code() != StatusCode::kNotFound) return text.status();
     return NotFoundError("checkpoint " + step_dir + " has no " + kManifestName +

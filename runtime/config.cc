@@ -10,8 +10,8 @@
 #include <sstream>
 #include <utility>
 
+#include "core/file_system.h"
 #include "core/logging.h"
-#include "core/posix_error.h"
 #include "runtime/config_deepspeed.h"
 #include "runtime/config_deepspeed_keys.h"
 #include "runtime/config_model.h"
@@ -545,23 +545,9 @@ StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::stri
     return ParseConfig(demo, overrides, world_size,
                        "the built-in demo config (examples/demo.json)");
   }
-  std::FILE* file = std::fopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return PosixError("reading the config file", path, errno)
-        .WithContext("cannot load the job config");
-  }
-  std::string text;
-  char buffer[1 << 16];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
-  const bool failed = std::ferror(file) != 0;
-  const int read_errno = errno;
-  std::fclose(file);
-  if (failed) {
-    return PosixError("reading the config file", path, read_errno)
-        .WithContext("cannot load the job config");
-  }
-  return ParseConfig(text, overrides, world_size, path);
+  StatusOr<std::string> text = ReadFileToString(FileSystem::Posix(), path, kJsonMaxBytes);
+  if (!text.ok()) return text.status().WithContext("cannot load the job config");
+  return ParseConfig(*text, overrides, world_size, path);
 }
 
 }  // namespace hoist::runtime

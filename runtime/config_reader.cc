@@ -7,6 +7,8 @@
 #include <limits>
 #include <set>
 
+#include "runtime/json_reader.h"
+
 namespace hoist::runtime::config_internal {
 namespace {
 
@@ -35,101 +37,12 @@ bool IsAuto(const json& value) {
   return value.is_string() && value.get_ref<const std::string&>() == "auto";
 }
 
-// Tracks the keys of every open object while nlohmann's parser runs, to refuse a key written
-// twice: the parser itself keeps the last one silently, and a silently dropped value is exactly
-// what a strict config must not allow.
-class DuplicateKeyFinder {
- public:
-  bool OnEvent(json::parse_event_t event, const json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start: frames_.push_back(Frame{false, 0, {}, {}}); break;
-      case json::parse_event_t::array_start: frames_.push_back(Frame{true, 0, {}, {}}); break;
-      case json::parse_event_t::key: {
-        Frame& top = frames_.back();
-        top.key = parsed.get<std::string>();
-        if (!top.keys.insert(top.key).second && duplicate_.empty()) {
-          duplicate_ = CurrentPath();
-        }
-        break;
-      }
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        frames_.pop_back();
-        CountArrayElement();
-        break;
-      case json::parse_event_t::value: CountArrayElement(); break;
-    }
-    return true;
-  }
-
-  // The path of the first key seen twice, or "" when there was none.
-  const std::string& duplicate() const { return duplicate_; }
-
- private:
-  struct Frame {
-    bool is_array;
-    size_t index;
-    std::set<std::string> keys;
-    std::string key;
-  };
-
-  void CountArrayElement() {
-    if (!frames_.empty() && frames_.back().is_array) ++frames_.back().index;
-  }
-
-  std::string CurrentPath() const {
-    std::string path;
-    for (const Frame& frame : frames_) {
-      if (frame.is_array) {
-        path.append("[").append(std::to_string(frame.index)).append("]");
-      } else {
-        path = JoinPath(path, frame.key);
-      }
-    }
-    return path;
-  }
-
-  std::vector<Frame> frames_;
-  std::string duplicate_;
-};
-
-// nlohmann's message after its "[json.exception...] parse error at line L, column C: " prefix,
-// which is replaced by our own position.
-std::string SyntaxDetail(const std::string& what) {
-  size_t at = what.find("syntax error");
-  if (at == std::string::npos) {
-    // "[json.exception.out_of_range.406] number overflow ..." has no position prefix.
-    size_t bracket = what.find("] ");
-    at = bracket == std::string::npos ? 0 : bracket + 2;
-  }
-  return what.substr(at);
-}
-
-// 1-based line and column of byte `index` in `text`.
-std::pair<size_t, size_t> LineColumn(std::string_view text, size_t index) {
-  std::string_view before = text.substr(0, std::min(index, text.size()));
-  size_t line = 1 + std::count(before.begin(), before.end(), '\n');
-  size_t last_newline = before.rfind('\n');
-  size_t column = last_newline == std::string_view::npos ? index + 1 : index - last_newline;
-  return {line, column};
-}
-
-std::string Where(std::string_view text, size_t index) {
-  auto [line, column] = LineColumn(text, index);
-  return "line " + std::to_string(line) + ", column " + std::to_string(column);
-}
-
 // What DeepSpeed's hjson loader accepts beyond JSON and real configs use: `//`, `/* */` and `#`
 // comments, and a comma after the last element of an object or array. Each is overwritten with
 // spaces (newlines kept), so that the JSON parser's byte offsets, and with them the line and
-// column of every later error, are those of the original text. Also refuses nesting deeper than
-// kMaxNestingDepth, before the parser builds (and later code recurses through) such a value;
-// `*too_deep` says whether that was the error.
-StatusOr<std::string> BlankHjsonExtras(std::string_view text, std::string_view source_name,
-                                       bool* too_deep) {
-  *too_deep = false;
+// column of every later error, are those of the original text.
+StatusOr<std::string> BlankHjsonExtras(std::string_view text, std::string_view source_name) {
   std::string out(text);
-  size_t depth = 0;
   // The last character outside comments and whitespace, and for a comma, the one before it.
   size_t last = std::string::npos;
   char before_comma = 0;
@@ -160,23 +73,14 @@ StatusOr<std::string> BlankHjsonExtras(std::string_view text, std::string_view s
       size_t end = text.find("*/", i + 2);
       if (end == std::string_view::npos) {
         return InvalidArgumentError(std::string(source_name) + ": the comment opened at " +
-                                    Where(text, i) + " is never closed with */");
+                                    JsonWhere(text, i) + " is never closed with */");
       }
       blank(i, end + 2);
       i = end + 1;
       continue;
     }
     if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
-    if (c == '{' || c == '[') {
-      if (++depth > kMaxNestingDepth) {
-        *too_deep = true;
-        return InvalidArgumentError(std::string(source_name) + ": at " + Where(text, i) +
-                                    ": objects and arrays nest more than " +
-                                    std::to_string(kMaxNestingDepth) +
-                                    " levels deep, the most a config may; no setting needs that");
-      }
-    } else if (c == '}' || c == ']') {
-      if (depth > 0) --depth;
+    if (c == '}' || c == ']') {
       // A trailing comma follows a value; "[,]" or "{,}" stays for the parser to refuse.
       if (last != std::string::npos && out[last] == ',' && before_comma != 0 &&
           before_comma != ',' && before_comma != '{' && before_comma != '[') {
@@ -240,33 +144,20 @@ Status ErrorSource::Unimplemented(std::string_view path, std::string_view messag
 
 namespace {
 
-StatusOr<json> ParseJson(std::string_view text, std::string_view source_name, bool* too_deep) {
-  HOIST_ASSIGN_OR_RETURN(std::string json_text, BlankHjsonExtras(text, source_name, too_deep));
-  DuplicateKeyFinder finder;
-  json::parser_callback_t callback = [&finder](int /*depth*/, json::parse_event_t event,
-                                               json& parsed) {
-    return finder.OnEvent(event, parsed);
-  };
-  json root;
-  try {
-    root = json::parse(json_text.begin(), json_text.end(), callback, /*allow_exceptions=*/true,
-                       /*ignore_comments=*/false);
-  } catch (const json::parse_error& e) {
-    // e.byte is the 1-based offset of the last character read, where the error was noticed.
-    size_t index = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
+// The config's JSON: the shared bounded reader (runtime/json_reader.h) on the text with its
+// hjson extras blanked out, which keeps every byte offset, so errors point into the original.
+StatusOr<json> ParseHjson(std::string_view text, std::string_view source_name, JsonFault* fault) {
+  *fault = JsonFault::kNone;
+  HOIST_ASSIGN_OR_RETURN(std::string json_text, BlankHjsonExtras(text, source_name));
+  StatusOr<json> root = ParseJson(json_text, source_name, JsonLimits{}, fault);
+  if (!root.ok() && *fault == JsonFault::kDuplicateKey) {
+    return InvalidArgumentError(root.status().message() + "; keep one");
+  }
+  if (!root.ok() && *fault == JsonFault::kNotJson) {
     return InvalidArgumentError(
-        std::string(source_name) + ": not valid JSON at " + Where(text, index) + ": " +
-        SyntaxDetail(e.what()) +
+        root.status().message() +
         ". hoist reads JSON with //, /* */ and # comments and trailing commas (as DeepSpeed's "
         "hjson loader does), but keys and strings must be quoted");
-  } catch (const json::exception& e) {
-    // Only number overflow ("1e400") gets here; nlohmann names the number but not where.
-    return InvalidArgumentError(std::string(source_name) +
-                                ": not valid JSON: " + SyntaxDetail(e.what()));
-  }
-  if (!finder.duplicate().empty()) {
-    return InvalidArgumentError(std::string(source_name) + ": " + finder.duplicate() +
-                                ": the key appears more than once in its object; keep one");
   }
   return root;
 }
@@ -274,8 +165,8 @@ StatusOr<json> ParseJson(std::string_view text, std::string_view source_name, bo
 }  // namespace
 
 StatusOr<json> ParseConfigJson(std::string_view text, std::string_view source_name) {
-  bool too_deep = false;
-  return ParseJson(text, source_name, &too_deep);
+  JsonFault fault;
+  return ParseHjson(text, source_name, &fault);
 }
 
 Status ApplyOverride(const std::string& override_text, json* root, ErrorSource* errors) {
@@ -303,12 +194,12 @@ Status ApplyOverride(const std::string& override_text, json* root, ErrorSource* 
 
   // The value reads as it would in the file (comments, trailing commas, the nesting limit); a
   // value that is not JSON is the text itself.
-  bool too_deep = false;
-  StatusOr<json> parsed = ParseJson(value_text, quoted, &too_deep);
+  JsonFault fault;
+  StatusOr<json> parsed = ParseHjson(value_text, quoted, &fault);
   json value;
   if (parsed.ok()) {
     value = std::move(parsed).value();
-  } else if (too_deep) {
+  } else if (fault == JsonFault::kTooDeep || fault == JsonFault::kTooLarge) {
     return parsed.status();
   } else {
     value = value_text;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/json_reader.h"
 
 namespace hoist::runtime::config_internal {
 
@@ -41,14 +42,13 @@ class ErrorSource {
   std::vector<std::pair<std::string, std::string>> overrides_;  // (path, text)
 };
 
-// The deepest nesting of objects and arrays a config may have. Real configs nest 4 levels; a
-// value nested far deeper (100,000 levels) would be accepted by the parser and then overflow the
-// stack of the code that walks it, such as the checkpoint writer's dump.
-inline constexpr size_t kMaxNestingDepth = 64;
+// The deepest nesting of objects and arrays a config may have: the shared bound of every JSON
+// hoist reads (runtime/json_reader.h). Real configs nest 4 levels.
+inline constexpr size_t kMaxNestingDepth = kJsonMaxDepth;
 
 // Parses JSON (RFC 8259, each key once) plus what DeepSpeed's hjson loader accepts and real
-// configs use: `//`, `/* */` and `#` comments, and trailing commas. Objects and arrays nested
-// more than kMaxNestingDepth deep are refused. An error names the line and column.
+// configs use: `//`, `/* */` and `#` comments, and trailing commas, within the bounds of
+// ParseJson (runtime/json_reader.h). An error names the line and column.
 StatusOr<nlohmann::json> ParseConfigJson(std::string_view text, std::string_view source_name);
 
 // Applies one "a.b.c=value" override to `root`, creating missing (or null) intermediate objects.

@@ -10,6 +10,7 @@
 #include "runtime/export_staging.h"
 #include "runtime/gpt2_weights.h"
 #include "runtime/hf_config.h"
+#include "runtime/json_reader.h"
 #include "runtime/llama.h"
 #include "runtime/model.h"
 
@@ -91,16 +92,16 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
   auto source = std::make_unique<HfSource>();
   source->dir_ = dir;
   const std::string config_path = dir + "/config.json";
-  StatusOr<std::string> text = ReadFileToString(fs, config_path);
-  if (!text.ok()) {
-    return Status(text.status().code(), "Hugging Face checkpoint " + dir +
-                                            ": its config.json could not be read (" +
-                                            text.status().message() +
-                                            "); a checkpoint directory holds config.json "
-                                            "next to its safetensors");
+  StatusOr<nlohmann::json> config = ReadJsonFile(fs, config_path);
+  if (!config.ok()) {
+    return Status(config.status().code(), "Hugging Face checkpoint " + dir +
+                                              ": its config.json could not be read (" +
+                                              config.status().message() +
+                                              "); a checkpoint directory holds config.json "
+                                              "next to its safetensors");
   }
-  source->config_ = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (source->config_.is_discarded() || !source->config_.is_object()) {
+  source->config_ = std::move(config).value();
+  if (!source->config_.is_object()) {
     return InvalidArgumentError(config_path + " is not a JSON object");
   }
   HOIST_ASSIGN_OR_RETURN(source->model_, ModelConfigFromHf(source->config_, config_path));
@@ -116,16 +117,14 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
   StatusOr<FileInfo> index_info = fs.Stat(index_path);
   std::vector<std::string> names;
   if (index_info.ok()) {
-    HOIST_ASSIGN_OR_RETURN(std::string index_text, ReadFileToString(fs, index_path));
-    std::string duplicate;
-    nlohmann::json index = ParseJsonKeysOnce(index_text, &duplicate);
-    if (index.is_discarded() || !index.is_object() || !index.contains("weight_map") ||
-        !index["weight_map"].is_object()) {
-      return DataLossError(index_path + " has no weight_map object; the index is damaged");
+    StatusOr<nlohmann::json> read = ReadJsonFile(fs, index_path);
+    if (!read.ok()) {
+      return DataLossError(read.status().message() +
+                           "; the index is damaged: save the checkpoint again");
     }
-    if (!duplicate.empty()) {
-      return DataLossError(index_path + " names \"" + duplicate +
-                           "\" twice; the index is damaged: save the checkpoint again");
+    nlohmann::json index = std::move(read).value();
+    if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
+      return DataLossError(index_path + " has no weight_map object; the index is damaged");
     }
     std::set<std::string> unique;
     for (const auto& [tensor, file] : index["weight_map"].items()) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/file_system.h"
+#include "runtime/json_reader.h"
 #include "runtime/model.h"
 
 namespace hoist::runtime {
@@ -298,14 +299,14 @@ StatusOr<ModelConfig> ModelConfigFromHf(const nlohmann::json& config, const std:
 }
 
 StatusOr<HfModelConfig> ReadHfConfig(const std::string& path) {
-  StatusOr<std::string> text = ReadFileToString(FileSystem::Posix(), path);
-  if (!text.ok()) {
-    return Status(text.status().code(),
-                  "config.json " + path + " could not be read (" + text.status().message() + ")");
+  StatusOr<nlohmann::json> json = ReadJsonFile(FileSystem::Posix(), path);
+  if (!json.ok()) {
+    return Status(json.status().code(),
+                  "config.json " + path + " could not be read (" + json.status().message() + ")");
   }
   HfModelConfig read;
-  read.json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (read.json.is_discarded() || !read.json.is_object()) {
+  read.json = std::move(json).value();
+  if (!read.json.is_object()) {
     return InvalidArgumentError(path + " is not a JSON object");
   }
   HOIST_ASSIGN_OR_RETURN(read.model, ModelConfigFromHf(read.json, path));

@@ -8,6 +8,7 @@
 
 #include "core/logging.h"
 #include "core/posix_error.h"
+#include "runtime/json_reader.h"
 
 namespace hoist::runtime {
 
@@ -36,7 +37,10 @@ StatusOr<int64_t> JsonlBytesThroughStep(const std::string& path, int rank, int64
     // A last line without its newline was cut short by a crash.
     if (in.eof()) break;
     offset += static_cast<int64_t>(line.size()) + 1;
-    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    // A line that does not parse (or nests too deep) ends what a resume keeps, as a torn one does.
+    const StatusOr<nlohmann::json> parsed = ParseJson(line, *mine);
+    if (!parsed.ok()) break;
+    const nlohmann::json& record = *parsed;
     if (!record.is_object() || record.contains("event")) break;
     const auto it = record.find("step");
     if (it == record.end() || !it->is_number_integer() || it->get<int64_t>() > step) break;

@@ -7,6 +7,7 @@
 
 #include "core/file_system.h"
 #include "core/random.h"
+#include "runtime/json_reader.h"
 #include "runtime/model.h"
 #include "runtime/model_family.h"
 #include "runtime/safetensors.h"
@@ -158,14 +159,9 @@ std::vector<zero::UnitSpec> TrainedUnits(const ModelConfig& model) {
 
 StatusOr<LoraConfig> ReadPeftAdapterConfig(const std::string& dir) {
   const std::string path = dir + "/adapter_config.json";
-  HOIST_ASSIGN_OR_RETURN(std::string text, ReadFileToString(FileSystem::Posix(), path));
-  std::string duplicate;
-  const nlohmann::json json = ParseJsonKeysOnce(text, &duplicate);
-  if (json.is_discarded() || !json.is_object()) {
+  HOIST_ASSIGN_OR_RETURN(const nlohmann::json json, ReadJsonFile(FileSystem::Posix(), path));
+  if (!json.is_object()) {
     return InvalidArgumentError(path + " is not a JSON object: is it a PEFT adapter config?");
-  }
-  if (!duplicate.empty()) {
-    return InvalidArgumentError(path + " has the key \"" + duplicate + "\" twice");
   }
   auto bad = [&](const std::string& key, const std::string& why) {
     return InvalidArgumentError(path + ": " + key + " " + why);

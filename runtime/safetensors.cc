@@ -7,6 +7,7 @@
 #include <set>
 
 #include "kernels/cpu/convert.h"
+#include "runtime/json_reader.h"
 
 namespace hoist::runtime {
 namespace {
@@ -64,25 +65,6 @@ int64_t Elements(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-nlohmann::json ParseJsonKeysOnce(const std::string& text, std::string* duplicate) {
-  duplicate->clear();
-  std::vector<std::set<std::string>> objects;  // the keys of each open object (arrays: empty)
-  const nlohmann::json::parser_callback_t callback =
-      [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-        using Event = nlohmann::json::parse_event_t;
-        if (event == Event::object_start || event == Event::array_start) {
-          objects.emplace_back();
-        } else if (event == Event::object_end || event == Event::array_end) {
-          if (!objects.empty()) objects.pop_back();
-        } else if (event == Event::key && !objects.empty()) {
-          const std::string& key = parsed.get_ref<const std::string&>();
-          if (!objects.back().insert(key).second && duplicate->empty()) *duplicate = key;
-        }
-        return true;
-      };
-  return nlohmann::json::parse(text, callback, /*allow_exceptions=*/false);
-}
-
 int64_t SafetensorsTensor::elements() const { return Elements(shape); }
 
 int SafetensorsDTypeSize(const std::string& dtype) {
@@ -128,10 +110,15 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, FileSys
   HOIST_ASSIGN_OR_RETURN(got, file.file_->Read(8, text.data(), n));
   if (got != n) return lost("its header could not be read whole");
   // The writer pads with spaces; JSON allows trailing whitespace.
-  std::string duplicate;
-  nlohmann::json header = ParseJsonKeysOnce(text, &duplicate);
-  if (header.is_discarded() || !header.is_object()) return lost("its header is not a JSON object");
-  if (!duplicate.empty()) return lost("its header names \"" + duplicate + "\" twice");
+  JsonFault fault;
+  StatusOr<nlohmann::json> parsed =
+      ParseJson(text, "its header", JsonLimits{kJsonMaxDepth, kSafetensorsMaxHeaderBytes}, &fault);
+  if (!parsed.ok()) {
+    return fault == JsonFault::kNotJson ? lost("its header is not a JSON object")
+                                        : lost(parsed.status().message());
+  }
+  nlohmann::json header = std::move(parsed).value();
+  if (!header.is_object()) return lost("its header is not a JSON object");
 
   const int64_t data_bytes = size - 8 - n;
   for (const auto& item : header.items()) {

@@ -44,11 +44,6 @@ struct SafetensorsTensor {
   int64_t elements() const;    // the product of shape (1 for a scalar)
 };
 
-// Parses `text` as JSON (discarded on a syntax error, no exception) and sets `duplicate` to the
-// first key that appears twice in one object ("" when none does). nlohmann keeps the last of
-// two equal keys silently; a header or an index that names a tensor twice is damaged.
-nlohmann::json ParseJsonKeysOnce(const std::string& text, std::string* duplicate);
-
 // The bytes of one element of a safetensors dtype, or 0 for a name the format does not define.
 int SafetensorsDTypeSize(const std::string& dtype);
 // "F32", "BF16", "F16" for hoist's types.

@@ -115,6 +115,14 @@ TEST_F(FileSystemTest, MissingFileIsNotFoundNamingThePath) {
   }
 }
 
+TEST_F(FileSystemTest, ReadFileToStringRefusesMoreThanItsLimit) {
+  WriteString(PathOf("a.json"), std::string(100, 'x'));
+  EXPECT_TRUE(ReadFileToString(posix_, PathOf("a.json"), 100).ok());
+  const Status status = ReadFileToString(posix_, PathOf("a.json"), 99).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr(PathOf("a.json") + "' holds more than 99 bytes"));
+}
+
 TEST_F(FileSystemTest, StatTellsFilesFromDirectories) {
   WriteString(PathOf("a.bin"), "12345");
   StatusOr<FileInfo> file = posix_.Stat(PathOf("a.bin"));

@@ -76,7 +76,7 @@ TEST(ConfigJson, AnUnclosedCommentNamesWhereItOpens) {
 TEST(ConfigJson, DuplicateKeyIsRefusedWithItsPath) {
   Status s = ErrorOf(R"({"train_micro_batch_size_per_gpu": 4, "train": {"steps": 1},
                          "optimizer": {"params": {"lr": 1e-3, "lr": 2e-3}}})");
-  EXPECT_THAT(s.message(), AllOf(HasSubstr("optimizer.params.lr"), HasSubstr("more than once")));
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("optimizer.params.lr"), HasSubstr("twice")));
 }
 
 TEST(ConfigJson, DuplicateKeyInsideArrayElementNamesIndex) {

@@ -167,7 +167,7 @@ TEST(Safetensors, RefusesFilesThatLie) {
        Assemble(
            R"({"a":{"dtype":"F32","shape":[6],"data_offsets":[0,24]},"a":{"dtype":"F32","shape":[6],"data_offsets":[0,24]}})",
            good_data),
-       "names \"a\" twice"},
+       "its header: a: the key appears twice"},
       {"metadata not strings",
        Assemble(
            R"({"__metadata__":{"format":1},"a":{"dtype":"F32","shape":[6],"data_offsets":[0,24]}})",
