@@ -25,6 +25,7 @@ constexpr int64_t kMaxIoChunk = int64_t{1} << 30;
 class ScopedFd {
  public:
   explicit ScopedFd(int fd) : fd_(fd) {}
+  ScopedFd(ScopedFd&& other) noexcept : fd_(other.release()) {}
   ScopedFd(const ScopedFd&) = delete;
   ScopedFd& operator=(const ScopedFd&) = delete;
   ~ScopedFd() {
@@ -139,6 +140,27 @@ class PosixReadOnlyMapping final : public ReadOnlyMapping {
   int64_t bytes_;
 };
 
+// Opens `path` for reading if it is a regular file. O_NONBLOCK keeps open(2) from waiting for a
+// writer when the path is a named pipe (it would wait forever); on a regular file the flag has no
+// effect. Anything else (a pipe, a directory, a device, a socket) is refused by name.
+StatusOr<ScopedFd> OpenRegularForReading(const std::string& path, struct stat* info) {
+  const int raw_fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (raw_fd < 0) return PosixError("open", path, errno);
+  ScopedFd fd(raw_fd);
+  if (::fstat(fd.get(), info) < 0) return PosixError("fstat", path, errno);
+  if (!S_ISREG(info->st_mode)) {
+    const char* kind = S_ISFIFO(info->st_mode)                            ? "a named pipe"
+                       : S_ISDIR(info->st_mode)                           ? "a directory"
+                       : S_ISCHR(info->st_mode) || S_ISBLK(info->st_mode) ? "a device"
+                       : S_ISSOCK(info->st_mode)                          ? "a socket"
+                                                                          : "not a file";
+    return InvalidArgumentError("'" + path + "' is not a regular file (it is " + kind +
+                                "); hoist reads models, shards, tokenizers, configs and "
+                                "checkpoints from regular files: give the path of one");
+  }
+  return fd;
+}
+
 class PosixFileSystem final : public FileSystem {
  public:
   StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
@@ -150,24 +172,15 @@ class PosixFileSystem final : public FileSystem {
 
   StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) override {
-    int raw_fd;
-    HOIST_POSIX_CALL(raw_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC), path);
-    ScopedFd fd(raw_fd);
     struct stat info;
-    HOIST_POSIX_CALL(::fstat(fd.get(), &info), path);
+    HOIST_ASSIGN_OR_RETURN(ScopedFd fd, OpenRegularForReading(path, &info));
     return std::unique_ptr<RandomAccessFile>(
         new PosixRandomAccessFile(fd.release(), path, static_cast<int64_t>(info.st_size)));
   }
 
   StatusOr<std::unique_ptr<ReadOnlyMapping>> MapReadOnly(const std::string& path) override {
-    int raw_fd;
-    HOIST_POSIX_CALL(raw_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC), path);
-    ScopedFd fd(raw_fd);
     struct stat info;
-    HOIST_POSIX_CALL(::fstat(fd.get(), &info), path);
-    if (!S_ISREG(info.st_mode)) {
-      return InvalidArgumentError("'" + path + "' is not a regular file, so it cannot be mapped");
-    }
+    HOIST_ASSIGN_OR_RETURN(ScopedFd fd, OpenRegularForReading(path, &info));
     const int64_t bytes = info.st_size;
     // mmap(2) rejects a zero length; an empty file maps to an empty span.
     if (bytes == 0) return std::unique_ptr<ReadOnlyMapping>(new PosixReadOnlyMapping(nullptr, 0));

@@ -497,8 +497,11 @@ StatusOr<std::vector<HostfileEntry>> ReadHostfile(const std::string& path) {
     return NotFoundError("hostfile '" + path + "' does not exist; give the path of a file with " +
                          "lines like `worker-0 slots=8`");
   }
-  if (S_ISDIR(info.st_mode)) {
-    return InvalidArgumentError("hostfile '" + path + "' is a directory; give a file");
+  // A named pipe would block the read below until something writes to it.
+  if (!S_ISREG(info.st_mode)) {
+    return InvalidArgumentError("hostfile '" + path + "' is " +
+                                (S_ISDIR(info.st_mode) ? "a directory" : "not a regular file") +
+                                "; give a file");
   }
   std::ifstream in(path);
   if (!in) return IoError("cannot read hostfile '" + path + "'; check its permissions");

@@ -1,14 +1,20 @@
 #include "core/file_system.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -113,6 +119,39 @@ TEST_F(FileSystemTest, MissingFileIsNotFoundNamingThePath) {
     EXPECT_EQ(status.code(), StatusCode::kNotFound) << status.ToString();
     EXPECT_THAT(status.message(), HasSubstr(path));
   }
+}
+
+// A named pipe given as a model, shard or checkpoint file used to hang in open(2), waiting for a
+// writer that never comes. Each opener runs on its own thread so that a hang fails the test: after
+// the deadline the test opens the pipe's other end, which releases the open.
+TEST_F(FileSystemTest, NamedPipeIsRefusedByNameInsteadOfWaitedOn) {
+  const std::string fifo = PathOf("model.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const std::vector<std::function<Status()>> openers = {
+      [&] { return posix_.NewRandomAccessFile(fifo).status(); },
+      [&] { return posix_.MapReadOnly(fifo).status(); },
+      [&] { return ReadFileToString(posix_, fifo).status(); },
+  };
+  for (const auto& open : openers) {
+    std::future<Status> opened = std::async(std::launch::async, open);
+    if (opened.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
+      const int release = ::open(fifo.c_str(), O_RDWR | O_CLOEXEC);
+      opened.wait();
+      if (release >= 0) ::close(release);
+      ADD_FAILURE() << "opening a named pipe waited for a writer";
+      continue;
+    }
+    const Status status = opened.get();
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+    EXPECT_THAT(status.message(), HasSubstr("'" + fifo + "' is not a regular file"));
+    EXPECT_THAT(status.message(), HasSubstr("named pipe"));
+  }
+}
+
+TEST_F(FileSystemTest, DirectoryIsNotAFileToRead) {
+  const Status status = posix_.NewRandomAccessFile(dir_).status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument) << status.ToString();
+  EXPECT_THAT(status.message(), HasSubstr("is a directory"));
 }
 
 TEST_F(FileSystemTest, ReadFileToStringRefusesMoreThanItsLimit) {
