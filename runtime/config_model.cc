@@ -12,6 +12,7 @@
 #include "runtime/gpt2_weights.h"
 #include "runtime/hf_config.h"
 #include "runtime/model.h"
+#include "runtime/model_limits.h"
 
 namespace hoist::runtime::config_internal {
 namespace {
@@ -68,6 +69,16 @@ Status ReadRopeScaling(const Section& s, RopeScalingConfig* out) {
                      "original_max_position_embeddings > 0");
   }
   return Status::Ok();
+}
+
+// A dimension beyond its bound (runtime/model_limits.h) is refused here, before it sizes a loop
+// or an allocation.
+Status CheckBound(const Section& s, const char* key, int64_t value) {
+  const int64_t max = MaxModelDimension(key);
+  if (value <= max) return Status::Ok();
+  return s.Invalid(key, "must be <= " + ModelBoundText(max) +
+                            " (hoist's bound, far above any published model), found " +
+                            std::to_string(value));
 }
 
 // `value` in its shortest form ("1e-05", "500000"), for messages.
@@ -189,6 +200,7 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
     if (job.*dim.field <= 0) {
       return s.Invalid(key, "must be > 0, found " + std::to_string(job.*dim.field));
     }
+    HOIST_RETURN_IF_ERROR(CheckBound(s, key, job.*dim.field));
     set.push_back(key);
   }
   HOIST_RETURN_IF_ERROR(s.Double("rope_theta", &job.rope_theta));
@@ -271,6 +283,7 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
     int seq_len = 0;
     HOIST_RETURN_IF_ERROR(s.Int("seq_len", &seq_len));
     if (seq_len <= 0) return s.Invalid("seq_len", "must be > 0, found " + std::to_string(seq_len));
+    HOIST_RETURN_IF_ERROR(CheckBound(s, "seq_len", seq_len));
     if (model->n_positions > 0 && seq_len > model->n_positions && base_overridden &&
         !s.errors().Overridden(s.PathOf("seq_len"))) {
       // The file's training context, longer than the checkpoint's: its whole context.
@@ -322,10 +335,9 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
       return s.Invalid("rope_theta", "and model.rms_norm_eps must be > 0");
     }
   }
-  // Token shards hold uint16 or uint32 tokens; ids are int32 throughout.
-  if (model->vocab_size > (1 << 30)) {
-    return s.Invalid("vocab_size", "must be <= 2^30, found " + std::to_string(model->vocab_size));
-  }
+  // Again on the model as merged: a checkpoint's dimensions (an llm.c header) arrive here
+  // unchecked.
+  for (const Dim& dim : kDims) HOIST_RETURN_IF_ERROR(CheckBound(s, dim.key, (*model).*dim.field));
   if (Status size = CheckModelSize(*model); !size.ok()) {
     return s.errors().Invalid(s.path(), size.message());
   }

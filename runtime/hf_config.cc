@@ -5,21 +5,42 @@
 #include <cstdlib>
 #include <utility>
 
+#include "core/check.h"
 #include "core/file_system.h"
 #include "runtime/json_reader.h"
 #include "runtime/model.h"
+#include "runtime/model_limits.h"
 
 namespace hoist::runtime {
 namespace {
 
-// A positive integer dimension `key` of `config` into `value`.
+// A positive integer dimension `key` of `config`, at most its bound (runtime/model_limits.h),
+// into `value`. Each way to miss says which it is: absent, not an integer, or out of range.
 Status Dimension(const nlohmann::json& config, const std::string& path, const char* key,
                  int* value) {
-  if (!config.contains(key) || !config[key].is_number_integer() ||
-      config[key].get<int64_t>() <= 0 || config[key].get<int64_t>() > (int64_t{1} << 24)) {
-    return InvalidArgumentError(path + ": " + key + " is missing or not a positive integer");
+  const int64_t max = MaxModelDimension(key);
+  HOIST_CHECK_GT(max, 0) << key << " has no bound";
+  if (!config.contains(key) || config[key].is_null()) {
+    return InvalidArgumentError(path + ": " + key +
+                                " is missing; a config.json of this model_type sets it");
   }
-  *value = config[key].get<int>();
+  const nlohmann::json& number = config[key];
+  if (!number.is_number_integer()) {
+    return InvalidArgumentError(path + ": " + key + " is " + number.dump() + ", not an integer");
+  }
+  // A number beyond int64 arrives unsigned; compared as such it is simply too large.
+  const bool too_large = number.is_number_unsigned() ? number.get<uint64_t>() > uint64_t(max)
+                                                     : number.get<int64_t>() > max;
+  if (too_large) {
+    return InvalidArgumentError(path + ": " + key + " is " + number.dump() + ", more than " +
+                                ModelBoundText(max) +
+                                ", the most hoist accepts (far above any published model)");
+  }
+  if (number.get<int64_t>() <= 0) {
+    return InvalidArgumentError(path + ": " + key + " is " + number.dump() +
+                                "; it must be a positive integer");
+  }
+  *value = number.get<int>();
   return Status::Ok();
 }
 

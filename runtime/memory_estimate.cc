@@ -26,12 +26,18 @@ using Op = StoreCall::Op;
 // which the model asks for them.
 class RecordingStore final : public zero::ParamStore {
  public:
-  RecordingStore(const std::vector<zero::UnitSpec>& units, Device* device) {
-    offsets_.push_back(0);
-    for (const zero::UnitSpec& unit : units) offsets_.push_back(offsets_.back() + unit.size);
-    const int64_t bytes = offsets_.back() * int64_t{sizeof(float)};
-    params_ = std::move(device->Allocate(bytes, Category::kParam)).value();
-    grads_ = std::move(device->Allocate(bytes, Category::kGrad)).value();
+  // Buffers for whole fp32 units: an allocation that fails is the caller's error, not a crash.
+  static StatusOr<std::unique_ptr<RecordingStore>> Create(const std::vector<zero::UnitSpec>& units,
+                                                          Device* device) {
+    std::unique_ptr<RecordingStore> store(new RecordingStore());
+    store->offsets_.push_back(0);
+    for (const zero::UnitSpec& unit : units) {
+      store->offsets_.push_back(store->offsets_.back() + unit.size);
+    }
+    const int64_t bytes = store->offsets_.back() * int64_t{sizeof(float)};
+    HOIST_ASSIGN_OR_RETURN(store->params_, device->Allocate(bytes, Category::kParam));
+    HOIST_ASSIGN_OR_RETURN(store->grads_, device->Allocate(bytes, Category::kGrad));
+    return store;
   }
   const void* AcquireParams(int unit) override {
     calls_->push_back({Op::kAcquireParams, unit});
@@ -49,6 +55,8 @@ class RecordingStore final : public zero::ParamStore {
   void RecordInto(std::vector<StoreCall>* calls) { calls_ = calls; }
 
  private:
+  RecordingStore() = default;
+
   std::vector<int64_t> offsets_;  // unit u is [u, u + 1) of the buffers
   Buffer params_, grads_;
   std::vector<StoreCall>* calls_ = nullptr;
@@ -62,7 +70,7 @@ void AddTable(MemorySnapshot::Table* into, const MemorySnapshot::Table& from) {
 
 }  // namespace
 
-zero::ModelPasses ModelStorePasses(const ModelConfig& config) {
+StatusOr<zero::ModelPasses> ModelStorePasses(const ModelConfig& config) {
   // The same family and depth, as small as it goes: the calls depend on nothing else.
   ModelConfig tiny;
   tiny.family = config.family;
@@ -80,22 +88,26 @@ zero::ModelPasses ModelStorePasses(const ModelConfig& config) {
   CpuDevice device(Place::kDevice, &tracker);
   std::vector<zero::UnitSpec> units = ModelUnits(tiny);
   if (tiny.lora.enabled()) {
-    for (zero::UnitSpec& unit : LoraLayout::For(tiny).value().Units()) units.push_back(unit);
+    HOIST_ASSIGN_OR_RETURN(const LoraLayout layout, LoraLayout::For(tiny));
+    for (const zero::UnitSpec& unit : layout.Units()) units.push_back(unit);
   }
-  RecordingStore store(units, &device);
-  auto model = std::move(CreateModel(tiny, 1, 1, &device, &store)).value();
+  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<RecordingStore> store,
+                         RecordingStore::Create(units, &device));
+  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                         CreateModel(tiny, 1, 1, &device, store.get()));
   zero::ModelPasses passes;
   const int32_t token = 1;
-  store.RecordInto(&passes.forward);
+  store->RecordInto(&passes.forward);
   model->Forward(&token, &token, 1, 1, 1.0f);
-  store.RecordInto(&passes.backward);
+  store->RecordInto(&passes.backward);
   model->Backward();
-  store.RecordInto(nullptr);
+  store->RecordInto(nullptr);
   return passes;
 }
 
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size, DeviceKind device) {
-  return EstimateMemory(config, world_size, ModelStorePasses(config.model), device);
+  HOIST_ASSIGN_OR_RETURN(const zero::ModelPasses passes, ModelStorePasses(config.model));
+  return EstimateMemory(config, world_size, passes, device);
 }
 
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,

@@ -68,7 +68,7 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
 
 // The ParamStore calls of one training micro-batch of `config`'s model, recorded from a model of
 // its family and depth at the smallest widths (the order depends on nothing else).
-zero::ModelPasses ModelStorePasses(const ModelConfig& config);
+StatusOr<zero::ModelPasses> ModelStorePasses(const ModelConfig& config);
 // EstimateMemory with the model's calls given (ModelStorePasses(config.model)), for
 // callers that estimate many variants of one model.
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,

@@ -545,7 +545,7 @@ StatusOr<MemoryPlan> PlanMemory(const Config& base, int world_size, const PlanOp
 
   const std::string text = base.raw != nullptr ? base.raw->dump() : std::string("{}");
   // Every point has the base's depth, so one recording of the model's calls serves them all.
-  const zero::ModelPasses passes = ModelStorePasses(base.model);
+  HOIST_ASSIGN_OR_RETURN(const zero::ModelPasses passes, ModelStorePasses(base.model));
   std::vector<PlanCandidate> all;
   Status first_refusal = Status::Ok();
   for (const PlanChoice& choice : Choices(base, world_size, nvme, used.allow_8bit_optimizer)) {

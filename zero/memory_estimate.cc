@@ -679,7 +679,8 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnit
       tracker.Add(kCompute, Category::kParam, bytes);
       tracker.Add(kCompute, Category::kWorkspace, Nf4WorkspaceBytes(engine.units));
       estimate.model_states.params += bytes;
-      plans.push_back(PartitionPlan::Build(engine.units, 1, 0).value());
+      HOIST_ASSIGN_OR_RETURN(PartitionPlan plan, PartitionPlan::Build(engine.units, 1, 0));
+      plans.push_back(std::move(plan));
       first_unit.push_back(units_seen);
       units_seen += static_cast<int>(engine.units.size());
       continue;

@@ -622,8 +622,10 @@ TEST(ConfigModel, AttentionKindDefaultsToDirectAndAcceptsTiled) {
 // A model too large for the layouts' int64 counts is a config error naming the model section,
 // not a wrapped-around parameter count for the trainer and the estimator.
 TEST(ConfigModel, AModelTooLargeToAddressIsRefused) {
+  // Each dimension within its bound (runtime/model_limits.h), their product beyond 2^50.
   const Status huge =
-      ErrorOf(kMinimal, {"model.n_layer=1073741824", "model.n_embd=1073741824", "model.n_head=1"});
+      ErrorOf(kMinimal, {"model.model_type=llama", "model.n_layer=4096", "model.n_embd=131072",
+                         "model.n_head=1", "model.intermediate_size=1048576"});
   EXPECT_NE(huge.message().find("model"), std::string::npos) << huge.ToString();
   EXPECT_NE(huge.message().find("parameters"), std::string::npos) << huge.ToString();
   EXPECT_TRUE(ParseOk(kMinimal, {"model.n_layer=96", "model.n_embd=12288", "model.n_head=96"})

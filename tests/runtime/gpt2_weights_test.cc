@@ -481,10 +481,12 @@ TEST(Gpt2Weights, DimensionsTooLargeToAddressAreRefusedNamingTheFile) {
   config["n_layer"] = 1 << 24;
   config["n_embd"] = 1 << 24;
   std::ofstream(dir + "/config.json") << config.dump();
-  ExpectRefused(dir, {dir + "/config.json", "parameters"});
+  // Now beyond the bound on each dimension (runtime/model_limits.h), refused before the count.
+  ExpectRefused(dir, {dir + "/config.json", "n_layer is 16777216, more than 4096"});
 
-  nlohmann::json llama = {{"model_type", "llama"},          {"hidden_size", 1 << 24},
-                          {"intermediate_size", 1 << 24},   {"num_hidden_layers", 1 << 24},
+  // Each dimension within its bound, their product beyond 2^50.
+  nlohmann::json llama = {{"model_type", "llama"},          {"hidden_size", 1 << 17},
+                          {"intermediate_size", 1 << 20},   {"num_hidden_layers", 4096},
                           {"num_attention_heads", 1 << 10}, {"vocab_size", 64},
                           {"max_position_embeddings", 32}};
   StatusOr<ModelConfig> read = ModelConfigFromHf(llama, "l/config.json");
