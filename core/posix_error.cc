@@ -1,5 +1,6 @@
 #include "core/posix_error.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -18,6 +19,22 @@ Status PosixError(const std::string& what, const std::string& path, int errno_va
     case ENOENT: return NotFoundError(message);
     default: return IoError(message);
   }
+}
+
+std::string PosixCallName(std::string_view statement) {
+  // The identifier just before the first '(' is the function called; an assignment, a `::` or a
+  // dereference in front of it are the caller's business.
+  const std::string fallback = "system call";
+  size_t end = statement.find('(');
+  if (end == std::string_view::npos) return fallback;
+  while (end > 0 && statement[end - 1] == ' ') --end;
+  size_t begin = end;
+  while (begin > 0 && (std::isalnum(static_cast<unsigned char>(statement[begin - 1])) ||
+                       statement[begin - 1] == '_')) {
+    --begin;
+  }
+  if (begin == end || std::isdigit(static_cast<unsigned char>(statement[begin]))) return fallback;
+  return std::string(statement.substr(begin, end - begin));
 }
 
 }  // namespace hoist

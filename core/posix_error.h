@@ -1,8 +1,10 @@
-// Turns a failed system call into a Status that names the call's text, the file it touched and
-// errno's meaning, in one place (the foreign-API error rule of STYLE.md).
+// Turns a failed system call into a Status that names the call, the file it touched and errno's
+// meaning, in one place (the foreign-API error rule of STYLE.md). The message goes to users, so
+// it names the operation ("open"), never the source statement around it.
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 
@@ -12,11 +14,17 @@ namespace hoist {
 // map to kResourceExhausted with a hint to free space; ENOENT to kNotFound; others to kIoError.
 Status PosixError(const std::string& what, const std::string& path, int errno_value);
 
+// The system call a statement makes: "open" for `fd = ::open(path.c_str(), O_RDONLY)`.
+std::string PosixCallName(std::string_view statement);
+
 }  // namespace hoist
 
-// `HOIST_POSIX_CALL(fd = ::open(p, O_RDONLY), p)` returns a PosixError Status if the
-// expression's value is negative.
-#define HOIST_POSIX_CALL(expr, path)                                  \
-  do {                                                                \
-    if ((expr) < 0) return ::hoist::PosixError(#expr, (path), errno); \
+// `HOIST_POSIX_CALL(fd = ::open(p, O_RDONLY), p)` returns a PosixError Status naming the call
+// ("open on 'p' failed: ...") if the expression's value is negative.
+#define HOIST_POSIX_CALL(expr, path)                                                         \
+  do {                                                                                       \
+    if ((expr) < 0) {                                                                        \
+      const int hoist_posix_errno_ = errno;                                                  \
+      return ::hoist::PosixError(::hoist::PosixCallName(#expr), (path), hoist_posix_errno_); \
+    }                                                                                        \
   } while (0)

@@ -66,7 +66,10 @@ Status ReadLora(const Section& top, ModelConfig* model) {
     if (!s.Has(key)) continue;
     double alpha = 0;
     HOIST_RETURN_IF_ERROR(s.Double(key, &alpha));
-    if (!(alpha > 0) || !std::isfinite(alpha)) return s.Invalid(key, "must be positive");
+    if (!(alpha > 0) || !(alpha <= kMaxLoraAlpha)) {
+      return s.Invalid(key, "must be in (0, " + nlohmann::json(kMaxLoraAlpha).dump() + "], found " +
+                                nlohmann::json(alpha).dump() + " (real adapters use 8 to 512)");
+    }
     HOIST_RETURN_IF_ERROR(agree(key, adapter && alpha == adapter->alpha,
                                 adapter ? "lora_alpha " + std::to_string(adapter->alpha) : ""));
     lora.alpha = alpha;

@@ -1,6 +1,7 @@
 #include "runtime/hf_checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <set>
@@ -76,8 +77,11 @@ class HfSource final : public WeightSource {
     const SafetensorsTensor* tensor = nullptr;
     HfTensorPlace spec;
   };
-  // Elements [first, first + count) of the place's tensor in hoist's layout into `out`.
+  // Elements [first, first + count) of the place's tensor in hoist's layout into `out`; an
+  // element that is not finite is an error naming the tensor.
   Status FillTensor(const Place& place, int64_t first, int64_t count, float* out) const;
+  // The same without the check.
+  Status ReadTensorRange(const Place& place, int64_t first, int64_t count, float* out) const;
 
   std::string dir_;
   ModelConfig model_;
@@ -237,6 +241,20 @@ StatusOr<std::unique_ptr<WeightSource>> HfSource::Open(const std::string& dir, F
 }
 
 Status HfSource::FillTensor(const Place& place, int64_t first, int64_t count, float* out) const {
+  HOIST_RETURN_IF_ERROR(ReadTensorRange(place, first, count, out));
+  // An inf or NaN weight makes the first loss NaN, which would read as a learning rate too high:
+  // name the tensor that holds it instead.
+  const float* bad = std::find_if(out, out + count, [](float x) { return !std::isfinite(x); });
+  if (bad == out + count) return Status::Ok();
+  return InvalidArgumentError("Hugging Face checkpoint " + place.file->path() + ": tensor \"" +
+                              place.tensor->name + "\" holds " + std::to_string(*bad) +
+                              " (element " + std::to_string(first + (bad - out)) +
+                              " as hoist lays it out); weights must be finite: the file is "
+                              "damaged or the run that wrote it diverged");
+}
+
+Status HfSource::ReadTensorRange(const Place& place, int64_t first, int64_t count,
+                                 float* out) const {
   if (!place.spec.transposed) return place.file->ReadFloat(*place.tensor, first, count, out);
   // Stored (in, out): hoist's rows are the file's columns. The rows the range touches are read
   // as a run of every stored row and transposed, so a range costs its own size, not the tensor's.

@@ -178,8 +178,9 @@ StatusOr<LoraConfig> ReadPeftAdapterConfig(const std::string& dir) {
     }
     lora.r = r.get<int>();
     lora.alpha = json.value("lora_alpha", 8.0);
-    if (!(lora.alpha > 0) || !std::isfinite(lora.alpha)) {
-      return bad("lora_alpha", "is " + std::to_string(lora.alpha) + "; it must be positive");
+    if (!(lora.alpha > 0) || !(lora.alpha <= kMaxLoraAlpha)) {
+      return bad("lora_alpha", "is " + nlohmann::json(lora.alpha).dump() + "; it must be in (0, " +
+                                   nlohmann::json(kMaxLoraAlpha).dump() + "]");
     }
     lora.dropout = json.value("lora_dropout", 0.0f);
     if (!(lora.dropout >= 0.0f && lora.dropout < 1.0f)) {

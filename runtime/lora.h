@@ -25,6 +25,10 @@
 
 namespace hoist::runtime {
 
+// The largest lora_alpha hoist takes. Real adapters use 8 to 512; the scale alpha / r (alpha /
+// sqrt(r) with rsLoRA) multiplies every adapter product in fp32, where 1e39 is already infinite.
+inline constexpr double kMaxLoraAlpha = 1e6;
+
 // One linear layer of a block that an adapter can target.
 struct LoraModule {
   enum Site {

@@ -44,12 +44,10 @@ bool FloatDType(const std::string& dtype, DType* type) {
   return true;
 }
 
-int64_t LittleEndian64(const unsigned char* bytes) {
+uint64_t LittleEndian64(const unsigned char* bytes) {
   uint64_t value = 0;
   for (int i = 7; i >= 0; --i) value = (value << 8) | bytes[i];
-  return value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
-             ? -1
-             : static_cast<int64_t>(value);
+  return value;
 }
 
 // Elements of `shape`, or -1 when a dimension is negative or the product overflows.
@@ -96,11 +94,13 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, FileSys
   unsigned char prefix[8];
   HOIST_ASSIGN_OR_RETURN(int64_t got, file.file_->Read(0, prefix, 8));
   if (got != 8) return lost("its header length could not be read");
-  const int64_t n = LittleEndian64(prefix);
-  if (n < 2 || n > kSafetensorsMaxHeaderBytes) {
-    return lost("header length " + std::to_string(n) + " is outside [2, " +
+  // Unsigned in the format: a length of 2^64 - 1 is reported as such, not as -1.
+  const uint64_t length = LittleEndian64(prefix);
+  if (length < 2 || length > static_cast<uint64_t>(kSafetensorsMaxHeaderBytes)) {
+    return lost("header length " + std::to_string(length) + " is outside [2, " +
                 std::to_string(kSafetensorsMaxHeaderBytes) + "]");
   }
+  const int64_t n = static_cast<int64_t>(length);
   if (n > size - 8) {
     return lost("header length " + std::to_string(n) + " runs past the end of the file (" +
                 std::to_string(size) + " bytes): it is truncated");

@@ -168,6 +168,9 @@ TEST(Safetensors, RefusesFilesThatLie) {
            R"({"a":{"dtype":"F32","shape":[6],"data_offsets":[0,24]},"a":{"dtype":"F32","shape":[6],"data_offsets":[0,24]}})",
            good_data),
        "its header: a: the key appears twice"},
+      // Unsigned in the format: it used to be printed as -1.
+      {"header length 2^64 - 1", std::string(8, '\xff') + ok_json,
+       "header length 18446744073709551615 is outside [2, "},
       {"metadata not strings",
        Assemble(
            R"({"__metadata__":{"format":1},"a":{"dtype":"F32","shape":[6],"data_offsets":[0,24]}})",
