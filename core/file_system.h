@@ -77,9 +77,11 @@ class FileSystem {
 
   // Creates or truncates `path` for writing.
   virtual StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  // Opens the regular file at `path` for reading. Anything else (a named pipe, a directory, a
+  // device) is InvalidArgument naming the path, without waiting on it.
   virtual StatusOr<std::unique_ptr<RandomAccessFile>> NewRandomAccessFile(
       const std::string& path) = 0;
-  // Maps the regular file at `path` in full.
+  // Maps the regular file at `path` in full; refuses anything else as NewRandomAccessFile does.
   virtual StatusOr<std::unique_ptr<ReadOnlyMapping>> MapReadOnly(const std::string& path) = 0;
 
   // stat(2), following symlinks; NotFound when nothing is there.
