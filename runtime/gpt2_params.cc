@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/gpt2.h"  // declares what this file defines
+#include "runtime/unit_layout.h"
 #include "runtime/weight_init.h"
 
 namespace hoist::runtime {
@@ -88,28 +89,7 @@ int64_t ParamLayout::FlatIndex(int tensor, int64_t i) const {
 }
 
 std::vector<zero::UnitSpec> ParamLayout::Units() const {
-  std::vector<zero::UnitSpec> units;
-  auto add = [&](std::string name, const auto& tensors) {
-    zero::UnitSpec unit;
-    unit.name = std::move(name);
-    for (int t : tensors) {
-      const int64_t begin = local_offsets[t], end = begin + unit_sizes[t];
-      if (!unit.segments.empty() && unit.segments.back().decay == Decayed(t)) {
-        unit.segments.back().end = end;
-      } else {
-        unit.segments.push_back({begin, end, Decayed(t)});
-      }
-      unit.size = end;
-    }
-    units.push_back(std::move(unit));
-  };
-  add("embeddings", kEmbeddingTensors);
-  for (int l = 0; l < n_layer; ++l) {
-    add("block " + std::to_string(l), kBlockTensors);
-    units.back().quantizable = true;
-  }
-  add("final layernorm", kFinalTensors);
-  return units;
+  return LayoutUnits(*this, kEmbeddingTensors, kBlockTensors, kFinalTensors, "final layernorm");
 }
 
 void InitializeGpt2Unit(const ModelConfig& config, int unit, uint64_t seed, float* out) {

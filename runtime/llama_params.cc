@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/llama.h"  // declares what this file defines
+#include "runtime/unit_layout.h"
 #include "runtime/weight_init.h"
 
 namespace hoist::runtime {
@@ -83,29 +84,8 @@ int64_t LlamaLayout::Offset(int tensor, int layer) const {
 }
 
 std::vector<zero::UnitSpec> LlamaLayout::Units() const {
-  std::vector<zero::UnitSpec> units;
-  auto add = [&](std::string name, const auto& tensors) {
-    zero::UnitSpec unit;
-    unit.name = std::move(name);
-    for (int t : tensors) {
-      if (unit_sizes[t] == 0) continue;  // a tied lm_head
-      const int64_t begin = local_offsets[t], end = begin + unit_sizes[t];
-      if (!unit.segments.empty() && unit.segments.back().decay == Decayed(t)) {
-        unit.segments.back().end = end;
-      } else {
-        unit.segments.push_back({begin, end, Decayed(t)});
-      }
-      unit.size = end;
-    }
-    units.push_back(std::move(unit));
-  };
-  add("embeddings", kEmbeddingTensors);
-  for (int l = 0; l < n_layer; ++l) {
-    add("block " + std::to_string(l), kBlockTensors);
-    units.back().quantizable = true;
-  }
-  add(tied ? "final norm" : "final norm and head", kFinalTensors);
-  return units;
+  return LayoutUnits(*this, kEmbeddingTensors, kBlockTensors, kFinalTensors,
+                     tied ? "final norm" : "final norm and head");
 }
 
 std::vector<LlamaHfTensor> LlamaHfTensors(const ModelConfig& config) {
