@@ -91,7 +91,7 @@ struct LaunchContext {
   // OMP_NUM_THREADS's value in the environment (empty: unset): the workers keep it, and it
   // counts against the cores in place of an equal share.
   std::string omp_num_threads;
-  std::string omp_wait_policy;       // OMP_WAIT_POLICY's value in the environment; empty: unset
+  std::string omp_wait_policy;  // OMP_WAIT_POLICY's value in the environment; empty: unset
 };
 
 // One worker of the local launcher.

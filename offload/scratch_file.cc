@@ -96,8 +96,7 @@ int LockEndedProcessFile(int fd, const SweepOptions& options,
 // Whether `path` still names the file open as `info` (not removed nor replaced meanwhile).
 bool StillNamed(const std::string& path, const struct stat& info) {
   struct stat now {};
-  return ::lstat(path.c_str(), &now) == 0 && now.st_dev == info.st_dev &&
-         now.st_ino == info.st_ino;
+  return ::lstat(path.c_str(), &now) == 0 && now.st_dev == info.st_dev && now.st_ino == info.st_ino;
 }
 
 }  // namespace
@@ -191,7 +190,7 @@ StatusOr<ScratchFile> ScratchFile::Open(const std::string& path, int64_t size_by
   ScratchFile file(path, fd, size_bytes, false);
   // Held until the descriptor closes, by the kernel even when this process is killed: what tells
   // SweepScratchFiles that the file is in use.
-  const int lock_errno = options.simulate_flock_errno != 0          ? options.simulate_flock_errno
+  const int lock_errno = options.simulate_flock_errno != 0     ? options.simulate_flock_errno
                          : ::flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0
                                                                : errno;
   if (lock_errno != 0) {

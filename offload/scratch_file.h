@@ -102,7 +102,8 @@ struct SweepOptions {
 // use by a live process, another user's, or not examinable. Best effort: nothing is removed that
 // is not surely stale. Blocks on the file system; thread-safe, and several processes may sweep
 // one directory at once: a file another sweep is removing is waited for (options.lock_wait) and
-// then counts as neither removed nor left. On a file system without flock the process id alone decides.
+// then counts as neither removed nor left. On a file system without flock the process id alone
+// decides.
 std::vector<FoundScratchFile> SweepScratchFiles(const std::string& dir,
                                                 std::vector<FoundScratchFile>* left = nullptr,
                                                 const SweepOptions& options = {});

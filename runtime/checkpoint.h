@@ -64,8 +64,8 @@ Status WriteRankShard(const std::string& dir, int64_t step, int rank,
 // Publishes `step`: checks the indexes of the world_size staged shards, writes the manifest
 // with `metadata` (a JSON object: run identity, the stored config's reference, loss, ...),
 // renames the staging directory to <dir>/step_<08d> (atomically replacing an existing one of the
-// same step), points `latest` at it, and removes staging directories of earlier steps. On error the staging directory is removed
-// and `latest` keeps naming the previous checkpoint.
+// same step), points `latest` at it, and removes staging directories of earlier steps. On error the
+// staging directory is removed and `latest` keeps naming the previous checkpoint.
 Status CommitCheckpoint(const std::string& dir, int64_t step, int world_size,
                         const nlohmann::json& metadata, FileSystem& fs = FileSystem::Posix());
 

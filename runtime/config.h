@@ -181,8 +181,9 @@ struct CheckpointConfig {
   // In [0, INT_MAX]. After each save, the step directories beyond the newest keep_last are
   // deleted; 0 keeps every checkpoint.
   int64_t keep_last = 0;
-  // On SIGINT, SIGTERM (a scheduler's preemption) or SIGHUP (a closed terminal), save a checkpoint at the step boundary
-  // where the job stops (with a dir; the process then exits 128 + the signal number).
+  // On SIGINT, SIGTERM (a scheduler's preemption) or SIGHUP (a closed terminal), save a checkpoint
+  // at the step boundary where the job stops (with a dir; the process then exits 128 + the signal
+  // number).
   bool on_signal = true;
 };
 

@@ -88,7 +88,7 @@ class HfSource final : public WeightSource {
   std::vector<int64_t> unit_offsets_;  // ModelUnits(model_): unit u is [u, u + 1)
   nlohmann::json config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::vector<Place> places_;  // HfTensorPlaces order
+  std::vector<Place> places_;            // HfTensorPlaces order
   std::vector<std::string> file_paths_;  // config.json, the index if any, the safetensors
 };
 

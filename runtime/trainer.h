@@ -103,8 +103,8 @@ class Trainer {
   ~Trainer();
 
   // Trains until config.train.steps optimizer steps have been taken, or until the job is
-  // stopped (the control service's Stop, or SIGINT/SIGTERM/SIGHUP once InstallStopSignalHandlers ran),
-  // which is not an error. Control commands are applied at each step boundary (control.h).
+  // stopped (the control service's Stop, or SIGINT/SIGTERM/SIGHUP once InstallStopSignalHandlers
+  // ran), which is not an error. Control commands are applied at each step boundary (control.h).
   Status Run();
   // One optimizer step (exposed for tests and benchmarks).
   StatusOr<StepRecord> Step();
@@ -126,8 +126,8 @@ class Trainer {
   JobController* controller() const { return control_; }
   // Whether Run ended early on a stop request.
   bool stopped() const { return stopped_; }
-  // The signal that stopped the job (SIGTERM, SIGHUP or SIGINT, agreed by every rank), 0 when it was not
-  // stopped by one. `hoist train` then exits 128 + that number.
+  // The signal that stopped the job (SIGTERM, SIGHUP or SIGINT, agreed by every rank), 0 when it
+  // was not stopped by one. `hoist train` then exits 128 + that number.
   int stop_signal() const { return stop_signal_; }
   // The learning rate and clipping in force for the next step (after control overrides).
   std::optional<double> lr_override() const { return lr_override_; }

@@ -158,8 +158,8 @@ TEST(ScratchFileSweep, AFileSystemWithoutFlockStillOpensScratchFiles) {
   std::vector<ScratchFile> files;
   for (const int lock_errno : {ENOSYS, ENOLCK, EOPNOTSUPP, EINVAL}) {
     options.simulate_flock_errno = lock_errno;
-    auto file = ScratchFile::Open(dir.File("hoist-" + std::to_string(lock_errno) + ".swp"), 4096,
-                                  options);
+    auto file =
+        ScratchFile::Open(dir.File("hoist-" + std::to_string(lock_errno) + ".swp"), 4096, options);
     ASSERT_TRUE(file.ok()) << lock_errno << ": " << file.status().ToString();
     files.push_back(std::move(*file));
   }
@@ -186,8 +186,7 @@ TEST(ScratchFileSweep, WithoutFlockTheProcessIdAloneDecides) {
   const pid_t ended = EndedPid();
   const std::string stale = dir.File("hoist-rank1-" + std::to_string(ended) + ".optimizer.swp");
   WriteBytes(stale, 4096);
-  const std::string live =
-      dir.File("hoist-rank0-" + std::to_string(::getpid()) + ".optimizer.swp");
+  const std::string live = dir.File("hoist-rank0-" + std::to_string(::getpid()) + ".optimizer.swp");
   WriteBytes(live, 4096);
   SweepOptions options;
   options.simulate_flock_errno = ENOSYS;
