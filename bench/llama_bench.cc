@@ -3,7 +3,7 @@
 //
 // The model: hidden 256, 4 layers, 8 query heads and 4 key/value heads (head 32), SwiGLU width
 // 688, vocabulary 8000, Llama 3's rope scaling, an untied head; micro-batch B=4, T=128, fp32.
-// hoist: LlamaModel on the CPU backend with its own flat store, Forward with targets and Backward
+// hoist: DecoderModel on the CPU backend with its own flat store, Forward with targets and Backward
 // (the gradients; no optimizer step, which adamw_bench measures). PyTorch: transformers'
 // LlamaForCausalLM with eager attention, the same shapes, loss.backward(), as many threads as
 // OpenMP gives hoist. Each figure is the median over the timed passes, after a warm-up pass.
@@ -12,7 +12,7 @@
 // OMP_WAIT_POLICY=passive there (2 shared cores, load 3.7: 4128 tokens/s against PyTorch's 3103,
 // where the default spinning gave 634).
 //
-// With --device cuda (a build with CUDA) both run on the GPU: hoist's LlamaModel on the CUDA
+// With --device cuda (a build with CUDA) both run on the GPU: hoist's DecoderModel on the CUDA
 // backend (each pass ends with the stream synchronized) and PyTorch's model moved to "cuda" (each
 // pass ends with torch.cuda.synchronize()); --batch and --seq set B and T (a GPU wants more work
 // than the CPU's default 4 x 128).
@@ -41,7 +41,7 @@
 #include "core/device.h"
 #include "core/memory_tracker.h"
 #include "core/random.h"
-#include "runtime/llama.h"
+#include "runtime/decoder.h"
 
 extern char** environ;
 
@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   hoist::MemoryTracker tracker;
   hoist::CpuDevice device(hoist::Place::kDevice, &tracker);
   std::unique_ptr<hoist::kernels::Backend> backend;
-  hoist::StatusOr<std::unique_ptr<hoist::runtime::LlamaModel>> created =
+  hoist::StatusOr<std::unique_ptr<hoist::runtime::DecoderModel>> created =
       hoist::InvalidArgumentError("--device cuda needs a build with CUDA");
   if (gpu) {
 #ifdef HOIST_LLAMA_BENCH_CUDA
@@ -188,19 +188,19 @@ int main(int argc, char** argv) {
       return 0;
     }
     backend = std::move(cuda).value();
-    created = hoist::runtime::LlamaModel::Create(config, B, T, backend.get());
+    created = hoist::runtime::DecoderModel::Create(config, B, T, backend.get());
 #else
     std::printf("llama_bench: --device cuda needs a build with CUDA; nothing measured\n");
     return 0;
 #endif
   } else {
-    created = hoist::runtime::LlamaModel::Create(config, B, T, &device);
+    created = hoist::runtime::DecoderModel::Create(config, B, T, &device);
   }
   if (!created.ok()) {
     std::fprintf(stderr, "llama_bench: %s\n", created.status().ToString().c_str());
     return 1;
   }
-  hoist::runtime::LlamaModel& model = **created;
+  hoist::runtime::DecoderModel& model = **created;
   model.InitializeWeights(1);
   std::printf("%s: %s; Llama %.1fM params, B=%d T=%d, fp32, %d timed passes\n", gpu ? "GPU" : "CPU",
               gpu ? "CUDA backend" : hoist::GetCpuFeatures().model_name.c_str(),
@@ -230,7 +230,7 @@ int main(int argc, char** argv) {
     if (s > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
   const double hoist_tokens_s = double(B) * T / Median(times);
-  std::printf("hoist    LlamaModel (%s backend)        %9.0f tokens/s\n", gpu ? "CUDA" : "CPU ",
+  std::printf("hoist    DecoderModel (%s backend)        %9.0f tokens/s\n", gpu ? "CUDA" : "CPU ",
               hoist_tokens_s);
 
   const std::string out = RunPython(python, B, T, threads, steps, device_name);

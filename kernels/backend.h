@@ -31,7 +31,9 @@
 #include "core/dtype.h"
 #include "core/status.h"
 #include "core/stream.h"
+#include "kernels/attention_options.h"
 #include "kernels/nf4.h"
+#include "kernels/op_variants.h"
 
 namespace hoist::kernels {
 
@@ -192,42 +194,82 @@ class Backend {
   virtual Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv,
                                         const void* out, const float* lse, void* workspace, int B,
                                         int T, int C, int NH, DType type, const Stream& stream) = 0;
-  // The Llama family's ops (kernels/cpu/ops.h gives each one's arithmetic), with the conventions
-  // above. Their attention layout: qkv (B,T,(NH+2*NKV)*hd) holds in each row NH query heads, then
-  // NKV key heads, then NKV value heads, each hd wide (Llama's q_proj, k_proj, v_proj outputs side
-  // by side); query head h uses key/value head h / (NH/NKV) (HF's repeat_kv), NH % NKV == 0,
-  // scores scaled by 1/sqrt(hd); out (B,T,NH*hd).
+  // The Llama family's ops, and the variants Qwen3 and Gemma 2 need (kernels/cpu/ops.h gives each
+  // one's arithmetic), with the conventions above. Their attention layout: qkv (B,T,(NH+2*NKV)*hd)
+  // holds in each row NH query heads, then NKV key heads, then NKV value heads, each hd wide
+  // (Llama's q_proj, k_proj, v_proj outputs side by side); query head h uses key/value head h /
+  // (NH/NKV) (HF's repeat_kv), NH % NKV == 0, scores scaled by 1/sqrt(hd) unless the attention
+  // options say otherwise; out (B,T,NH*hd).
   //
   // Grouped-query attention, direct (att (B,NH,T,T) kept) and tiled (lse (B,NH,T) kept), with the
-  // same contracts as AttentionForward/AttentionForwardTiled; with NKV == NH and hd == C/NH they
-  // give the multi-head ops' results bit for bit. The workspace sizes are for these shapes.
+  // same contracts as AttentionForward/AttentionForwardTiled, and `options`
+  // (kernels/attention_options.h):
+  //   - scale: scores = (q . k) * scale; 0 means 1/sqrt(hd) (Gemma 2: query_pre_attn_scalar^-0.5);
+  //   - window: 0, query i attends every key j <= i; > 0, Hugging Face's sliding_window: i attends
+  //     j iff i - window < j <= i (1: itself only; >= T: the same bits as 0). att is 0 outside
+  //     the window. The tiled ops skip the key tiles outside every window of a query tile (and
+  //     the query tiles no window of a key tile reaches), so a short window costs less; the CPU's
+  //     direct ops skip the keys before a row block's windows, the GPU's mask them;
+  //   - softcap: 0, none; > 0, Gemma 2's attn_logit_softcapping: after scaling and before the
+  //     mask, s = softcap * tanh(s / softcap); lse is that of the capped scores.
+  // The backward is the gradient of that forward, the softcap's slope 1 - tanh^2 included (with a
+  // softcap the direct backward recomputes the scores from qkv: att keeps only probabilities). A
+  // negative window, or a scale or softcap that is negative or not finite, is kInvalidArgument
+  // naming the op and the option.
+  // Default options are plain causal attention, the same bits as before the options; with them,
+  // NKV == NH and hd == C/NH these give the multi-head ops' results bit for bit. The workspace
+  // sizes are for these shapes, whatever the options.
   virtual int64_t GqaAttentionWorkspaceBytes(int B, int T, int NH, int NKV, int hd,
                                              DType type) const = 0;
   virtual Status GqaAttentionForward(void* out, float* att, const void* qkv, void* workspace, int B,
-                                     int T, int NH, int NKV, int hd, DType type,
+                                     int T, int NH, int NKV, int hd,
+                                     const AttentionOptions& options, DType type,
                                      const Stream& stream) = 0;
   virtual Status GqaAttentionBackward(void* dqkv, const void* dout, const void* qkv,
                                       const float* att, void* workspace, int B, int T, int NH,
-                                      int NKV, int hd, DType type, const Stream& stream) = 0;
+                                      int NKV, int hd, const AttentionOptions& options, DType type,
+                                      const Stream& stream) = 0;
   virtual int64_t GqaTiledAttentionWorkspaceBytes(int B, int T, int NH) const = 0;
   virtual Status GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T,
-                                          int NH, int NKV, int hd, DType type,
-                                          const Stream& stream) = 0;
+                                          int NH, int NKV, int hd, const AttentionOptions& options,
+                                          DType type, const Stream& stream) = 0;
   virtual Status GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv,
                                            const void* out, const float* lse, void* workspace,
-                                           int B, int T, int NH, int NKV, int hd, DType type,
+                                           int B, int T, int NH, int NKV, int hd,
+                                           const AttentionOptions& options, DType type,
                                            const Stream& stream) = 0;
-  // RMSNorm: rstd (N, fp32) = 1/sqrt(mean(inp^2) + eps), out (N,C) = round(inp * rstd) * weight
-  // where round is to `type` (HF's order: the normalised row is cast to the activation dtype
-  // before the weight multiplies it; nothing is rounded in fp32), then out is rounded to `type`.
+  // RMSNorm of `style` (kernels/op_variants.h): rstd (N, fp32) = 1/sqrt(mean(inp^2) + eps).
+  //   kLlama: out (N,C) = round(inp * rstd) * weight where round is to `type` (HF's order: the
+  //           normalised row is cast to the activation dtype before the weight multiplies it;
+  //           nothing is rounded in fp32), then out is rounded to `type`.
+  //   kGemma: out = inp * rstd * (1 + weight), all in fp32 ((inp * rstd) first, as HF), rounded
+  //           once to `type`.
   // The CPU sums the squares in double, a GPU in fp32: rstd agrees to rounding. Backward: dinp +=
-  // the fp32 gradient (of the unrounded formula); dweight (C, fp32) += the sum over rows of
-  // dout * inp * rstd (null: a frozen weight, only dinp).
+  // the fp32 gradient (of the unrounded formula, with the weight w, or 1 + w in fp32 for kGemma);
+  // dweight (C, fp32) += the sum over rows of dout * inp * rstd in either style (null: a frozen
+  // weight, only dinp).
   virtual Status RmsNormForward(void* out, float* rstd, const void* inp, const void* weight, int N,
-                                int C, float eps, DType type, const Stream& stream) = 0;
+                                int C, float eps, RmsNormStyle style, DType type,
+                                const Stream& stream) = 0;
   virtual Status RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,
-                                 const void* weight, const float* rstd, int N, int C, DType type,
-                                 const Stream& stream) = 0;
+                                 const void* weight, const float* rstd, int N, int C,
+                                 RmsNormStyle style, DType type, const Stream& stream) = 0;
+  // RMSNorm of each query and key head (Qwen3's q_norm and k_norm; Gemma 3's with kGemma) over the
+  // qkv layout above: inp and out (N, (NH+2*NKV)*hd) rows hold NH query heads, then NKV key heads,
+  // then NKV value heads, each hd wide. Each query head is RmsNormForward's row of hd with
+  // q_weight (hd), each key head with k_weight (hd), in `style`, the same arithmetic; the value
+  // heads are copied to out unchanged. rstd (N, NH+NKV, fp32) holds each row's query heads' then
+  // key heads' rstd. out must not overlap inp (the model keeps inp for backward). Backward: dinp
+  // (N, (NH+2*NKV)*hd) += the gradient (the value heads': dout itself); dq_weight and dk_weight
+  // (hd, fp32) += their sums over every row's query or key heads (each may be null: frozen).
+  virtual Status HeadRmsNormForward(void* out, float* rstd, const void* inp, const void* q_weight,
+                                    const void* k_weight, int N, int NH, int NKV, int hd, float eps,
+                                    RmsNormStyle style, DType type, const Stream& stream) = 0;
+  virtual Status HeadRmsNormBackward(void* dinp, float* dq_weight, float* dk_weight,
+                                     const void* dout, const void* inp, const void* q_weight,
+                                     const void* k_weight, const float* rstd, int N, int NH,
+                                     int NKV, int hd, RmsNormStyle style, DType type,
+                                     const Stream& stream) = 0;
   // Rotary position embeddings IN PLACE on the query and key heads of qkv (the layout above; the
   // value heads are untouched): pairs (i, i + hd/2) of each head of row (b, t) rotated by the
   // angle whose cos and sin are cos[t, i] and sin[t, i] (fp32 rows of hd/2, at least T of them,
@@ -239,14 +281,15 @@ class Backend {
                              int NKV, int hd, DType type, const Stream& stream) = 0;
   virtual Status RopeBackward(void* dqkv, const float* cos, const float* sin, int B, int T, int NH,
                               int NKV, int hd, DType type, const Stream& stream) = 0;
-  // SwiGLU over the fused gate|up layout: inp (N, 2I) holds gate_proj's I outputs then up_proj's
-  // I outputs in each row; out (N, I) = silu(gate) * up, computed in fp32 and rounded once (HF
-  // rounds silu(gate) to a 16-bit dtype before the product: about a rounding apart). Backward:
-  // dinp (N, 2I) += [dout * up * silu'(gate) | dout * silu(gate)].
-  virtual Status SwiGluForward(void* out, const void* inp, int N, int I, DType type,
-                               const Stream& stream) = 0;
-  virtual Status SwiGluBackward(void* dinp, const void* inp, const void* dout, int N, int I,
-                                DType type, const Stream& stream) = 0;
+  // A gated MLP's activation over the fused gate|up layout (kernels/op_variants.h): inp (N, 2I)
+  // holds gate_proj's I outputs then up_proj's I outputs in each row; out (N, I) =
+  // act(gate) * up, computed in fp32 and rounded once (HF rounds act(gate) to a 16-bit dtype
+  // before the product: about a rounding apart). kSilu is SwiGLU (Llama), kGeluTanh GeGLU
+  // (Gemma). Backward: dinp (N, 2I) += [dout * up * act'(gate) | dout * act(gate)].
+  virtual Status GluForward(void* out, const void* inp, int N, int I, GluActivation activation,
+                            DType type, const Stream& stream) = 0;
+  virtual Status GluBackward(void* dinp, const void* inp, const void* dout, int N, int I,
+                             GluActivation activation, DType type, const Stream& stream) = 0;
 
   // out = GELU(inp) (may alias inp); dinp += GELU'(inp) * dout.
   virtual Status GeluForward(void* out, const void* inp, int64_t n, DType type,
@@ -258,11 +301,25 @@ class Backend {
                                  const Stream& stream) = 0;
   virtual Status ResidualBackward(void* da, void* db, const void* dout, int64_t n, DType type,
                                   const Stream& stream) = 0;
-  // losses (N) = -log softmax(logits[i, :V])[targets[i]]; dlogits (may be null, may alias
-  // logits) is OVERWRITTEN with dloss * (softmax - onehot), 0 in the padding columns.
+  // out = round(inp * scale) (may alias inp), the product in fp32: Gemma's embedding times
+  // sqrt(C) (the caller passes the factor already rounded to `type`, as HF does) and its backward
+  // (the same op on the gradient). scale finite, n >= 0.
+  virtual Status Scale(void* out, const void* inp, int64_t n, float scale, DType type,
+                       const Stream& stream) = 0;
+  // Logit soft-capping IN PLACE: x = round(cap * tanh(x / cap)) (tanh(x / cap) first, then the
+  // product, in fp32), for logits read without a loss (SoftmaxCrossEntropy caps its own). cap 0:
+  // nothing is done; otherwise cap > 0 and finite. n >= 0.
+  virtual Status SoftcapForward(void* x, int64_t n, float cap, DType type,
+                                const Stream& stream) = 0;
+  // losses (N) = -log softmax(z[i, :V])[targets[i]] where z is the logits, or with softcap > 0
+  // the capped logits softcap * tanh(logits / softcap) (Gemma 2's final_logit_softcapping, in
+  // fp32, as SoftcapForward computes them but not rounded to `type`). dlogits (may be null, may
+  // alias logits) is OVERWRITTEN with the gradient with respect to the raw logits: dloss *
+  // (softmax(z) - onehot), times 1 - tanh^2(logits / softcap) when capped; 0 in the padding
+  // columns. softcap 0: no cap, the logits as they are; otherwise softcap > 0 and finite.
   virtual Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
                                      const int32_t* targets, float dloss, int N, int V, int Vp,
-                                     DType type, const Stream& stream) = 0;
+                                     float softcap, DType type, const Stream& stream) = 0;
 
   // The ops of low-rank adapters (LoRA): a general product for the adapters' A and B, which
   // work on column slices of wider activations, and the dropout of the adapters' input.

@@ -6,6 +6,7 @@
 // products (the matmuls' and attention's), which on CPUs with AVX512_BF16 or AMX read the bf16
 // operands as they are and accumulate in fp32 (kernels/cpu/gemm_bf16.h, attention_bf16.h).
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -429,9 +430,63 @@ Status CpuBackend::ResidualBackward(void* da, void* db, const void* dout, int64_
   });
 }
 
+Status CpuBackend::Scale(void* out, const void* inp, int64_t n, float scale, DType type,
+                         const Stream& stream) {
+  constexpr const char* kOp = "Scale";
+  HOIST_RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  if (!std::isfinite(scale)) {
+    return InvalidArgumentError(std::string(kOp) + ": scale must be finite, got " +
+                                std::to_string(scale));
+  }
+  if (n == 0) return Status::Ok();
+  const int64_t bytes = n * static_cast<int64_t>(DTypeSize(type));
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"out", out, bytes}, {"inp", inp, bytes}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    if (type == DType::kFloat32) {
+      cpu::Scale(static_cast<float*>(out), static_cast<const float*>(inp), static_cast<size_t>(n),
+                 scale);
+    } else {
+      ChunkedElementwise(
+          type, n, {{inp, Use::kIn}, {out, Use::kOut}},
+          [scale](float* const* v, size_t count) { cpu::Scale(v[1], v[0], count, scale); });
+    }
+    return Status::Ok();
+  });
+}
+
+namespace {
+
+// A cap of 0 (none) or positive and finite.
+Status CheckSoftcap(const char* op, const char* name, float cap) {
+  if (cap == 0.0f || (cap > 0.0f && std::isfinite(cap))) return Status::Ok();
+  return InvalidArgumentError(std::string(op) + ": " + name +
+                              " must be 0 (no cap) or positive and finite, got " +
+                              std::to_string(cap));
+}
+
+}  // namespace
+
+Status CpuBackend::SoftcapForward(void* x, int64_t n, float cap, DType type, const Stream& stream) {
+  constexpr const char* kOp = "SoftcapForward";
+  HOIST_RETURN_IF_ERROR(NonNegative(kOp, "n", n));
+  HOIST_RETURN_IF_ERROR(CheckSoftcap(kOp, "cap", cap));
+  if (n == 0 || cap == 0.0f) return Status::Ok();
+  HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"x", x, n * static_cast<int64_t>(DTypeSize(type))}}));
+  return HostStreamOf(stream).Enqueue([=] {
+    if (type == DType::kFloat32) {
+      cpu::SoftcapForward(static_cast<float*>(x), static_cast<size_t>(n), cap);
+    } else {
+      ChunkedElementwise(type, n, {{x, Use::kInOut}}, [cap](float* const* v, size_t count) {
+        cpu::SoftcapForward(v[0], count, cap);
+      });
+    }
+    return Status::Ok();
+  });
+}
+
 Status CpuBackend::SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
                                        const int32_t* targets, float dloss, int N, int V, int Vp,
-                                       DType type, const Stream& stream) {
+                                       float softcap, DType type, const Stream& stream) {
   constexpr const char* kOp = "SoftmaxCrossEntropy";
   HOIST_RETURN_IF_ERROR(Positive(kOp, "N", N));
   HOIST_RETURN_IF_ERROR(Positive(kOp, "V", V));
@@ -440,6 +495,7 @@ Status CpuBackend::SoftmaxCrossEntropy(float* losses, void* dlogits, const void*
                                 std::to_string(Vp) + ") is smaller than V (" + std::to_string(V) +
                                 ")");
   }
+  HOIST_RETURN_IF_ERROR(CheckSoftcap(kOp, "softcap", softcap));
   const int64_t e = static_cast<int64_t>(DTypeSize(type)), NV = int64_t{N} * Vp;
   HOIST_RETURN_IF_ERROR(CheckArgs(kOp, {{"losses", losses, int64_t{N} * 4},
                                         {"dlogits", dlogits, NV * e, kOptional},
@@ -448,9 +504,10 @@ Status CpuBackend::SoftmaxCrossEntropy(float* losses, void* dlogits, const void*
   return HostStreamOf(stream).Enqueue([=] {
     if (type == DType::kFloat32) {
       cpu::SoftmaxCrossEntropy(losses, static_cast<float*>(dlogits),
-                               static_cast<const float*>(logits), targets, dloss, N, V, Vp);
+                               static_cast<const float*>(logits), targets, dloss, N, V, Vp,
+                               softcap);
     } else {
-      cpu::SoftmaxCrossEntropy16(losses, dlogits, logits, targets, dloss, N, V, Vp, type);
+      cpu::SoftmaxCrossEntropy16(losses, dlogits, logits, targets, dloss, N, V, Vp, type, softcap);
     }
     return Status::Ok();
   });

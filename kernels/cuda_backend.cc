@@ -279,10 +279,20 @@ Status CudaBackend::ResidualBackward(void* da, void* db, const void* dout, int64
   return cuda::ResidualBackward(da, db, dout, n, type, RawStream(stream));
 }
 
+Status CudaBackend::Scale(void* out, const void* inp, int64_t n, float scale, DType type,
+                          const Stream& stream) {
+  return cuda::Scale(out, inp, n, scale, type, RawStream(stream));
+}
+
+Status CudaBackend::SoftcapForward(void* x, int64_t n, float cap, DType type,
+                                   const Stream& stream) {
+  return cuda::SoftcapForward(x, n, cap, type, RawStream(stream));
+}
+
 Status CudaBackend::SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
                                         const int32_t* targets, float dloss, int N, int V, int Vp,
-                                        DType type, const Stream& stream) {
-  return cuda::SoftmaxCrossEntropy(losses, dlogits, logits, targets, dloss, N, V, Vp, type,
+                                        float softcap, DType type, const Stream& stream) {
+  return cuda::SoftmaxCrossEntropy(losses, dlogits, logits, targets, dloss, N, V, Vp, softcap, type,
                                    RawStream(stream));
 }
 
@@ -293,43 +303,64 @@ int64_t CudaBackend::GqaAttentionWorkspaceBytes(int B, int T, int NH, int NKV, i
   return cuda::GqaAttentionWorkspaceBytes(B, T, NH, NKV, hd, type);
 }
 Status CudaBackend::GqaAttentionForward(void* out, float* att, const void* qkv, void* workspace,
-                                        int B, int T, int NH, int NKV, int hd, DType type,
+                                        int B, int T, int NH, int NKV, int hd,
+                                        const AttentionOptions& options, DType type,
                                         const Stream& stream) {
   HOIST_RETURN_IF_ERROR(OnComputeStream("GqaAttentionForward", stream));
-  return cuda::GqaAttentionForward(*blas_, out, att, qkv, workspace, B, T, NH, NKV, hd, type,
-                                   RawStream(stream));
+  return cuda::GqaAttentionForward(*blas_, out, att, qkv, workspace, B, T, NH, NKV, hd, options,
+                                   type, RawStream(stream));
 }
 Status CudaBackend::GqaAttentionBackward(void* dqkv, const void* dout, const void* qkv,
                                          const float* att, void* workspace, int B, int T, int NH,
-                                         int NKV, int hd, DType type, const Stream& stream) {
+                                         int NKV, int hd, const AttentionOptions& options,
+                                         DType type, const Stream& stream) {
   HOIST_RETURN_IF_ERROR(OnComputeStream("GqaAttentionBackward", stream));
   return cuda::GqaAttentionBackward(*blas_, dqkv, dout, qkv, att, workspace, B, T, NH, NKV, hd,
-                                    type, RawStream(stream));
+                                    options, type, RawStream(stream));
 }
 int64_t CudaBackend::GqaTiledAttentionWorkspaceBytes(int B, int T, int NH) const {
   return cuda::TiledAttentionBackwardWorkspaceBytes(B, T, NH);
 }
 Status CudaBackend::GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T,
-                                             int NH, int NKV, int hd, DType type,
+                                             int NH, int NKV, int hd,
+                                             const AttentionOptions& options, DType type,
                                              const Stream& stream) {
-  return cuda::GqaAttentionForwardTiled(out, lse, qkv, B, T, NH, NKV, hd, type, RawStream(stream));
+  return cuda::GqaAttentionForwardTiled(out, lse, qkv, B, T, NH, NKV, hd, options, type,
+                                        RawStream(stream));
 }
 Status CudaBackend::GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv,
                                               const void* out, const float* lse, void* workspace,
-                                              int B, int T, int NH, int NKV, int hd, DType type,
+                                              int B, int T, int NH, int NKV, int hd,
+                                              const AttentionOptions& options, DType type,
                                               const Stream& stream) {
   return cuda::GqaAttentionBackwardTiled(dqkv, dout, qkv, out, lse, workspace, B, T, NH, NKV, hd,
-                                         type, RawStream(stream));
+                                         options, type, RawStream(stream));
 }
 Status CudaBackend::RmsNormForward(void* out, float* rstd, const void* inp, const void* weight,
-                                   int N, int C, float eps, DType type, const Stream& stream) {
-  return cuda::RmsNormForward(out, rstd, inp, weight, N, C, eps, type, RawStream(stream));
+                                   int N, int C, float eps, RmsNormStyle style, DType type,
+                                   const Stream& stream) {
+  return cuda::RmsNormForward(out, rstd, inp, weight, N, C, eps, style, type, RawStream(stream));
 }
 Status CudaBackend::RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,
-                                    const void* weight, const float* rstd, int N, int C, DType type,
-                                    const Stream& stream) {
-  return cuda::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C, type,
+                                    const void* weight, const float* rstd, int N, int C,
+                                    RmsNormStyle style, DType type, const Stream& stream) {
+  return cuda::RmsNormBackward(dinp, dweight, dout, inp, weight, rstd, N, C, style, type,
                                RawStream(stream));
+}
+Status CudaBackend::HeadRmsNormForward(void* out, float* rstd, const void* inp,
+                                       const void* q_weight, const void* k_weight, int N, int NH,
+                                       int NKV, int hd, float eps, RmsNormStyle style, DType type,
+                                       const Stream& stream) {
+  return cuda::HeadRmsNormForward(out, rstd, inp, q_weight, k_weight, N, NH, NKV, hd, eps, style,
+                                  type, RawStream(stream));
+}
+Status CudaBackend::HeadRmsNormBackward(void* dinp, float* dq_weight, float* dk_weight,
+                                        const void* dout, const void* inp, const void* q_weight,
+                                        const void* k_weight, const float* rstd, int N, int NH,
+                                        int NKV, int hd, RmsNormStyle style, DType type,
+                                        const Stream& stream) {
+  return cuda::HeadRmsNormBackward(dinp, dq_weight, dk_weight, dout, inp, q_weight, k_weight, rstd,
+                                   N, NH, NKV, hd, style, type, RawStream(stream));
 }
 Status CudaBackend::RopeForward(void* qkv, const float* cos, const float* sin, int B, int T, int NH,
                                 int NKV, int hd, DType type, const Stream& stream) {
@@ -339,13 +370,13 @@ Status CudaBackend::RopeBackward(void* dqkv, const float* cos, const float* sin,
                                  int NH, int NKV, int hd, DType type, const Stream& stream) {
   return cuda::RopeBackward(dqkv, cos, sin, B, T, NH, NKV, hd, type, RawStream(stream));
 }
-Status CudaBackend::SwiGluForward(void* out, const void* inp, int N, int I, DType type,
-                                  const Stream& stream) {
-  return cuda::SwiGluForward(out, inp, N, I, type, RawStream(stream));
+Status CudaBackend::GluForward(void* out, const void* inp, int N, int I, GluActivation activation,
+                               DType type, const Stream& stream) {
+  return cuda::GluForward(out, inp, N, I, activation, type, RawStream(stream));
 }
-Status CudaBackend::SwiGluBackward(void* dinp, const void* inp, const void* dout, int N, int I,
-                                   DType type, const Stream& stream) {
-  return cuda::SwiGluBackward(dinp, inp, dout, N, I, type, RawStream(stream));
+Status CudaBackend::GluBackward(void* dinp, const void* inp, const void* dout, int N, int I,
+                                GluActivation activation, DType type, const Stream& stream) {
+  return cuda::GluBackward(dinp, inp, dout, N, I, activation, type, RawStream(stream));
 }
 
 Status CudaBackend::Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,

@@ -89,29 +89,40 @@ class CudaBackend final : public Backend {
   int64_t GqaAttentionWorkspaceBytes(int B, int T, int NH, int NKV, int hd,
                                      DType type) const override;
   Status GqaAttentionForward(void* out, float* att, const void* qkv, void* workspace, int B, int T,
-                             int NH, int NKV, int hd, DType type, const Stream& stream) override;
+                             int NH, int NKV, int hd, const AttentionOptions& options, DType type,
+                             const Stream& stream) override;
   Status GqaAttentionBackward(void* dqkv, const void* dout, const void* qkv, const float* att,
-                              void* workspace, int B, int T, int NH, int NKV, int hd, DType type,
+                              void* workspace, int B, int T, int NH, int NKV, int hd,
+                              const AttentionOptions& options, DType type,
                               const Stream& stream) override;
   int64_t GqaTiledAttentionWorkspaceBytes(int B, int T, int NH) const override;
   Status GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int NH,
-                                  int NKV, int hd, DType type, const Stream& stream) override;
+                                  int NKV, int hd, const AttentionOptions& options, DType type,
+                                  const Stream& stream) override;
   Status GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
                                    const float* lse, void* workspace, int B, int T, int NH, int NKV,
-                                   int hd, DType type, const Stream& stream) override;
+                                   int hd, const AttentionOptions& options, DType type,
+                                   const Stream& stream) override;
   Status RmsNormForward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
-                        float eps, DType type, const Stream& stream) override;
+                        float eps, RmsNormStyle style, DType type, const Stream& stream) override;
   Status RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,
-                         const void* weight, const float* rstd, int N, int C, DType type,
-                         const Stream& stream) override;
+                         const void* weight, const float* rstd, int N, int C, RmsNormStyle style,
+                         DType type, const Stream& stream) override;
+  Status HeadRmsNormForward(void* out, float* rstd, const void* inp, const void* q_weight,
+                            const void* k_weight, int N, int NH, int NKV, int hd, float eps,
+                            RmsNormStyle style, DType type, const Stream& stream) override;
+  Status HeadRmsNormBackward(void* dinp, float* dq_weight, float* dk_weight, const void* dout,
+                             const void* inp, const void* q_weight, const void* k_weight,
+                             const float* rstd, int N, int NH, int NKV, int hd, RmsNormStyle style,
+                             DType type, const Stream& stream) override;
   Status RopeForward(void* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
                      int hd, DType type, const Stream& stream) override;
   Status RopeBackward(void* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
                       int hd, DType type, const Stream& stream) override;
-  Status SwiGluForward(void* out, const void* inp, int N, int I, DType type,
-                       const Stream& stream) override;
-  Status SwiGluBackward(void* dinp, const void* inp, const void* dout, int N, int I, DType type,
-                        const Stream& stream) override;
+  Status GluForward(void* out, const void* inp, int N, int I, GluActivation activation, DType type,
+                    const Stream& stream) override;
+  Status GluBackward(void* dinp, const void* inp, const void* dout, int N, int I,
+                     GluActivation activation, DType type, const Stream& stream) override;
   Status GeluForward(void* out, const void* inp, int64_t n, DType type,
                      const Stream& stream) override;
   Status GeluBackward(void* dinp, const void* inp, const void* dout, int64_t n, DType type,
@@ -120,9 +131,12 @@ class CudaBackend final : public Backend {
                          const Stream& stream) override;
   Status ResidualBackward(void* da, void* db, const void* dout, int64_t n, DType type,
                           const Stream& stream) override;
+  Status Scale(void* out, const void* inp, int64_t n, float scale, DType type,
+               const Stream& stream) override;
+  Status SoftcapForward(void* x, int64_t n, float cap, DType type, const Stream& stream) override;
   Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
-                             const int32_t* targets, float dloss, int N, int V, int Vp, DType type,
-                             const Stream& stream) override;
+                             const int32_t* targets, float dloss, int N, int V, int Vp,
+                             float softcap, DType type, const Stream& stream) override;
   // The LoRA ops, over kernels/cuda/lora.h; Gemm on the compute stream only (cuBLAS's handle).
   Status Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const void* A,
               int64_t lda, const void* B, int64_t ldb, float beta, void* C, int64_t ldc, DType type,

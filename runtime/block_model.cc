@@ -348,14 +348,22 @@ bool BlockModel::RunForward(const int32_t* inputs, const int32_t* targets, float
                                   C, Vp, activation_type_, nullptr, st))) {
     return false;
   }
-  if (targets == nullptr || dloss <= 0.0f) store_->ReleaseParams(tied ? kEmbedding : kFinal);
+  // Soft-capped logits (Gemma 2): the logits a caller reads are the capped ones; a training
+  // forward leaves them raw and the cross-entropy caps them and differentiates through the cap.
+  const bool training = targets != nullptr && dloss > 0.0f;
+  const float cap = config_.final_logit_softcapping;
+  if (cap > 0.0f && !training &&
+      !Ok(backend_->SoftcapForward(logits_, int64_t{N} * Vp, cap, activation_type_, st))) {
+    return false;
+  }
+  if (!training) store_->ReleaseParams(tied ? kEmbedding : kFinal);
   if (targets == nullptr) {
     *loss = 0.0f;
     return Ok(st.Synchronize());
   }
-  if (!Ok(backend_->SoftmaxCrossEntropy(losses_, dloss > 0.0f ? logits_ : nullptr, logits_,
-                                        targets_, dloss / static_cast<float>(BT), N, V, Vp,
-                                        activation_type_, st)) ||
+  if (!Ok(backend_->SoftmaxCrossEntropy(losses_, training ? logits_ : nullptr, logits_, targets_,
+                                        dloss / static_cast<float>(BT), N, V, Vp,
+                                        training ? cap : 0.0f, activation_type_, st)) ||
       !Ok(backend_->Copy(host_losses_.data(), losses_, BT * int64_t{sizeof(float)},
                          kernels::CopyDirection::kDeviceToHost, st)) ||
       !Ok(st.Synchronize())) {

@@ -1,5 +1,5 @@
 // BlockModel: what every decoder family has in common, written once. A family (GPT-2 in
-// runtime/gpt2.h, Llama in runtime/llama.h, ...) derives from it, declares its units, its arrays
+// runtime/gpt2.h, Llama in runtime/decoder.h, ...) derives from it, declares its units, its arrays
 // and the tensors its blocks save for backward, and writes its embedding, its block's forward and
 // backward and its final norm. Everything else is here:
 //

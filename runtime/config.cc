@@ -397,12 +397,34 @@ const char* ModelFamilyName(ModelFamily family) {
   switch (family) {
     case ModelFamily::kGpt2: return "gpt2";
     case ModelFamily::kLlama: return "llama";
+    case ModelFamily::kQwen2: return "qwen2";
+    case ModelFamily::kQwen3: return "qwen3";
+    case ModelFamily::kMistral: return "mistral";
+    case ModelFamily::kGemma2: return "gemma2";
   }
   return "unknown";
 }
 
 const char* ModelDisplayName(ModelFamily family) {
-  return family == ModelFamily::kLlama ? "Llama" : "GPT-2";
+  switch (family) {
+    case ModelFamily::kGpt2: return "GPT-2";
+    case ModelFamily::kLlama: return "Llama";
+    case ModelFamily::kQwen2: return "Qwen2";
+    case ModelFamily::kQwen3: return "Qwen3";
+    case ModelFamily::kMistral: return "Mistral";
+    case ModelFamily::kGemma2: return "Gemma 2";
+  }
+  return "unknown";
+}
+
+bool ModelFamilyNamed(std::string_view name, ModelFamily* family) {
+  for (ModelFamily f : kModelFamilies) {
+    if (Lower(std::string(name)) == ModelFamilyName(f)) {
+      *family = f;
+      return true;
+    }
+  }
+  return false;
 }
 
 int ModelConfig::padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }

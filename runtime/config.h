@@ -39,12 +39,22 @@ enum class AttentionKind { kDirect, kTiled };
 
 // `model.model_type`: the architecture (Hugging Face's model_type).
 enum class ModelFamily {
-  kGpt2,   // "gpt2": pre-LN blocks, learned positions, tanh GELU, biases, LM head tied to wte
-  kLlama,  // "llama": RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases
+  kGpt2,     // "gpt2": pre-LN blocks, learned positions, tanh GELU, biases, LM head tied to wte
+  kLlama,    // "llama": RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases
+  kQwen2,    // "qwen2": Llama's block with biases on q, k and v
+  kQwen3,    // "qwen3": Llama's block with an RMSNorm on each query and key head
+  kMistral,  // "mistral": Llama's block with sliding-window attention
+  kGemma2,   // "gemma2": GeGLU, (1 + w) RMSNorms around both halves, soft-capped logits
 };
+inline constexpr ModelFamily kModelFamilies[] = {ModelFamily::kGpt2,    ModelFamily::kLlama,
+                                                 ModelFamily::kQwen2,   ModelFamily::kQwen3,
+                                                 ModelFamily::kMistral, ModelFamily::kGemma2};
+// "gpt2", "llama", ...: Hugging Face's model_type.
 const char* ModelFamilyName(ModelFamily family);
-// "GPT-2", "Llama": the family as people write it, for messages.
+// "GPT-2", "Llama", ...: the family as people write it, for messages.
 const char* ModelDisplayName(ModelFamily family);
+// The family whose ModelFamilyName is `name` (matched case-insensitively), if any.
+bool ModelFamilyNamed(std::string_view name, ModelFamily* family);
 
 // Llama 3's rope_scaling (rope_type "llama3"); off for Llama 1/2.
 struct RopeScalingConfig {
@@ -104,14 +114,27 @@ struct ModelConfig {
   // `model.attention`: "direct" or "tiled" (matched case-insensitively).
   AttentionKind attention = AttentionKind::kDirect;
 
-  // Llama only (GPT-2's are fixed: n_kv_head = n_head, a 4 n_embd GELU MLP, layernorm eps 1e-5,
-  // learned positions, a tied head).
+  // The rotary families' (Llama and the families after it; GPT-2's are fixed: n_kv_head =
+  // n_head, a 4 n_embd GELU MLP, layernorm eps 1e-5, learned positions, a tied head).
   int n_kv_head = 0;          // key/value heads (grouped-query attention); 0: n_head
-  int intermediate_size = 0;  // the SwiGLU MLP's hidden width
+  int intermediate_size = 0;  // the gated MLP's hidden width
   double rope_theta = 10000.0;
   RopeScalingConfig rope_scaling;
   float rms_norm_eps = 1e-6f;
-  bool tie_word_embeddings = false;  // Llama: an untied lm_head unless the checkpoint ties it
+  bool tie_word_embeddings = false;  // an untied lm_head unless the checkpoint ties it
+  // config.json's head_dim where it is not n_embd / n_head (Qwen3, Gemma 2, Mistral NeMo); 0:
+  // n_embd / n_head.
+  int head_size = 0;
+  // Sliding-window attention (Mistral, Gemma 2's local layers): a query attends the
+  // sliding_window latest positions, itself included. 0: every earlier position. The layers it
+  // applies to: sliding_layers[l], or every layer where sliding_layers is empty.
+  int sliding_window = 0;
+  std::vector<bool> sliding_layers;
+  // Gemma 2: scores scaled by query_pre_attn_scalar^-1/2 (0: head_dim, the usual 1/sqrt(hd)),
+  // attention scores and final logits soft-capped as cap * tanh(x / cap) (0: not capped).
+  double query_pre_attn_scalar = 0;
+  float attn_logit_softcapping = 0.0f;
+  float final_logit_softcapping = 0.0f;
 
   // The `lora` section: with adapters the base weights are frozen and only the adapters train.
   LoraConfig lora;
@@ -121,7 +144,12 @@ struct ModelConfig {
   // Rows of the position embedding.
   int positions() const { return n_positions > 0 ? n_positions : seq_len; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
-  int head_dim() const { return n_embd / n_head; }
+  int head_dim() const { return head_size > 0 ? head_size : n_embd / n_head; }
+  // The attention window of block `layer` (0: none).
+  int window(int layer) const {
+    const bool sliding = sliding_layers.empty() || sliding_layers[static_cast<size_t>(layer)];
+    return sliding ? sliding_window : 0;
+  }
 };
 
 // `optimizer` {type, params {lr, betas [b1, b2], eps, weight_decay}}.

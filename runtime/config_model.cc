@@ -32,6 +32,8 @@ constexpr Dim kDims[] = {
     {"vocab_size", nullptr, &ModelConfig::vocab_size},
     {"n_positions", "max_position_embeddings", &ModelConfig::n_positions},
     {"intermediate_size", nullptr, &ModelConfig::intermediate_size},
+    {"head_dim", nullptr, &ModelConfig::head_size},
+    {"sliding_window", nullptr, &ModelConfig::sliding_window},
 };
 
 bool SameScaling(const RopeScalingConfig& a, const RopeScalingConfig& b) {
@@ -108,11 +110,17 @@ std::string ModelDifference(const ModelConfig& a, const ModelConfig& b) {
              std::to_string(values.second);
     }
   }
-  if (a.family == ModelFamily::kLlama &&
+  if (a.family != ModelFamily::kGpt2 &&
       (a.rope_theta != b.rope_theta || a.rms_norm_eps != b.rms_norm_eps ||
        a.tie_word_embeddings != b.tie_word_embeddings ||
        !SameScaling(a.rope_scaling, b.rope_scaling))) {
     return "rope_theta, rms_norm_eps, rope_scaling or tie_word_embeddings";
+  }
+  if (a.head_dim() != b.head_dim() || a.sliding_window != b.sliding_window ||
+      a.sliding_layers != b.sliding_layers || a.query_pre_attn_scalar != b.query_pre_attn_scalar ||
+      a.attn_logit_softcapping != b.attn_logit_softcapping ||
+      a.final_logit_softcapping != b.final_logit_softcapping) {
+    return "head_dim, sliding_window, layer_types, query_pre_attn_scalar or the soft caps";
   }
   return "";
 }
@@ -149,10 +157,11 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("model"));
   // hoist's names first, then Llama's settings, then Hugging Face's names for the dimensions.
   std::vector<std::string_view> allowed = {
-      "n_layer",    "n_head",       "n_embd",       "vocab_size",
-      "seq_len",    "n_positions",  "attention",    "init_from",
-      "config",     "model_type",   "n_kv_head",    "intermediate_size",
-      "rope_theta", "rope_scaling", "rms_norm_eps", "tie_word_embeddings"};
+      "n_layer",    "n_head",        "n_embd",       "vocab_size",
+      "seq_len",    "n_positions",   "attention",    "init_from",
+      "config",     "model_type",    "n_kv_head",    "intermediate_size",
+      "rope_theta", "rope_scaling",  "rms_norm_eps", "tie_word_embeddings",
+      "head_dim",   "sliding_window"};
   for (const Dim& dim : kDims) {
     if (dim.hf_key != nullptr) allowed.push_back(dim.hf_key);
   }
@@ -175,17 +184,17 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
   if (s.Has("model_type")) {
     std::string type;
     HOIST_RETURN_IF_ERROR(s.String("model_type", &type));
-    if (Lower(type) == "gpt2") {
-      job.family = ModelFamily::kGpt2;
-    } else if (Lower(type) == "llama") {
-      job.family = ModelFamily::kLlama;
-    } else {
-      return s.Invalid("model_type", "must be \"gpt2\" or \"llama\", found \"" + type + "\"");
+    if (!ModelFamilyNamed(type, &job.family)) {
+      std::string known;
+      for (ModelFamily f : kModelFamilies) {
+        known += std::string(known.empty() ? "\"" : ", \"") + ModelFamilyName(f) + "\"";
+      }
+      return s.Invalid("model_type", "must be one of " + known + ", found \"" + type + "\"");
     }
   } else if (base) {
     job.family = base->family;
   }
-  const bool llama = job.family == ModelFamily::kLlama;
+  const bool llama = job.family != ModelFamily::kGpt2;  // a rotary family
   std::vector<std::string> set;  // the keys the job sets, by hoist name
   for (const Dim& dim : kDims) {
     const bool hoist_name = s.Has(dim.key);
@@ -209,7 +218,7 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
   HOIST_RETURN_IF_ERROR(ReadRopeScaling(s, &job.rope_scaling));
   if (!llama) {
     for (const char* key : {"rope_theta", "rms_norm_eps", "rope_scaling", "tie_word_embeddings",
-                            "intermediate_size"}) {
+                            "intermediate_size", "head_dim", "sliding_window"}) {
       if (s.Has(key)) {
         return s.Invalid(key,
                          "applies to model_type \"llama\"; GPT-2's is fixed (a 4 n_embd "
@@ -248,6 +257,7 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
       int want = (*base).*dim.field;
       if (dim.field == &ModelConfig::n_positions) want = base->positions();
       if (dim.field == &ModelConfig::n_kv_head) want = base->kv_heads();
+      if (dim.field == &ModelConfig::head_size) want = base->head_dim();
       if (job.*dim.field != want) {
         HOIST_RETURN_IF_ERROR(disagree(key, std::to_string(job.*dim.field), std::to_string(want)));
       }
@@ -306,7 +316,7 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
     notices->push_back(notice + " give way to it");
   }
 
-  if (model->n_embd % model->n_head != 0) {
+  if (model->head_size == 0 && model->n_embd % model->n_head != 0) {
     return s.Invalid("n_embd", "must be divisible by model.n_head (" +
                                    std::to_string(model->n_head) + "), found " +
                                    std::to_string(model->n_embd));
@@ -319,9 +329,9 @@ Status ReadModel(const Section& top, ModelConfig* model, std::vector<std::string
     }
   } else {
     if (model->intermediate_size <= 0) {
-      return s.Invalid("intermediate_size",
-                       "must be set for model_type \"llama\" (the SwiGLU "
-                       "MLP's hidden width)");
+      return s.Invalid("intermediate_size", std::string("must be set for model_type \"") +
+                                                ModelFamilyName(model->family) +
+                                                "\" (the gated MLP's hidden width)");
     }
     if (model->n_head % model->kv_heads() != 0) {
       return s.Invalid("n_kv_head", "must divide model.n_head (" + std::to_string(model->n_head) +

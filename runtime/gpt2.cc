@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "kernels/cuda/workspace.h"
+#include "runtime/gpt2_weights.h"
 #include "runtime/model_family.h"
 
 namespace hoist::runtime {
@@ -288,6 +289,10 @@ const ModelFamilySpec& Gpt2Family() {
   using M = LoraModule;
   static const ModelFamilySpec spec{
       .family = ModelFamily::kGpt2,
+      .architectures = {"GPT2LMHeadModel", "GPT2Model"},
+      .from_hf = &Gpt2FromHf,
+      .to_hf = &Gpt2HfConfig,
+      .hf_tensors = &Gpt2HfTensorPlaces,
       .create = &CreateAs<Gpt2Model>,
       .activation_footprint = &Gpt2Model::ActivationFootprint,
       .units = [](const ModelConfig& config) { return ParamLayout::For(config).Units(); },

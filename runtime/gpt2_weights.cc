@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cpu/convert.h"
+#include "runtime/hf_config.h"
 #include "runtime/model.h"
 
 namespace hoist::runtime {
@@ -213,6 +214,97 @@ Status WriteLlmcCheckpoint(const std::string& path, const ModelConfig& model, co
   const std::string_view pieces[] = {
       std::string_view(reinterpret_cast<const char*>(header), sizeof(header)), body};
   return WriteFileAtomically(fs, path, pieces);
+}
+
+StatusOr<ModelConfig> Gpt2FromHf(const nlohmann::json& config, const std::string& path) {
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return InvalidArgumentError(path + ": " + key + " " + what);
+  };
+  ModelConfig m;
+  m.family = ModelFamily::kGpt2;
+  const std::pair<const char*, int*> dims[] = {{"n_layer", &m.n_layer},
+                                               {"n_head", &m.n_head},
+                                               {"n_embd", &m.n_embd},
+                                               {"vocab_size", &m.vocab_size},
+                                               {"n_positions", &m.n_positions}};
+  for (const auto& [key, value] : dims)
+    HOIST_RETURN_IF_ERROR(hf::Dimension(config, path, key, value));
+  m.tie_word_embeddings = true;
+  m.seq_len = m.n_positions;
+  if (m.n_embd % m.n_head != 0) return bad("n_embd", "is not divisible by n_head");
+  HOIST_ASSIGN_OR_RETURN(const std::string activation,
+                         hf::Text(config, path, "activation_function", "gelu_new"));
+  if (activation != "gelu_new" && activation != "gelu_pytorch_tanh") {
+    return bad("activation_function",
+               "is \"" + activation + "\"; hoist's GPT-2 computes the tanh GELU (\"gelu_new\")");
+  }
+  if (config.contains("layer_norm_epsilon") &&
+      (!config["layer_norm_epsilon"].is_number() ||
+       std::abs(config["layer_norm_epsilon"].get<double>() - 1e-5) > 1e-12)) {
+    return bad("layer_norm_epsilon",
+               "is " + config["layer_norm_epsilon"].dump() + "; hoist's GPT-2 layernorm uses 1e-5");
+  }
+  if (config.contains("n_inner") && !config["n_inner"].is_null() &&
+      config["n_inner"] != nlohmann::json(4 * m.n_embd)) {
+    return bad("n_inner", "is " + config["n_inner"].dump() + "; hoist's GPT-2 MLP is 4 * n_embd");
+  }
+  HOIST_ASSIGN_OR_RETURN(const bool tied, hf::Flag(config, path, "tie_word_embeddings", true));
+  if (!tied) {
+    return bad("tie_word_embeddings", "is false; hoist's GPT-2 ties the LM head to wte");
+  }
+  HOIST_ASSIGN_OR_RETURN(const bool by_layer,
+                         hf::Flag(config, path, "scale_attn_by_inverse_layer_idx", false));
+  HOIST_ASSIGN_OR_RETURN(const bool upcast,
+                         hf::Flag(config, path, "reorder_and_upcast_attn", false));
+  HOIST_ASSIGN_OR_RETURN(const bool scaled, hf::Flag(config, path, "scale_attn_weights", true));
+  if (by_layer || upcast || !scaled) {
+    return bad("scale_attn_*",
+               "select an attention variant hoist's GPT-2 does not compute (it scales by "
+               "1/sqrt(head size) only)");
+  }
+  return m;
+}
+
+nlohmann::json Gpt2HfConfig(const ModelConfig& model, const nlohmann::json& base) {
+  nlohmann::json config = base;
+  if (!base.is_object() || base.empty()) {
+    // transformers' GPT-2 defaults for the keys its loader reads.
+    config = {{"activation_function", "gelu_new"},
+              {"architectures", {"GPT2LMHeadModel"}},
+              {"attn_pdrop", 0.1},
+              {"bos_token_id", 50256},
+              {"embd_pdrop", 0.1},
+              {"eos_token_id", 50256},
+              {"initializer_range", 0.02},
+              {"layer_norm_epsilon", 1e-05},
+              {"model_type", "gpt2"},
+              {"n_inner", nullptr},
+              {"resid_pdrop", 0.1},
+              {"scale_attn_by_inverse_layer_idx", false},
+              {"scale_attn_weights", true},
+              {"reorder_and_upcast_attn", false},
+              {"tie_word_embeddings", true},
+              {"use_cache", true}};
+  }
+  config["n_layer"] = model.n_layer;
+  config["n_head"] = model.n_head;
+  config["n_embd"] = model.n_embd;
+  config["vocab_size"] = model.vocab_size;
+  config["n_positions"] = model.positions();
+  if (config.contains("n_ctx")) config["n_ctx"] = model.positions();
+  return config;
+}
+
+std::vector<HfTensorPlace> Gpt2HfTensorPlaces(const ModelConfig& model) {
+  std::vector<HfTensorPlace> places;
+  const ParamLayout layout = ParamLayout::For(model);
+  for (HfGpt2Tensor& t : HfGpt2Tensors(model)) {
+    const int unit = layout.unit_of(t.tensor, t.layer);
+    const int64_t offset =
+        layout.Offset(t.tensor, t.layer) - layout.unit_offsets[static_cast<size_t>(unit)];
+    places.push_back({std::move(t.name), std::move(t.shape), unit, offset, t.transposed});
+  }
+  return places;
 }
 
 }  // namespace hoist::runtime

@@ -39,6 +39,14 @@ struct HfGpt2Tensor {
 };
 // Every tensor in transformers' state_dict order (wte, wpe, each block's 12, ln_f).
 std::vector<HfGpt2Tensor> HfGpt2Tensors(const ModelConfig& model);
+// Those as HfTensorPlaces (GPT-2's ModelFamilySpec::hf_tensors).
+std::vector<HfTensorPlace> Gpt2HfTensorPlaces(const ModelConfig& model);
+
+// GPT-2's config.json (ModelFamilySpec::from_hf and to_hf): n_layer, n_head, n_embd,
+// vocab_size, n_positions; the tanh GELU, layernorm eps 1e-5, a tied head, n_inner 4 n_embd and
+// the plain scaled attention are checked, since hoist's GPT-2 computes only those.
+StatusOr<ModelConfig> Gpt2FromHf(const nlohmann::json& config, const std::string& path);
+nlohmann::json Gpt2HfConfig(const ModelConfig& model, const nlohmann::json& base);
 
 // llm.c's checkpoint header: 256 int32 little-endian, [0] magic, [1] version, [2] max_seq_len,
 // [3] vocab_size, [4] num_layers, [5] num_heads, [6] channels, [7] padded_vocab_size, then every

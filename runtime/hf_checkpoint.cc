@@ -12,8 +12,8 @@
 #include "runtime/gpt2_weights.h"
 #include "runtime/hf_config.h"
 #include "runtime/json_reader.h"
-#include "runtime/llama.h"
 #include "runtime/model.h"
+#include "runtime/model_family.h"
 
 namespace hoist::runtime {
 namespace {
@@ -293,21 +293,7 @@ Status HfSource::FillRange(int unit, int64_t begin, int64_t count, float* out) c
 }  // namespace
 
 std::vector<HfTensorPlace> HfTensorPlaces(const ModelConfig& model) {
-  std::vector<HfTensorPlace> places;
-  if (model.family == ModelFamily::kLlama) {
-    for (LlamaHfTensor& t : LlamaHfTensors(model)) {
-      places.push_back({std::move(t.name), std::move(t.shape), t.unit, t.offset, false});
-    }
-    return places;
-  }
-  const ParamLayout layout = ParamLayout::For(model);
-  for (HfGpt2Tensor& t : HfGpt2Tensors(model)) {
-    const int unit = layout.unit_of(t.tensor, t.layer);
-    const int64_t offset =
-        layout.Offset(t.tensor, t.layer) - layout.unit_offsets[static_cast<size_t>(unit)];
-    places.push_back({std::move(t.name), std::move(t.shape), unit, offset, t.transposed});
-  }
-  return places;
+  return FamilyOf(model.family).hf_tensors(model);
 }
 
 Status WeightSource::FillUnit(int unit, float* out) const {

@@ -1,7 +1,7 @@
 // Hugging Face checkpoint directories, for every family hoist computes: config.json with
 // model.safetensors, or model.safetensors.index.json and its shards, in fp32, bf16 or fp16,
 // mapped by name onto the model's units (HfTensorPlaces: GPT-2's names in runtime/gpt2_weights.h,
-// Llama's in runtime/llama.h). Reading is by unit, each tensor read from its file with pread as
+// Llama's in runtime/decoder.h). Reading is by unit, each tensor read from its file with pread as
 // the unit is filled, so a rank holds one unit at a time and never the whole file. Every error
 // names the file and the tensor: a missing or unexpected tensor, a wrong shape, a dtype other
 // than F32, BF16 or F16, a truncated file, a header that lies (runtime/safetensors.h).

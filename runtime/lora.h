@@ -37,14 +37,14 @@ struct LoraModule {
     kGpt2AttnProj,
     kGpt2Fc,
     kGpt2MlpProj,
-    // Llama
-    kLlamaQ,
-    kLlamaK,
-    kLlamaV,
-    kLlamaO,
-    kLlamaGate,
-    kLlamaUp,
-    kLlamaDown,
+    // the rotary families (Llama, Qwen2, Qwen3, Mistral, Gemma 2), by transformers' names
+    kQProj,
+    kKProj,
+    kVProj,
+    kOProj,
+    kGateProj,
+    kUpProj,
+    kDownProj,
     kNumSites
   };
   Site site;

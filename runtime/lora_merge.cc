@@ -75,10 +75,12 @@ std::string ShapeDifference(const ModelConfig& base, const ModelConfig& adapted)
       {"vocab_size", {base.vocab_size, adapted.vocab_size}},
       {"n_positions", {base.positions(), adapted.positions()}},
       {"intermediate_size", {base.intermediate_size, adapted.intermediate_size}},
+      {"head_dim", {base.head_dim(), adapted.head_dim()}},
+      {"sliding_window", {base.sliding_window, adapted.sliding_window}},
       // GPT-2 ties its head whatever the field says.
       {"tie_word_embeddings",
-       {adapted.family == ModelFamily::kLlama && base.tie_word_embeddings,
-        adapted.family == ModelFamily::kLlama && adapted.tie_word_embeddings}}};
+       {adapted.family != ModelFamily::kGpt2 && base.tie_word_embeddings,
+        adapted.family != ModelFamily::kGpt2 && adapted.tie_word_embeddings}}};
   for (const auto& [key, values] : dims) {
     if (key == std::string("model_type") && values.first != values.second) {
       return std::string("it is a ") + ModelDisplayName(base.family) + ", the checkpoint's a " +

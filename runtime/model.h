@@ -1,5 +1,5 @@
 // Model: what the trainer, the sampler and the estimates drive, whatever the family (GPT-2 in
-// runtime/gpt2.h, Llama in runtime/llama.h). A model computes through a device backend's ops
+// runtime/gpt2.h, Llama in runtime/decoder.h). A model computes through a device backend's ops
 // (kernels/backend.h) on its compute stream, gets each unit's weights from a zero::ParamStore
 // right before it uses them and adds its gradients to the buffer the store hands out, so the
 // same model runs with whole fp32 weights, mixed precision, or weights sharded across ranks.

@@ -6,7 +6,9 @@ namespace hoist::runtime {
 
 const ModelFamilySpec& FamilyOf(ModelFamily family) {
   // Every family hoist trains; adding one adds its spec here and nowhere else outside its file.
-  static const ModelFamilySpec* const kFamilies[] = {&Gpt2Family(), &LlamaFamily()};
+  static const ModelFamilySpec* const kFamilies[] = {&Gpt2Family(),    &LlamaFamily(),
+                                                     &Qwen2Family(),   &Qwen3Family(),
+                                                     &MistralFamily(), &Gemma2Family()};
   for (const ModelFamilySpec* spec : kFamilies) {
     if (spec->family == family) return *spec;
   }

@@ -1,6 +1,7 @@
 // ModelFamilySpec: what the runtime knows of a model family outside its model class, declared in
-// the family's own file (Gpt2Family() in runtime/gpt2.cc, LlamaFamily() in runtime/llama.cc) and
-// found through FamilyOf. The model's creation and activation footprint, its units, the bound of
+// the family's own file (Gpt2Family() in runtime/gpt2.cc, LlamaFamily() in runtime/llama.cc,
+// Qwen2Family() in runtime/qwen2.cc, ...) and found through FamilyOf. The model's creation and
+// activation footprint, its units, its Hugging Face config.json and tensor names, the bound of
 // its parameter count, the LoRA adapters it takes and the matmul weights the planner counts all
 // go through it, so that code above the models never branches on the family.
 // The specs are immutable and live for the program's life; FamilyOf is thread-safe.
@@ -15,6 +16,7 @@
 #include "core/status.h"
 #include "kernels/backend.h"
 #include "runtime/config.h"
+#include "runtime/hf_checkpoint.h"
 #include "runtime/lora.h"
 #include "runtime/model.h"
 #include "zero/param_store.h"
@@ -22,8 +24,22 @@
 
 namespace hoist::runtime {
 
+struct DecoderTraits;
+
 struct ModelFamilySpec {
   ModelFamily family;
+  // transformers' classes of the family's causal LM, the one an export writes first
+  // ("LlamaForCausalLM"); a config.json naming another is refused.
+  std::vector<std::string> architectures;
+  // The model a config.json of the family describes (ModelConfigFromHf's contract), and the
+  // config.json for a model: `base` with the model's keys set, or the family's defaults where
+  // `base` is empty (HfConfigText's).
+  StatusOr<ModelConfig> (*from_hf)(const nlohmann::json& config, const std::string& path);
+  nlohmann::json (*to_hf)(const ModelConfig& model, const nlohmann::json& base);
+  // Every tensor of the family's state_dict and where it lives (HfTensorPlaces).
+  std::vector<HfTensorPlace> (*hf_tensors)(const ModelConfig& model);
+  // A rotary family's block (runtime/decoder.h); null for GPT-2.
+  const DecoderTraits* decoder = nullptr;
   // The model on `backend` (CreateModel's contract, runtime/model.h).
   StatusOr<std::unique_ptr<Model>> (*create)(const ModelConfig& config, int max_B, int max_T,
                                              kernels::Backend* backend, zero::ParamStore* store,
@@ -74,5 +90,9 @@ const ModelFamilySpec& FamilyOf(ModelFamily family);
 // Each family's spec, defined in its own file.
 const ModelFamilySpec& Gpt2Family();
 const ModelFamilySpec& LlamaFamily();
+const ModelFamilySpec& Qwen2Family();
+const ModelFamilySpec& Qwen3Family();
+const ModelFamilySpec& MistralFamily();
+const ModelFamilySpec& Gemma2Family();
 
 }  // namespace hoist::runtime

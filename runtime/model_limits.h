@@ -17,6 +17,7 @@ inline constexpr int64_t kMaxModelEmbd = int64_t{1} << 17;          // (25,600)
 inline constexpr int64_t kMaxModelIntermediate = int64_t{1} << 20;  // (73,728)
 inline constexpr int64_t kMaxModelVocab = int64_t{1} << 30;         // token ids are int32 (256,000)
 inline constexpr int64_t kMaxModelPositions = int64_t{1} << 24;     // (10,485,760)
+inline constexpr int64_t kMaxModelHeadDim = 4096;                   // (256)
 
 // The bound of the dimension called `key`, in hoist's or Hugging Face's name; 0 for a key that is
 // no model dimension.
@@ -27,10 +28,11 @@ inline int64_t MaxModelDimension(std::string_view key) {
     return kMaxModelHeads;
   }
   if (key == "n_embd" || key == "hidden_size") return kMaxModelEmbd;
+  if (key == "head_dim") return kMaxModelHeadDim;
   if (key == "intermediate_size") return kMaxModelIntermediate;
   if (key == "vocab_size") return kMaxModelVocab;
   if (key == "n_positions" || key == "max_position_embeddings" || key == "seq_len" ||
-      key == "original_max_position_embeddings") {
+      key == "original_max_position_embeddings" || key == "sliding_window") {
     return kMaxModelPositions;
   }
   return 0;

@@ -24,8 +24,9 @@ nlohmann::json RunIdentity(const Config& config) {
       {"gradient_accumulation_steps", config.gradient_accumulation_steps}};
   // Only where it differs from seq_len, so that checkpoints written before the key existed match.
   if (m.n_positions != 0) identity["model.n_positions"] = m.n_positions;
-  // Llama's own settings; a GPT-2 run's identity stays what it was before they existed.
-  if (m.family == ModelFamily::kLlama) {
+  // The rotary families' own settings; a GPT-2 run's identity stays what it was before they
+  // existed, and a Llama's without the later families' settings unless it sets them.
+  if (m.family != ModelFamily::kGpt2) {
     identity["model.model_type"] = ModelFamilyName(m.family);
     identity["model.n_kv_head"] = m.kv_heads();
     identity["model.intermediate_size"] = m.intermediate_size;
@@ -41,6 +42,18 @@ nlohmann::json RunIdentity(const Config& config) {
                  {"original_max_position_embeddings", r.original_max_position_embeddings}};
     }
     identity["model.rope_scaling"] = scaling;
+    if (m.head_size != 0) identity["model.head_dim"] = m.head_size;
+    if (m.sliding_window != 0) identity["model.sliding_window"] = m.sliding_window;
+    if (!m.sliding_layers.empty()) identity["model.sliding_layers"] = m.sliding_layers;
+    if (m.query_pre_attn_scalar != 0) {
+      identity["model.query_pre_attn_scalar"] = m.query_pre_attn_scalar;
+    }
+    if (m.attn_logit_softcapping != 0) {
+      identity["model.attn_logit_softcapping"] = m.attn_logit_softcapping;
+    }
+    if (m.final_logit_softcapping != 0) {
+      identity["model.final_logit_softcapping"] = m.final_logit_softcapping;
+    }
   }
   // LoRA: the adapters' shape and the base they adapt (a checkpoint holds the adapters alone, so
   // export and resume read the base from there).
@@ -167,8 +180,11 @@ StatusOr<ModelConfig> ModelFromRunIdentity(const nlohmann::json& saved, const st
       return DataLossError("checkpoint " + dir + ": manifest metadata.run." + key +
                            " is missing or out of range");
     };
-    if (saved["model.model_type"] != "llama") return bad("model.model_type");
-    m.family = ModelFamily::kLlama;
+    if (!saved["model.model_type"].is_string() ||
+        !ModelFamilyNamed(saved["model.model_type"].get<std::string>(), &m.family) ||
+        m.family == ModelFamily::kGpt2) {
+      return bad("model.model_type");
+    }
     for (const auto& [key, value] : {std::pair{"model.n_kv_head", &m.n_kv_head},
                                      std::pair{"model.intermediate_size", &m.intermediate_size}}) {
       if (!saved.contains(key) || !saved[key].is_number_integer() ||
@@ -208,6 +224,36 @@ StatusOr<ModelConfig> ModelFromRunIdentity(const nlohmann::json& saved, const st
       return bad("model.rope_scaling");
     }
     if (m.n_head % m.n_kv_head != 0) return bad("model.n_kv_head");
+    // The later families' settings, each recorded only where set.
+    for (const auto& [key, value] : {std::pair{"model.head_dim", &m.head_size},
+                                     std::pair{"model.sliding_window", &m.sliding_window}}) {
+      if (!saved.contains(key)) continue;
+      if (!saved[key].is_number_integer() || saved[key].get<int64_t>() <= 0 ||
+          saved[key].get<int64_t>() > (int64_t{1} << 24)) {
+        return bad(key);
+      }
+      *value = saved[key].get<int>();
+    }
+    if (saved.contains("model.sliding_layers")) {
+      const nlohmann::json& layers = saved["model.sliding_layers"];
+      if (!layers.is_array() || layers.size() != static_cast<size_t>(m.n_layer)) {
+        return bad("model.sliding_layers");
+      }
+      for (const nlohmann::json& sliding : layers) {
+        if (!sliding.is_boolean()) return bad("model.sliding_layers");
+        m.sliding_layers.push_back(sliding.get<bool>());
+      }
+    }
+    for (const char* key : {"model.query_pre_attn_scalar", "model.attn_logit_softcapping",
+                            "model.final_logit_softcapping"}) {
+      if (saved.contains(key) && (!saved[key].is_number() || !(saved[key].get<double>() > 0) ||
+                                  !(saved[key].get<double>() < 1e30))) {
+        return bad(key);
+      }
+    }
+    m.query_pre_attn_scalar = saved.value("model.query_pre_attn_scalar", 0.0);
+    m.attn_logit_softcapping = saved.value("model.attn_logit_softcapping", 0.0f);
+    m.final_logit_softcapping = saved.value("model.final_logit_softcapping", 0.0f);
   }
   if (saved.is_object() && saved.contains("lora.r")) {
     auto bad = [&](const char* key) {
@@ -247,7 +293,7 @@ StatusOr<ModelConfig> ModelFromRunIdentity(const nlohmann::json& saved, const st
     }
     m.init_from = saved["model.init_from"].get<std::string>();
   }
-  if (m.n_embd % m.n_head != 0) {
+  if (m.head_size == 0 && m.n_embd % m.n_head != 0) {
     return DataLossError("checkpoint " + dir + ": manifest metadata.run has model.n_embd " +
                          std::to_string(m.n_embd) + " not divisible by model.n_head " +
                          std::to_string(m.n_head));

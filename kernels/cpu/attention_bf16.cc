@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -47,11 +46,13 @@ E* ThreadScratch(std::vector<E>& buffer, size_t n) {
 }  // namespace
 
 void AttentionForwardGqaBf16(uint16_t* out, float* att, const uint16_t* qkv, int B, int T, int NH,
-                             int NKV, int hs) {
+                             int NKV, int hs, const AttentionOptions& options) {
   const int64_t C = int64_t{NH} * hs;               // out's row width
   const int64_t C3 = (NH + 2 * int64_t{NKV}) * hs;  // qkv's row width
   const int group = NH / NKV;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = AttentionScale(options, hs);
+  const int window = options.window;
+  const float softcap = options.softcap;
   const int row_block = RowBlock(T);
   const int num_blocks = (T + row_block - 1) / row_block;
   const auto softmax_rows = VectorKernelsFor(ActiveSimdLevel()).causal_softmax_rows;
@@ -64,7 +65,7 @@ void AttentionForwardGqaBf16(uint16_t* out, float* att, const uint16_t* qkv, int
     const size_t head = static_cast<size_t>(T) * hs;
     float* s = ThreadScratch(f_scratch, block);  // the block's scores, (rows, t1)
     uint16_t* p16 = ThreadScratch(h_scratch, block + 2 * head + 2 * row_block * hs);
-    uint16_t* k = p16 + block;  // the block's P in bf16 (rows, t1); keys and values (t1, hs);
+    uint16_t* k = p16 + block;  // the block's P in bf16 (rows, keys); keys and values (keys, hs);
     uint16_t* v = k + head;     // queries and out (rows, hs)
     uint16_t* q = v + head;
     uint16_t* o = q + row_block * hs;
@@ -75,17 +76,19 @@ void AttentionForwardGqaBf16(uint16_t* out, float* att, const uint16_t* qkv, int
           const int t0 = blk * row_block;
           const int t1 = std::min(T, t0 + row_block);
           const int rows = t1 - t0;
-          const uint16_t* k_src = qkv + int64_t{b} * T * C3 + C + h / group * hs;
+          const int k0 = AttentionWindowStart(t0, window);  // the block's keys: [k0, t1)
+          const int keys = t1 - k0;
+          const uint16_t* k_src = qkv + (int64_t{b} * T + k0) * C3 + C + h / group * hs;
           CopyRows(q, hs, qkv + (int64_t{b} * T + t0) * C3 + h * hs, C3, rows, hs);
-          CopyRows(k, hs, k_src, C3, t1, hs);
-          CopyRows(v, hs, k_src + int64_t{NKV} * hs, C3, t1, hs);
-          // K^T (hs, t1) is K read down its rows.
-          GemmBf16({rows, t1, hs, hs, 1, 1, hs, t1, false, false, scale}, q, k, s);
+          CopyRows(k, hs, k_src, C3, keys, hs);
+          CopyRows(v, hs, k_src + int64_t{NKV} * hs, C3, keys, hs);
+          // K^T (hs, keys) is K read down its rows.
+          GemmBf16({rows, keys, hs, hs, 1, 1, hs, keys, false, false, scale}, q, k, s);
           float* a = att + ((int64_t{b} * NH + h) * T + t0) * T;  // (rows, T)
-          CopyRows(a, T, s, t1, rows, t1);
-          softmax_rows(a, T, t0, rows);
-          RoundRows(p16, t1, a, T, rows, t1);
-          GemmBf16({rows, hs, t1, t1, 1, hs, 1, hs, false, true}, p16, v, o);
+          CopyRows(a + k0, T, s, keys, rows, keys);
+          softmax_rows(a, T, t0, rows, window, softcap);
+          RoundRows(p16, keys, a + k0, T, rows, keys);
+          GemmBf16({rows, hs, keys, keys, 1, hs, 1, hs, false, true}, p16, v, o);
           CopyRows(out + (int64_t{b} * T + t0) * C + h * hs, C, o, hs, rows, hs);
         }
       }
@@ -94,11 +97,14 @@ void AttentionForwardGqaBf16(uint16_t* out, float* att, const uint16_t* qkv, int
 }
 
 void AttentionBackwardGqaBf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
-                              const float* att, int B, int T, int NH, int NKV, int hs) {
+                              const float* att, int B, int T, int NH, int NKV, int hs,
+                              const AttentionOptions& options) {
   const int64_t C = int64_t{NH} * hs;
   const int64_t C3 = (NH + 2 * int64_t{NKV}) * hs;
   const int group = NH / NKV;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = AttentionScale(options, hs);
+  const int window = options.window;
+  const float softcap = options.softcap;
   const int row_block = RowBlock(T);
   const auto softmax_backward_rows =
       VectorKernelsFor(ActiveSimdLevel()).causal_softmax_backward_rows;
@@ -108,11 +114,12 @@ void AttentionBackwardGqaBf16(uint16_t* dqkv, const uint16_t* dout, const uint16
     thread_local std::vector<uint16_t> h_scratch;
     const size_t block = static_cast<size_t>(std::min(T, row_block)) * T;
     const size_t head = static_cast<size_t>(T) * hs;
-    float* f = ThreadScratch(f_scratch, block + 3 * head);
-    float* datt = f;            // dL/dP, then dL/dscores, of a block, (rows, t1)
-    float* dq32 = f + block;    // the fp32 sums of dq, dk and dv of a head, (T, hs) each
-    float* dk32 = dq32 + head;  //
-    float* dv32 = dk32 + head;  //
+    float* f = ThreadScratch(f_scratch, (softcap > 0.0f ? 2 : 1) * block + 3 * head);
+    float* datt = f;              // dL/dP, then dL/dscores, of a block, (rows, t1)
+    float* dq32 = f + block;      // the fp32 sums of dq, dk and dv of a head, (T, hs) each
+    float* dk32 = dq32 + head;    //
+    float* dv32 = dk32 + head;    //
+    float* scores = dv32 + head;  // with a softcap, the block's scores, recomputed, (rows, t1)
     uint16_t* p16 = ThreadScratch(h_scratch, 2 * block + 4 * head);
     uint16_t* ds16 = p16 + block;  // P and dL/dscores of a block in bf16, (rows, t1)
     uint16_t* q = ds16 + block;    // a head's q, k, v and dout, dense, (T, hs) each
@@ -139,18 +146,31 @@ void AttentionBackwardGqaBf16(uint16_t* dqkv, const uint16_t* dout, const uint16
           for (int t0 = 0; t0 < T; t0 += row_block) {
             const int t1 = std::min(T, t0 + row_block);
             const int rows = t1 - t0;
+            // Keys [k0, t1): those of the block's windows. datt and scores keep row stride t1 and
+            // absolute columns; only [k0, t1) is computed. P and dS in bf16 are dense (rows, keys).
+            const int k0 = AttentionWindowStart(t0, window);
+            const int keys = t1 - k0;
+            const uint16_t* k_blk = k + int64_t{k0} * hs;  // (keys, hs), as v_blk
+            const uint16_t* v_blk = v + int64_t{k0} * hs;
             const uint16_t* d_blk = d + int64_t{t0} * hs;  // (rows, hs)
             const uint16_t* q_blk = q + int64_t{t0} * hs;  // (rows, hs)
             const float* p = att_head + int64_t{t0} * T;   // (rows, T)
             // out = P V: dP = dout V^T and dV += P^T dout, P rounded as the forward rounded it.
-            GemmBf16({rows, t1, hs, hs, 1, 1, hs, t1}, d_blk, v, datt);
-            RoundRows(p16, t1, p, T, rows, t1);
-            GemmBf16({t1, hs, rows, 1, t1, hs, 1, hs, true}, p16, d_blk, dv32);
-            softmax_backward_rows(datt, t1, p, T, t0, rows, scale);
-            RoundRows(ds16, t1, datt, t1, rows, t1);
+            GemmBf16({rows, keys, hs, hs, 1, 1, hs, t1}, d_blk, v_blk, datt + k0);
+            RoundRows(p16, keys, p + k0, T, rows, keys);
+            GemmBf16({keys, hs, rows, 1, keys, hs, 1, hs, true}, p16, d_blk,
+                     dv32 + int64_t{k0} * hs);
+            if (softcap > 0.0f) {
+              GemmBf16({rows, keys, hs, hs, 1, 1, hs, t1, false, false, scale}, q_blk, k_blk,
+                       scores + k0);
+            }
+            softmax_backward_rows(datt, t1, p, T, t0, rows, scale, window, softcap, scores);
+            RoundRows(ds16, keys, datt + k0, t1, rows, keys);
             // scores = scale Q K^T (scale already in dS): dQ += dS K and dK += dS^T Q.
-            GemmBf16({rows, hs, t1, t1, 1, hs, 1, hs, true}, ds16, k, dq32 + int64_t{t0} * hs);
-            GemmBf16({t1, hs, rows, 1, t1, hs, 1, hs, true}, ds16, q_blk, dk32);
+            GemmBf16({rows, hs, keys, keys, 1, hs, 1, hs, true}, ds16, k_blk,
+                     dq32 + int64_t{t0} * hs);
+            GemmBf16({keys, hs, rows, 1, keys, hs, 1, hs, true}, ds16, q_blk,
+                     dk32 + int64_t{k0} * hs);
           }
           RoundRows(dq, C3, dq32, hs, T, hs);
         }

@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/attention_options.h"
+
 namespace hoist::kernels::cpu {
 
 // Whether bf16 runs take these kernels, decided once per process: only where ActiveGemmPath()
@@ -33,12 +35,15 @@ AttentionChoice DecideAttentionPath();
 // DecideAttentionPath() once per process; logs the choice once. Thread-safe.
 const AttentionChoice& ActiveAttentionPath();
 
-// out = softmax(scale Q K^T, causal) V per head, the fp32 result rounded once into out.
+// out = softmax(scale Q K^T, causal) V per head, the fp32 result rounded once into out; `options`
+// as ops.h's AttentionForwardGqa takes them (the softcap, as the softmax, in fp32).
 void AttentionForwardGqaBf16(uint16_t* out, float* att, const uint16_t* qkv, int B, int T, int NH,
-                             int NKV, int hd);
+                             int NKV, int hd, const AttentionOptions& options = {});
 // dqkv (bf16) += the gradient of out w.r.t. qkv: each head's slices of dqkv are widened, the
-// products added to them in fp32, and rounded once.
+// products added to them in fp32, and rounded once. With a softcap the scores are recomputed
+// from the bf16 q and k, as the forward computed them.
 void AttentionBackwardGqaBf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
-                              const float* att, int B, int T, int NH, int NKV, int hd);
+                              const float* att, int B, int T, int NH, int NKV, int hd,
+                              const AttentionOptions& options = {});
 
 }  // namespace hoist::kernels::cpu

@@ -1,5 +1,6 @@
 #include <omp.h>
 
+#include <cmath>
 #include <cstddef>
 #include <vector>
 
@@ -66,6 +67,18 @@ void GeluForward(float* out, const float* inp, size_t n) {
 
 void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) {
   GeluBackwardAt(ActiveSimdLevel(), dinp, inp, dout, n);
+}
+
+void Scale(float* out, const float* inp, size_t n, float scale) {
+  const long long count = static_cast<long long>(n);
+#pragma omp parallel for simd schedule(static)
+  for (long long i = 0; i < count; ++i) out[i] = inp[i] * scale;
+}
+
+void SoftcapForward(float* x, size_t n, float cap) {
+  const long long count = static_cast<long long>(n);
+#pragma omp parallel for schedule(static)
+  for (long long i = 0; i < count; ++i) x[i] = std::tanh(x[i] / cap) * cap;
 }
 
 void ResidualForward(float* out, const float* a, const float* b, size_t n) {

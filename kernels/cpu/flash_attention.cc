@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -20,6 +21,11 @@
 // recomputes each tile's probabilities as e^{score - lse} and forms the softmax gradient with
 // delta = rowsum(dout * out), which equals sum_s P dP (out = P V, so dout . out = sum_s P (dout .
 // v_s)).
+//
+// With a sliding window the walks skip the tiles outside every window: a query tile starts at the
+// key tile holding its first row's first key, and a key tile stops at the last query tile whose
+// rows' windows reach it, so a short window costs in proportion to its length, not to T. Inside
+// a tile, the per-row mask starts where the row's window does.
 //
 // Tile products go through sgemm, as in attention.cc and for the same reason: the calls run
 // inside the OpenMP team's parallel region, where OpenBLAS runs single-threaded, so each task is
@@ -55,11 +61,17 @@ float* ThreadScratch(size_t floats) {
   return scratch.data();
 }
 
-void CheckOptions(const TiledAttentionOptions& options) {
-  HOIST_CHECK(options.q_rows >= 1 && options.k_cols >= 1)
-      << "tile " << options.q_rows << " x " << options.k_cols;
-  HOIST_CHECK(SimdLevelAvailable(options.level))
-      << "SIMD level " << SimdLevelName(options.level) << " is not supported by this CPU";
+void CheckTiles(const TiledAttentionOptions& tiles) {
+  HOIST_CHECK(tiles.q_rows >= 1 && tiles.k_cols >= 1)
+      << "tile " << tiles.q_rows << " x " << tiles.k_cols;
+  HOIST_CHECK(SimdLevelAvailable(tiles.level))
+      << "SIMD level " << SimdLevelName(tiles.level) << " is not supported by this CPU";
+}
+
+// One past the last query that sees key `key`: key + window with a window (the queries
+// [key, key + window) hold it in theirs), else T.
+int QueriesSeeingKeyEnd(int key, int window, int T) {
+  return window > 0 ? static_cast<int>(std::min<int64_t>(T, int64_t{key} + window)) : T;
 }
 
 }  // namespace
@@ -83,17 +95,20 @@ size_t TiledAttentionWorkspaceFloats(const TiledAttentionOptions& options, int T
   return std::max(ForwardWorkspaceFloats(rows, cols, hs), BackwardWorkspaceFloats(rows, cols, T));
 }
 
-void AttentionForwardTiledGqaWith(const TiledAttentionOptions& options, float* out, float* lse,
-                                  const float* qkv, int B, int T, int NH, int NKV, int hs) {
-  CheckOptions(options);
+void AttentionForwardTiledGqaWith(const TiledAttentionOptions& tiles, float* out, float* lse,
+                                  const float* qkv, int B, int T, int NH, int NKV, int hs,
+                                  const AttentionOptions& options) {
+  CheckTiles(tiles);
   const int C = NH * hs;               // out's row width
   const int C3 = (NH + 2 * NKV) * hs;  // qkv's row width
   const int group = NH / NKV;          // query heads per key/value head
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int q_rows = QueryRows(options, T);
-  const int k_cols = KeyCols(options, T);
+  const float scale = AttentionScale(options, hs);
+  const int window = options.window;
+  const float softcap = options.softcap;
+  const int q_rows = QueryRows(tiles, T);
+  const int k_cols = KeyCols(tiles, T);
   const int num_q_tiles = (T + q_rows - 1) / q_rows;
-  const auto online_softmax_tile = VectorKernelsFor(options.level).online_softmax_tile;
+  const auto online_softmax_tile = VectorKernelsFor(tiles.level).online_softmax_tile;
   const size_t workspace = ForwardWorkspaceFloats(q_rows, k_cols, hs);
 #pragma omp parallel
   {
@@ -116,13 +131,16 @@ void AttentionForwardTiledGqaWith(const TiledAttentionOptions& options, float* o
           std::fill(o, o + static_cast<size_t>(rows) * hs, 0.0f);
           std::fill(row_max, row_max + rows, -std::numeric_limits<float>::infinity());
           std::fill(row_sum, row_sum + rows, 0.0f);
-          // Keys at or after t1 are masked for every row of the tile: the walk stops at t1.
-          for (int s0 = 0; s0 < t1; s0 += k_cols) {
+          // Keys at or after t1 are masked for every row of the tile, and so are the key tiles
+          // before the one holding row t0's first key: the walk covers the tiles between.
+          const int first_tile = AttentionWindowStart(t0, window) / k_cols * k_cols;
+          for (int s0 = first_tile; s0 < t1; s0 += k_cols) {
             const int cols = std::min(t1, s0 + k_cols) - s0;
             const float* k_tile = k + static_cast<size_t>(s0) * C3;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, scale, q, C3,
                         k_tile, C3, 0.0f, s, k_cols);
-            online_softmax_tile(s, k_cols, rows, cols, t0 - s0 + 1, row_max, row_sum, o, hs);
+            online_softmax_tile(s, k_cols, rows, cols, t0 - s0 + 1, window, softcap, row_max,
+                                row_sum, o, hs);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, hs, cols, 1.0f, s, k_cols,
                         v + static_cast<size_t>(s0) * C3, C3, 1.0f, o, hs);
           }
@@ -142,17 +160,20 @@ void AttentionForwardTiledGqaWith(const TiledAttentionOptions& options, float* o
   }
 }
 
-void AttentionBackwardTiledGqaWith(const TiledAttentionOptions& options, float* dqkv,
+void AttentionBackwardTiledGqaWith(const TiledAttentionOptions& tiles, float* dqkv,
                                    const float* dout, const float* qkv, const float* out,
-                                   const float* lse, int B, int T, int NH, int NKV, int hs) {
-  CheckOptions(options);
+                                   const float* lse, int B, int T, int NH, int NKV, int hs,
+                                   const AttentionOptions& options) {
+  CheckTiles(tiles);
   const int C = NH * hs;
   const int C3 = (NH + 2 * NKV) * hs;
   const int group = NH / NKV;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int q_rows = QueryRows(options, T);
-  const int k_cols = KeyCols(options, T);
-  const auto tile_backward = VectorKernelsFor(options.level).attention_tile_backward;
+  const float scale = AttentionScale(options, hs);
+  const int window = options.window;
+  const float softcap = options.softcap;
+  const int q_rows = QueryRows(tiles, T);
+  const int k_cols = KeyCols(tiles, T);
+  const auto tile_backward = VectorKernelsFor(tiles.level).attention_tile_backward;
   const size_t workspace = BackwardWorkspaceFloats(q_rows, k_cols, T);
 #pragma omp parallel
   {
@@ -192,8 +213,10 @@ void AttentionBackwardTiledGqaWith(const TiledAttentionOptions& options, float* 
             const float* v_tile = v + static_cast<size_t>(s0) * C3;
             float* dk_tile = dk + static_cast<size_t>(s0) * C3;
             float* dv_tile = dv + static_cast<size_t>(s0) * C3;
-            // Queries before s0 see none of these keys: start at the query tile holding s0.
-            for (int t0 = s0 / q_rows * q_rows; t0 < T; t0 += q_rows) {
+            // Queries before s0 see none of these keys, nor, with a window, those past the last
+            // query that sees the tile's last key: walk the query tiles between.
+            const int t_end = QueriesSeeingKeyEnd(s0 + cols - 1, window, T);
+            for (int t0 = s0 / q_rows * q_rows; t0 < t_end; t0 += q_rows) {
               const int rows = std::min(T, t0 + q_rows) - t0;
               const float* q_tile = q + static_cast<size_t>(t0) * C3;  // (rows, hs)
               const float* d_tile = d_head + static_cast<size_t>(t0) * C;
@@ -201,8 +224,8 @@ void AttentionBackwardTiledGqaWith(const TiledAttentionOptions& options, float* 
                           C3, k_tile, C3, 0.0f, p, k_cols);
               cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, hs, 1.0f, d_tile, C,
                           v_tile, C3, 0.0f, ds, k_cols);
-              tile_backward(p, ds, k_cols, rows, cols, t0 - s0 + 1, lse_head + t0, delta + t0,
-                            scale);
+              tile_backward(p, ds, k_cols, rows, cols, t0 - s0 + 1, window, softcap, lse_head + t0,
+                            delta + t0, scale);
               // out = P V: dV += P^T dout. scores = scale Q K^T (scale already in ds):
               // dQ += dS K and dK += dS^T Q.
               cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, hs, rows, 1.0f, p, k_cols,
@@ -219,26 +242,28 @@ void AttentionBackwardTiledGqaWith(const TiledAttentionOptions& options, float* 
   }
 }
 
-void AttentionForwardTiledWith(const TiledAttentionOptions& options, float* out, float* lse,
+void AttentionForwardTiledWith(const TiledAttentionOptions& tiles, float* out, float* lse,
                                const float* qkv, int B, int T, int C, int NH) {
-  AttentionForwardTiledGqaWith(options, out, lse, qkv, B, T, NH, NH, C / NH);
+  AttentionForwardTiledGqaWith(tiles, out, lse, qkv, B, T, NH, NH, C / NH);
 }
 
-void AttentionBackwardTiledWith(const TiledAttentionOptions& options, float* dqkv,
-                                const float* dout, const float* qkv, const float* out,
-                                const float* lse, int B, int T, int C, int NH) {
-  AttentionBackwardTiledGqaWith(options, dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH);
+void AttentionBackwardTiledWith(const TiledAttentionOptions& tiles, float* dqkv, const float* dout,
+                                const float* qkv, const float* out, const float* lse, int B, int T,
+                                int C, int NH) {
+  AttentionBackwardTiledGqaWith(tiles, dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH);
 }
 
 void AttentionForwardTiledGqa(float* out, float* lse, const float* qkv, int B, int T, int NH,
-                              int NKV, int hd) {
-  AttentionForwardTiledGqaWith(DefaultTiledAttentionOptions(T), out, lse, qkv, B, T, NH, NKV, hd);
+                              int NKV, int hd, const AttentionOptions& options) {
+  AttentionForwardTiledGqaWith(DefaultTiledAttentionOptions(T), out, lse, qkv, B, T, NH, NKV, hd,
+                               options);
 }
 
 void AttentionBackwardTiledGqa(float* dqkv, const float* dout, const float* qkv, const float* out,
-                               const float* lse, int B, int T, int NH, int NKV, int hd) {
+                               const float* lse, int B, int T, int NH, int NKV, int hd,
+                               const AttentionOptions& options) {
   AttentionBackwardTiledGqaWith(DefaultTiledAttentionOptions(T), dqkv, dout, qkv, out, lse, B, T,
-                                NH, NKV, hd);
+                                NH, NKV, hd, options);
 }
 
 void AttentionForwardTiled(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {

@@ -12,6 +12,7 @@
 #include <cstddef>
 
 #include "core/cpu_features.h"
+#include "kernels/attention_options.h"
 
 namespace hoist::kernels::cpu {
 
@@ -32,18 +33,21 @@ size_t DirectAttentionSavedFloats(int B, int T, int NH);
 // Floats of scratch one thread holds while running the tiled forward / backward.
 size_t TiledAttentionWorkspaceFloats(const TiledAttentionOptions& options, int T, int hs);
 
-// HOIST_CHECKs the options (tile sizes >= 1, level available on this CPU).
-void AttentionForwardTiledWith(const TiledAttentionOptions& options, float* out, float* lse,
+// HOIST_CHECKs the tiles (sizes >= 1, level available on this CPU).
+void AttentionForwardTiledWith(const TiledAttentionOptions& tiles, float* out, float* lse,
                                const float* qkv, int B, int T, int C, int NH);
-void AttentionBackwardTiledWith(const TiledAttentionOptions& options, float* dqkv,
-                                const float* dout, const float* qkv, const float* out,
-                                const float* lse, int B, int T, int C, int NH);
-// The same with grouped-query heads (ops.h's AttentionForwardGqa layout): NH query heads, NKV
-// key/value heads, head size hs.
-void AttentionForwardTiledGqaWith(const TiledAttentionOptions& options, float* out, float* lse,
-                                  const float* qkv, int B, int T, int NH, int NKV, int hs);
-void AttentionBackwardTiledGqaWith(const TiledAttentionOptions& options, float* dqkv,
+void AttentionBackwardTiledWith(const TiledAttentionOptions& tiles, float* dqkv, const float* dout,
+                                const float* qkv, const float* out, const float* lse, int B, int T,
+                                int C, int NH);
+// The same with grouped-query heads and attention options (ops.h's AttentionForwardGqa): NH query
+// heads, NKV key/value heads, head size hs. With a window, a query tile walks only the key tiles
+// its rows' windows reach, and a key tile only the query tiles whose windows reach it.
+void AttentionForwardTiledGqaWith(const TiledAttentionOptions& tiles, float* out, float* lse,
+                                  const float* qkv, int B, int T, int NH, int NKV, int hs,
+                                  const AttentionOptions& options = {});
+void AttentionBackwardTiledGqaWith(const TiledAttentionOptions& tiles, float* dqkv,
                                    const float* dout, const float* qkv, const float* out,
-                                   const float* lse, int B, int T, int NH, int NKV, int hs);
+                                   const float* lse, int B, int T, int NH, int NKV, int hs,
+                                   const AttentionOptions& options = {});
 
 }  // namespace hoist::kernels::cpu

@@ -14,12 +14,13 @@
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/vector_kernels.h"
 
-// The walk is flash_attention.cc's, task for task: forward, a query tile of one (b, head) walking
-// its key tiles left to right with an online softmax; backward, a whole (b, key/value head)
-// walking its query heads, and in each the key tiles and the query tiles that see them. The
-// per-element work of a tile is the same per-ISA loop as the fp32 kernel's; only the products
-// change, each a oneDNN call on the task's thread alone (gemm_bf16.h), so a task's result does
-// not depend on which thread runs it or how many there are.
+// The walk is flash_attention.cc's, task for task, with its sliding-window skips: forward, a
+// query tile of one (b, head) walking its key tiles left to right with an online softmax;
+// backward, a whole (b, key/value head) walking its query heads, and in each the key tiles and
+// the query tiles that see them. The per-element work of a tile is the same per-ISA loop as the
+// fp32 kernel's; only the products change, each a oneDNN call on the task's thread alone
+// (gemm_bf16.h), so a task's result does not depend on which thread runs it or how many there
+// are.
 //
 // As in attention_bf16.cc, oneDNN takes its AMX kernel only for dense operands, so every operand
 // is a dense copy: forward, the query tile and each key tile's k and v rows; backward, the head's
@@ -36,11 +37,16 @@ namespace {
 constexpr int kQueryRows = 128;
 constexpr int kKeyCols = 128;
 
-void CheckOptions(const TiledAttentionOptions& options) {
-  HOIST_CHECK(options.q_rows >= 1 && options.k_cols >= 1)
-      << "tile " << options.q_rows << " x " << options.k_cols;
-  HOIST_CHECK(SimdLevelAvailable(options.level))
-      << "SIMD level " << SimdLevelName(options.level) << " is not supported by this CPU";
+void CheckTiles(const TiledAttentionOptions& tiles) {
+  HOIST_CHECK(tiles.q_rows >= 1 && tiles.k_cols >= 1)
+      << "tile " << tiles.q_rows << " x " << tiles.k_cols;
+  HOIST_CHECK(SimdLevelAvailable(tiles.level))
+      << "SIMD level " << SimdLevelName(tiles.level) << " is not supported by this CPU";
+}
+
+// One past the last query that sees key `key`, as flash_attention.cc's.
+int QueriesSeeingKeyEnd(int key, int window, int T) {
+  return window > 0 ? static_cast<int>(std::min<int64_t>(T, int64_t{key} + window)) : T;
 }
 
 // A per-thread buffer of at least n elements, kept for the next call.
@@ -63,18 +69,20 @@ TiledAttentionOptions DefaultTiledAttentionBf16Options(int /*T*/) {
   return options;
 }
 
-void AttentionForwardTiledGqaBf16With(const TiledAttentionOptions& options, uint16_t* out,
-                                      float* lse, const uint16_t* qkv, int B, int T, int NH,
-                                      int NKV, int hs) {
-  CheckOptions(options);
+void AttentionForwardTiledGqaBf16With(const TiledAttentionOptions& tiles, uint16_t* out, float* lse,
+                                      const uint16_t* qkv, int B, int T, int NH, int NKV, int hs,
+                                      const AttentionOptions& options) {
+  CheckTiles(tiles);
   const int64_t C = int64_t{NH} * hs;               // out's row width
   const int64_t C3 = (NH + 2 * int64_t{NKV}) * hs;  // qkv's row width
   const int group = NH / NKV;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int q_rows = std::min(options.q_rows, T);
-  const int k_cols = std::min(options.k_cols, T);
+  const float scale = AttentionScale(options, hs);
+  const int window = options.window;
+  const float softcap = options.softcap;
+  const int q_rows = std::min(tiles.q_rows, T);
+  const int k_cols = std::min(tiles.k_cols, T);
   const int num_q_tiles = (T + q_rows - 1) / q_rows;
-  const auto online_softmax_tile = VectorKernelsFor(options.level).online_softmax_tile;
+  const auto online_softmax_tile = VectorKernelsFor(tiles.level).online_softmax_tile;
 #pragma omp parallel
   {
     thread_local std::vector<float> f_scratch;
@@ -103,13 +111,16 @@ void AttentionForwardTiledGqaBf16With(const TiledAttentionOptions& options, uint
           std::fill(o, o + static_cast<size_t>(rows) * hs, 0.0f);
           std::fill(row_max, row_max + rows, -std::numeric_limits<float>::infinity());
           std::fill(row_sum, row_sum + rows, 0.0f);
-          for (int s0 = 0; s0 < t1; s0 += k_cols) {
+          // From the key tile holding row t0's first key, as in flash_attention.cc.
+          const int first_tile = AttentionWindowStart(t0, window) / k_cols * k_cols;
+          for (int s0 = first_tile; s0 < t1; s0 += k_cols) {
             const int cols = std::min(t1, s0 + k_cols) - s0;
             CopyRows(k, hs, k_src + s0 * C3, C3, cols, hs);
             CopyRows(v, hs, v_src + s0 * C3, C3, cols, hs);
             // K^T (hs, cols) is K read down its rows.
             GemmBf16({rows, cols, hs, hs, 1, 1, hs, cols, false, false, scale}, q, k, s);
-            online_softmax_tile(s, cols, rows, cols, t0 - s0 + 1, row_max, row_sum, o, hs);
+            online_softmax_tile(s, cols, rows, cols, t0 - s0 + 1, window, softcap, row_max, row_sum,
+                                o, hs);
             RoundRows(p16, cols, s, cols, rows, cols);
             GemmBf16({rows, hs, cols, cols, 1, hs, 1, hs, true}, p16, v, o);
           }
@@ -128,18 +139,20 @@ void AttentionForwardTiledGqaBf16With(const TiledAttentionOptions& options, uint
   }
 }
 
-void AttentionBackwardTiledGqaBf16With(const TiledAttentionOptions& options, uint16_t* dqkv,
+void AttentionBackwardTiledGqaBf16With(const TiledAttentionOptions& tiles, uint16_t* dqkv,
                                        const uint16_t* dout, const uint16_t* qkv,
                                        const uint16_t* out, const float* lse, int B, int T, int NH,
-                                       int NKV, int hs) {
-  CheckOptions(options);
+                                       int NKV, int hs, const AttentionOptions& options) {
+  CheckTiles(tiles);
   const int64_t C = int64_t{NH} * hs;
   const int64_t C3 = (NH + 2 * int64_t{NKV}) * hs;
   const int group = NH / NKV;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  const int q_rows = std::min(options.q_rows, T);
-  const int k_cols = std::min(options.k_cols, T);
-  const auto tile_backward = VectorKernelsFor(options.level).attention_tile_backward;
+  const float scale = AttentionScale(options, hs);
+  const int window = options.window;
+  const float softcap = options.softcap;
+  const int q_rows = std::min(tiles.q_rows, T);
+  const int k_cols = std::min(tiles.k_cols, T);
+  const auto tile_backward = VectorKernelsFor(tiles.level).attention_tile_backward;
 #pragma omp parallel
   {
     thread_local std::vector<float> f_scratch;
@@ -190,15 +203,17 @@ void AttentionBackwardTiledGqaBf16With(const TiledAttentionOptions& options, uin
             const int cols = std::min(T, s0 + k_cols) - s0;
             const uint16_t* k_tile = k + static_cast<size_t>(s0) * hs;  // (cols, hs)
             const uint16_t* v_tile = v + static_cast<size_t>(s0) * hs;
-            // Queries before s0 see none of these keys: start at the query tile holding s0.
-            for (int t0 = s0 / q_rows * q_rows; t0 < T; t0 += q_rows) {
+            // The query tiles whose rows see these keys, as in flash_attention.cc.
+            const int t_end = QueriesSeeingKeyEnd(s0 + cols - 1, window, T);
+            for (int t0 = s0 / q_rows * q_rows; t0 < t_end; t0 += q_rows) {
               const int rows = std::min(T, t0 + q_rows) - t0;
               const uint16_t* q_tile = q + static_cast<size_t>(t0) * hs;  // (rows, hs)
               const uint16_t* d_tile = d + static_cast<size_t>(t0) * hs;
               GemmBf16({rows, cols, hs, hs, 1, 1, hs, cols, false, false, scale}, q_tile, k_tile,
                        p);
               GemmBf16({rows, cols, hs, hs, 1, 1, hs, cols}, d_tile, v_tile, ds);
-              tile_backward(p, ds, cols, rows, cols, t0 - s0 + 1, lse_head + t0, delta + t0, scale);
+              tile_backward(p, ds, cols, rows, cols, t0 - s0 + 1, window, softcap, lse_head + t0,
+                            delta + t0, scale);
               RoundRows(p16, cols, p, cols, rows, cols);
               RoundRows(ds16, cols, ds, cols, rows, cols);
               // out = P V: dV += P^T dout. scores = scale Q K^T (scale already in dS):
@@ -221,16 +236,16 @@ void AttentionBackwardTiledGqaBf16With(const TiledAttentionOptions& options, uin
 }
 
 void AttentionForwardTiledGqaBf16(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T,
-                                  int NH, int NKV, int hd) {
+                                  int NH, int NKV, int hd, const AttentionOptions& options) {
   AttentionForwardTiledGqaBf16With(DefaultTiledAttentionBf16Options(T), out, lse, qkv, B, T, NH,
-                                   NKV, hd);
+                                   NKV, hd, options);
 }
 
 void AttentionBackwardTiledGqaBf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
                                    const uint16_t* out, const float* lse, int B, int T, int NH,
-                                   int NKV, int hd) {
+                                   int NKV, int hd, const AttentionOptions& options) {
   AttentionBackwardTiledGqaBf16With(DefaultTiledAttentionBf16Options(T), dqkv, dout, qkv, out, lse,
-                                    B, T, NH, NKV, hd);
+                                    B, T, NH, NKV, hd, options);
 }
 
 }  // namespace hoist::kernels::cpu

@@ -25,23 +25,24 @@ namespace hoist::kernels::cpu {
 TiledAttentionOptions DefaultTiledAttentionBf16Options(int T);
 
 // out = softmax(scale Q K^T, causal) V per head, the fp32 result rounded once into out; lse is
-// each query row's log-sum-exp of its scaled scores.
+// each query row's log-sum-exp of its scaled (and capped) scores. `options` as ops.h's
+// AttentionForwardTiledGqa takes them, key tiles outside every window skipped as there.
 void AttentionForwardTiledGqaBf16(uint16_t* out, float* lse, const uint16_t* qkv, int B, int T,
-                                  int NH, int NKV, int hd);
+                                  int NH, int NKV, int hd, const AttentionOptions& options = {});
 // dqkv (bf16) += the gradient of out w.r.t. qkv, from the forward's out and lse: each head's slices
 // of dqkv are widened, the products added to them in fp32, and rounded once.
 void AttentionBackwardTiledGqaBf16(uint16_t* dqkv, const uint16_t* dout, const uint16_t* qkv,
                                    const uint16_t* out, const float* lse, int B, int T, int NH,
-                                   int NKV, int hd);
+                                   int NKV, int hd, const AttentionOptions& options = {});
 
 // The same with the tile sizes and SIMD level explicit, for tests and benchmarks; HOIST_CHECKs the
-// options as flash_attention.h's kernels do.
-void AttentionForwardTiledGqaBf16With(const TiledAttentionOptions& options, uint16_t* out,
-                                      float* lse, const uint16_t* qkv, int B, int T, int NH,
-                                      int NKV, int hd);
-void AttentionBackwardTiledGqaBf16With(const TiledAttentionOptions& options, uint16_t* dqkv,
+// tiles as flash_attention.h's kernels do.
+void AttentionForwardTiledGqaBf16With(const TiledAttentionOptions& tiles, uint16_t* out, float* lse,
+                                      const uint16_t* qkv, int B, int T, int NH, int NKV, int hd,
+                                      const AttentionOptions& options = {});
+void AttentionBackwardTiledGqaBf16With(const TiledAttentionOptions& tiles, uint16_t* dqkv,
                                        const uint16_t* dout, const uint16_t* qkv,
                                        const uint16_t* out, const float* lse, int B, int T, int NH,
-                                       int NKV, int hd);
+                                       int NKV, int hd, const AttentionOptions& options = {});
 
 }  // namespace hoist::kernels::cpu

@@ -14,6 +14,8 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "kernels/attention_options.h"
+#include "kernels/op_variants.h"
 
 namespace hoist::kernels::cpu {
 
@@ -63,29 +65,55 @@ void AttentionBackwardTiled(float* dqkv, const float* dout, const float* qkv, co
 // Grouped-query causal attention (Llama's num_key_value_heads). qkv (B,T,(NH+2*NKV)*hd) holds,
 // in each row, NH query heads, then NKV key heads, then NKV value heads, each hd wide (Llama's
 // q_proj, k_proj and v_proj outputs side by side). Query head h attends with key/value head
-// h / (NH/NKV) (HF's repeat_kv); NH % NKV == 0. Scores are scaled by 1/sqrt(hd). out (B,T,NH*hd),
-// att (B,NH,T,T) and lse (B,NH,T) as above; backward adds into dqkv (B,T,(NH+2*NKV)*hd). With
-// NKV == NH and hd = C/NH these are the multi-head ops above, bit for bit (those call these).
+// h / (NH/NKV) (HF's repeat_kv); NH % NKV == 0. out (B,T,NH*hd), att (B,NH,T,T) and lse (B,NH,T)
+// as above; backward adds into dqkv (B,T,(NH+2*NKV)*hd). `options` (kernels/attention_options.h,
+// valid: the backend checks them) scale the scores (default 1/sqrt(hd)), may restrict each query
+// to a sliding window of keys (att is 0 outside it; the kernels skip the products of keys outside
+// every window of a block or tile) and may soft-cap the scores; backward is the gradient of that
+// forward. With the default options, NKV == NH and hd = C/NH these are the multi-head ops above,
+// bit for bit (those call these).
 void AttentionForwardGqa(float* out, float* att, const float* qkv, int B, int T, int NH, int NKV,
-                         int hd);
+                         int hd, const AttentionOptions& options = {});
 void AttentionBackwardGqa(float* dqkv, const float* dout, const float* qkv, const float* att, int B,
-                          int T, int NH, int NKV, int hd);
+                          int T, int NH, int NKV, int hd, const AttentionOptions& options = {});
 void AttentionForwardTiledGqa(float* out, float* lse, const float* qkv, int B, int T, int NH,
-                              int NKV, int hd);
+                              int NKV, int hd, const AttentionOptions& options = {});
 void AttentionBackwardTiledGqa(float* dqkv, const float* dout, const float* qkv, const float* out,
-                               const float* lse, int B, int T, int NH, int NKV, int hd);
+                               const float* lse, int B, int T, int NH, int NKV, int hd,
+                               const AttentionOptions& options = {});
 
-// RMSNorm (Llama's LlamaRMSNorm): rstd (N) = 1/sqrt(mean(inp^2) + eps), the mean of squares summed
-// in double; out (N,C) = round_to(inp * rstd, normalized_type) * weight. normalized_type is the
-// model's activation type: HF casts the normalized row to the input dtype BEFORE multiplying by
-// the weight, so a 16-bit model rounds there (and the caller rounds out); kFloat32 rounds nothing.
+// RMSNorm in `style` (kernels/op_variants.h): rstd (N) = 1/sqrt(mean(inp^2) + eps), the mean of
+// squares summed in double. kLlama (LlamaRMSNorm): out (N,C) = round_to(inp * rstd,
+// normalized_type) * weight. normalized_type is the model's activation type: HF casts the
+// normalized row to the input dtype BEFORE multiplying by the weight, so a 16-bit model rounds
+// there (and the caller rounds out); kFloat32 rounds nothing. kGemma (GemmaRMSNorm): out =
+// inp * rstd * (1 + weight), nothing rounded (normalized_type is not used).
 void RmsNormForward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
-                    float eps, DType normalized_type = DType::kFloat32);
-// dinp (N,C) += rstd * (w*dout - n * mean(w*dout*n)) with n = inp * rstd (unrounded);
-// dweight (C) += sum over rows of dout * n, in row order (threads own column blocks); null: a
-// frozen weight, only dinp.
+                    float eps, DType normalized_type = DType::kFloat32,
+                    RmsNormStyle style = RmsNormStyle::kLlama);
+// dinp (N,C) += rstd * (w*dout - n * mean(w*dout*n)) with n = inp * rstd (unrounded) and w the
+// weight (kGemma: 1 + weight, in fp32); dweight (C) += sum over rows of dout * n, in row order
+// (threads own column blocks); null: a frozen weight, only dinp.
 void RmsNormBackward(float* dinp, float* dweight, const float* dout, const float* inp,
-                     const float* weight, const float* rstd, int N, int C);
+                     const float* weight, const float* rstd, int N, int C,
+                     RmsNormStyle style = RmsNormStyle::kLlama);
+
+// RMSNorm of each query and key head (Qwen3's q_norm and k_norm) over rows of the attention
+// layout above: inp and out (N, (NH+2*NKV)*hd) hold NH query heads, NKV key heads and NKV value
+// heads per row. Each query head is normalised as one RmsNormForward row of hd with q_weight (hd),
+// each key head with k_weight (hd), the same arithmetic; the value heads are copied. rstd
+// (N, NH+NKV) holds a row's query heads' then key heads' rstd. out must not overlap inp.
+void HeadRmsNormForward(float* out, float* rstd, const float* inp, const float* q_weight,
+                        const float* k_weight, int N, int NH, int NKV, int hd, float eps,
+                        DType normalized_type = DType::kFloat32,
+                        RmsNormStyle style = RmsNormStyle::kLlama);
+// dinp (N, (NH+2*NKV)*hd) += RmsNormBackward's gradient of each query and key head, and dout
+// itself for the value heads; dq_weight and dk_weight (hd) += the sums over the rows' query and
+// key heads, in row order (each may be null: frozen).
+void HeadRmsNormBackward(float* dinp, float* dq_weight, float* dk_weight, const float* dout,
+                         const float* inp, const float* q_weight, const float* k_weight,
+                         const float* rstd, int N, int NH, int NKV, int hd,
+                         RmsNormStyle style = RmsNormStyle::kLlama);
 
 // Rotary position embeddings (HF's rotate_half convention), IN PLACE on the NH query heads and the
 // NKV key heads of qkv (B,T,(NH+2*NKV)*hd) (the layout of AttentionForwardGqa; the value heads are
@@ -101,16 +129,24 @@ void RopeForward(float* qkv, const float* cos, const float* sin, int B, int T, i
 void RopeBackward(float* dqkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
                   int hd);
 
-// SwiGLU (Llama's MLP activation) over a fused gate|up layout: inp (N, 2I) holds, in each row, the
-// gate projection's I values then the up projection's I values (gate_proj and up_proj stacked
-// into one (2I, C) weight). out (N,I) = silu(gate) * up, silu(g) = g / (1 + e^-g).
-void SwiGluForward(float* out, const float* inp, int N, int I);
-// dinp (N,2I) += [dout * up * silu'(gate) | dout * silu(gate)].
-void SwiGluBackward(float* dinp, const float* inp, const float* dout, int N, int I);
+// A gated MLP's activation (kernels/op_variants.h: SwiGLU, GeGLU) over a fused gate|up layout:
+// inp (N, 2I) holds, in each row, the gate projection's I values then the up projection's I values
+// (gate_proj and up_proj stacked into one (2I, C) weight). out (N,I) = act(gate) * up, with
+// act(g) = g / (1 + e^-g) (kSilu) or 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (kGeluTanh,
+// through std::tanh: unlike GeluForward's vectorised approximation, accurate to the float).
+void GluForward(float* out, const float* inp, int N, int I, GluActivation activation);
+// dinp (N,2I) += [dout * up * act'(gate) | dout * act(gate)].
+void GluBackward(float* dinp, const float* inp, const float* dout, int N, int I,
+                 GluActivation activation);
 
 // GELU, tanh approximation (GPT-2's): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 void GeluForward(float* out, const float* inp, size_t n);
 void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n);
+
+// out = inp * scale (out may be inp).
+void Scale(float* out, const float* inp, size_t n, float scale);
+// x = cap * tanh(x / cap) in place (tanh(x / cap) rounded to float, then the product); cap > 0.
+void SoftcapForward(float* x, size_t n, float cap);
 
 // out = a + b
 void ResidualForward(float* out, const float* a, const float* b, size_t n);
@@ -118,16 +154,19 @@ void ResidualForward(float* out, const float* a, const float* b, size_t n);
 void ResidualBackward(float* da, float* db, const float* dout, size_t n);
 
 // Fused softmax + cross-entropy over logits (N,Vp), of which the first V columns are real.
-// losses (N) = -log softmax(logits[i, :V])[targets[i]]. If dlogits is not null it is OVERWRITTEN
-// (not accumulated; it may alias logits) with dloss * (softmax - onehot) in the first V columns
-// and 0 in the padding. targets are in [0, V) (checked by the data loader, not here).
+// losses (N) = -log softmax(z[i, :V])[targets[i]] with z the logits, or with softcap > 0 the
+// capped logits: SoftcapForward's values (unrounded), through std::tanh. If dlogits is not null it
+// is OVERWRITTEN (not accumulated; it may alias logits) with the gradient with respect to the raw
+// logits, dloss * (softmax(z) - onehot), times 1 - tanh^2(logits / softcap) when capped, in the
+// first V columns and 0 in the padding. targets are in [0, V) (checked by the data loader, not
+// here). softcap 0: no cap.
 void SoftmaxCrossEntropy(float* losses, float* dlogits, const float* logits, const int32_t* targets,
-                         float dloss, int N, int V, int Vp);
+                         float dloss, int N, int V, int Vp, float softcap = 0.0f);
 // The same on logits and dlogits of a 16-bit `type` (bf16 or fp16 bits; dlogits may alias
 // logits): a row at a time widened, computed as above and rounded once. Bit for bit what widening
 // the whole array, the fp32 kernel and one rounding give, without the two fp32 copies of (N,Vp).
 void SoftmaxCrossEntropy16(float* losses, void* dlogits, const void* logits, const int32_t* targets,
-                           float dloss, int N, int V, int Vp, DType type);
+                           float dloss, int N, int V, int Vp, DType type, float softcap = 0.0f);
 
 // The LoRA ops (kernels/backend.h gives their contracts). C (M,N) = alpha op(A) @ op(B) + beta C,
 // row-major with leading dimensions, through sgemm; beta 0 does not read C, K 0 scales C by beta,

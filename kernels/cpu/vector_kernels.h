@@ -44,25 +44,35 @@ struct VectorKernels {
   void (*adamw)(float* param, const float* grad, float* m, float* v, size_t n,
                 const AdamWCoeffs& c);
   double (*sum_of_squares)(const float* x, size_t n);
-  // Rows t0 .. t0+rows-1 of one head's att (row stride T) hold scaled scores in columns [0, t];
-  // they become causal softmax probabilities, with 0 in columns (t, T).
-  void (*causal_softmax_rows)(float* att, int T, int t0, int rows);
-  // For rows t0 .. t0+rows-1: datt (row stride ld) holds dL/dP and becomes
-  // dL/dscore = scale * P * (dP - sum_s P dP), 0 from the diagonal's right to column ld;
-  // att has row stride T.
+  // The attention kernels' rows and tiles. Row t of a head sees keys [lo, t] with
+  // lo = t - window + 1 clamped at 0 (window 0: lo = 0), and softcap > 0 caps its scaled scores s
+  // to softcap * tanh(s / softcap) before the softmax (kernels/attention_options.h).
+  //
+  // Rows t0 .. t0+rows-1 of one head's att (row stride T) hold scaled scores in columns [lo, t];
+  // they become the softmax probabilities, with 0 in the other columns of [0, T).
+  void (*causal_softmax_rows)(float* att, int T, int t0, int rows, int window, float softcap);
+  // For rows t0 .. t0+rows-1: datt (row stride ld) holds dL/dP over [lo, t] and becomes
+  // dL/d(q.k) = scale * P * (dP - sum_s P dP), times 1 - tanh^2(s / softcap) with a softcap, where
+  // scores (row stride ld, read only with a softcap) holds the scaled scores s; 0 in the other
+  // columns of [0, ld). att has row stride T.
   void (*causal_softmax_backward_rows)(float* datt, int ld, const float* att, int T, int t0,
-                                       int rows, float scale);
-  // One tile of the tiled attention (flash_attention.cc). Row r of a tile may see its first
-  // n_r = clamp(diag + r, 0, cols) columns (the causal mask; diag = first query - first key + 1).
-  // Forward: s (rows, row stride ld) holds scaled scores. Per row with n_r > 0 the running max
-  // and sum are updated and o's row (rows, row stride hs) is multiplied by e^{max_old - max_new};
-  // s becomes e^{s - max_new}, 0 in masked columns, ready for o += s V.
-  void (*online_softmax_tile)(float* s, int ld, int rows, int cols, int diag, float* row_max,
-                              float* row_sum, float* o, int hs);
-  // Backward: s holds scaled scores and becomes P = e^{s - lse}; dp holds dL/dP and becomes
-  // dL/dscore = scale * P * (dp - delta); both 0 in masked columns. lse, delta: (rows).
+                                       int rows, float scale, int window, float softcap,
+                                       const float* scores);
+  // One tile of the tiled attention (flash_attention.cc). Row r of a tile may see its columns
+  // [lo_r, n_r): n_r = clamp(diag + r, 0, cols) (the causal mask; diag = first query - first key
+  // + 1) and lo_r = clamp(diag + r - window, 0, n_r) (the window; 0 without one).
+  // Forward: s (rows, row stride ld) holds scaled scores, capped here with a softcap. Per row with
+  // a visible column the running max and sum are updated and o's row (rows, row stride hs) is
+  // multiplied by e^{max_old - max_new}; s becomes e^{s - max_new}, 0 in masked columns, ready
+  // for o += s V.
+  void (*online_softmax_tile)(float* s, int ld, int rows, int cols, int diag, int window,
+                              float softcap, float* row_max, float* row_sum, float* o, int hs);
+  // Backward: s holds scaled scores and becomes P = e^{cap(s) - lse}; dp holds dL/dP and becomes
+  // dL/d(q.k) = scale * P * (dp - delta) (times 1 - tanh^2(s / softcap) with a softcap); both 0
+  // in masked columns. lse, delta: (rows).
   void (*attention_tile_backward)(float* s, float* dp, int ld, int rows, int cols, int diag,
-                                  const float* lse, const float* delta, float scale);
+                                  int window, float softcap, const float* lse, const float* delta,
+                                  float scale);
 };
 
 namespace scalar {

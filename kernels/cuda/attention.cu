@@ -25,6 +25,12 @@
 //                                  dL/dscores rounded to `type` in place, each row over the
 //                                  first half of its own fp32 row (leading dimension 2T)
 // The forward writes its scores straight into att and normalises them there.
+//
+// The attention options (attention_options.h) act in the two softmax kernels: the window masks
+// each row to its keys (the products still cover all T x T), the softcap caps the scores before
+// the softmax, and its slope in the backward needs the scores again, which no region holds: the
+// backward kernel recomputes each visible score's q . k from the q and k heads (a dot product of
+// hs per score on the CUDA cores, work the direct path pays only with a softcap).
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -147,65 +153,95 @@ __global__ void ScatterGqaHeadsKernel(T* dst, const float* src, int B, int T_, i
   }
 }
 
-// One warp per row (b, h, t) of att (B,NH,T,T), which holds the scaled scores: the causal
-// softmax over columns [0, t], zeros after. For a 16-bit P, probs (B,NH,T,T) also receives each
-// probability rounded to P; for P = float, probs is unused (att is the P of the products).
+// One warp per row (b, h, t) of att (B,NH,T,T), which holds the scaled scores: the softmax over
+// the row's keys [lo, t] (lo = AttentionWindowStart(t, window)), each score first capped to
+// softcap * tanh(s / softcap) where softcap > 0; zeros in the other columns. For a 16-bit P,
+// probs (B,NH,T,T) also receives each probability rounded to P; for P = float, probs is unused
+// (att is the P of the products).
 template <typename P>
-__global__ void CausalSoftmaxKernel(float* att, P* probs, int rows, int T_) {
+__global__ void CausalSoftmaxKernel(float* att, P* probs, int rows, int T_, int window,
+                                    float softcap) {
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
   const int t = row % T_;
+  const int lo = AttentionWindowStart(t, window);
   float* a = att + static_cast<int64_t>(row) * T_;
+  if (softcap > 0.0f) {  // each lane caps the columns it reads next
+    for (int s = lo + lane; s <= t; s += 32) a[s] = softcap * tanhf(a[s] / softcap);
+  }
   float row_max = -INFINITY;
-  for (int s = lane; s <= t; s += 32) row_max = fmaxf(row_max, a[s]);
+  for (int s = lo + lane; s <= t; s += 32) row_max = fmaxf(row_max, a[s]);
   row_max = WarpMax(row_max);
   float sum = 0.0f;
-  for (int s = lane; s <= t; s += 32) {
+  for (int s = lo + lane; s <= t; s += 32) {
     const float e = expf(a[s] - row_max);
     a[s] = e;
     sum += e;
   }
   const float inv_sum = 1.0f / WarpSum(sum);
+  __syncwarp();  // where lo is not a multiple of 32, a lane below reads what another one wrote
   if constexpr (std::is_same_v<P, float>) {
-    for (int s = lane; s < T_; s += 32) a[s] = s <= t ? a[s] * inv_sum : 0.0f;
+    for (int s = lane; s < T_; s += 32) a[s] = s >= lo && s <= t ? a[s] * inv_sum : 0.0f;
   } else {
     P* p = probs + static_cast<int64_t>(row) * T_;
     for (int s = lane; s < T_; s += 32) {
-      const float value = s <= t ? a[s] * inv_sum : 0.0f;
+      const float value = s >= lo && s <= t ? a[s] * inv_sum : 0.0f;
       a[s] = value;
       p[s] = FromFloat<P>(value);
     }
   }
 }
 
-// One warp per row: datt (dL/dP) becomes dL/dscores = scale * P * (dP - sum_s P dP), 0 to the
-// right of the diagonal. G = float: in place. A 16-bit G: rounded to G and stored over the first
-// half of the row's own bytes (element s inside fp32 element s/2), so the 16-bit matrix has
-// leading dimension 2T. A chunk of 32 columns overwrites only fp32 elements at or before its own,
-// and the warp has read those already, except within the first chunk, where __syncwarp orders
-// its reads before its writes.
+// The softcap's slope at a score, 1 - tanh^2(s / softcap), with s = scale (q . k) recomputed in
+// fp32 from a query row and a key row of the heads (hs elements each).
+template <typename E>
+__device__ float SoftCapSlope(const E* q, const E* k, int hs, float scale, float softcap) {
+  float dot = 0.0f;
+  for (int d = 0; d < hs; ++d) dot = fmaf(ToFloat(q[d]), ToFloat(k[d]), dot);
+  const float u = tanhf(scale * dot / softcap);
+  return 1.0f - u * u;
+}
+
+// One warp per row: datt (dL/dP) becomes dL/d(q.k) = scale * P * (dP - sum_s P dP) over the
+// row's keys [lo, t], times the softcap's slope where softcap > 0 (q and k: the (B,NH,T,hs) heads
+// of `G`, read only then), 0 in the other columns. G = float: in place. A 16-bit G: rounded to G
+// and stored over the first half of the row's own bytes (element s inside fp32 element s/2), so
+// the 16-bit matrix has leading dimension 2T. A chunk of 32 columns overwrites only fp32 elements
+// at or before its own, and the warp has read those already, except within the first chunk,
+// where __syncwarp orders its reads before its writes.
 template <typename G>
 __global__ void CausalSoftmaxBackwardKernel(float* datt, const float* att, int rows, int T_,
-                                            float scale) {
+                                            float scale, int window, float softcap, const G* q,
+                                            const G* k, int hs) {
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;
   const int lane = threadIdx.x % 32;
   const int t = row % T_;
+  const int lo = AttentionWindowStart(t, window);
   const float* p = att + static_cast<int64_t>(row) * T_;
   float* g = datt + static_cast<int64_t>(row) * T_;
   float dot = 0.0f;
-  for (int s = lane; s <= t; s += 32) dot += p[s] * g[s];
+  for (int s = lo + lane; s <= t; s += 32) dot += p[s] * g[s];
   dot = WarpSum(dot);
+  // Row `row` of the heads is query t; key s is row row - t + s.
+  const G* q_row = q + static_cast<int64_t>(row) * hs;
+  const G* k_first = k + static_cast<int64_t>(row - t) * hs;
+  const auto grad = [&](int s) -> float {
+    if (s < lo || s > t) return 0.0f;
+    const float value = scale * p[s] * (g[s] - dot);
+    if (softcap <= 0.0f) return value;
+    return value * SoftCapSlope(q_row, k_first + int64_t{s} * hs, hs, scale, softcap);
+  };
   if constexpr (std::is_same_v<G, float>) {
-    for (int s = lane; s < T_; s += 32) g[s] = s <= t ? scale * p[s] * (g[s] - dot) : 0.0f;
+    for (int s = lane; s < T_; s += 32) g[s] = grad(s);
   } else {
     G* out = reinterpret_cast<G*>(g);
     // Every lane runs every chunk (the bound is the warp's, not the lane's): __syncwarp needs
     // the whole warp.
     for (int s0 = 0; s0 < T_; s0 += 32) {
       const int s = s0 + lane;
-      const float value = s <= t ? scale * p[s] * (g[s] - dot) : 0.0f;
+      const float value = grad(s);
       __syncwarp();
       if (s < T_) out[s] = FromFloat<G>(value);
     }
@@ -280,24 +316,29 @@ Status LaunchScatterGqaHeads(void* dst, const float* src, int B, int T, int NH, 
 }
 
 // probs: P in `type` (unused for fp32).
-Status LaunchCausalSoftmax(float* att, void* probs, int rows, int T, DType type,
-                           cudaStream_t stream) {
+Status LaunchCausalSoftmax(float* att, void* probs, int rows, int T, int window, float softcap,
+                           DType type, cudaStream_t stream) {
   const int blocks = CeilDiv(rows, kWarpsPerBlock);
   const auto launch = [&](auto tag) {
     using E = decltype(tag);
-    CausalSoftmaxKernel<E><<<blocks, kThreads, 0, stream>>>(att, static_cast<E*>(probs), rows, T);
+    CausalSoftmaxKernel<E>
+        <<<blocks, kThreads, 0, stream>>>(att, static_cast<E*>(probs), rows, T, window, softcap);
   };
   HOIST_CUDA_DISPATCH(type, launch);
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::Ok();
 }
 
+// q and k: the heads (B,NH,T,hs) in `type`, read only with a softcap.
 Status LaunchCausalSoftmaxBackward(float* datt, const float* att, int rows, int T, float scale,
+                                   int window, float softcap, const void* q, const void* k, int hs,
                                    DType type, cudaStream_t stream) {
   const int blocks = CeilDiv(rows, kWarpsPerBlock);
   const auto launch = [&](auto tag) {
     using E = decltype(tag);
-    CausalSoftmaxBackwardKernel<E><<<blocks, kThreads, 0, stream>>>(datt, att, rows, T, scale);
+    CausalSoftmaxBackwardKernel<E>
+        <<<blocks, kThreads, 0, stream>>>(datt, att, rows, T, scale, window, softcap,
+                                          static_cast<const E*>(q), static_cast<const E*>(k), hs);
   };
   HOIST_CUDA_DISPATCH(type, launch);
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
@@ -383,10 +424,11 @@ Workspace CarveWorkspace(void* workspace, int B, int T, int C, DType type) {
 // head size hs, C = NH*hs. NKV == NH moves q, k, v with the multi-head permutes; NKV < NH gathers
 // the shared heads repeated, then runs the same products.
 Status ForwardImpl(BlasHandle& blas, void* out, float* att, const void* qkv, void* workspace, int B,
-                   int T, int NH, int NKV, int hs, DType type, cudaStream_t stream) {
+                   int T, int NH, int NKV, int hs, const AttentionOptions& options, DType type,
+                   cudaStream_t stream) {
   const int C = NH * hs, batch = B * NH;
   const int64_t head = static_cast<int64_t>(T) * hs, tt = static_cast<int64_t>(T) * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = AttentionScale(options, hs);
   const cudaDataType_t ab_type = CudaDataType(type);
   const Workspace w = CarveWorkspace(workspace, B, T, C, type);
   const char *q = w.heads, *k = w.k, *v = w.v;
@@ -404,7 +446,8 @@ Status ForwardImpl(BlasHandle& blas, void* out, float* att, const void* qkv, voi
   // Row-major att (T,T) = scale q k^T is the column-major att^T = scale k q^T.
   HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, scale, ab_type, k, hs,
                                     head, q, hs, head, 0.0f, att, T, tt, batch));
-  HOIST_RETURN_IF_ERROR(LaunchCausalSoftmax(att, probs, batch * T, T, type, stream));
+  HOIST_RETURN_IF_ERROR(
+      LaunchCausalSoftmax(att, probs, batch * T, T, options.window, options.softcap, type, stream));
   // out (T,hs) = P v: column-major out^T = v^T P^T.
   HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, ab_type, v, hs,
                                     head, probs, T, tt, 0.0f, out_heads, hs, head, batch));
@@ -413,11 +456,11 @@ Status ForwardImpl(BlasHandle& blas, void* out, float* att, const void* qkv, voi
 
 Status BackwardImpl(BlasHandle& blas, void* dqkv, const void* dout, const void* qkv,
                     const float* att, void* workspace, int B, int T, int NH, int NKV, int hs,
-                    DType type, cudaStream_t stream) {
+                    const AttentionOptions& options, DType type, cudaStream_t stream) {
   const int C = NH * hs, batch = B * NH;
   const int64_t btc = static_cast<int64_t>(B) * T * C, head = static_cast<int64_t>(T) * hs,
                 tt = static_cast<int64_t>(T) * T;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const float scale = AttentionScale(options, hs);
   const bool fp32 = type == DType::kFloat32;
   const cudaDataType_t ab_type = CudaDataType(type);
   const Workspace w = CarveWorkspace(workspace, B, T, C, type);
@@ -449,7 +492,8 @@ Status BackwardImpl(BlasHandle& blas, void* dqkv, const void* dout, const void* 
   // datt (T,T) = dout v^T: column-major datt^T = v dout^T.
   HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, ab_type, v, hs,
                                     head, dout_heads, hs, head, 0.0f, datt, T, tt, batch));
-  HOIST_RETURN_IF_ERROR(LaunchCausalSoftmaxBackward(datt, att, batch * T, T, scale, type, stream));
+  HOIST_RETURN_IF_ERROR(LaunchCausalSoftmaxBackward(datt, att, batch * T, T, scale, options.window,
+                                                    options.softcap, q, k, hs, type, stream));
   // With dS = dL/dscores (scale included): dq = dS k (column-major dq^T = k^T dS^T) and
   // dk = dS^T q (column-major dk^T = q^T dS).
   HOIST_RETURN_IF_ERROR(BatchedGemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, ab_type, k, hs,
@@ -471,7 +515,8 @@ Status AttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
   HOIST_RETURN_IF_ERROR(CheckShape(kOp, B, T, C, NH));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  return ForwardImpl(blas, out, att, qkv, workspace, B, T, NH, NH, C / NH, type, stream);
+  return ForwardImpl(blas, out, att, qkv, workspace, B, T, NH, NH, C / NH, AttentionOptions{}, type,
+                     stream);
 }
 
 Status AttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const void* qkv,
@@ -485,25 +530,28 @@ Status AttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const v
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
   HOIST_RETURN_IF_ERROR(CheckShape(kOp, B, T, C, NH));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  return BackwardImpl(blas, dqkv, dout, qkv, att, workspace, B, T, NH, NH, C / NH, type, stream);
+  return BackwardImpl(blas, dqkv, dout, qkv, att, workspace, B, T, NH, NH, C / NH,
+                      AttentionOptions{}, type, stream);
 }
 
 Status GqaAttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv,
-                           void* workspace, int B, int T, int NH, int NKV, int hd, DType type,
-                           cudaStream_t stream) {
+                           void* workspace, int B, int T, int NH, int NKV, int hd,
+                           const AttentionOptions& options, DType type, cudaStream_t stream) {
   constexpr const char* kOp = "GqaAttentionForward";
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "att", att));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
   HOIST_RETURN_IF_ERROR(CheckGqaShape(kOp, B, T, NH, NKV, hd));
+  HOIST_RETURN_IF_ERROR(CheckAttentionOptions(kOp, options));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  return ForwardImpl(blas, out, att, qkv, workspace, B, T, NH, NKV, hd, type, stream);
+  return ForwardImpl(blas, out, att, qkv, workspace, B, T, NH, NKV, hd, options, type, stream);
 }
 
 Status GqaAttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const void* qkv,
                             const float* att, void* workspace, int B, int T, int NH, int NKV,
-                            int hd, DType type, cudaStream_t stream) {
+                            int hd, const AttentionOptions& options, DType type,
+                            cudaStream_t stream) {
   constexpr const char* kOp = "GqaAttentionBackward";
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dqkv", dqkv));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
@@ -511,8 +559,10 @@ Status GqaAttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, cons
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "att", att));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
   HOIST_RETURN_IF_ERROR(CheckGqaShape(kOp, B, T, NH, NKV, hd));
+  HOIST_RETURN_IF_ERROR(CheckAttentionOptions(kOp, options));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  return BackwardImpl(blas, dqkv, dout, qkv, att, workspace, B, T, NH, NKV, hd, type, stream);
+  return BackwardImpl(blas, dqkv, dout, qkv, att, workspace, B, T, NH, NKV, hd, options, type,
+                      stream);
 }
 
 }  // namespace hoist::kernels::cuda

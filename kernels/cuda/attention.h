@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/status.h"
+#include "kernels/attention_options.h"
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/dtype.h"
 #include "kernels/cuda/workspace.h"
@@ -42,22 +43,31 @@ Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, con
 
 // Grouped-query attention (CPU twins: cpu::AttentionForwardGqa and the other *Gqa ops): qkv
 // (B,T,(NH+2*NKV)*hd) holds NH query heads, then NKV key heads, then NKV value heads; query head
-// h uses key/value head h / (NH/NKV); out (B,T,NH*hd); scores scaled by 1/sqrt(hd). Otherwise the
-// contracts above. The direct form copies each shared key/value head once per query head of its
-// group into the workspace (GqaAttentionWorkspaceBytes, kernels/cuda/workspace.h) and runs the
-// multi-head products; its backward adds a shared head's gradient summed over the group, in head
-// order. With NKV == NH and hd = C/NH every form is the multi-head op above, kernel for kernel.
+// h uses key/value head h / (NH/NKV); out (B,T,NH*hd); `options` (kernels/attention_options.h:
+// the scale, default 1/sqrt(hd), a sliding window and a softcap, tanh in fp32) as kernels/backend.h
+// describes them, checked here. Otherwise the contracts above. The direct form copies each shared
+// key/value head once per query head of its group into the workspace (GqaAttentionWorkspaceBytes,
+// kernels/cuda/workspace.h) and runs the multi-head products over all T x T scores, masking the
+// window in the softmax; with a softcap its backward recomputes each visible score's dot product
+// in the softmax's backward kernel (the workspace has no room for the scores). Its backward adds
+// a shared head's gradient summed over the group, in head order. With default options, NKV == NH
+// and hd = C/NH every form is the multi-head op above, kernel for kernel.
 Status GqaAttentionForward(BlasHandle& blas, void* out, float* att, const void* qkv,
-                           void* workspace, int B, int T, int NH, int NKV, int hd, DType type,
-                           cudaStream_t stream);
+                           void* workspace, int B, int T, int NH, int NKV, int hd,
+                           const AttentionOptions& options, DType type, cudaStream_t stream);
 Status GqaAttentionBackward(BlasHandle& blas, void* dqkv, const void* dout, const void* qkv,
                             const float* att, void* workspace, int B, int T, int NH, int NKV,
-                            int hd, DType type, cudaStream_t stream);
+                            int hd, const AttentionOptions& options, DType type,
+                            cudaStream_t stream);
 // Tiled: hd <= 128; the backward's workspace holds TiledAttentionBackwardWorkspaceBytes(B,T,NH).
+// With a window, key tiles outside every window of a query tile (and query tiles outside every
+// window reaching a key tile) are skipped.
 Status GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int NH,
-                                int NKV, int hd, DType type, cudaStream_t stream);
+                                int NKV, int hd, const AttentionOptions& options, DType type,
+                                cudaStream_t stream);
 Status GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
                                  const float* lse, void* workspace, int B, int T, int NH, int NKV,
-                                 int hd, DType type, cudaStream_t stream);
+                                 int hd, const AttentionOptions& options, DType type,
+                                 cudaStream_t stream);
 
 }  // namespace hoist::kernels::cuda

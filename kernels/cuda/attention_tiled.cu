@@ -15,6 +15,14 @@
 // the group stays in registers in a fixed order. With NKV == NH every loop and index is that of
 // multi-head attention.
 //
+// The attention options (attention_options.h): the scale is a kernel argument; a window masks the
+// scores like the causal mask and narrows the walks (the forward and dQ kernels start at the key
+// tile holding their first row's first key, the dK/dV kernel stops after the last query tile
+// whose windows reach its keys, and a row skips a tile outside its window); a softcap caps each
+// score with tanhf where it is computed, and the backward multiplies dL/dscore by its slope
+// 1 - tanh^2. Without options each kernel runs the plain causal arithmetic, operation for
+// operation.
+//
 // Backward: D_i = rowsum(dout_i * out_i) first (workspace (B,NH,T) fp32), then dK/dV per key tile
 // looping over the query tiles at and below the diagonal, then dQ per query tile looping over the
 // key tiles up to the diagonal. Every gradient element is summed by one thread in a fixed order and
@@ -60,12 +68,22 @@ __device__ __forceinline__ float Dot(const float* a, const float* b, int hs) {
   return acc;
 }
 
+// The first key tile a query tile starting at q0 walks: the one holding row q0's first key.
+__device__ __forceinline__ int FirstKeyTile(int q0, int window) {
+  return AttentionWindowStart(q0, window) / kTile * kTile;
+}
+
+// Whether key tile [k0, k0 + kTile) lies wholly before query tq's window.
+__device__ __forceinline__ bool BeforeWindow(int k0, int tq, int window) {
+  return k0 + kTile <= AttentionWindowStart(tq, window);
+}
+
 // grid (ceil(T/kTile), B*NH). out (B,T,C), lse (B,NH,T). qkv rows hold NH query heads, then NKV
 // key heads, then NKV value heads (C = NH*hs); query head h reads key/value head h / (NH/NKV).
 template <typename E, int kChunks>
 __global__ void __launch_bounds__(kWarps * 32)
     TiledForwardKernel(E* out, float* lse, const E* qkv, int T_, int NH, int NKV, int hs,
-                       float scale) {
+                       float scale, int window, float softcap) {
   extern __shared__ float smem[];
   const int C = NH * hs, ld = hs + 1;
   float* q_s = smem;
@@ -86,7 +104,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int i = 0; i < kRowsPerWarp; ++i) row_max[i] = -INFINITY, row_sum[i] = 0.0f;
 
   const int q_last = min(T_, q0 + kTile) - 1;
-  for (int k0 = 0; k0 <= q_last; k0 += kTile) {
+  for (int k0 = FirstKeyTile(q0, window); k0 <= q_last; k0 += kTile) {
     __syncthreads();  // the previous tile's readers are done
     LoadTile(k_s, k_head, width, k0, T_, hs, ld);
     LoadTile(v_s, v_head, width, k0, T_, hs, ld);
@@ -94,19 +112,22 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp * kRowsPerWarp + i, tq = q0 + r;
-      if (tq >= T_ || k0 > tq) continue;  // uniform across the warp
-      const bool visible = k0 + lane <= tq;
+      // Uniform across the warp: a tile wholly after the row or before its window.
+      if (tq >= T_ || k0 > tq || BeforeWindow(k0, tq, window)) continue;
+      const int first = max(0, AttentionWindowStart(tq, window) - k0);  // the row's first lane
+      const bool visible = k0 + lane <= tq && lane >= first;
       const float s = visible ? scale * Dot(q_s + r * ld, k_s + lane * ld, hs) : -INFINITY;
-      // Key k0 is visible to the row, so the new maximum is finite.
-      const float new_max = fmaxf(row_max[i], WarpMax(s));
-      const float p = visible ? expf(s - new_max) : 0.0f;
+      const float capped = softcap > 0.0f && visible ? softcap * tanhf(s / softcap) : s;
+      // The tile holds a key the row sees, so the new maximum is finite.
+      const float new_max = fmaxf(row_max[i], WarpMax(capped));
+      const float p = visible ? expf(capped - new_max) : 0.0f;
       const float correction = expf(row_max[i] - new_max);
       row_sum[i] = row_sum[i] * correction + WarpSum(p);
       row_max[i] = new_max;
       const int keys = min(kTile, tq - k0 + 1);
 #pragma unroll
       for (int c = 0; c < kChunks; ++c) o[i][c] *= correction;
-      for (int j = 0; j < keys; ++j) {
+      for (int j = first; j < keys; ++j) {
         const float pj = __shfl_sync(kFullMask, p, j);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
@@ -153,7 +174,7 @@ __global__ void RowDotKernel(float* D, const E* dout, const E* out, int B, int T
 template <typename E, int kChunks>
 __global__ void __launch_bounds__(kWarps * 32)
     TiledKeyGradKernel(E* dqkv, const E* dout, const E* qkv, const float* lse, const float* D,
-                       int T_, int NH, int NKV, int hs, float scale) {
+                       int T_, int NH, int NKV, int hs, float scale, int window, float softcap) {
   extern __shared__ float smem[];
   const int C = NH * hs, ld = hs + 1, group = NH / NKV;
   float* k_s = smem;
@@ -172,11 +193,16 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   float dk[kRowsPerWarp][kChunks] = {};
   float dv[kRowsPerWarp][kChunks] = {};
+  // One past the last query whose window reaches the tile's last key (T without a window).
+  const int q_end = window > 0
+                        ? static_cast<int>(min(static_cast<int64_t>(T_),
+                                               static_cast<int64_t>(k0) + kTile - 1 + window))
+                        : T_;
   for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
     const int64_t bh = static_cast<int64_t>(b) * NH + h;
     const E* head = qkv + static_cast<int64_t>(b) * T_ * width + h * hs;
     const E* dout_head = dout + static_cast<int64_t>(b) * T_ * C + h * hs;
-    for (int q0 = k0; q0 < T_; q0 += kTile) {
+    for (int q0 = k0; q0 < q_end; q0 += kTile) {
       __syncthreads();
       LoadTile(q_s, head, width, q0, T_, hs, ld);
       LoadTile(do_s, dout_head, C, q0, T_, hs, ld);
@@ -192,9 +218,13 @@ __global__ void __launch_bounds__(kWarps * 32)
         const int r = warp * kRowsPerWarp + i, tk = k0 + r;
         if (tk >= T_) continue;  // uniform across the warp
         const int tq = q0 + lane;
-        const bool visible = tq < T_ && tq >= tk;
+        const bool visible = tq < T_ && tq >= tk && (window <= 0 || tq - tk < window);
         float p = 0.0f, ds = 0.0f;
-        if (visible) {
+        if (visible && softcap > 0.0f) {
+          const float u = tanhf(scale * Dot(q_s + lane * ld, k_s + r * ld, hs) / softcap);
+          p = expf(softcap * u - lse_s[lane]);
+          ds = p * (Dot(do_s + lane * ld, v_s + r * ld, hs) - d_s[lane]) * (1.0f - u * u);
+        } else if (visible) {
           const float s = scale * Dot(q_s + lane * ld, k_s + r * ld, hs);
           p = expf(s - lse_s[lane]);
           ds = p * (Dot(do_s + lane * ld, v_s + r * ld, hs) - d_s[lane]);
@@ -235,7 +265,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <typename E, int kChunks>
 __global__ void __launch_bounds__(kWarps * 32)
     TiledQueryGradKernel(E* dqkv, const E* dout, const E* qkv, const float* lse, const float* D,
-                         int T_, int NH, int NKV, int hs, float scale) {
+                         int T_, int NH, int NKV, int hs, float scale, int window, float softcap) {
   extern __shared__ float smem[];
   const int C = NH * hs, ld = hs + 1;
   float* q_s = smem;
@@ -261,7 +291,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   float dq[kRowsPerWarp][kChunks] = {};
   const int q_last = min(T_, q0 + kTile) - 1;
-  for (int k0 = 0; k0 <= q_last; k0 += kTile) {
+  for (int k0 = FirstKeyTile(q0, window); k0 <= q_last; k0 += kTile) {
     __syncthreads();
     LoadTile(k_s, k_head, width, k0, T_, hs, ld);
     LoadTile(v_s, v_head, width, k0, T_, hs, ld);
@@ -269,15 +299,22 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int i = 0; i < kRowsPerWarp; ++i) {
       const int r = warp * kRowsPerWarp + i, tq = q0 + r;
-      if (tq >= T_ || k0 > tq) continue;  // uniform across the warp
+      // Uniform across the warp: a tile wholly after the row or before its window.
+      if (tq >= T_ || k0 > tq || BeforeWindow(k0, tq, window)) continue;
+      const int first = max(0, AttentionWindowStart(tq, window) - k0);  // the row's first lane
+      const bool visible = k0 + lane <= tq && lane >= first;
       float ds = 0.0f;
-      if (k0 + lane <= tq) {
+      if (visible && softcap > 0.0f) {
+        const float u = tanhf(scale * Dot(q_s + r * ld, k_s + lane * ld, hs) / softcap);
+        const float p = expf(softcap * u - row_lse[i]);
+        ds = p * (Dot(do_s + r * ld, v_s + lane * ld, hs) - row_d[i]) * (1.0f - u * u);
+      } else if (visible) {
         const float s = scale * Dot(q_s + r * ld, k_s + lane * ld, hs);
         const float p = expf(s - row_lse[i]);
         ds = p * (Dot(do_s + r * ld, v_s + lane * ld, hs) - row_d[i]);
       }
       const int keys = min(kTile, tq - k0 + 1);
-      for (int j = 0; j < keys; ++j) {
+      for (int j = first; j < keys; ++j) {
         const float dsj = __shfl_sync(kFullMask, ds, j);
 #pragma unroll
         for (int c = 0; c < kChunks; ++c) {
@@ -365,8 +402,8 @@ Status CheckTiledGqaShape(const char* op, int B, int T, int NH, int NKV, int hd)
 }
 
 Status ForwardTiledImpl(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
-                        int hs, DType type, cudaStream_t stream) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+                        int hs, const AttentionOptions& options, DType type, cudaStream_t stream) {
+  const float scale = AttentionScale(options, hs);
   const dim3 grid(CeilDiv(T, kTile), B * NH);
   const size_t shared_bytes = 3 * kTile * (hs + 1) * sizeof(float);
   const auto launch = [&](auto tag) -> Status {
@@ -375,7 +412,8 @@ Status ForwardTiledImpl(void* out, float* lse, const void* qkv, int B, int T, in
       const auto kernel = TiledForwardKernel<E, decltype(chunks)::value>;
       HOIST_RETURN_IF_ERROR(AllowSharedBytes(kernel, shared_bytes));
       kernel<<<grid, kWarps * 32, shared_bytes, stream>>>(
-          static_cast<E*>(out), lse, static_cast<const E*>(qkv), T, NH, NKV, hs, scale);
+          static_cast<E*>(out), lse, static_cast<const E*>(qkv), T, NH, NKV, hs, scale,
+          options.window, options.softcap);
       HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
       return Status::Ok();
     });
@@ -385,8 +423,8 @@ Status ForwardTiledImpl(void* out, float* lse, const void* qkv, int B, int T, in
 
 Status BackwardTiledImpl(void* dqkv, const void* dout, const void* qkv, const void* out,
                          const float* lse, void* workspace, int B, int T, int NH, int NKV, int hs,
-                         DType type, cudaStream_t stream) {
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+                         const AttentionOptions& options, DType type, cudaStream_t stream) {
+  const float scale = AttentionScale(options, hs);
   float* D = static_cast<float*>(workspace);
   const int64_t rows = static_cast<int64_t>(B) * NH * T;
   constexpr int kRowThreads = 256;
@@ -406,11 +444,11 @@ Status BackwardTiledImpl(void* dqkv, const void* dout, const void* qkv, const vo
       HOIST_RETURN_IF_ERROR(AllowSharedBytes(query_kernel, shared_bytes));
       key_kernel<<<key_grid, kWarps * 32, shared_bytes, stream>>>(
           static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse, D, T,
-          NH, NKV, hs, scale);
+          NH, NKV, hs, scale, options.window, options.softcap);
       HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
       query_kernel<<<query_grid, kWarps * 32, shared_bytes, stream>>>(
           static_cast<E*>(dqkv), static_cast<const E*>(dout), static_cast<const E*>(qkv), lse, D, T,
-          NH, NKV, hs, scale);
+          NH, NKV, hs, scale, options.window, options.softcap);
       HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
       return Status::Ok();
     });
@@ -428,7 +466,7 @@ Status AttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int 
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
   HOIST_RETURN_IF_ERROR(CheckTiledShape(kOp, B, T, C, NH));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  return ForwardTiledImpl(out, lse, qkv, B, T, NH, NH, C / NH, type, stream);
+  return ForwardTiledImpl(out, lse, qkv, B, T, NH, NH, C / NH, AttentionOptions{}, type, stream);
 }
 
 Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
@@ -443,24 +481,27 @@ Status AttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, con
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
   HOIST_RETURN_IF_ERROR(CheckTiledShape(kOp, B, T, C, NH));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  return BackwardTiledImpl(dqkv, dout, qkv, out, lse, workspace, B, T, NH, NH, C / NH, type,
-                           stream);
+  return BackwardTiledImpl(dqkv, dout, qkv, out, lse, workspace, B, T, NH, NH, C / NH,
+                           AttentionOptions{}, type, stream);
 }
 
 Status GqaAttentionForwardTiled(void* out, float* lse, const void* qkv, int B, int T, int NH,
-                                int NKV, int hd, DType type, cudaStream_t stream) {
+                                int NKV, int hd, const AttentionOptions& options, DType type,
+                                cudaStream_t stream) {
   constexpr const char* kOp = "GqaAttentionForwardTiled";
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "lse", lse));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "qkv", qkv));
   HOIST_RETURN_IF_ERROR(CheckTiledGqaShape(kOp, B, T, NH, NKV, hd));
+  HOIST_RETURN_IF_ERROR(CheckAttentionOptions(kOp, options));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  return ForwardTiledImpl(out, lse, qkv, B, T, NH, NKV, hd, type, stream);
+  return ForwardTiledImpl(out, lse, qkv, B, T, NH, NKV, hd, options, type, stream);
 }
 
 Status GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, const void* out,
                                  const float* lse, void* workspace, int B, int T, int NH, int NKV,
-                                 int hd, DType type, cudaStream_t stream) {
+                                 int hd, const AttentionOptions& options, DType type,
+                                 cudaStream_t stream) {
   constexpr const char* kOp = "GqaAttentionBackwardTiled";
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dqkv", dqkv));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
@@ -469,8 +510,10 @@ Status GqaAttentionBackwardTiled(void* dqkv, const void* dout, const void* qkv, 
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "lse", lse));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "workspace", workspace));
   HOIST_RETURN_IF_ERROR(CheckTiledGqaShape(kOp, B, T, NH, NKV, hd));
+  HOIST_RETURN_IF_ERROR(CheckAttentionOptions(kOp, options));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  return BackwardTiledImpl(dqkv, dout, qkv, out, lse, workspace, B, T, NH, NKV, hd, type, stream);
+  return BackwardTiledImpl(dqkv, dout, qkv, out, lse, workspace, B, T, NH, NKV, hd, options, type,
+                           stream);
 }
 
 }  // namespace hoist::kernels::cuda

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -15,24 +16,51 @@ using detail::ToFloat;
 
 constexpr int kThreads = 512;
 
+// A logit as the softmax sees it: capped to softcap * tanh(x / softcap) (kCapped), or as it is.
+template <bool kCapped>
+__device__ __forceinline__ float Logit(float x, float softcap) {
+  if constexpr (kCapped) {
+    return tanhf(x / softcap) * softcap;
+  } else {
+    return x;
+  }
+}
+
+// The gradient g with respect to the logit the softmax saw, carried to the raw logit x: times the
+// cap's derivative 1 - tanh^2(x / softcap) (kCapped), or as it is.
+template <bool kCapped>
+__device__ __forceinline__ float RawGradient(float g, float x, float softcap) {
+  if constexpr (kCapped) {
+    const float t = tanhf(x / softcap);
+    return g * (1.0f - t * t);
+  } else {
+    return g;
+  }
+}
+
 // One block per row, three passes over it: the max, the sum of e^(x - max), then the gradient.
 // dlogits may alias logits: every thread reads and writes only the columns c = threadIdx.x +
 // k * blockDim.x in every pass, and the one value read across threads (the target's logit) is
 // read before the barriers inside BlockSum, which precede the first write.
-template <typename T>
+template <typename T, bool kCapped>
 __global__ void SoftmaxCrossEntropyKernel(float* losses, T* dlogits, const T* logits,
-                                          const int32_t* targets, float dloss, int V, int Vp) {
+                                          const int32_t* targets, float dloss, int V, int Vp,
+                                          float softcap) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const T* x = logits + row * Vp;
   const int target = targets[row];
-  const float target_logit = ToFloat(x[target]);
+  const float target_logit = Logit<kCapped>(ToFloat(x[target]), softcap);
 
   float row_max = -INFINITY;
-  for (int c = threadIdx.x; c < V; c += blockDim.x) row_max = fmaxf(row_max, ToFloat(x[c]));
+  for (int c = threadIdx.x; c < V; c += blockDim.x) {
+    row_max = fmaxf(row_max, Logit<kCapped>(ToFloat(x[c]), softcap));
+  }
   row_max = BlockMax(row_max, scratch);
   float sum = 0.0f;
-  for (int c = threadIdx.x; c < V; c += blockDim.x) sum += expf(ToFloat(x[c]) - row_max);
+  for (int c = threadIdx.x; c < V; c += blockDim.x) {
+    sum += expf(Logit<kCapped>(ToFloat(x[c]), softcap) - row_max);
+  }
   sum = BlockSum(sum, scratch);
 
   if (threadIdx.x == 0) losses[row] = logf(sum) - (target_logit - row_max);
@@ -43,8 +71,10 @@ __global__ void SoftmaxCrossEntropyKernel(float* losses, T* dlogits, const T* lo
   for (int c = threadIdx.x; c < Vp; c += blockDim.x) {
     float g = 0.0f;
     if (c < V) {
-      g = expf(ToFloat(x[c]) - row_max) * scale;
+      const float raw = ToFloat(x[c]);
+      g = expf(Logit<kCapped>(raw, softcap) - row_max) * scale;
       if (c == target) g -= dloss;
+      g = RawGradient<kCapped>(g, raw, softcap);
     }
     dx[c] = FromFloat<T>(g);
   }
@@ -56,10 +86,10 @@ __global__ void SoftmaxCrossEntropyKernel(float* losses, T* dlogits, const T* lo
 // twice and written once instead of read three times; the sum's terms are added in another order
 // than the three-pass kernel's, so the two agree to fp32 rounding. Aliasing as above: each thread
 // reads and writes only its own vectors.
-template <typename T>
+template <typename T, bool kCapped>
 __global__ void SoftmaxCrossEntropyVectorKernel(float* losses, T* dlogits, const T* logits,
-                                                const int32_t* targets, float dloss, int V,
-                                                int Vp) {
+                                                const int32_t* targets, float dloss, int V, int Vp,
+                                                float softcap) {
   constexpr int kWidth = 16 / static_cast<int>(sizeof(T));
   union Vector {
     uint4 bits;
@@ -69,7 +99,7 @@ __global__ void SoftmaxCrossEntropyVectorKernel(float* losses, T* dlogits, const
   const int64_t row = blockIdx.x;
   const T* x = logits + row * Vp;
   const int target = targets[row];
-  const float target_logit = ToFloat(x[target]);
+  const float target_logit = Logit<kCapped>(ToFloat(x[target]), softcap);
   const uint4* in = reinterpret_cast<const uint4*>(x);
   const int vectors = Vp / kWidth;
 
@@ -80,7 +110,7 @@ __global__ void SoftmaxCrossEntropyVectorKernel(float* losses, T* dlogits, const
 #pragma unroll
     for (int k = 0; k < kWidth; ++k) {
       if (v * kWidth + k >= V) break;
-      const float value = ToFloat(chunk.values[k]);
+      const float value = Logit<kCapped>(ToFloat(chunk.values[k]), softcap);
       if (value > m) {
         sum = sum * expf(m - value) + 1.0f;
         m = value;
@@ -104,8 +134,10 @@ __global__ void SoftmaxCrossEntropyVectorKernel(float* losses, T* dlogits, const
       const int c = v * kWidth + k;
       float g = 0.0f;
       if (c < V) {
-        g = expf(ToFloat(chunk.values[k]) - row_max) * scale;
+        const float raw = ToFloat(chunk.values[k]);
+        g = expf(Logit<kCapped>(raw, softcap) - row_max) * scale;
         if (c == target) g -= dloss;
+        g = RawGradient<kCapped>(g, raw, softcap);
       }
       chunk.values[k] = FromFloat<T>(g);
     }
@@ -113,17 +145,32 @@ __global__ void SoftmaxCrossEntropyVectorKernel(float* losses, T* dlogits, const
   }
 }
 
+template <typename T, bool kCapped>
+void LaunchRows(float* losses, T* dlogits, const T* logits, const int32_t* targets, float dloss,
+                int N, int V, int Vp, float softcap, bool vector, cudaStream_t stream) {
+  if (vector) {
+    SoftmaxCrossEntropyVectorKernel<T, kCapped>
+        <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dloss, V, Vp, softcap);
+  } else {
+    SoftmaxCrossEntropyKernel<T, kCapped>
+        <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dloss, V, Vp, softcap);
+  }
+}
+
 template <typename T>
 Status LaunchSoftmaxCrossEntropy(float* losses, T* dlogits, const T* logits, const int32_t* targets,
-                                 float dloss, int N, int V, int Vp, cudaStream_t stream) {
+                                 float dloss, int N, int V, int Vp, float softcap,
+                                 cudaStream_t stream) {
   constexpr int kWidth = 16 / static_cast<int>(sizeof(T));
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (Vp % kWidth == 0 && aligned(logits) && (dlogits == nullptr || aligned(dlogits))) {
-    SoftmaxCrossEntropyVectorKernel<T>
-        <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dloss, V, Vp);
+  const bool vector =
+      Vp % kWidth == 0 && aligned(logits) && (dlogits == nullptr || aligned(dlogits));
+  // Uncapped rows take kernels without the cap's code at all: their arithmetic is unchanged by it.
+  if (softcap == 0.0f) {
+    LaunchRows<T, false>(losses, dlogits, logits, targets, dloss, N, V, Vp, softcap, vector,
+                         stream);
   } else {
-    SoftmaxCrossEntropyKernel<T>
-        <<<N, kThreads, 0, stream>>>(losses, dlogits, logits, targets, dloss, V, Vp);
+    LaunchRows<T, true>(losses, dlogits, logits, targets, dloss, N, V, Vp, softcap, vector, stream);
   }
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::Ok();
@@ -132,7 +179,8 @@ Status LaunchSoftmaxCrossEntropy(float* losses, T* dlogits, const T* logits, con
 }  // namespace
 
 Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits, const int32_t* targets,
-                           float dloss, int N, int V, int Vp, DType type, cudaStream_t stream) {
+                           float dloss, int N, int V, int Vp, float softcap, DType type,
+                           cudaStream_t stream) {
   constexpr const char* kOp = "SoftmaxCrossEntropy";
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "losses", losses));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "logits", logits));
@@ -144,12 +192,17 @@ Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits, con
     return InvalidArgumentError(std::string(kOp) + ": Vp (" + std::to_string(Vp) +
                                 ") is smaller than V (" + std::to_string(V) + ")");
   }
+  if (!(softcap == 0.0f || (softcap > 0.0f && std::isfinite(softcap)))) {
+    return InvalidArgumentError(std::string(kOp) +
+                                ": softcap must be 0 (no cap) or positive and finite, got " +
+                                std::to_string(softcap));
+  }
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
   return HOIST_CUDA_DISPATCH(type, [&](auto tag) {
     using T = decltype(tag);
     return LaunchSoftmaxCrossEntropy<T>(losses, static_cast<T*>(dlogits),
                                         static_cast<const T*>(logits), targets, dloss, N, V, Vp,
-                                        stream);
+                                        softcap, stream);
   });
 }
 

@@ -1,6 +1,8 @@
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "core/cuda/cuda_status.h"
 #include "kernels/cuda/device_math.cuh"
@@ -98,6 +100,31 @@ __global__ void GeluBackwardKernel(T* __restrict__ dinp, const T* __restrict__ i
 }
 
 template <typename T, int W>
+__global__ void ScaleKernel(T* out, const T* inp, int64_t n, float scale) {
+  ForEachPack<W>(n, [&](auto width, int64_t i) {
+    constexpr int w = decltype(width)::kValue;
+    float x[w];
+    Load<w>(x, inp + i);
+#pragma unroll
+    for (int k = 0; k < w; ++k) x[k] *= scale;
+    Store<w>(out + i, x);
+  });
+}
+
+// tanh(x / cap) rounded to fp32, then the product, as the CPU twin (and the capped loss) computes.
+template <typename T, int W>
+__global__ void SoftcapKernel(T* x, int64_t n, float cap) {
+  ForEachPack<W>(n, [&](auto width, int64_t i) {
+    constexpr int w = decltype(width)::kValue;
+    float v[w];
+    Load<w>(v, x + i);
+#pragma unroll
+    for (int k = 0; k < w; ++k) v[k] = tanhf(v[k] / cap) * cap;
+    Store<w>(x + i, v);
+  });
+}
+
+template <typename T, int W>
 __global__ void ResidualForwardKernel(T* out, const T* a, const T* b, int64_t n) {
   ForEachPack<W>(n, [&](auto width, int64_t i) {
     constexpr int w = decltype(width)::kValue;
@@ -188,6 +215,48 @@ Status GeluBackward(void* dinp, const void* inp, const void* dout, int64_t n, DT
     return LaunchPacked<T>({dinp, inp, dout}, n, [&](auto w, int grid) {
       GeluBackwardKernel<T, decltype(w)::kValue><<<grid, kThreads, 0, stream>>>(
           static_cast<T*>(dinp), static_cast<const T*>(inp), static_cast<const T*>(dout), n);
+    });
+  });
+}
+
+Status Scale(void* out, const void* inp, int64_t n, float scale, DType type, cudaStream_t stream) {
+  constexpr const char* kOp = "Scale";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "inp", inp));
+  if (n < 0)
+    return InvalidArgumentError(std::string(kOp) + ": n is negative (" + std::to_string(n) + ")");
+  if (!std::isfinite(scale)) {
+    return InvalidArgumentError(std::string(kOp) + ": scale must be finite, got " +
+                                std::to_string(scale));
+  }
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  if (n == 0) return Status::Ok();
+  return HOIST_CUDA_DISPATCH(type, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    return LaunchPacked<T>({out, inp}, n, [&](auto w, int grid) {
+      ScaleKernel<T, decltype(w)::kValue><<<grid, kThreads, 0, stream>>>(
+          static_cast<T*>(out), static_cast<const T*>(inp), n, scale);
+    });
+  });
+}
+
+Status SoftcapForward(void* x, int64_t n, float cap, DType type, cudaStream_t stream) {
+  constexpr const char* kOp = "SoftcapForward";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "x", x));
+  if (n < 0)
+    return InvalidArgumentError(std::string(kOp) + ": n is negative (" + std::to_string(n) + ")");
+  if (!(cap == 0.0f || (cap > 0.0f && std::isfinite(cap)))) {
+    return InvalidArgumentError(std::string(kOp) +
+                                ": cap must be 0 (no cap) or positive and finite, got " +
+                                std::to_string(cap));
+  }
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  if (n == 0 || cap == 0.0f) return Status::Ok();
+  return HOIST_CUDA_DISPATCH(type, [&](auto tag) -> Status {
+    using T = decltype(tag);
+    return LaunchPacked<T>({x}, n, [&](auto w, int grid) {
+      SoftcapKernel<T, decltype(w)::kValue>
+          <<<grid, kThreads, 0, stream>>>(static_cast<T*>(x), n, cap);
     });
   });
 }

@@ -1,5 +1,6 @@
-// GELU (tanh approximation) and the residual add on the GPU; CPU twins: cpu::GeluForward,
-// GeluBackward, ResidualForward, ResidualBackward. All arrays are `type`; deterministic.
+// GELU (tanh approximation), scaling, logit soft-capping and the residual add on the GPU; CPU
+// twins: cpu::GeluForward, GeluBackward, Scale, SoftcapForward, ResidualForward, ResidualBackward.
+// All arrays are `type`; deterministic.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -16,6 +17,10 @@ Status GeluForward(void* out, const void* inp, int64_t n, DType type, cudaStream
 // dinp += GELU'(inp) * dout
 Status GeluBackward(void* dinp, const void* inp, const void* dout, int64_t n, DType type,
                     cudaStream_t stream);
+// out = inp * scale (out may alias inp); scale finite. n 0 does nothing.
+Status Scale(void* out, const void* inp, int64_t n, float scale, DType type, cudaStream_t stream);
+// x = cap * tanh(x / cap) in place; cap 0 (nothing done) or positive and finite. n 0 does nothing.
+Status SoftcapForward(void* x, int64_t n, float cap, DType type, cudaStream_t stream);
 // out = a + b (out may alias a or b)
 Status ResidualForward(void* out, const void* a, const void* b, int64_t n, DType type,
                        cudaStream_t stream);

@@ -1,7 +1,9 @@
-// RMSNorm, rotary embeddings and SwiGLU (kernels/cuda/llama.h): a warp per row for the norm (as
-// layernorm.cu), a thread per element or rotated pair for the others.
+// RMSNorm (plain and per head), rotary embeddings and the gated activations (kernels/cuda/llama.h):
+// a warp per row for the norm (as layernorm.cu), a thread per element or rotated pair for the
+// others.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "core/cuda/cuda_status.h"
@@ -29,15 +31,60 @@ int ElementwiseBlocks(int64_t n) {
   return static_cast<int>(std::min<int64_t>(kMaxBlocks, (n + kThreads - 1) / kThreads));
 }
 
-template <typename T>
+// Where the rows of a norm lie, so that RMSNorm and its per-head form share the kernels: row
+// r = g * per_group + j (g a token, j a head of it) starts at element first + g * group_stride +
+// j * C, and its rstd is rstd[g * rstd_group + rstd_first + j]. A plain norm is one row per group
+// (no division then). Rows are counted in int: the entries check that they fit.
+struct NormRows {
+  int rows;
+  int per_group;
+  int64_t group_stride;
+  int64_t first;
+  int rstd_group;
+  int rstd_first;
+
+  __device__ __forceinline__ int64_t At(int r, int C) const {
+    if (per_group == 1) return first + static_cast<int64_t>(r) * group_stride;
+    const int g = r / per_group, j = r - g * per_group;
+    return first + static_cast<int64_t>(g) * group_stride + static_cast<int64_t>(j) * C;
+  }
+  __device__ __forceinline__ int64_t Rstd(int r) const {
+    if (per_group == 1) return static_cast<int64_t>(r) * rstd_group + rstd_first;
+    const int g = r / per_group, j = r - g * per_group;
+    return static_cast<int64_t>(g) * rstd_group + rstd_first + j;
+  }
+};
+
+NormRows PlainRows(int N, int C) { return {N, 1, C, 0, 1, 0}; }
+// The query heads and the key heads of the fused qkv rows.
+NormRows QueryHeads(int N, int NH, int NKV, int hd) {
+  return {N * NH, NH, static_cast<int64_t>(NH + 2 * NKV) * hd, 0, NH + NKV, 0};
+}
+NormRows KeyHeads(int N, int NH, int NKV, int hd) {
+  return {N * NKV,  NKV, static_cast<int64_t>(NH + 2 * NKV) * hd, static_cast<int64_t>(NH) * hd,
+          NH + NKV, NH};
+}
+
+// The weight as the norm multiplies by it: Gemma's offset 1 + w in fp32, or w.
+template <RmsNormStyle kStyle, typename T>
+__device__ __forceinline__ float StyledWeight(T w) {
+  if constexpr (kStyle == RmsNormStyle::kGemma) {
+    return __fadd_rn(1.0f, ToFloat(w));
+  } else {
+    return ToFloat(w);
+  }
+}
+
+template <typename T, RmsNormStyle kStyle>
 __global__ void RmsNormForwardKernel(T* __restrict__ out, float* __restrict__ rstd_out,
-                                     const T* __restrict__ inp, const T* __restrict__ weight, int N,
-                                     int C, float eps) {
+                                     const T* __restrict__ inp, const T* __restrict__ weight,
+                                     NormRows rows, int C, float eps) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= N) return;  // whole warps leave together
-  const T* x = inp + static_cast<int64_t>(row) * C;
-  T* y = out + static_cast<int64_t>(row) * C;
+  if (row >= rows.rows) return;  // whole warps leave together
+  const int64_t at = rows.At(row, C);
+  const T* x = inp + at;
+  T* y = out + at;
   float sq = 0.0f;
   for (int c = lane; c < C; c += 32) {
     const float v = ToFloat(x[c]);
@@ -45,33 +92,39 @@ __global__ void RmsNormForwardKernel(T* __restrict__ out, float* __restrict__ rs
   }
   const float rstd = 1.0f / sqrtf(WarpSum(sq) / static_cast<float>(C) + eps);
   for (int c = lane; c < C; c += 32) {
-    // The normalised value in `type` (exact for fp32), then the weight: HF's order.
-    const float norm = ToFloat(FromFloat<T>(__fmul_rn(ToFloat(x[c]), rstd)));
-    y[c] = FromFloat<T>(__fmul_rn(ToFloat(weight[c]), norm));
+    if constexpr (kStyle == RmsNormStyle::kGemma) {
+      // Everything in fp32, rounded once: (x * rstd) * (1 + w), HF's order.
+      y[c] =
+          FromFloat<T>(__fmul_rn(__fmul_rn(ToFloat(x[c]), rstd), StyledWeight<kStyle>(weight[c])));
+    } else {
+      // The normalised value in `type` (exact for fp32), then the weight: HF's order.
+      const float norm = ToFloat(FromFloat<T>(__fmul_rn(ToFloat(x[c]), rstd)));
+      y[c] = FromFloat<T>(__fmul_rn(ToFloat(weight[c]), norm));
+    }
   }
-  if (lane == 0) rstd_out[row] = rstd;
+  if (lane == 0) rstd_out[rows.Rstd(row)] = rstd;
 }
 
-template <typename T>
+template <typename T, RmsNormStyle kStyle>
 __global__ void RmsNormBackwardInputKernel(T* __restrict__ dinp, const T* __restrict__ dout,
                                            const T* __restrict__ inp, const T* __restrict__ weight,
-                                           const float* __restrict__ rstd, int N, int C) {
+                                           const float* __restrict__ rstd, NormRows rows, int C) {
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
-  if (row >= N) return;
-  const int64_t offset = static_cast<int64_t>(row) * C;
+  if (row >= rows.rows) return;
+  const int64_t offset = rows.At(row, C);
   const T* x = inp + offset;
   const T* dy = dout + offset;
   T* dx = dinp + offset;
-  const float r = rstd[row];
+  const float r = rstd[rows.Rstd(row)];
   float dot = 0.0f;
   for (int c = lane; c < C; c += 32) {
-    dot += ToFloat(weight[c]) * ToFloat(dy[c]) * (ToFloat(x[c]) * r);
+    dot += StyledWeight<kStyle>(weight[c]) * ToFloat(dy[c]) * (ToFloat(x[c]) * r);
   }
   const float mean_dot = WarpSum(dot) / static_cast<float>(C);
   for (int c = lane; c < C; c += 32) {
     const float norm = ToFloat(x[c]) * r;
-    const float grad = r * (ToFloat(weight[c]) * ToFloat(dy[c]) - norm * mean_dot);
+    const float grad = r * (StyledWeight<kStyle>(weight[c]) * ToFloat(dy[c]) - norm * mean_dot);
     dx[c] = FromFloat<T>(ToFloat(dx[c]) + grad);
   }
 }
@@ -81,17 +134,17 @@ __global__ void RmsNormBackwardInputKernel(T* __restrict__ dinp, const T* __rest
 template <typename T>
 __global__ void RmsNormBackwardParamKernel(float* __restrict__ dweight, const T* __restrict__ dout,
                                            const T* __restrict__ inp,
-                                           const float* __restrict__ rstd, int N, int C,
+                                           const float* __restrict__ rstd, NormRows rows, int C,
                                            int rows_per_chunk) {
   __shared__ float part[kParamRows][32];
   const int c = blockIdx.x * 32 + threadIdx.x;
   const int row_begin = blockIdx.y * rows_per_chunk;
-  const int row_end = min(N, row_begin + rows_per_chunk);
+  const int row_end = min(rows.rows, row_begin + rows_per_chunk);
   float dw = 0.0f;
   if (c < C) {
     for (int row = row_begin + threadIdx.y; row < row_end; row += kParamRows) {
-      const int64_t at = static_cast<int64_t>(row) * C + c;
-      dw += ToFloat(dout[at]) * (ToFloat(inp[at]) * rstd[row]);
+      const int64_t at = rows.At(row, C) + c;
+      dw += ToFloat(dout[at]) * (ToFloat(inp[at]) * rstd[rows.Rstd(row)]);
     }
   }
   part[threadIdx.y][threadIdx.x] = dw;
@@ -99,6 +152,19 @@ __global__ void RmsNormBackwardParamKernel(float* __restrict__ dweight, const T*
   if (threadIdx.y == 0 && c < C) {
     for (int k = 1; k < kParamRows; ++k) dw += part[k][threadIdx.x];
     atomicAdd(dweight + c, dw);
+  }
+}
+
+// dinp += dout on the value heads of the fused rows: a thread per element.
+template <typename T>
+__global__ void ValueHeadsBackwardKernel(T* __restrict__ dinp, const T* __restrict__ dout,
+                                         int64_t N, int width, int v0, int v_width) {
+  const int64_t total = N * v_width;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = e / v_width;
+    const int64_t at = row * width + v0 + (e - row * v_width);
+    dinp[at] = FromFloat<T>(ToFloat(dinp[at]) + ToFloat(dout[at]));
   }
 }
 
@@ -125,8 +191,11 @@ __global__ void RopeKernel(T* qkv, const float* __restrict__ cos, const float* _
   }
 }
 
-template <typename T>
-__global__ void SwiGluForwardKernel(T* out, const T* inp, int64_t N, int I) {
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2/pi)
+constexpr float kGeluCubic = 0.044715f;
+
+template <typename T, GluActivation kActivation>
+__global__ void GluForwardKernel(T* out, const T* inp, int64_t N, int I) {
   const int64_t total = N * I;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -134,12 +203,17 @@ __global__ void SwiGluForwardKernel(T* out, const T* inp, int64_t N, int I) {
     const int j = static_cast<int>(e - row * I);
     const T* gate = inp + row * 2 * I;
     const float g = ToFloat(gate[j]), u = ToFloat(gate[I + j]);
-    out[e] = FromFloat<T>(g / (1.0f + expf(-g)) * u);
+    if constexpr (kActivation == GluActivation::kSilu) {
+      out[e] = FromFloat<T>(g / (1.0f + expf(-g)) * u);
+    } else {
+      const float th = tanhf(kGeluScale * (g + kGeluCubic * g * g * g));
+      out[e] = FromFloat<T>(0.5f * g * (1.0f + th) * u);
+    }
   }
 }
 
-template <typename T>
-__global__ void SwiGluBackwardKernel(T* dinp, const T* inp, const T* dout, int64_t N, int I) {
+template <typename T, GluActivation kActivation>
+__global__ void GluBackwardKernel(T* dinp, const T* inp, const T* dout, int64_t N, int I) {
   const int64_t total = N * I;
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -147,24 +221,84 @@ __global__ void SwiGluBackwardKernel(T* dinp, const T* inp, const T* dout, int64
     const int j = static_cast<int>(e - row * I);
     const int64_t at = row * 2 * I + j;
     const float g = ToFloat(inp[at]), u = ToFloat(inp[at + I]), dy = ToFloat(dout[e]);
-    const float sig = 1.0f / (1.0f + expf(-g));
-    dinp[at] = FromFloat<T>(ToFloat(dinp[at]) + dy * u * sig * (1.0f + g * (1.0f - sig)));
-    dinp[at + I] = FromFloat<T>(ToFloat(dinp[at + I]) + dy * g * sig);
+    if constexpr (kActivation == GluActivation::kSilu) {
+      const float sig = 1.0f / (1.0f + expf(-g));
+      dinp[at] = FromFloat<T>(ToFloat(dinp[at]) + dy * u * sig * (1.0f + g * (1.0f - sig)));
+      dinp[at + I] = FromFloat<T>(ToFloat(dinp[at + I]) + dy * g * sig);
+    } else {
+      const float g2 = g * g;
+      const float th = tanhf(kGeluScale * (g + kGeluCubic * g2 * g));
+      const float gelu = 0.5f * g * (1.0f + th);
+      const float du = kGeluScale * (1.0f + 3.0f * kGeluCubic * g2);
+      const float dgelu = 0.5f * (1.0f + th) + 0.5f * g * (1.0f - th * th) * du;
+      dinp[at] = FromFloat<T>(ToFloat(dinp[at]) + dy * u * dgelu);
+      dinp[at + I] = FromFloat<T>(ToFloat(dinp[at + I]) + dy * gelu);
+    }
   }
 }
 
+Status LaunchNormForward(void* out, float* rstd, const void* inp, const void* weight,
+                         const NormRows& rows, int C, float eps, RmsNormStyle style, DType type,
+                         cudaStream_t stream) {
+  const auto launch = [&](auto tag) {
+    using E = decltype(tag);
+    const int blocks = CeilDiv(rows.rows, kWarpsPerBlock);
+    if (style == RmsNormStyle::kGemma) {
+      RmsNormForwardKernel<E, RmsNormStyle::kGemma><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+          static_cast<E*>(out), rstd, static_cast<const E*>(inp), static_cast<const E*>(weight),
+          rows, C, eps);
+    } else {
+      RmsNormForwardKernel<E, RmsNormStyle::kLlama><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+          static_cast<E*>(out), rstd, static_cast<const E*>(inp), static_cast<const E*>(weight),
+          rows, C, eps);
+    }
+  };
+  HOIST_CUDA_DISPATCH(type, launch);
+  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
 template <typename T>
-Status LaunchRmsNormBackward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
-                             const float* rstd, int N, int C, cudaStream_t stream) {
-  RmsNormBackwardInputKernel<T><<<CeilDiv(N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
-      dinp, dout, inp, weight, rstd, N, C);
+Status LaunchNormBackward(T* dinp, float* dweight, const T* dout, const T* inp, const T* weight,
+                          const float* rstd, const NormRows& rows, int C, RmsNormStyle style,
+                          cudaStream_t stream) {
+  const int blocks = CeilDiv(rows.rows, kWarpsPerBlock);
+  if (style == RmsNormStyle::kGemma) {
+    RmsNormBackwardInputKernel<T, RmsNormStyle::kGemma>
+        <<<blocks, kWarpsPerBlock * 32, 0, stream>>>(dinp, dout, inp, weight, rstd, rows, C);
+  } else {
+    RmsNormBackwardInputKernel<T, RmsNormStyle::kLlama>
+        <<<blocks, kWarpsPerBlock * 32, 0, stream>>>(dinp, dout, inp, weight, rstd, rows, C);
+  }
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
   if (dweight == nullptr) return Status::Ok();  // a frozen weight
-  const int rows_per_chunk = std::max(kMinRowsPerChunk, CeilDiv(N, kMaxGridY));
-  const dim3 grid(CeilDiv(C, 32), CeilDiv(N, rows_per_chunk));
-  RmsNormBackwardParamKernel<T>
-      <<<grid, dim3(32, kParamRows), 0, stream>>>(dweight, dout, inp, rstd, N, C, rows_per_chunk);
+  const int rows_per_chunk = std::max(kMinRowsPerChunk, CeilDiv(rows.rows, kMaxGridY));
+  const dim3 grid(CeilDiv(C, 32), CeilDiv(rows.rows, rows_per_chunk));
+  RmsNormBackwardParamKernel<T><<<grid, dim3(32, kParamRows), 0, stream>>>(dweight, dout, inp, rstd,
+                                                                           rows, C, rows_per_chunk);
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return Status::Ok();
+}
+
+Status CheckEps(const char* op, float eps) {
+  if (eps >= 0.0f) return Status::Ok();
+  return InvalidArgumentError(std::string(op) + ": eps must be >= 0, got " + std::to_string(eps));
+}
+
+// The head norm's sizes: positive, and its rows (N * (NH + NKV) heads, N * (NH + 2 * NKV) * hd
+// elements per array) countable in the kernels' int rows.
+Status CheckHeadNormShape(const char* op, int N, int NH, int NKV, int hd) {
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "N", N));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "NH", NH));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "NKV", NKV));
+  HOIST_RETURN_IF_ERROR(CheckPositive(op, "hd", hd));
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  if (int64_t{N} * (int64_t{NH} + 2 * int64_t{NKV}) > kMax ||
+      (int64_t{NH} + 2 * int64_t{NKV}) * hd > kMax) {
+    return InvalidArgumentError(std::string(op) + ": " + std::to_string(N) + " rows of " +
+                                std::to_string(NH) + " + 2 x " + std::to_string(NKV) +
+                                " heads of " + std::to_string(hd) + " are too many");
+  }
   return Status::Ok();
 }
 
@@ -199,7 +333,7 @@ Status LaunchRope(void* qkv, const float* cos, const float* sin, int B, int T, i
 }  // namespace
 
 Status RmsNormForward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
-                      float eps, DType type, cudaStream_t stream) {
+                      float eps, RmsNormStyle style, DType type, cudaStream_t stream) {
   constexpr const char* kOp = "RmsNormForward";
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "rstd", rstd));
@@ -207,25 +341,14 @@ Status RmsNormForward(void* out, float* rstd, const void* inp, const void* weigh
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "weight", weight));
   HOIST_RETURN_IF_ERROR(CheckPositive(kOp, "N", N));
   HOIST_RETURN_IF_ERROR(CheckPositive(kOp, "C", C));
-  if (!(eps >= 0.0f)) {
-    return InvalidArgumentError(std::string(kOp) + ": eps must be >= 0, got " +
-                                std::to_string(eps));
-  }
+  HOIST_RETURN_IF_ERROR(CheckEps(kOp, eps));
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
-  const auto launch = [&](auto tag) {
-    using E = decltype(tag);
-    RmsNormForwardKernel<E><<<CeilDiv(N, kWarpsPerBlock), kWarpsPerBlock * 32, 0, stream>>>(
-        static_cast<E*>(out), rstd, static_cast<const E*>(inp), static_cast<const E*>(weight), N, C,
-        eps);
-  };
-  HOIST_CUDA_DISPATCH(type, launch);
-  HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return Status::Ok();
+  return LaunchNormForward(out, rstd, inp, weight, PlainRows(N, C), C, eps, style, type, stream);
 }
 
 Status RmsNormBackward(void* dinp, float* dweight, const void* dout, const void* inp,
-                       const void* weight, const float* rstd, int N, int C, DType type,
-                       cudaStream_t stream) {
+                       const void* weight, const float* rstd, int N, int C, RmsNormStyle style,
+                       DType type, cudaStream_t stream) {
   constexpr const char* kOp = "RmsNormBackward";
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dinp", dinp));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
@@ -237,10 +360,76 @@ Status RmsNormBackward(void* dinp, float* dweight, const void* dout, const void*
   HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
   return HOIST_CUDA_DISPATCH(type, [&](auto tag) {
     using E = decltype(tag);
-    return LaunchRmsNormBackward<E>(static_cast<E*>(dinp), dweight, static_cast<const E*>(dout),
-                                    static_cast<const E*>(inp), static_cast<const E*>(weight), rstd,
-                                    N, C, stream);
+    return LaunchNormBackward<E>(static_cast<E*>(dinp), dweight, static_cast<const E*>(dout),
+                                 static_cast<const E*>(inp), static_cast<const E*>(weight), rstd,
+                                 PlainRows(N, C), C, style, stream);
   });
+}
+
+Status HeadRmsNormForward(void* out, float* rstd, const void* inp, const void* q_weight,
+                          const void* k_weight, int N, int NH, int NKV, int hd, float eps,
+                          RmsNormStyle style, DType type, cudaStream_t stream) {
+  constexpr const char* kOp = "HeadRmsNormForward";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "rstd", rstd));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "inp", inp));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "q_weight", q_weight));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "k_weight", k_weight));
+  HOIST_RETURN_IF_ERROR(CheckHeadNormShape(kOp, N, NH, NKV, hd));
+  HOIST_RETURN_IF_ERROR(CheckEps(kOp, eps));
+  const size_t e = DTypeSize(type);
+  const size_t width_bytes = static_cast<size_t>(NH + 2 * NKV) * hd * e;
+  const auto o = reinterpret_cast<uintptr_t>(out), i = reinterpret_cast<uintptr_t>(inp);
+  const uintptr_t bytes = width_bytes * static_cast<size_t>(N);
+  if (!(o + bytes <= i || i + bytes <= o)) {
+    return InvalidArgumentError(std::string(kOp) +
+                                ": out overlaps inp (it must be a separate array)");
+  }
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  HOIST_RETURN_IF_ERROR(LaunchNormForward(out, rstd, inp, q_weight, QueryHeads(N, NH, NKV, hd), hd,
+                                          eps, style, type, stream));
+  HOIST_RETURN_IF_ERROR(LaunchNormForward(out, rstd, inp, k_weight, KeyHeads(N, NH, NKV, hd), hd,
+                                          eps, style, type, stream));
+  // The value heads: one strided copy, N rows of NKV * hd elements.
+  const size_t v0 = static_cast<size_t>(NH + NKV) * hd * e;
+  HOIST_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+      static_cast<char*>(out) + v0, width_bytes, static_cast<const char*>(inp) + v0, width_bytes,
+      static_cast<size_t>(NKV) * hd * e, static_cast<size_t>(N), cudaMemcpyDeviceToDevice, stream));
+  return Status::Ok();
+}
+
+Status HeadRmsNormBackward(void* dinp, float* dq_weight, float* dk_weight, const void* dout,
+                           const void* inp, const void* q_weight, const void* k_weight,
+                           const float* rstd, int N, int NH, int NKV, int hd, RmsNormStyle style,
+                           DType type, cudaStream_t stream) {
+  constexpr const char* kOp = "HeadRmsNormBackward";
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dinp", dinp));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "inp", inp));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "q_weight", q_weight));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "k_weight", k_weight));
+  HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "rstd", rstd));
+  HOIST_RETURN_IF_ERROR(CheckHeadNormShape(kOp, N, NH, NKV, hd));
+  HOIST_RETURN_IF_ERROR(CheckStream(kOp, stream));
+  const auto launch = [&](auto tag) -> Status {
+    using E = decltype(tag);
+    E* dx = static_cast<E*>(dinp);
+    const E* dy = static_cast<const E*>(dout);
+    const E* x = static_cast<const E*>(inp);
+    HOIST_RETURN_IF_ERROR(LaunchNormBackward<E>(dx, dq_weight, dy, x,
+                                                static_cast<const E*>(q_weight), rstd,
+                                                QueryHeads(N, NH, NKV, hd), hd, style, stream));
+    HOIST_RETURN_IF_ERROR(LaunchNormBackward<E>(dx, dk_weight, dy, x,
+                                                static_cast<const E*>(k_weight), rstd,
+                                                KeyHeads(N, NH, NKV, hd), hd, style, stream));
+    const int width = (NH + 2 * NKV) * hd, v_width = NKV * hd;
+    ValueHeadsBackwardKernel<E>
+        <<<ElementwiseBlocks(static_cast<int64_t>(N) * v_width), kThreads, 0, stream>>>(
+            dx, dy, N, width, (NH + NKV) * hd, v_width);
+    HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
+    return Status::Ok();
+  };
+  return HOIST_CUDA_DISPATCH(type, launch);
 }
 
 Status RopeForward(void* qkv, const float* cos, const float* sin, int B, int T, int NH, int NKV,
@@ -265,8 +454,9 @@ Status RopeBackward(void* dqkv, const float* cos, const float* sin, int B, int T
   return LaunchRope(dqkv, cos, sin, B, T, NH, NKV, hd, type, -1.0f, stream);
 }
 
-Status SwiGluForward(void* out, const void* inp, int N, int I, DType type, cudaStream_t stream) {
-  constexpr const char* kOp = "SwiGluForward";
+Status GluForward(void* out, const void* inp, int N, int I, GluActivation activation, DType type,
+                  cudaStream_t stream) {
+  constexpr const char* kOp = "GluForward";
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "out", out));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "inp", inp));
   HOIST_RETURN_IF_ERROR(CheckPositive(kOp, "N", N));
@@ -275,17 +465,22 @@ Status SwiGluForward(void* out, const void* inp, int N, int I, DType type, cudaS
   const int blocks = ElementwiseBlocks(static_cast<int64_t>(N) * I);
   const auto launch = [&](auto tag) {
     using E = decltype(tag);
-    SwiGluForwardKernel<E>
-        <<<blocks, kThreads, 0, stream>>>(static_cast<E*>(out), static_cast<const E*>(inp), N, I);
+    if (activation == GluActivation::kGeluTanh) {
+      GluForwardKernel<E, GluActivation::kGeluTanh>
+          <<<blocks, kThreads, 0, stream>>>(static_cast<E*>(out), static_cast<const E*>(inp), N, I);
+    } else {
+      GluForwardKernel<E, GluActivation::kSilu>
+          <<<blocks, kThreads, 0, stream>>>(static_cast<E*>(out), static_cast<const E*>(inp), N, I);
+    }
   };
   HOIST_CUDA_DISPATCH(type, launch);
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();
   return Status::Ok();
 }
 
-Status SwiGluBackward(void* dinp, const void* inp, const void* dout, int N, int I, DType type,
-                      cudaStream_t stream) {
-  constexpr const char* kOp = "SwiGluBackward";
+Status GluBackward(void* dinp, const void* inp, const void* dout, int N, int I,
+                   GluActivation activation, DType type, cudaStream_t stream) {
+  constexpr const char* kOp = "GluBackward";
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dinp", dinp));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "inp", inp));
   HOIST_RETURN_IF_ERROR(CheckPointer(kOp, "dout", dout));
@@ -295,8 +490,13 @@ Status SwiGluBackward(void* dinp, const void* inp, const void* dout, int N, int 
   const int blocks = ElementwiseBlocks(static_cast<int64_t>(N) * I);
   const auto launch = [&](auto tag) {
     using E = decltype(tag);
-    SwiGluBackwardKernel<E><<<blocks, kThreads, 0, stream>>>(
-        static_cast<E*>(dinp), static_cast<const E*>(inp), static_cast<const E*>(dout), N, I);
+    if (activation == GluActivation::kGeluTanh) {
+      GluBackwardKernel<E, GluActivation::kGeluTanh><<<blocks, kThreads, 0, stream>>>(
+          static_cast<E*>(dinp), static_cast<const E*>(inp), static_cast<const E*>(dout), N, I);
+    } else {
+      GluBackwardKernel<E, GluActivation::kSilu><<<blocks, kThreads, 0, stream>>>(
+          static_cast<E*>(dinp), static_cast<const E*>(inp), static_cast<const E*>(dout), N, I);
+    }
   };
   HOIST_CUDA_DISPATCH(type, launch);
   HOIST_CUDA_RETURN_IF_LAUNCH_ERROR();

@@ -1,18 +1,25 @@
 """Reference fixtures for LoRA from Hugging Face PEFT: tests/data/lora_peft/.
 
 Regenerate with `scripts/make-reference-fixtures lora_peft` (commit what it writes). It does not
-make base models: it loads the committed tiny ones, tests/data/gpt2_hf/fp32 and
-tests/data/llama_hf/fp32 (transformers' from_pretrained, float32, eager attention), so run
-gpt2_hf and llama_hf first when those change.
+make base models: it loads the committed tiny ones, tests/data/gpt2_hf/fp32,
+tests/data/llama_hf/fp32, tests/data/qwen2_hf/fp32 and tests/data/gemma2_hf/fp32 (transformers'
+from_pretrained, float32, eager attention), so run gpt2_hf, llama_hf, qwen2_hf and gemma2_hf first
+when those change (a plain `scripts/make-reference-fixtures` runs qwen2_hf after this one).
 
-One folder per family, tests/data/lora_peft/FAMILY/ (FAMILY gpt2 or llama; settings in FAMILIES
-below): a LoraConfig with init_lora_weights=False (lora_A and lora_B both random, nn.Linear's
-default init drawn after torch.manual_seed(SEED), so that the adapter is not a no-op and a wrong
-orientation or scaling shows), lora_dropout 0, bias "none", task_type CAUSAL_LM.
+One folder per family, tests/data/lora_peft/FAMILY/ (FAMILY gpt2, llama, qwen2 or gemma2;
+settings in FAMILIES below): a LoraConfig with init_lora_weights=False (lora_A and lora_B both
+random, nn.Linear's default init drawn after torch.manual_seed(SEED), so that the adapter is not a
+no-op and a wrong orientation or scaling shows), lora_dropout 0, bias "none", task_type
+CAUSAL_LM.
   gpt2:  r 4, lora_alpha 8 (scaling 2), target_modules c_attn, c_proj, c_fc (c_proj matches
          attn.c_proj and mlp.c_proj), fan_in_fan_out true (GPT-2's Conv1D keeps (in, out))
   llama: r 2, lora_alpha 6 (scaling 3), target_modules q_proj, v_proj, o_proj, gate_proj,
          down_proj (a subset on purpose: no k_proj, no up_proj)
+  qwen2: r 2, lora_alpha 5 (scaling 2.5), target_modules q_proj, k_proj, v_proj, o_proj,
+         gate_proj, up_proj, down_proj (every Linear but the head; q/k/v keep their base bias,
+         the adapter has none)
+  gemma2: r 4, lora_alpha 6 (scaling 1.5), the same seven target_modules; the base ties its
+         head to the embedding, which no adapter touches
 
   adapter/   the untrained adapter as PeftModel.save_pretrained writes it:
       adapter_config.json
@@ -67,7 +74,9 @@ from _common import fixture_dir, write_versions
 
 STEPS = 20
 LR, BETAS, EPS, WEIGHT_DECAY = 1e-2, (0.9, 0.95), 1e-8, 0.1
-# B and T are the base fixtures' (gpt2_hf.py, llama_hf.py), so that train.bin holds every step.
+# B and T are the base fixtures' (gpt2_hf.py, llama_hf.py, _causal_lm.py), so that train.bin
+# holds every step.
+ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 FAMILIES = {
     "gpt2": {"base": "tests/data/gpt2_hf", "B": 2, "T": 8, "seed": 2468, "r": 4,
              "lora_alpha": 8, "target_modules": ["c_attn", "c_proj", "c_fc"],
@@ -76,6 +85,10 @@ FAMILIES = {
               "lora_alpha": 6,
               "target_modules": ["q_proj", "v_proj", "o_proj", "gate_proj", "down_proj"],
               "fan_in_fan_out": False},
+    "qwen2": {"base": "tests/data/qwen2_hf", "B": 2, "T": 16, "seed": 2020, "r": 2,
+              "lora_alpha": 5, "target_modules": ALL_LINEAR, "fan_in_fan_out": False},
+    "gemma2": {"base": "tests/data/gemma2_hf", "B": 2, "T": 16, "seed": 3030, "r": 4,
+               "lora_alpha": 6, "target_modules": ALL_LINEAR, "fan_in_fan_out": False},
 }
 
 

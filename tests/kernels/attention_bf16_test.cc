@@ -260,11 +260,11 @@ int BackendMismatches() {
   std::vector<float> att(s.AttSize());
   mismatches += !backend
                      .GqaAttentionForward(out.data(), att.data(), in.qkv.data(), nullptr, s.B, s.T,
-                                          s.NH, s.NKV, s.hd, h, stream)
+                                          s.NH, s.NKV, s.hd, {}, h, stream)
                      .ok();
   mismatches += !backend
                      .GqaAttentionBackward(dqkv.data(), in.dout.data(), in.qkv.data(), att.data(),
-                                           nullptr, s.B, s.T, s.NH, s.NKV, s.hd, h, stream)
+                                           nullptr, s.B, s.T, s.NH, s.NKV, s.hd, {}, h, stream)
                      .ok();
   mismatches += !stream.Synchronize().ok();
   std::vector<uint16_t> out_want(s.OutSize()), dqkv_want = in.dqkv0;

@@ -64,9 +64,10 @@ TEST_P(CpuBackendLlama, Fp32OpsAreTheCpuKernelsBitForBit) {
   const std::vector<float> x = RandomFloats(size_t{N} * C, 1), w = RandomFloats(C, 2),
                            dout = RandomFloats(size_t{N} * C, 3), dx0 = RandomFloats(x.size(), 4);
   std::vector<float> y(x.size()), rstd(N), dx = dx0, dw(C, 0.5f);
-  EXPECT_OK(backend_.RmsNormForward(y.data(), rstd.data(), x.data(), w.data(), N, C, kEps, f, s()));
+  EXPECT_OK(backend_.RmsNormForward(y.data(), rstd.data(), x.data(), w.data(), N, C, kEps,
+                                    RmsNormStyle::kLlama, f, s()));
   EXPECT_OK(backend_.RmsNormBackward(dx.data(), dw.data(), dout.data(), x.data(), w.data(),
-                                     rstd.data(), N, C, f, s()));
+                                     rstd.data(), N, C, RmsNormStyle::kLlama, f, s()));
   const std::vector<float> qkv = RandomFloats(size_t{N} * W, 5),
                            gu = RandomFloats(size_t{N} * 2 * I, 6),
                            sdout = RandomFloats(size_t{N} * I, 7),
@@ -77,20 +78,21 @@ TEST_P(CpuBackendLlama, Fp32OpsAreTheCpuKernelsBitForBit) {
   EXPECT_OK(backend_.RopeBackward(droped.data(), table_.cos.data(), table_.sin.data(), B, T, NH,
                                   NKV, hd, f, s()));
   std::vector<float> sw(size_t{N} * I), dgu = dgu0;
-  EXPECT_OK(backend_.SwiGluForward(sw.data(), gu.data(), N, I, f, s()));
-  EXPECT_OK(backend_.SwiGluBackward(dgu.data(), gu.data(), sdout.data(), N, I, f, s()));
+  EXPECT_OK(backend_.GluForward(sw.data(), gu.data(), N, I, GluActivation::kSilu, f, s()));
+  EXPECT_OK(backend_.GluBackward(dgu.data(), gu.data(), sdout.data(), N, I, GluActivation::kSilu, f,
+                                 s()));
   const std::vector<float> adout = RandomFloats(size_t{N} * NH * hd, 9),
                            dq0 = RandomFloats(qkv.size(), 10);
   std::vector<float> out(adout.size()), att(size_t{B} * NH * T * T), tout(out.size()),
       lse(size_t{B} * NH * T), dq = dq0, tdq = dq0;
   EXPECT_OK(backend_.GqaAttentionForward(out.data(), att.data(), qkv.data(), nullptr, B, T, NH, NKV,
-                                         hd, f, s()));
+                                         hd, {}, f, s()));
   EXPECT_OK(backend_.GqaAttentionBackward(dq.data(), adout.data(), qkv.data(), att.data(), nullptr,
-                                          B, T, NH, NKV, hd, f, s()));
+                                          B, T, NH, NKV, hd, {}, f, s()));
   EXPECT_OK(backend_.GqaAttentionForwardTiled(tout.data(), lse.data(), qkv.data(), B, T, NH, NKV,
-                                              hd, f, s()));
+                                              hd, {}, f, s()));
   EXPECT_OK(backend_.GqaAttentionBackwardTiled(tdq.data(), adout.data(), qkv.data(), tout.data(),
-                                               lse.data(), nullptr, B, T, NH, NKV, hd, f, s()));
+                                               lse.data(), nullptr, B, T, NH, NKV, hd, {}, f, s()));
   Sync();
 
   std::vector<float> y_ref(x.size()), rstd_ref(N), dx_ref = dx0, dw_ref(C, 0.5f);
@@ -101,8 +103,8 @@ TEST_P(CpuBackendLlama, Fp32OpsAreTheCpuKernelsBitForBit) {
   cpu::RopeForward(roped_ref.data(), table_.cos.data(), table_.sin.data(), B, T, NH, NKV, hd);
   cpu::RopeBackward(droped_ref.data(), table_.cos.data(), table_.sin.data(), B, T, NH, NKV, hd);
   std::vector<float> sw_ref(sw.size()), dgu_ref = dgu0;
-  cpu::SwiGluForward(sw_ref.data(), gu.data(), N, I);
-  cpu::SwiGluBackward(dgu_ref.data(), gu.data(), sdout.data(), N, I);
+  cpu::GluForward(sw_ref.data(), gu.data(), N, I, GluActivation::kSilu);
+  cpu::GluBackward(dgu_ref.data(), gu.data(), sdout.data(), N, I, GluActivation::kSilu);
   std::vector<float> out_ref(out.size()), att_ref(att.size()), tout_ref(out.size()),
       lse_ref(lse.size()), dq_ref = dq0, tdq_ref = dq0;
   cpu::AttentionForwardGqa(out_ref.data(), att_ref.data(), qkv.data(), B, T, NH, NKV, hd);
@@ -135,8 +137,8 @@ TEST_P(CpuBackendLlama, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
                                 w = Narrow(RandomFloats(C, 21, 0.5f, 1.5f), h);
     std::vector<uint16_t> y(x.size());
     std::vector<float> rstd(N);
-    EXPECT_OK(
-        backend_.RmsNormForward(y.data(), rstd.data(), x.data(), w.data(), N, C, kEps, h, s()));
+    EXPECT_OK(backend_.RmsNormForward(y.data(), rstd.data(), x.data(), w.data(), N, C, kEps,
+                                      RmsNormStyle::kLlama, h, s()));
     const std::vector<uint16_t> qkv = Narrow(RandomFloats(size_t{N} * W, 22), h),
                                 gu = Narrow(RandomFloats(size_t{N} * 2 * I, 23, -3.0f, 3.0f), h),
                                 sdout = Narrow(RandomFloats(size_t{N} * I, 24), h),
@@ -144,8 +146,9 @@ TEST_P(CpuBackendLlama, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
     std::vector<uint16_t> roped = qkv, sw(size_t{N} * I), dgu = dgu0;
     EXPECT_OK(backend_.RopeForward(roped.data(), table_.cos.data(), table_.sin.data(), B, T, NH,
                                    NKV, hd, h, s()));
-    EXPECT_OK(backend_.SwiGluForward(sw.data(), gu.data(), N, I, h, s()));
-    EXPECT_OK(backend_.SwiGluBackward(dgu.data(), gu.data(), sdout.data(), N, I, h, s()));
+    EXPECT_OK(backend_.GluForward(sw.data(), gu.data(), N, I, GluActivation::kSilu, h, s()));
+    EXPECT_OK(backend_.GluBackward(dgu.data(), gu.data(), sdout.data(), N, I, GluActivation::kSilu,
+                                   h, s()));
     Sync();
 
     std::vector<float> y_ref(x.size()), rstd_ref(N);
@@ -157,8 +160,9 @@ TEST_P(CpuBackendLlama, SixteenBitOpsWidenComputeInFp32AndRoundOnce) {
     cpu::RopeForward(roped_ref.data(), table_.cos.data(), table_.sin.data(), B, T, NH, NKV, hd);
     EXPECT_TRUE(SameBits(roped, Narrow(roped_ref, h)));
     std::vector<float> sw_ref(sw.size()), dgu_ref = Widen(dgu0, h);
-    cpu::SwiGluForward(sw_ref.data(), Widen(gu, h).data(), N, I);
-    cpu::SwiGluBackward(dgu_ref.data(), Widen(gu, h).data(), Widen(sdout, h).data(), N, I);
+    cpu::GluForward(sw_ref.data(), Widen(gu, h).data(), N, I, GluActivation::kSilu);
+    cpu::GluBackward(dgu_ref.data(), Widen(gu, h).data(), Widen(sdout, h).data(), N, I,
+                     GluActivation::kSilu);
     EXPECT_TRUE(SameBits(sw, Narrow(sw_ref, h)));
     EXPECT_TRUE(SameBits(dgu, Narrow(dgu_ref, h))) << "added in fp32, then rounded once";
   }
@@ -186,12 +190,13 @@ TEST_P(CpuBackendLlama, SixteenBitRowOpsOverManyBlocksAreTheWidenedKernels) {
     std::vector<uint16_t> y(x.size()), dx = dx0, sw(sdout.size()), dgu = dgu0, roped = qkv,
                                        unroped = qkv;
     std::vector<float> rstd(bN), dw(bC, 0.125f);
-    EXPECT_OK(
-        backend_.RmsNormForward(y.data(), rstd.data(), x.data(), w.data(), bN, bC, kEps, h, s()));
+    EXPECT_OK(backend_.RmsNormForward(y.data(), rstd.data(), x.data(), w.data(), bN, bC, kEps,
+                                      RmsNormStyle::kLlama, h, s()));
     EXPECT_OK(backend_.RmsNormBackward(dx.data(), dw.data(), dy.data(), x.data(), w.data(),
-                                       rstd.data(), bN, bC, h, s()));
-    EXPECT_OK(backend_.SwiGluForward(sw.data(), gu.data(), bN, bI, h, s()));
-    EXPECT_OK(backend_.SwiGluBackward(dgu.data(), gu.data(), sdout.data(), bN, bI, h, s()));
+                                       rstd.data(), bN, bC, RmsNormStyle::kLlama, h, s()));
+    EXPECT_OK(backend_.GluForward(sw.data(), gu.data(), bN, bI, GluActivation::kSilu, h, s()));
+    EXPECT_OK(backend_.GluBackward(dgu.data(), gu.data(), sdout.data(), bN, bI,
+                                   GluActivation::kSilu, h, s()));
     EXPECT_OK(backend_.RopeForward(roped.data(), table.cos.data(), table.sin.data(), bB, bT, bNH,
                                    bNKV, bhd, h, s()));
     EXPECT_OK(backend_.RopeBackward(unroped.data(), table.cos.data(), table.sin.data(), bB, bT, bNH,
@@ -208,8 +213,9 @@ TEST_P(CpuBackendLlama, SixteenBitRowOpsOverManyBlocksAreTheWidenedKernels) {
     EXPECT_TRUE(SameBits(dx, Narrow(dx_ref, h)));
     EXPECT_TRUE(SameBits(dw, dw_ref)) << "dweight in the same row order";
     std::vector<float> sw_ref(sw.size()), dgu_ref = Widen(dgu0, h);
-    cpu::SwiGluForward(sw_ref.data(), Widen(gu, h).data(), bN, bI);
-    cpu::SwiGluBackward(dgu_ref.data(), Widen(gu, h).data(), Widen(sdout, h).data(), bN, bI);
+    cpu::GluForward(sw_ref.data(), Widen(gu, h).data(), bN, bI, GluActivation::kSilu);
+    cpu::GluBackward(dgu_ref.data(), Widen(gu, h).data(), Widen(sdout, h).data(), bN, bI,
+                     GluActivation::kSilu);
     EXPECT_TRUE(SameBits(sw, Narrow(sw_ref, h)));
     EXPECT_TRUE(SameBits(dgu, Narrow(dgu_ref, h)));
     std::vector<float> roped_ref = Widen(qkv, h), unroped_ref = Widen(qkv, h);
@@ -248,16 +254,17 @@ TEST_P(CpuBackendLlama, SixteenBitOpsAreWithinTheirRoundingsOfFloat64) {
     const std::vector<uint16_t> xb = Narrow(x, h), wb = Narrow(w, h);
     std::vector<uint16_t> y(x.size());
     std::vector<float> rstd(N);
-    EXPECT_OK(
-        backend_.RmsNormForward(y.data(), rstd.data(), xb.data(), wb.data(), N, C, kEps, h, s()));
+    EXPECT_OK(backend_.RmsNormForward(y.data(), rstd.data(), xb.data(), wb.data(), N, C, kEps,
+                                      RmsNormStyle::kLlama, h, s()));
     // SwiGLU, forward and backward (from a zero gradient: dinp rounds once).
     const std::vector<float> gu = Widen(Narrow(RandomFloats(size_t{N} * 2 * I, 42, -4.0f, 4.0f), h),
                                         h),
                              dy = Widen(Narrow(RandomFloats(size_t{N} * I, 43), h), h);
     const std::vector<uint16_t> gub = Narrow(gu, h), dyb = Narrow(dy, h);
     std::vector<uint16_t> act(size_t{N} * I), dgu(gu.size(), 0);
-    EXPECT_OK(backend_.SwiGluForward(act.data(), gub.data(), N, I, h, s()));
-    EXPECT_OK(backend_.SwiGluBackward(dgu.data(), gub.data(), dyb.data(), N, I, h, s()));
+    EXPECT_OK(backend_.GluForward(act.data(), gub.data(), N, I, GluActivation::kSilu, h, s()));
+    EXPECT_OK(backend_.GluBackward(dgu.data(), gub.data(), dyb.data(), N, I, GluActivation::kSilu,
+                                   h, s()));
     // The rotation.
     const std::vector<float> qkv = Widen(Narrow(RandomFloats(size_t{N} * W, 44), h), h);
     std::vector<uint16_t> roped = Narrow(qkv, h);
@@ -309,14 +316,16 @@ TEST_P(CpuBackendLlama, BadArgumentsNameTheOpAndTheArray) {
     EXPECT_NE(status.message().find(op), std::string::npos) << status.ToString();
     EXPECT_NE(status.message().find(what), std::string::npos) << status.ToString();
   };
-  expect(backend_.GqaAttentionForward(a.data(), a.data(), b.data(), nullptr, 1, 2, 6, 4, 8, f, s()),
+  expect(backend_.GqaAttentionForward(a.data(), a.data(), b.data(), nullptr, 1, 2, 6, 4, 8, {}, f,
+                                      s()),
          "GqaAttentionForward", "not a multiple of NKV");
-  expect(backend_.RmsNormForward(a.data(), a.data(), nullptr, a.data(), 4, 4, kEps, f, s()),
+  expect(backend_.RmsNormForward(a.data(), a.data(), nullptr, a.data(), 4, 4, kEps,
+                                 RmsNormStyle::kLlama, f, s()),
          "RmsNormForward", "inp is null");
   expect(backend_.RopeForward(a.data(), a.data(), b.data(), 1, 2, 2, 1, 7, f, s()), "RopeForward",
          "must be even");
-  expect(backend_.SwiGluBackward(a.data(), b.data(), a.data(), 4, 0, f, s()), "SwiGluBackward",
-         "I must be positive");
+  expect(backend_.GluBackward(a.data(), b.data(), a.data(), 4, 0, GluActivation::kSilu, f, s()),
+         "GluBackward", "I must be positive");
 }
 
 INSTANTIATE_TEST_SUITE_P(Streams, CpuBackendLlama,

@@ -124,7 +124,7 @@ TEST_P(CpuBackendModel, Fp32OpsAreTheCpuKernelsBitForBit) {
   // Cross-entropy.
   std::vector<float> losses(N), dlogits(logits.size()), losses_ref(N), dlogits_ref(logits.size());
   EXPECT_OK(backend_.SoftmaxCrossEntropy(losses.data(), dlogits.data(), logits.data(),
-                                         targets.data(), 0.5f, N, V, Vp, f, s()));
+                                         targets.data(), 0.5f, N, V, Vp, 0.0f, f, s()));
   Sync();
 
   cpu::EncoderForward(enc_ref.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
@@ -347,9 +347,9 @@ TEST_P(CpuBackendModel, CrossEntropyGradientMayOverwriteTheLogits) {
     std::vector<uint16_t> in_place = bits, apart(bits.size());
     std::vector<float> losses(N), losses_apart(N);
     EXPECT_OK(backend_.SoftmaxCrossEntropy(losses.data(), in_place.data(), in_place.data(),
-                                           targets.data(), 1.0f, N, V, Vp, h, s()));
+                                           targets.data(), 1.0f, N, V, Vp, 0.0f, h, s()));
     EXPECT_OK(backend_.SoftmaxCrossEntropy(losses_apart.data(), apart.data(), bits.data(),
-                                           targets.data(), 1.0f, N, V, Vp, h, s()));
+                                           targets.data(), 1.0f, N, V, Vp, 0.0f, h, s()));
     Sync();
     EXPECT_TRUE(SameBits(in_place, apart));
     EXPECT_TRUE(SameBits(losses, losses_apart));
@@ -372,7 +372,7 @@ TEST_P(CpuBackendModel, BadArgumentsNameTheOpAndTheArray) {
   expect(backend_.AttentionForward(a.data(), a.data(), b.data(), nullptr, 1, 2, 6, 4,
                                    DType::kFloat32, s()),
          "AttentionForward", "not a multiple of NH");
-  expect(backend_.SoftmaxCrossEntropy(a.data(), nullptr, b.data(), nullptr, 1.0f, 2, 8, 4,
+  expect(backend_.SoftmaxCrossEntropy(a.data(), nullptr, b.data(), nullptr, 1.0f, 2, 8, 4, 0.0f,
                                       DType::kFloat32, s()),
          "SoftmaxCrossEntropy", "smaller than V");
   expect(backend_.GeluForward(a.data(), b.data(), -1, DType::kFloat32, s()), "GeluForward",

@@ -304,12 +304,12 @@ int BackendMismatches() {
     if (gqa) {
       mismatches += !backend
                          .GqaAttentionForwardTiled(out.data(), lse.data(), in.qkv.data(), s.B, s.T,
-                                                   s.NH, s.NKV, s.hd, type, stream)
+                                                   s.NH, s.NKV, s.hd, {}, type, stream)
                          .ok();
       mismatches += !backend
                          .GqaAttentionBackwardTiled(dqkv.data(), in.dout.data(), in.qkv.data(),
                                                     out.data(), lse.data(), nullptr, s.B, s.T, s.NH,
-                                                    s.NKV, s.hd, type, stream)
+                                                    s.NKV, s.hd, {}, type, stream)
                          .ok();
     } else {
       mismatches += !backend

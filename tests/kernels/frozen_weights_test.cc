@@ -118,15 +118,15 @@ TEST_P(FrozenWeights, RmsNormBackwardWithoutDweightGivesTheSameDinp) {
                           dout = Random(type_, size_t{N} * C, 12);
   std::vector<char> out(x.size());
   std::vector<float> rstd(N);
-  EXPECT_OK(backend_.RmsNormForward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f, type_,
-                                    s()));
+  EXPECT_OK(backend_.RmsNormForward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6f,
+                                    RmsNormStyle::kLlama, type_, s()));
   const std::vector<char> dinp0 = Random(type_, size_t{N} * C, 13);
   std::vector<char> full = dinp0, frozen = dinp0;
   std::vector<float> dweight(C, 0.5f);
   EXPECT_OK(backend_.RmsNormBackward(full.data(), dweight.data(), dout.data(), x.data(), w.data(),
-                                     rstd.data(), N, C, type_, s()));
+                                     rstd.data(), N, C, RmsNormStyle::kLlama, type_, s()));
   EXPECT_OK(backend_.RmsNormBackward(frozen.data(), nullptr, dout.data(), x.data(), w.data(),
-                                     rstd.data(), N, C, type_, s()));
+                                     rstd.data(), N, C, RmsNormStyle::kLlama, type_, s()));
   Sync();
   EXPECT_NE(full, dinp0);
   EXPECT_EQ(frozen, full);

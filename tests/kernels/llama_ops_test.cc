@@ -289,7 +289,7 @@ TEST(SwiGlu, ForwardMatchesFloat64) {
   constexpr int N = 6, I = 19;
   const std::vector<float> inp = RandomFloats(size_t(N) * 2 * I, 13, -6.0f, 6.0f);
   std::vector<float> out(size_t(N) * I);
-  SwiGluForward(out.data(), inp.data(), N, I);
+  GluForward(out.data(), inp.data(), N, I, GluActivation::kSilu);
   ExpectAllClose(out, SwiGluRef(ToDouble(inp), N, I), 1e-6, 1e-6, "out");
 }
 
@@ -299,7 +299,7 @@ TEST(SwiGlu, BackwardMatchesFiniteDifferencesAndAccumulates) {
                            dout = RandomFloats(size_t(N) * I, 15);
   const std::vector<float> d0 = RandomFloats(inp.size(), 16);
   std::vector<float> dinp = d0;
-  SwiGluBackward(dinp.data(), inp.data(), dout.data(), N, I);
+  GluBackward(dinp.data(), inp.data(), dout.data(), N, I, GluActivation::kSilu);
   std::vector<double> want = FiniteDifferenceGrad(ToDouble(inp), [&](const std::vector<double>& v) {
     return WeightedSum(SwiGluRef(v, N, I), dout);
   });

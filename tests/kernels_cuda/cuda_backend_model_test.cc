@@ -275,9 +275,9 @@ TEST_P(CudaBackendModel, SoftmaxCrossEntropy) {
   auto losses = Out(DType::kFloat32, N), dlogits = Out(t, size_t{N} * Vp);
   const float dloss = 1.0f / N;
   BOTH(SoftmaxCrossEntropy(losses->cpu_f(), dlogits->cpu(), logits->cpu(), targets.data(), dloss, N,
-                           V, Vp, t, cs()),
+                           V, Vp, 0.0f, t, cs()),
        SoftmaxCrossEntropy(losses->gpu_f(), dlogits->gpu(), logits->gpu(), d_targets.data(), dloss,
-                           N, V, Vp, t, gs()));
+                           N, V, Vp, 0.0f, t, gs()));
   Finish();
   ExpectAgree(*losses, "losses", t);
   ExpectAgree(*dlogits, "dlogits", t);
@@ -293,15 +293,15 @@ TEST_P(CudaBackendModel, GqaDirectAttention) {
   auto att = Out(DType::kFloat32, size_t{B} * kNH * T * T);
   const int64_t workspace_bytes = gpu_->GqaAttentionWorkspaceBytes(B, T, kNH, kNKV, kHd, t);
   DeviceArray workspace(DType::kFloat32, static_cast<size_t>(workspace_bytes / 4 + 1));
-  BOTH(GqaAttentionForward(out->cpu(), att->cpu_f(), qkv->cpu(), nullptr, B, T, kNH, kNKV, kHd, t,
-                           cs()),
+  BOTH(GqaAttentionForward(out->cpu(), att->cpu_f(), qkv->cpu(), nullptr, B, T, kNH, kNKV, kHd, {},
+                           t, cs()),
        GqaAttentionForward(out->gpu(), att->gpu_f(), qkv->gpu(), workspace.data(), B, T, kNH, kNKV,
-                           kHd, t, gs()));
+                           kHd, {}, t, gs()));
   auto dout = In(t, size_t{N} * kNH * kHd), dqkv = In(t, size_t{N} * kW);
   BOTH(GqaAttentionBackward(dqkv->cpu(), dout->cpu(), qkv->cpu(), att->cpu_f(), nullptr, B, T, kNH,
-                            kNKV, kHd, t, cs()),
+                            kNKV, kHd, {}, t, cs()),
        GqaAttentionBackward(dqkv->gpu(), dout->gpu(), qkv->gpu(), att->gpu_f(), workspace.data(), B,
-                            T, kNH, kNKV, kHd, t, gs()));
+                            T, kNH, kNKV, kHd, {}, t, gs()));
   Finish();
   ExpectAgree(*out, "gqa attention out", t);
   ExpectAgree(*att, "gqa attention probabilities", t);
@@ -312,17 +312,17 @@ TEST_P(CudaBackendModel, GqaTiledAttention) {
   const DType t = GetParam();
   auto qkv = In(t, size_t{N} * kW), out = Out(t, size_t{N} * kNH * kHd);
   auto lse = Out(DType::kFloat32, size_t{B} * kNH * T);
-  BOTH(
-      GqaAttentionForwardTiled(out->cpu(), lse->cpu_f(), qkv->cpu(), B, T, kNH, kNKV, kHd, t, cs()),
-      GqaAttentionForwardTiled(out->gpu(), lse->gpu_f(), qkv->gpu(), B, T, kNH, kNKV, kHd, t,
-                               gs()));
+  BOTH(GqaAttentionForwardTiled(out->cpu(), lse->cpu_f(), qkv->cpu(), B, T, kNH, kNKV, kHd, {}, t,
+                                cs()),
+       GqaAttentionForwardTiled(out->gpu(), lse->gpu_f(), qkv->gpu(), B, T, kNH, kNKV, kHd, {}, t,
+                                gs()));
   const int64_t workspace_bytes = gpu_->GqaTiledAttentionWorkspaceBytes(B, T, kNH);
   DeviceArray workspace(DType::kFloat32, static_cast<size_t>(workspace_bytes / 4 + 1));
   auto dout = In(t, size_t{N} * kNH * kHd), dqkv = In(t, size_t{N} * kW);
   BOTH(GqaAttentionBackwardTiled(dqkv->cpu(), dout->cpu(), qkv->cpu(), out->cpu(), lse->cpu_f(),
-                                 nullptr, B, T, kNH, kNKV, kHd, t, cs()),
+                                 nullptr, B, T, kNH, kNKV, kHd, {}, t, cs()),
        GqaAttentionBackwardTiled(dqkv->gpu(), dout->gpu(), qkv->gpu(), out->gpu(), lse->gpu_f(),
-                                 workspace.data(), B, T, kNH, kNKV, kHd, t, gs()));
+                                 workspace.data(), B, T, kNH, kNKV, kHd, {}, t, gs()));
   Finish();
   ExpectAgree(*out, "gqa tiled attention out", t);
   ExpectAgree(*lse, "gqa tiled attention lse", t);
@@ -333,13 +333,15 @@ TEST_P(CudaBackendModel, RmsNormRopeAndSwiGlu) {
   const DType t = GetParam();
   auto inp = In(t, size_t{N} * C, -2.0f, 2.0f), weight = In(t, C, 0.5f, 1.5f);
   auto out = Out(t, size_t{N} * C), rstd = Out(DType::kFloat32, N);
-  BOTH(RmsNormForward(out->cpu(), rstd->cpu_f(), inp->cpu(), weight->cpu(), N, C, 1e-5f, t, cs()),
-       RmsNormForward(out->gpu(), rstd->gpu_f(), inp->gpu(), weight->gpu(), N, C, 1e-5f, t, gs()));
+  BOTH(RmsNormForward(out->cpu(), rstd->cpu_f(), inp->cpu(), weight->cpu(), N, C, 1e-5f,
+                      RmsNormStyle::kLlama, t, cs()),
+       RmsNormForward(out->gpu(), rstd->gpu_f(), inp->gpu(), weight->gpu(), N, C, 1e-5f,
+                      RmsNormStyle::kLlama, t, gs()));
   auto dout = In(t, size_t{N} * C), dinp = In(t, size_t{N} * C), dweight = In(DType::kFloat32, C);
   BOTH(RmsNormBackward(dinp->cpu(), dweight->cpu_f(), dout->cpu(), inp->cpu(), weight->cpu(),
-                       rstd->cpu_f(), N, C, t, cs()),
+                       rstd->cpu_f(), N, C, RmsNormStyle::kLlama, t, cs()),
        RmsNormBackward(dinp->gpu(), dweight->gpu_f(), dout->gpu(), inp->gpu(), weight->gpu(),
-                       rstd->gpu_f(), N, C, t, gs()));
+                       rstd->gpu_f(), N, C, RmsNormStyle::kLlama, t, gs()));
 
   RopeScaling llama3;
   llama3.llama3 = true;
@@ -353,11 +355,11 @@ TEST_P(CudaBackendModel, RmsNormRopeAndSwiGlu) {
        RopeBackward(dqkv->gpu(), cos.gpu_f(), sin.gpu_f(), B, T, kNH, kNKV, kHd, t, gs()));
 
   auto gu = In(t, size_t{N} * 2 * kI, -4.0f, 4.0f), act = Out(t, size_t{N} * kI);
-  BOTH(SwiGluForward(act->cpu(), gu->cpu(), N, kI, t, cs()),
-       SwiGluForward(act->gpu(), gu->gpu(), N, kI, t, gs()));
+  BOTH(GluForward(act->cpu(), gu->cpu(), N, kI, GluActivation::kSilu, t, cs()),
+       GluForward(act->gpu(), gu->gpu(), N, kI, GluActivation::kSilu, t, gs()));
   auto dact = In(t, size_t{N} * kI), dgu = In(t, size_t{N} * 2 * kI);
-  BOTH(SwiGluBackward(dgu->cpu(), gu->cpu(), dact->cpu(), N, kI, t, cs()),
-       SwiGluBackward(dgu->gpu(), gu->gpu(), dact->gpu(), N, kI, t, gs()));
+  BOTH(GluBackward(dgu->cpu(), gu->cpu(), dact->cpu(), N, kI, GluActivation::kSilu, t, cs()),
+       GluBackward(dgu->gpu(), gu->gpu(), dact->gpu(), N, kI, GluActivation::kSilu, t, gs()));
   Finish();
   ExpectAgree(*out, "rmsnorm out", t);
   ExpectAgree(*rstd, "rmsnorm rstd", t);
@@ -367,6 +369,77 @@ TEST_P(CudaBackendModel, RmsNormRopeAndSwiGlu) {
   ExpectAgree(*dqkv, "rope dqkv", t);
   ExpectAgree(*act, "swiglu out", t);
   ExpectAgree(*dgu, "swiglu dinp", t);
+}
+
+// The variants of Qwen3 and Gemma 2: Gemma's RMSNorm, the per-head norm (both styles), GeGLU,
+// the capped loss, the scale and the standalone cap.
+TEST_P(CudaBackendModel, QwenAndGemmaOps) {
+  const DType t = GetParam();
+  auto inp = In(t, size_t{N} * C, -2.0f, 2.0f), weight = In(t, C, -0.5f, 0.5f);
+  auto out = Out(t, size_t{N} * C), rstd = Out(DType::kFloat32, N);
+  BOTH(RmsNormForward(out->cpu(), rstd->cpu_f(), inp->cpu(), weight->cpu(), N, C, 1e-6f,
+                      RmsNormStyle::kGemma, t, cs()),
+       RmsNormForward(out->gpu(), rstd->gpu_f(), inp->gpu(), weight->gpu(), N, C, 1e-6f,
+                      RmsNormStyle::kGemma, t, gs()));
+  auto dout = In(t, size_t{N} * C), dinp = In(t, size_t{N} * C), dweight = In(DType::kFloat32, C);
+  BOTH(RmsNormBackward(dinp->cpu(), dweight->cpu_f(), dout->cpu(), inp->cpu(), weight->cpu(),
+                       rstd->cpu_f(), N, C, RmsNormStyle::kGemma, t, cs()),
+       RmsNormBackward(dinp->gpu(), dweight->gpu_f(), dout->gpu(), inp->gpu(), weight->gpu(),
+                       rstd->gpu_f(), N, C, RmsNormStyle::kGemma, t, gs()));
+
+  auto qkv = In(t, size_t{N} * kW, -2.0f, 2.0f), qw = In(t, kHd, 0.5f, 1.5f),
+       kw = In(t, kHd, 0.5f, 1.5f);
+  auto normed = Out(t, size_t{N} * kW), head_rstd = Out(DType::kFloat32, size_t{N} * (kNH + kNKV));
+  BOTH(HeadRmsNormForward(normed->cpu(), head_rstd->cpu_f(), qkv->cpu(), qw->cpu(), kw->cpu(), N,
+                          kNH, kNKV, kHd, 1e-6f, RmsNormStyle::kLlama, t, cs()),
+       HeadRmsNormForward(normed->gpu(), head_rstd->gpu_f(), qkv->gpu(), qw->gpu(), kw->gpu(), N,
+                          kNH, kNKV, kHd, 1e-6f, RmsNormStyle::kLlama, t, gs()));
+  auto dnormed = In(t, size_t{N} * kW), dqkv = In(t, size_t{N} * kW);
+  auto dqw = In(DType::kFloat32, kHd), dkw = In(DType::kFloat32, kHd);
+  BOTH(HeadRmsNormBackward(dqkv->cpu(), dqw->cpu_f(), dkw->cpu_f(), dnormed->cpu(), qkv->cpu(),
+                           qw->cpu(), kw->cpu(), head_rstd->cpu_f(), N, kNH, kNKV, kHd,
+                           RmsNormStyle::kLlama, t, cs()),
+       HeadRmsNormBackward(dqkv->gpu(), dqw->gpu_f(), dkw->gpu_f(), dnormed->gpu(), qkv->gpu(),
+                           qw->gpu(), kw->gpu(), head_rstd->gpu_f(), N, kNH, kNKV, kHd,
+                           RmsNormStyle::kLlama, t, gs()));
+
+  auto gu = In(t, size_t{N} * 2 * kI, -4.0f, 4.0f), act = Out(t, size_t{N} * kI);
+  BOTH(GluForward(act->cpu(), gu->cpu(), N, kI, GluActivation::kGeluTanh, t, cs()),
+       GluForward(act->gpu(), gu->gpu(), N, kI, GluActivation::kGeluTanh, t, gs()));
+  auto dact = In(t, size_t{N} * kI), dgu = In(t, size_t{N} * 2 * kI);
+  BOTH(GluBackward(dgu->cpu(), gu->cpu(), dact->cpu(), N, kI, GluActivation::kGeluTanh, t, cs()),
+       GluBackward(dgu->gpu(), gu->gpu(), dact->gpu(), N, kI, GluActivation::kGeluTanh, t, gs()));
+
+  const std::vector<int32_t> targets = RandomInts(N, V, 3);
+  DeviceInts d_targets(targets);
+  auto logits = In(t, size_t{N} * Vp, -40.0f, 40.0f);
+  auto losses = Out(DType::kFloat32, N), dlogits = Out(t, size_t{N} * Vp);
+  BOTH(SoftmaxCrossEntropy(losses->cpu_f(), dlogits->cpu(), logits->cpu(), targets.data(), 1.0f / N,
+                           N, V, Vp, 30.0f, t, cs()),
+       SoftmaxCrossEntropy(losses->gpu_f(), dlogits->gpu(), logits->gpu(), d_targets.data(),
+                           1.0f / N, N, V, Vp, 30.0f, t, gs()));
+  auto embedded = In(t, size_t{N} * C), scaled = Out(t, size_t{N} * C);
+  BOTH(Scale(scaled->cpu(), embedded->cpu(), int64_t{N} * C, 8.0f, t, cs()),
+       Scale(scaled->gpu(), embedded->gpu(), int64_t{N} * C, 8.0f, t, gs()));
+  auto capped = In(t, size_t{N} * Vp, -60.0f, 60.0f);
+  BOTH(SoftcapForward(capped->cpu(), int64_t{N} * Vp, 30.0f, t, cs()),
+       SoftcapForward(capped->gpu(), int64_t{N} * Vp, 30.0f, t, gs()));
+  Finish();
+  ExpectAgree(*out, "gemma rmsnorm out", t);
+  ExpectAgree(*rstd, "gemma rmsnorm rstd", t);
+  ExpectAgree(*dinp, "gemma rmsnorm dinp", t);
+  ExpectAgree(*dweight, "gemma rmsnorm dweight", t);
+  ExpectAgree(*normed, "head rmsnorm out", t);
+  ExpectAgree(*head_rstd, "head rmsnorm rstd", t);
+  ExpectAgree(*dqkv, "head rmsnorm dinp", t);
+  ExpectAgree(*dqw, "head rmsnorm dq_weight", t);
+  ExpectAgree(*dkw, "head rmsnorm dk_weight", t);
+  ExpectAgree(*act, "geglu out", t);
+  ExpectAgree(*dgu, "geglu dinp", t);
+  ExpectAgree(*losses, "capped losses", t);
+  ExpectAgree(*dlogits, "capped dlogits", t);
+  ExpectAgree(*scaled, "scaled", t);
+  ExpectAgree(*capped, "softcap", t);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, CudaBackendModel,

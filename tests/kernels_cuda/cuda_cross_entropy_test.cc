@@ -63,7 +63,8 @@ TEST_P(CudaCrossEntropy, LossesAndGradientsMatchCpu) {
     d_dlogits.Poison();
     d_losses.Poison();
     HOIST_ASSERT_OK(SoftmaxCrossEntropy(d_losses.as<float>(), d_dlogits.data(), d_logits.data(),
-                                        d_targets.data(), kDloss, s.N, s.V, s.Vp, type, stream()));
+                                        d_targets.data(), kDloss, s.N, s.V, s.Vp, 0.0f, type,
+                                        stream()));
     ExpectAllClose(d_losses.Download(), want_losses, loss_tol.atol, loss_tol.rtol, "losses");
     // Padding columns are exactly 0 on both sides, so they pass only if the op wrote them.
     ExpectAllClose(d_dlogits.Download(), want_dlogits, DlogitsAtol(type), tol.rtol, "dlogits");
@@ -86,7 +87,8 @@ TEST_P(CudaCrossEntropy, GradientMayOverwriteLogits) {
   DeviceArray d_logits(type, logits), d_losses(DType::kFloat32, s.N);
   d_losses.Poison();
   HOIST_ASSERT_OK(SoftmaxCrossEntropy(d_losses.as<float>(), d_logits.data(), d_logits.data(),
-                                      d_targets.data(), kDloss, s.N, s.V, s.Vp, type, stream()));
+                                      d_targets.data(), kDloss, s.N, s.V, s.Vp, 0.0f, type,
+                                      stream()));
   ExpectAllClose(d_losses.Download(), want_losses, loss_tol.atol, loss_tol.rtol, "losses");
   ExpectAllClose(d_logits.Download(), want_dlogits, DlogitsAtol(type), tol.rtol,
                  "dlogits in place");
@@ -107,7 +109,8 @@ TEST_P(CudaCrossEntropy, LossesOnlyWithoutGradient) {
   DeviceArray d_logits(type, logits), d_losses(DType::kFloat32, s.N);
   d_losses.Poison();
   HOIST_ASSERT_OK(SoftmaxCrossEntropy(d_losses.as<float>(), nullptr, d_logits.data(),
-                                      d_targets.data(), kDloss, s.N, s.V, s.Vp, type, stream()));
+                                      d_targets.data(), kDloss, s.N, s.V, s.Vp, 0.0f, type,
+                                      stream()));
   ExpectAllClose(d_losses.Download(), want_losses, loss_tol.atol, loss_tol.rtol, "losses");
   ExpectAllClose(d_logits.Download(), logits, 0.0, 0.0, "logits untouched");
 }

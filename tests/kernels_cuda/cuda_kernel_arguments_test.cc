@@ -54,7 +54,7 @@ TEST(CudaKernelArguments, NullPointersAreNamed) {
   ExpectInvalid(LayerNormBackward(kFake, kFakeFloats, kFakeFloats, kFake, kFake, nullptr,
                                   kFakeFloats, kFakeFloats, 2, 8, DType::kFloat32, kFakeStream),
                 {"LayerNormBackward", "weight"});
-  ExpectInvalid(SoftmaxCrossEntropy(kFakeFloats, kFake, kFake, nullptr, 1.0f, 2, 10, 16,
+  ExpectInvalid(SoftmaxCrossEntropy(kFakeFloats, kFake, kFake, nullptr, 1.0f, 2, 10, 16, 0.0f,
                                     DType::kFloat32, kFakeStream),
                 {"SoftmaxCrossEntropy", "targets"});
   ExpectInvalid(Cast(kFake, DType::kBFloat16, nullptr, DType::kFloat32, 10, kFakeStream),
@@ -72,7 +72,7 @@ TEST(CudaKernelArguments, NullStreamIsRefused) {
   ExpectInvalid(LayerNormForward(kFake, kFakeFloats, kFakeFloats, kFake, kFake, kFake, 2, 8,
                                  DType::kFloat32, nullptr),
                 {"LayerNormForward", "stream"});
-  ExpectInvalid(SoftmaxCrossEntropy(kFakeFloats, kFake, kFake, kFakeInts, 1.0f, 2, 10, 16,
+  ExpectInvalid(SoftmaxCrossEntropy(kFakeFloats, kFake, kFake, kFakeInts, 1.0f, 2, 10, 16, 0.0f,
                                     DType::kFloat32, nullptr),
                 {"SoftmaxCrossEntropy", "stream"});
   ExpectInvalid(Cast(kFake, DType::kFloat32, kFake, DType::kFloat32, 10, nullptr),
@@ -97,7 +97,7 @@ TEST(CudaKernelArguments, NonPositiveSizesAreRefused) {
 }
 
 TEST(CudaKernelArguments, CrossEntropyNeedsVpAtLeastV) {
-  ExpectInvalid(SoftmaxCrossEntropy(kFakeFloats, kFake, kFake, kFakeInts, 1.0f, 2, 17, 16,
+  ExpectInvalid(SoftmaxCrossEntropy(kFakeFloats, kFake, kFake, kFakeInts, 1.0f, 2, 17, 16, 0.0f,
                                     DType::kFloat32, kFakeStream),
                 {"SoftmaxCrossEntropy", "Vp"});
 }

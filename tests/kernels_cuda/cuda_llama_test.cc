@@ -68,7 +68,7 @@ TEST_P(CudaLlama, RmsNormMatchesCpu) {
     d_out.Poison();
     d_rstd.Poison();
     HOIST_ASSERT_OK(RmsNormForward(d_out.data(), d_rstd.as<float>(), d_inp.data(), d_weight.data(),
-                                   N, C, 1e-5f, type, stream()));
+                                   N, C, 1e-5f, RmsNormStyle::kLlama, type, stream()));
     // The normalised value's rounding to `type` may fall the other way where rstd differs in its
     // last fp32 bit: two roundings of `type` apart at most, within tol.
     ExpectAllClose(d_out.Download(), want, tol.atol, tol.rtol, "out");
@@ -81,7 +81,8 @@ TEST_P(CudaLlama, RmsNormMatchesCpu) {
     cpu::RmsNormBackward(want_dinp.data(), want_dw.data(), dout.data(), inp.data(), weight.data(),
                          want_rstd.data(), N, C);
     HOIST_ASSERT_OK(RmsNormBackward(d_dinp.data(), d_dw.as<float>(), d_dout.data(), d_inp.data(),
-                                    d_weight.data(), d_rstd_ref.as<float>(), N, C, type, stream()));
+                                    d_weight.data(), d_rstd_ref.as<float>(), N, C,
+                                    RmsNormStyle::kLlama, type, stream()));
     ExpectAllClose(d_dinp.Download(), want_dinp, tol.atol, tol.rtol, "dinp");
     // fp32 sums over N rows in another order (partials, then atomics).
     ExpectAllClose(d_dw.Download(), want_dw, 1e-4, 1e-4, "dweight");
@@ -122,10 +123,12 @@ TEST_P(CudaLlama, SwiGluMatchesCpu) {
   DeviceArray d_inp(type, inp), d_out(type, want.size()), d_dout(type, dout),
       d_dinp(type, want_dinp);
   d_out.Poison();
-  cpu::SwiGluForward(want.data(), inp.data(), N, I);
-  cpu::SwiGluBackward(want_dinp.data(), inp.data(), dout.data(), N, I);
-  HOIST_ASSERT_OK(SwiGluForward(d_out.data(), d_inp.data(), N, I, type, stream()));
-  HOIST_ASSERT_OK(SwiGluBackward(d_dinp.data(), d_inp.data(), d_dout.data(), N, I, type, stream()));
+  cpu::GluForward(want.data(), inp.data(), N, I, GluActivation::kSilu);
+  cpu::GluBackward(want_dinp.data(), inp.data(), dout.data(), N, I, GluActivation::kSilu);
+  HOIST_ASSERT_OK(
+      GluForward(d_out.data(), d_inp.data(), N, I, GluActivation::kSilu, type, stream()));
+  HOIST_ASSERT_OK(GluBackward(d_dinp.data(), d_inp.data(), d_dout.data(), N, I,
+                              GluActivation::kSilu, type, stream()));
   ExpectAllClose(d_out.Download(), want, tol.atol, tol.rtol, "out");
   ExpectAllClose(d_dinp.Download(), want_dinp, tol.atol, tol.rtol, "dinp");
 }
@@ -136,10 +139,11 @@ TEST_P(CudaLlama, RefusesBadArguments) {
   EXPECT_EQ(
       RopeForward(a.data(), f.as<float>(), f.as<float>(), 1, 2, 2, 1, 7, type, stream()).code(),
       StatusCode::kInvalidArgument);
-  EXPECT_EQ(RmsNormForward(a.data(), f.as<float>(), nullptr, a.data(), 2, 4, 1e-5f, type, stream())
+  EXPECT_EQ(RmsNormForward(a.data(), f.as<float>(), nullptr, a.data(), 2, 4, 1e-5f,
+                           RmsNormStyle::kLlama, type, stream())
                 .code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(SwiGluForward(a.data(), a.data(), 2, 0, type, stream()).code(),
+  EXPECT_EQ(GluForward(a.data(), a.data(), 2, 0, GluActivation::kSilu, type, stream()).code(),
             StatusCode::kInvalidArgument);
 }
 
@@ -204,7 +208,7 @@ TEST_P(CudaGqaAttention, TiledMatchesCpu) {
   d_out.Poison();
   d_lse.Poison();
   HOIST_ASSERT_OK(GqaAttentionForwardTiled(d_out.data(), d_lse.as<float>(), d_qkv.data(), s.B, s.T,
-                                           s.NH, s.NKV, s.hd, type, stream()));
+                                           s.NH, s.NKV, s.hd, {}, type, stream()));
   std::vector<float> out(s.out()), lse(s.lse());
   cpu::AttentionForwardTiledGqa(out.data(), lse.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd);
   ExpectCloseToScale(d_out.Download(), out, ToleranceFor(type), "out");
@@ -215,7 +219,7 @@ TEST_P(CudaGqaAttention, TiledMatchesCpu) {
       d_lse_ref(DType::kFloat32, lse), workspace(DType::kFloat32, WorkspaceFloats(s));
   HOIST_ASSERT_OK(GqaAttentionBackwardTiled(
       d_dqkv.data(), d_dout.data(), d_qkv.data(), d_out_ref.data(), d_lse_ref.as<float>(),
-      workspace.data(), s.B, s.T, s.NH, s.NKV, s.hd, type, stream()));
+      workspace.data(), s.B, s.T, s.NH, s.NKV, s.hd, {}, type, stream()));
   std::vector<float> dqkv = dqkv0;
   cpu::AttentionBackwardTiledGqa(dqkv.data(), dout.data(), qkv.data(), out_rounded.data(),
                                  lse.data(), s.B, s.T, s.NH, s.NKV, s.hd);
@@ -234,7 +238,7 @@ TEST_P(CudaGqaAttention, DirectMatchesCpuInFp32) {
   d_out.Poison();
   d_att.Poison();
   HOIST_ASSERT_OK(GqaAttentionForward(*blas_, d_out.data(), d_att.as<float>(), d_qkv.data(),
-                                      workspace.data(), s.B, s.T, s.NH, s.NKV, s.hd, type,
+                                      workspace.data(), s.B, s.T, s.NH, s.NKV, s.hd, {}, type,
                                       stream()));
   std::vector<float> out(s.out()), att(s.att());
   cpu::AttentionForwardGqa(out.data(), att.data(), qkv.data(), s.B, s.T, s.NH, s.NKV, s.hd);
@@ -243,7 +247,7 @@ TEST_P(CudaGqaAttention, DirectMatchesCpuInFp32) {
   DeviceArray d_dout(type, dout), d_dqkv(type, dqkv0), d_att_ref(type, att);
   HOIST_ASSERT_OK(GqaAttentionBackward(*blas_, d_dqkv.data(), d_dout.data(), d_qkv.data(),
                                        d_att_ref.as<float>(), workspace.data(), s.B, s.T, s.NH,
-                                       s.NKV, s.hd, type, stream()));
+                                       s.NKV, s.hd, {}, type, stream()));
   std::vector<float> dqkv = dqkv0;
   cpu::AttentionBackwardGqa(dqkv.data(), dout.data(), qkv.data(), att.data(), s.B, s.T, s.NH, s.NKV,
                             s.hd);
@@ -265,7 +269,7 @@ TEST_P(CudaGqaAttention, DirectIsMultiHeadOverRepeatedKv) {
   DeviceArray out(type, s.out()), rep_out(type, s.out()), att(DType::kFloat32, s.att()),
       rep_att(DType::kFloat32, s.att()), workspace(DType::kFloat32, WorkspaceFloats(s));
   HOIST_ASSERT_OK(GqaAttentionForward(*blas_, out.data(), att.as<float>(), d_qkv.data(),
-                                      workspace.data(), s.B, s.T, s.NH, s.NKV, s.hd, type,
+                                      workspace.data(), s.B, s.T, s.NH, s.NKV, s.hd, {}, type,
                                       stream()));
   HOIST_ASSERT_OK(AttentionForward(*blas_, rep_out.data(), rep_att.as<float>(), d_rep.data(),
                                    workspace.data(), s.B, s.T, C, s.NH, type, stream()));
@@ -276,7 +280,7 @@ TEST_P(CudaGqaAttention, DirectIsMultiHeadOverRepeatedKv) {
       rep_dqkv(type, std::vector<float>(mha.qkv(), 0.0f));
   HOIST_ASSERT_OK(GqaAttentionBackward(*blas_, dqkv.data(), d_dout.data(), d_qkv.data(),
                                        att.as<float>(), workspace.data(), s.B, s.T, s.NH, s.NKV,
-                                       s.hd, type, stream()));
+                                       s.hd, {}, type, stream()));
   HOIST_ASSERT_OK(AttentionBackward(*blas_, rep_dqkv.data(), d_dout.data(), d_rep.data(),
                                     rep_att.as<float>(), workspace.data(), s.B, s.T, C, s.NH, type,
                                     stream()));
@@ -314,24 +318,24 @@ TEST_P(CudaGqaAttention, EqualHeadCountsAreMultiHeadBitForBit) {
     DeviceArray dqkv(type, dqkv0), mha_dqkv(type, dqkv0);
     if (tiled) {
       HOIST_ASSERT_OK(GqaAttentionForwardTiled(out.data(), saved.as<float>(), d_qkv.data(), s.B,
-                                               s.T, s.NH, s.NKV, s.hd, type, stream()));
+                                               s.T, s.NH, s.NKV, s.hd, {}, type, stream()));
       HOIST_ASSERT_OK(AttentionForwardTiled(mha_out.data(), mha_saved.as<float>(), d_qkv.data(),
                                             s.B, s.T, C, s.NH, type, stream()));
       HOIST_ASSERT_OK(GqaAttentionBackwardTiled(dqkv.data(), d_dout.data(), d_qkv.data(),
                                                 out.data(), saved.as<float>(), workspace.data(),
-                                                s.B, s.T, s.NH, s.NKV, s.hd, type, stream()));
+                                                s.B, s.T, s.NH, s.NKV, s.hd, {}, type, stream()));
       HOIST_ASSERT_OK(AttentionBackwardTiled(mha_dqkv.data(), d_dout.data(), d_qkv.data(),
                                              mha_out.data(), mha_saved.as<float>(),
                                              workspace.data(), s.B, s.T, C, s.NH, type, stream()));
     } else {
       HOIST_ASSERT_OK(GqaAttentionForward(*blas_, out.data(), saved.as<float>(), d_qkv.data(),
-                                          workspace.data(), s.B, s.T, s.NH, s.NKV, s.hd, type,
+                                          workspace.data(), s.B, s.T, s.NH, s.NKV, s.hd, {}, type,
                                           stream()));
       HOIST_ASSERT_OK(AttentionForward(*blas_, mha_out.data(), mha_saved.as<float>(), d_qkv.data(),
                                        workspace.data(), s.B, s.T, C, s.NH, type, stream()));
       HOIST_ASSERT_OK(GqaAttentionBackward(*blas_, dqkv.data(), d_dout.data(), d_qkv.data(),
                                            saved.as<float>(), workspace.data(), s.B, s.T, s.NH,
-                                           s.NKV, s.hd, type, stream()));
+                                           s.NKV, s.hd, {}, type, stream()));
       HOIST_ASSERT_OK(AttentionBackward(*blas_, mha_dqkv.data(), d_dout.data(), d_qkv.data(),
                                         mha_saved.as<float>(), workspace.data(), s.B, s.T, C, s.NH,
                                         type, stream()));
@@ -346,11 +350,11 @@ TEST_P(CudaGqaAttention, RefusesHeadCountsThatDoNotGroup) {
   const DType type = GetParam();
   DeviceArray a(type, 256), f(DType::kFloat32, 256);
   EXPECT_EQ(
-      GqaAttentionForwardTiled(a.data(), f.as<float>(), a.data(), 1, 2, 6, 4, 8, type, stream())
+      GqaAttentionForwardTiled(a.data(), f.as<float>(), a.data(), 1, 2, 6, 4, 8, {}, type, stream())
           .code(),
       StatusCode::kInvalidArgument);
   EXPECT_EQ(GqaAttentionForward(*blas_, a.data(), f.as<float>(), a.data(), f.data(), 1, 2, 6, 4, 8,
-                                type, stream())
+                                {}, type, stream())
                 .code(),
             StatusCode::kInvalidArgument);
 }

@@ -112,13 +112,15 @@ TEST_F(CudaLoraOps, BackwardWithFrozenParametersGivesTheSameDinp) {
     // RMSNorm without dweight.
     DeviceArray rms_out(t, size_t{N} * C), rms_rstd(DType::kFloat32, N);
     HOIST_ASSERT_OK(gpu_->RmsNormForward(rms_out.data(), rms_rstd.as<float>(), inp.data(),
-                                         lnw.data(), N, C, 1e-6f, t, gs()));
+                                         lnw.data(), N, C, 1e-6f, RmsNormStyle::kLlama, t, gs()));
     DeviceArray rms_full(t, dinp0), rms_frozen(t, dinp0),
         rdw(DType::kFloat32, std::vector<float>(C, 0.0f));
     HOIST_ASSERT_OK(gpu_->RmsNormBackward(rms_full.data(), rdw.as<float>(), dy.data(), inp.data(),
-                                          lnw.data(), rms_rstd.as<float>(), N, C, t, gs()));
+                                          lnw.data(), rms_rstd.as<float>(), N, C,
+                                          RmsNormStyle::kLlama, t, gs()));
     HOIST_ASSERT_OK(gpu_->RmsNormBackward(rms_frozen.data(), nullptr, dy.data(), inp.data(),
-                                          lnw.data(), rms_rstd.as<float>(), N, C, t, gs()));
+                                          lnw.data(), rms_rstd.as<float>(), N, C,
+                                          RmsNormStyle::kLlama, t, gs()));
     Finish();
     EXPECT_EQ(rms_frozen.Download(), rms_full.Download()) << "rmsnorm";
   }

@@ -1,6 +1,6 @@
-// LlamaModel against transformers' LlamaForCausalLM (scripts/reference/llama_hf.py, fixtures in
+// DecoderModel against transformers' LlamaForCausalLM (scripts/reference/llama_hf.py, fixtures in
 // tests/data/llama_hf/): the weights of the Hugging Face checkpoint mapped into the model's units
-// by LlamaHfTensors give transformers' logits, loss and every gradient within 1e-5 relative,
+// by DecoderHfTensors give transformers' logits, loss and every gradient within 1e-5 relative,
 // untied and tied; tiled attention gives direct attention's within fp32 rounding; bf16 stays near
 // fp32; and 20 AdamW steps from the checkpoint reproduce PyTorch's losses.
 #include <gtest/gtest.h>
@@ -16,39 +16,15 @@
 
 #include "core/check.h"
 #include "core/device.h"
-#include "runtime/llama.h"
+#include "runtime/decoder.h"
 #include "runtime/safetensors.h"
 #include "tests/runtime/llama_test_util.h"
 
 namespace hoist::runtime {
 namespace {
 
-// |got - want| <= rtol * max(|want|, rms(want)); returns the worst such ratio.
-double ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double rtol,
-                   const std::string& what) {
-  EXPECT_EQ(got.size(), want.size()) << what;
-  if (got.size() != want.size()) return 1e30;
-  double sum = 0;
-  for (float w : want) sum += double{w} * w;
-  const double rms = std::sqrt(sum / static_cast<double>(want.size()));
-  double worst = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double err =
-        std::abs(double{got[i]} - want[i]) / std::max<double>(std::abs(want[i]), rms);
-    worst = std::max(worst, err);
-    if (err > rtol) {
-      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
-      return worst;
-    }
-  }
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.3g", worst);
-  ::testing::Test::RecordProperty(what, text);
-  return worst;
-}
-
 // The logits of the model's last inference forward without the padded columns.
-std::vector<float> Logits(const LlamaModel& model, int B, int T) {
+std::vector<float> Logits(const DecoderModel& model, int B, int T) {
   const int V = model.config().vocab_size, Vp = model.config().padded_vocab_size();
   std::vector<float> logits(static_cast<size_t>(B * T * V));
   for (int i = 0; i < B * T; ++i) {
@@ -59,7 +35,7 @@ std::vector<float> Logits(const LlamaModel& model, int B, int T) {
 }
 
 // The gradient of one Hugging Face tensor, read out of the model's flat gradients.
-std::vector<float> Grad(LlamaModel& model, const LlamaHfTensor& spec) {
+std::vector<float> Grad(DecoderModel& model, const DecoderHfTensor& spec) {
   const float* g = model.grads() + model.layout().unit_offsets[spec.unit] + spec.offset;
   return std::vector<float>(g, g + Elements(spec.shape));
 }
@@ -74,9 +50,9 @@ TEST_P(LlamaReference, LogitsLossAndGradientsMatchTransformers) {
   const std::vector<int32_t> inputs = inputs_file.Ints("input_ids");
   const std::vector<int32_t> targets = inputs_file.Ints("target_ids");
   CpuDevice device(Place::kDevice);
-  auto created = LlamaModel::Create(m, kB, kT, &device);
+  auto created = DecoderModel::Create(m, kB, kT, &device);
   ASSERT_TRUE(created.ok()) << created.status().ToString();
-  LlamaModel& model = **created;
+  DecoderModel& model = **created;
   const std::vector<float> weights = ReadCheckpoint(kData + (tied ? "/tied" : "/fp32"), m);
   std::memcpy(model.params(), weights.data(), weights.size() * sizeof(float));
 
@@ -94,7 +70,7 @@ TEST_P(LlamaReference, LogitsLossAndGradientsMatchTransformers) {
   ASSERT_TRUE(model.status().ok()) << model.status().ToString();
   worst = 0;
   std::string worst_name;
-  for (const LlamaHfTensor& spec : LlamaHfTensors(m)) {
+  for (const DecoderHfTensor& spec : DecoderHfTensors(m)) {
     const double err =
         ExpectClose(Grad(model, spec), ref.Floats("grad." + spec.name), 1e-5, spec.name);
     if (err > worst) worst = err, worst_name = spec.name;
@@ -121,7 +97,7 @@ Pass TrainingPass(AttentionKind attention, DType type) {
   const Tensors ref(kData + "/reference.safetensors");
   const std::vector<int32_t> inputs = ref.Ints("input_ids"), targets = ref.Ints("target_ids");
   CpuDevice device(Place::kDevice);
-  auto model = std::move(LlamaModel::Create(m, kB, kT, &device, nullptr, type)).value();
+  auto model = std::move(DecoderModel::Create(m, kB, kT, &device, nullptr, type)).value();
   const std::vector<float> weights = ReadCheckpoint(kData + "/fp32", m);
   std::memcpy(model->params(), weights.data(), weights.size() * sizeof(float));
   Pass pass;
@@ -198,50 +174,10 @@ TEST(LlamaTraining, TwentyAdamWStepsMatchPyTorch) {
   const std::vector<float> want = ref.Floats("train_losses");
   const std::vector<int32_t> tokens = ReadShard(kData + "/train.bin");
   CpuDevice device(Place::kDevice);
-  auto model = std::move(LlamaModel::Create(m, kB, kT, &device)).value();
+  auto model = std::move(DecoderModel::Create(m, kB, kT, &device)).value();
   const std::vector<float> weights = ReadCheckpoint(kData + "/fp32", m);
   std::memcpy(model->params(), weights.data(), weights.size() * sizeof(float));
-  const int64_t n = model->num_parameters();
-  std::vector<float> mom(static_cast<size_t>(n)), var(static_cast<size_t>(n));
-  std::vector<kernels::AdamWTensorRef> refs;
-  const std::vector<zero::UnitSpec> units = model->layout().Units();
-  for (size_t u = 0; u < units.size(); ++u) {
-    const int64_t base = model->layout().unit_offsets[u];
-    for (const zero::ParamSegment& seg : units[u].segments) {
-      kernels::AdamWTensorRef r;
-      r.param = model->params() + base + seg.begin;
-      r.m = mom.data() + base + seg.begin;
-      r.v = var.data() + base + seg.begin;
-      r.grad = model->grads() + base + seg.begin;
-      r.n = seg.end - seg.begin;
-      r.weight_decay = seg.decay ? 0.1f : 0.0f;
-      refs.push_back(r);
-    }
-  }
-  kernels::AdamWStepScalars scalars;
-  scalars.lr = 1e-2f;
-  scalars.beta1 = 0.9f;
-  scalars.beta2 = 0.95f;
-  scalars.eps = 1e-8f;
-  double worst = 0;
-  for (int step = 0; step < static_cast<int>(want.size()); ++step) {
-    const int32_t* window = tokens.data() + int64_t{step} * kB * kT;
-    model->ZeroGradients();
-    const float loss = model->Forward(window, window + 1, kB, kT, 1.0f);
-    model->Backward();
-    ASSERT_TRUE(model->status().ok()) << model->status().ToString();
-    scalars.step = step + 1;
-    ASSERT_TRUE(model->backend()
-                    .AdamW(refs, DType::kFloat32, DType::kFloat32, scalars,
-                           model->backend().compute_stream())
-                    .ok());
-    ASSERT_TRUE(model->backend().compute_stream().Synchronize().ok());
-    const double err =
-        std::abs(double{loss} - want[static_cast<size_t>(step)]) / want[static_cast<size_t>(step)];
-    worst = std::max(worst, err);
-    EXPECT_LE(err, 1e-4) << "step " << step << ": " << loss << " vs "
-                         << want[static_cast<size_t>(step)];
-  }
+  const double worst = ExpectAdamWLosses(*model, tokens, want);
   std::printf("worst training loss error %.3g\n", worst);
 }
 

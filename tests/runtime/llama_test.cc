@@ -1,10 +1,8 @@
-// LlamaModel's layout, initialisation, activation checkpointing and failures: the units hold every
-// Hugging Face tensor once; every checkpointing policy gives the loss and gradients of the run
-// that keeps everything, bit for bit (fp32 and bf16, direct and tiled attention, kept inputs on
+// DecoderModel's layout, initialisation, activation checkpointing and failures: the units hold
+// every Hugging Face tensor once; every checkpointing policy gives the loss and gradients of the
+// run that keeps everything, bit for bit (fp32 and bf16, direct and tiled attention, kept inputs on
 // the device or in pinned host memory, a second smaller micro-batch); the activation bytes the
 // tracker measures equal ActivationFootprint; a store that fails stops the pass.
-#include "runtime/llama.h"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "core/random.h"
+#include "runtime/decoder.h"
 
 namespace hoist::runtime {
 namespace {
@@ -38,10 +37,10 @@ ModelConfig SmallConfig(AttentionKind attention = AttentionKind::kDirect, bool t
   return m;
 }
 
-TEST(LlamaLayout, TheUnitsHoldEveryHuggingFaceTensorOnce) {
+TEST(DecoderLayout, TheUnitsHoldEveryHuggingFaceTensorOnce) {
   for (bool tied : {false, true}) {
     const ModelConfig m = SmallConfig(AttentionKind::kDirect, tied);
-    const LlamaLayout layout = LlamaLayout::For(m);
+    const DecoderLayout layout = DecoderLayout::For(m);
     ASSERT_EQ(layout.num_units(), m.n_layer + 2);
     const int64_t C = 16, V = 40, Vp = 128, hd = 4, I = 24;
     const int64_t block = 2 * C + (4 + 2 * 2) * hd * C + C * 4 * hd + 2 * I * C + C * I;
@@ -49,7 +48,7 @@ TEST(LlamaLayout, TheUnitsHoldEveryHuggingFaceTensorOnce) {
     // Every real element of every unit is covered by exactly one HF tensor, padding rows aside.
     std::vector<int> covered(static_cast<size_t>(layout.total));
     std::vector<std::string> names;
-    for (const LlamaHfTensor& t : LlamaHfTensors(m)) {
+    for (const DecoderHfTensor& t : DecoderHfTensors(m)) {
       names.push_back(t.name);
       int64_t n = 1;
       for (int64_t d : t.shape) n *= d;
@@ -57,7 +56,7 @@ TEST(LlamaLayout, TheUnitsHoldEveryHuggingFaceTensorOnce) {
       for (int64_t i = start; i < start + n; ++i) ++covered[static_cast<size_t>(i)];
     }
     auto padding = [&](int64_t i) {
-      const int64_t head = layout.Offset(kLlamaLmHead);
+      const int64_t head = layout.Offset(kDecoderLmHead);
       return (i >= V * C && i < Vp * C) || (!tied && i >= head + V * C && i < head + Vp * C);
     };
     for (int64_t i = 0; i < layout.total; ++i) {
@@ -76,14 +75,14 @@ TEST(LlamaLayout, TheUnitsHoldEveryHuggingFaceTensorOnce) {
   }
 }
 
-TEST(LlamaLayout, InitializationIsHuggingFacesAndDependsOnTheUnitAlone) {
+TEST(DecoderLayout, InitializationIsHuggingFacesAndDependsOnTheUnitAlone) {
   const ModelConfig m = SmallConfig();
-  const LlamaLayout layout = LlamaLayout::For(m);
+  const DecoderLayout layout = DecoderLayout::For(m);
   std::vector<float> unit(static_cast<size_t>(layout.unit_size(1)));
-  InitializeLlamaUnit(m, 1, 7, unit.data());
+  InitializeDecoderUnit(m, 1, 7, unit.data());
   for (int64_t i = 0; i < m.n_embd; ++i) EXPECT_EQ(unit[static_cast<size_t>(i)], 1.0f);
   double sum = 0, sq = 0;
-  const int64_t begin = layout.local_offsets[kLlamaQkv], n = layout.unit_sizes[kLlamaQkv];
+  const int64_t begin = layout.local_offsets[kDecoderQkv], n = layout.unit_sizes[kDecoderQkv];
   for (int64_t i = begin; i < begin + n; ++i) {
     sum += unit[static_cast<size_t>(i)];
     sq += double{unit[static_cast<size_t>(i)]} * unit[static_cast<size_t>(i)];
@@ -91,12 +90,12 @@ TEST(LlamaLayout, InitializationIsHuggingFacesAndDependsOnTheUnitAlone) {
   EXPECT_NEAR(std::sqrt(sq / static_cast<double>(n)), 0.02, 0.003);
   EXPECT_NEAR(sum / static_cast<double>(n), 0.0, 0.003);
   std::vector<float> other(unit.size()), again(unit.size());
-  InitializeLlamaUnit(m, 2, 7, other.data());
-  InitializeLlamaUnit(m, 1, 7, again.data());
+  InitializeDecoderUnit(m, 2, 7, other.data());
+  InitializeDecoderUnit(m, 1, 7, again.data());
   EXPECT_EQ(unit, again);
   EXPECT_NE(unit, other);
   std::vector<float> embedding(static_cast<size_t>(layout.unit_size(0)));
-  InitializeLlamaUnit(m, 0, 7, embedding.data());
+  InitializeDecoderUnit(m, 0, 7, embedding.data());
   for (size_t i = size_t{40} * 16; i < embedding.size(); ++i) ASSERT_EQ(embedding[i], 0.0f);
 }
 
@@ -104,16 +103,16 @@ TEST(LlamaModelCreate, RefusesDimensionsThatDoNotFit) {
   CpuDevice device;
   ModelConfig m = SmallConfig();
   m.n_kv_head = 3;
-  auto created = LlamaModel::Create(m, 1, 4, &device);
+  auto created = DecoderModel::Create(m, 1, 4, &device);
   ASSERT_FALSE(created.ok());
   EXPECT_NE(created.status().message().find("num_key_value_heads"), std::string::npos)
       << created.status().ToString();
   m = SmallConfig();
   m.family = ModelFamily::kGpt2;
-  EXPECT_FALSE(LlamaModel::Create(m, 1, 4, &device).ok());
+  EXPECT_FALSE(DecoderModel::Create(m, 1, 4, &device).ok());
   m = SmallConfig();
   m.intermediate_size = 0;
-  EXPECT_FALSE(LlamaModel::Create(m, 1, 4, &device).ok());
+  EXPECT_FALSE(DecoderModel::Create(m, 1, 4, &device).ok());
 }
 
 ActivationCheckpointingConfig Policy(CheckpointPolicy policy, int every_k = 2, bool cpu = false) {
@@ -137,7 +136,7 @@ struct Result {
 Result Train(const ModelConfig& m, DType type, const ActivationCheckpointingConfig& ac) {
   MemoryTracker tracker;
   CpuDevice device(Place::kDevice, &tracker);
-  auto model = std::move(LlamaModel::Create(m, 2, 12, &device, nullptr, type, ac)).value();
+  auto model = std::move(DecoderModel::Create(m, 2, 12, &device, nullptr, type, ac)).value();
   model->InitializeWeights(5);
   Rng rng(17);
   for (int64_t i = 0; i < model->num_parameters(); ++i) {
@@ -185,12 +184,12 @@ TEST(LlamaCheckpointing, EveryPolicyGivesTheGradientsOfKeepingEverything) {
           EXPECT_GT(r.recomputed, 0) << what;
           EXPECT_LT(r.device_activation, none.device_activation) << what;
           const Model::ActivationBytes footprint =
-              LlamaModel::ActivationFootprint(m, 2, 12, type, ac);
+              DecoderModel::ActivationFootprint(m, 2, 12, type, ac);
           EXPECT_EQ(footprint.device, r.device_activation) << what;
           EXPECT_EQ(footprint.host_pinned > 0, ac.cpu_checkpointing) << what;
           EXPECT_GE(footprint.host_pinned, r.pinned_activation) << what;
         }
-        EXPECT_EQ(LlamaModel::ActivationFootprint(m, 2, 12, type).device, none.device_activation);
+        EXPECT_EQ(DecoderModel::ActivationFootprint(m, 2, 12, type).device, none.device_activation);
       }
     }
   }
@@ -201,7 +200,7 @@ TEST(LlamaCheckpointing, PhasesAreReportedInOrderAndCheckpointedBlocksRecompute)
   CpuDevice device;
   for (CheckpointPolicy policy : {CheckpointPolicy::kNone, CheckpointPolicy::kFull}) {
     auto model =
-        std::move(LlamaModel::Create(m, 1, 4, &device, nullptr, DType::kFloat32, Policy(policy)))
+        std::move(DecoderModel::Create(m, 1, 4, &device, nullptr, DType::kFloat32, Policy(policy)))
             .value();
     model->InitializeWeights(1);
     using P = Model::Phase;
@@ -226,7 +225,7 @@ TEST(LlamaCheckpointing, PhasesAreReportedInOrderAndCheckpointedBlocksRecompute)
 // whose collective failed: null, and the error kept.
 class FailingStore final : public zero::ParamStore {
  public:
-  FailingStore(const LlamaLayout& layout, int fail_at) : layout_(layout), fail_at_(fail_at) {
+  FailingStore(const DecoderLayout& layout, int fail_at) : layout_(layout), fail_at_(fail_at) {
     params_.resize(static_cast<size_t>(layout.total), 0.01f);
     grads_.resize(static_cast<size_t>(layout.total), 0.0f);
   }
@@ -245,7 +244,7 @@ class FailingStore final : public zero::ParamStore {
   int acquires() const { return acquires_; }
 
  private:
-  const LlamaLayout& layout_;
+  const DecoderLayout& layout_;
   int fail_at_;
   int acquires_ = 0;
   std::vector<float> params_, grads_;
@@ -254,13 +253,13 @@ class FailingStore final : public zero::ParamStore {
 
 TEST(LlamaModelStore, AStoreThatFailsStopsThePass) {
   const ModelConfig m = SmallConfig();
-  const LlamaLayout layout = LlamaLayout::For(m);
+  const DecoderLayout layout = DecoderLayout::For(m);
   const std::vector<int32_t> tokens(8, 3);
   // Forward acquires units 0, 1..L, L+1; a failure at any of them stops it with NaN.
   for (int fail_at = 0; fail_at < m.n_layer + 2; ++fail_at) {
     FailingStore store(layout, fail_at);
     CpuDevice device;
-    auto model = std::move(LlamaModel::Create(m, 1, 8, &device, &store)).value();
+    auto model = std::move(DecoderModel::Create(m, 1, 8, &device, &store)).value();
     const float loss = model->Forward(tokens.data(), tokens.data(), 1, 8, 1.0f);
     EXPECT_TRUE(std::isnan(loss)) << fail_at;
     EXPECT_EQ(store.acquires(), fail_at + 1);
@@ -271,7 +270,7 @@ TEST(LlamaModelStore, AStoreThatFailsStopsThePass) {
   // Failing in backward stops it there, with the error in the store.
   FailingStore store(layout, m.n_layer + 3);
   CpuDevice device;
-  auto model = std::move(LlamaModel::Create(m, 1, 8, &device, &store)).value();
+  auto model = std::move(DecoderModel::Create(m, 1, 8, &device, &store)).value();
   EXPECT_FALSE(std::isnan(model->Forward(tokens.data(), tokens.data(), 1, 8, 1.0f)));
   model->Backward();
   EXPECT_EQ(store.acquires(), m.n_layer + 4);

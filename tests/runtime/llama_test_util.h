@@ -5,6 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
@@ -12,7 +15,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "runtime/llama.h"
+#include "runtime/decoder.h"
 #include "runtime/safetensors.h"
 
 namespace hoist::runtime {
@@ -71,6 +74,30 @@ class Tensors {
   std::optional<SafetensorsFile> file_;
 };
 
+// |got - want| <= rtol * max(|want|, rms(want)); returns the worst such ratio.
+inline double ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
+                          double rtol, const std::string& what) {
+  EXPECT_EQ(got.size(), want.size()) << what;
+  if (got.size() != want.size()) return 1e30;
+  double sum = 0;
+  for (float w : want) sum += double{w} * w;
+  const double rms = std::sqrt(sum / static_cast<double>(want.size()));
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double err =
+        std::abs(double{got[i]} - want[i]) / std::max<double>(std::abs(want[i]), rms);
+    worst = std::max(worst, err);
+    if (err > rtol) {
+      ADD_FAILURE() << what << "[" << i << "]: " << got[i] << " vs " << want[i];
+      return worst;
+    }
+  }
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3g", worst);
+  ::testing::Test::RecordProperty(what, text);
+  return worst;
+}
+
 inline int64_t Elements(const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -78,14 +105,14 @@ inline int64_t Elements(const std::vector<int64_t>& shape) {
 }
 
 // The checkpoint's tensors in the units of `config`'s layout, by name: every tensor of the file
-// used once, each with the shape LlamaHfTensors gives; the padding rows 0.
+// used once, each with the shape DecoderHfTensors gives; the padding rows 0.
 inline std::vector<float> ReadCheckpoint(const std::string& dir, const ModelConfig& config) {
   const Tensors file(dir + "/model.safetensors");
-  const std::vector<LlamaHfTensor> specs = LlamaHfTensors(config);
-  const LlamaLayout layout = LlamaLayout::For(config);
+  const std::vector<DecoderHfTensor> specs = DecoderHfTensors(config);
+  const DecoderLayout layout = DecoderLayout::For(config);
   EXPECT_EQ(file.size(), specs.size()) << dir;
   std::vector<float> weights(static_cast<size_t>(layout.total));
-  for (const LlamaHfTensor& spec : specs) {
+  for (const DecoderHfTensor& spec : specs) {
     const SafetensorsTensor* t = file.Find(spec.name);
     EXPECT_NE(t, nullptr) << spec.name;
     if (t == nullptr) continue;
@@ -108,6 +135,57 @@ inline std::vector<int32_t> ReadShard(const std::string& path) {
           static_cast<std::streamsize>(tokens.size() * sizeof(uint16_t)));
   HOIST_CHECK(in.good()) << path;
   return std::vector<int32_t>(tokens.begin(), tokens.end());
+}
+
+// Trains `model` (its weights loaded) with AdamW as the fixtures' PyTorch runs did (lr 1e-2,
+// betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on the 2-D tensors, the backend's multi-tensor
+// step), one micro-batch of `tokens` per step in llm.c's order, and expects each step's loss
+// within 1e-4 relative of `want`'s. Returns the worst relative error.
+inline double ExpectAdamWLosses(DecoderModel& model, const std::vector<int32_t>& tokens,
+                                const std::vector<float>& want) {
+  const int64_t n = model.num_parameters();
+  std::vector<float> mom(static_cast<size_t>(n)), var(static_cast<size_t>(n));
+  std::vector<kernels::AdamWTensorRef> refs;
+  const std::vector<zero::UnitSpec> units = model.layout().Units();
+  for (size_t u = 0; u < units.size(); ++u) {
+    const int64_t base = model.layout().unit_offsets[u];
+    for (const zero::ParamSegment& seg : units[u].segments) {
+      kernels::AdamWTensorRef r;
+      r.param = model.params() + base + seg.begin;
+      r.m = mom.data() + base + seg.begin;
+      r.v = var.data() + base + seg.begin;
+      r.grad = model.grads() + base + seg.begin;
+      r.n = seg.end - seg.begin;
+      r.weight_decay = seg.decay ? 0.1f : 0.0f;
+      refs.push_back(r);
+    }
+  }
+  kernels::AdamWStepScalars scalars;
+  scalars.lr = 1e-2f;
+  scalars.beta1 = 0.9f;
+  scalars.beta2 = 0.95f;
+  scalars.eps = 1e-8f;
+  double worst = 0;
+  for (int step = 0; step < static_cast<int>(want.size()); ++step) {
+    const int32_t* window = tokens.data() + int64_t{step} * kB * kT;
+    model.ZeroGradients();
+    const float loss = model.Forward(window, window + 1, kB, kT, 1.0f);
+    model.Backward();
+    EXPECT_TRUE(model.status().ok()) << model.status().ToString();
+    if (!model.status().ok()) return 1e30;
+    scalars.step = step + 1;
+    EXPECT_TRUE(model.backend()
+                    .AdamW(refs, DType::kFloat32, DType::kFloat32, scalars,
+                           model.backend().compute_stream())
+                    .ok());
+    EXPECT_TRUE(model.backend().compute_stream().Synchronize().ok());
+    const double err =
+        std::abs(double{loss} - want[static_cast<size_t>(step)]) / want[static_cast<size_t>(step)];
+    worst = std::max(worst, err);
+    EXPECT_LE(err, 1e-4) << "step " << step << ": " << loss << " vs "
+                         << want[static_cast<size_t>(step)];
+  }
+  return worst;
 }
 
 }  // namespace hoist::runtime

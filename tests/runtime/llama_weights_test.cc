@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "llama_test_util.h"
+#include "runtime/decoder.h"
 #include "runtime/gpt2_weights.h"
 #include "runtime/hf_checkpoint.h"
-#include "runtime/llama.h"
 #include "runtime/model.h"
 #include "runtime/safetensors.h"
 

@@ -1,4 +1,4 @@
-// LlamaModel on the ZeRO engine as its parameter store: the 20 AdamW steps of
+// DecoderModel on the ZeRO engine as its parameter store: the 20 AdamW steps of
 // scripts/reference/llama_hf.py from the imported checkpoint give PyTorch's losses at every stage,
 // on one rank and with the batch split over two (stage 3 gathering every unit, the tied head
 // holding the embedding from forward to backward), and in bf16 near them.
@@ -13,7 +13,7 @@
 
 #include "comm/thread_communicator.h"
 #include "kernels/cpu_backend.h"
-#include "runtime/llama.h"
+#include "runtime/decoder.h"
 #include "tests/runtime/llama_test_util.h"
 #include "zero/zero_engine.h"
 
@@ -35,7 +35,7 @@ std::vector<float> Train(const Job& run, int steps) {
   const ModelConfig m = FixtureConfig(run.tied);
   const std::vector<float> weights = ReadCheckpoint(kData + (run.tied ? "/tied" : "/fp32"), m);
   const std::vector<int32_t> tokens = ReadShard(kData + "/train.bin");
-  const LlamaLayout layout = LlamaLayout::For(m);
+  const DecoderLayout layout = DecoderLayout::For(m);
   auto group = comm::ThreadGroup::Create(run.ranks, 30.0);
   HOIST_CHECK(group.ok());
   std::vector<std::vector<float>> losses(static_cast<size_t>(run.ranks));
@@ -56,7 +56,8 @@ std::vector<float> Train(const Job& run, int steps) {
         zero::ZeroEngine::Create(layout.Units(), options, &(*group)->comm(rank), &backend);
     ASSERT_TRUE(engine.ok()) << engine.status().ToString();
     const int B = kB / run.ranks;
-    auto model = LlamaModel::Create(m, B, kT, &backend, engine->get(), run.type, run.checkpointing);
+    auto model =
+        DecoderModel::Create(m, B, kT, &backend, engine->get(), run.type, run.checkpointing);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     ASSERT_TRUE((*engine)
                     ->Initialize([&](int unit, float* out) {

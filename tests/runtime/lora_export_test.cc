@@ -54,9 +54,7 @@ std::string ReadFile(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-std::string BaseDir(const std::string& family) {
-  return kData + (family == "gpt2" ? "/gpt2_hf" : "/llama_hf");
-}
+std::string BaseDir(const std::string& family) { return kData + "/" + family + "_hf"; }
 
 std::vector<float> Tensor(const SafetensorsFile& file, const std::string& name) {
   const SafetensorsTensor* t = file.Find(name);
@@ -322,7 +320,8 @@ TEST(LoraExportErrors, AResumeThatChangesTheBaseQuantizationIsRefused) {
   EXPECT_TRUE(CheckSameRun(RunIdentity(nf4), nf4, "ck", 1).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Families, LoraExport, ::testing::Values("gpt2", "llama"));
+INSTANTIATE_TEST_SUITE_P(Families, LoraExport,
+                         ::testing::Values("gpt2", "llama", "qwen2", "gemma2"));
 
 TEST(LoraExportErrors, PeftOfAFullTrainingCheckpointIsRefused) {
   const std::string dir = TempDir("full");

@@ -162,6 +162,33 @@ TEST(MemoryEstimate, LlamaPeakOfEveryPlaceIsTheMeasuredPeak) {
   fs::remove_all(pattern);
 }
 
+// The later rotary families, each with what its block adds (Qwen2's biases, Qwen3's per-head
+// norms and a head_dim of its own, Mistral's window, Gemma 2's sandwich norms and GeGLU): every
+// fifth job of the matrix and every job with offload, rotating over the families.
+TEST(MemoryEstimate, RotaryFamiliesPeakOfEveryPlaceIsTheMeasuredPeak) {
+  std::string pattern = (fs::temp_directory_path() / "hoist-estimate-XXXXXX").string();
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  const std::vector<Job> all = Matrix(pattern);
+  const std::vector<std::vector<std::string>> families = {
+      {"model.model_type=\"qwen2\"", "model.n_kv_head=1", "model.intermediate_size=72"},
+      {"model.model_type=\"qwen3\"", "model.n_kv_head=1", "model.intermediate_size=72",
+       "model.head_dim=12", "model.tie_word_embeddings=false"},
+      {"model.model_type=\"mistral\"", "model.intermediate_size=72", "model.sliding_window=5",
+       "model.tie_word_embeddings=false"},
+      {"model.model_type=\"gemma2\"", "model.n_kv_head=1", "model.intermediate_size=72",
+       "model.tie_word_embeddings=true"}};
+  size_t jobs = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    bool offload = false;
+    for (const std::string& o : all[i].overrides) offload = offload || o.find("offload") != o.npos;
+    if (i % 5 != 0 && !offload) continue;
+    const std::vector<std::string>& family = families[jobs++ % families.size()];
+    EXPECT_EQ(ExpectEstimatesMatch({all[i]}, family).size(), 1u) << family[0];
+  }
+  EXPECT_GE(jobs, 8u);
+  fs::remove_all(pattern);
+}
+
 // LoRA: the frozen base's engine beside the adapters' on one timeline. Every place's peak is the
 // measured one, for both families, every stage, fp32 and bf16, checkpointing and offload; and
 // the gradient and optimizer columns hold the adapters' bytes alone (the base's would be

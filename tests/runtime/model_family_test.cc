@@ -43,20 +43,50 @@ ModelConfig LlamaConfig(bool tied) {
   return m;
 }
 
-std::vector<ModelConfig> Configs() { return {Gpt2Config(), LlamaConfig(false), LlamaConfig(true)}; }
+// Each later rotary family with what its block adds: Qwen3 a head_dim of its own, Mistral a
+// window on every layer, Gemma 2 local and global layers.
+ModelConfig RotaryConfig(ModelFamily family, bool tied) {
+  ModelConfig m = LlamaConfig(tied);
+  m.family = family;
+  if (family == ModelFamily::kQwen3) m.head_size = 12;
+  if (family == ModelFamily::kMistral) m.sliding_window = 3;
+  if (family == ModelFamily::kGemma2) {
+    m.sliding_window = 4;
+    m.sliding_layers = {true, false, true};
+    m.query_pre_attn_scalar = 20;
+    m.attn_logit_softcapping = 50;
+    m.final_logit_softcapping = 30;
+  }
+  return m;
+}
+
+std::vector<ModelConfig> Configs() {
+  std::vector<ModelConfig> configs = {Gpt2Config(), LlamaConfig(false), LlamaConfig(true)};
+  for (ModelFamily family :
+       {ModelFamily::kQwen2, ModelFamily::kQwen3, ModelFamily::kMistral, ModelFamily::kGemma2}) {
+    for (bool tied : {false, true}) configs.push_back(RotaryConfig(family, tied));
+  }
+  return configs;
+}
 
 TEST(ModelFamilySpec, EachFamilyFindsItsOwnSpec) {
-  for (ModelFamily family : {ModelFamily::kGpt2, ModelFamily::kLlama}) {
+  std::set<const ModelFamilySpec*> specs;
+  for (ModelFamily family : kModelFamilies) {
     EXPECT_EQ(FamilyOf(family).family, family) << ModelFamilyName(family);
+    EXPECT_TRUE(specs.insert(&FamilyOf(family)).second) << ModelFamilyName(family);
+    ModelFamily named;
+    ASSERT_TRUE(ModelFamilyNamed(ModelFamilyName(family), &named));
+    EXPECT_EQ(named, family);
+    // GPT-2 is the one family that is not a rotary decoder.
+    EXPECT_EQ(FamilyOf(family).decoder == nullptr, family == ModelFamily::kGpt2);
   }
-  EXPECT_NE(&FamilyOf(ModelFamily::kGpt2), &FamilyOf(ModelFamily::kLlama));
 }
 
 TEST(ModelFamilySpec, ParameterBoundIsTheCountOrAnUntiedHeadAbove) {
   for (const ModelConfig& m : Configs()) {
     const long double bound = FamilyOf(m.family).parameter_bound(m);
     const int64_t count = ModelParameterCount(m);
-    const bool tied_llama = m.family == ModelFamily::kLlama && m.tie_word_embeddings;
+    const bool tied_llama = m.family != ModelFamily::kGpt2 && m.tie_word_embeddings;
     const int64_t head = tied_llama ? int64_t{m.padded_vocab_size()} * m.n_embd : 0;
     EXPECT_EQ(bound, static_cast<long double>(count + head))
         << ModelFamilyName(m.family) << (tied_llama ? " tied" : "");

@@ -166,42 +166,65 @@ TEST(TrainerInitFrom, StageThreeOnTwoRanksMatchesPyTorchAndExportsBack) {
   EXPECT_EQ(nlohmann::json::parse(ReadFile(dir + "/hf16/config.json"))["dtype"], "float16");
 }
 
-// The same for a Llama (grouped-query attention, Llama 3's rotary scaling, an untied head): the
-// trainer builds the model of the checkpoint's family, and its checkpoint exports back to the
-// same config.json.
-TEST(TrainerInitFrom, LlamaTrainsAsPyTorchOnOneRankAndOnTwoAtStageThree) {
-  const std::vector<RankRun> one = TrainOnRanks(Job(kLlama + "/fp32", 1, {}, kLlama), 1);
+// A rotary family's fixture (`data`, its fp32/ checkpoint): 20 steps on one rank and on two at
+// stage 3 give PyTorch's losses, and the checkpoint exports back to the same config.json and the
+// trained weights. Returns the checkpoint's directory.
+std::string ExpectTrainsAsPyTorchAndExportsBack(const std::string& data, const std::string& name) {
+  const std::vector<RankRun> one = TrainOnRanks(Job(data + "/fp32", 1, {}, data), 1);
   ExpectOk(one);
-  ExpectTorchLosses(one[0].losses, "llama, one rank", kLlama);
+  ExpectTorchLosses(one[0].losses, name + ", one rank", data);
 
-  const std::string dir = TempDir("llama_stage3");
+  const std::string dir = TempDir(name + "_stage3");
   const std::vector<RankRun> two =
-      TrainOnRanks(Job(kLlama + "/fp32", 2,
+      TrainOnRanks(Job(data + "/fp32", 2,
                        {"zero_optimization.stage=3", "checkpoint.dir=\"" + dir + "/ck\"",
                         "checkpoint.interval_steps=20"},
-                       kLlama),
+                       data),
                    2);
   ExpectOk(two);
-  ExpectTorchLosses(two[0].losses, "llama, two ranks at stage 3", kLlama);
+  ExpectTorchLosses(two[0].losses, name + ", two ranks at stage 3", data);
   ExportOptions options;
   options.checkpoint = dir + "/ck";
   options.output = dir + "/hf";
-  ASSERT_TRUE(ExportCheckpoint(options).ok());
+  EXPECT_TRUE(ExportCheckpoint(options).ok());
   auto source = OpenWeightSource(dir + "/hf");
-  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  EXPECT_TRUE(source.ok()) << source.status().ToString();
+  if (!source.ok()) return dir;
   std::vector<float> weights(two[0].params.size());
   int64_t at = 0;
   int unit = 0;
   for (const zero::UnitSpec& spec : ModelUnits((*source)->model())) {
-    ASSERT_TRUE((*source)->FillUnit(unit++, weights.data() + at).ok());
+    EXPECT_TRUE((*source)->FillUnit(unit++, weights.data() + at).ok());
     at += spec.size;
   }
   EXPECT_EQ(weights, two[0].params);
-  EXPECT_EQ(ReadFile(dir + "/hf/config.json"), ReadFile(kLlama + "/fp32/config.json"));
+  EXPECT_EQ(ReadFile(dir + "/hf/config.json"), ReadFile(data + "/fp32/config.json"));
+  return dir;
+}
+
+// The same for a Llama (grouped-query attention, Llama 3's rotary scaling, an untied head): the
+// trainer builds the model of the checkpoint's family, and its checkpoint exports back to the
+// same config.json; an llm.c file holds GPT-2s alone.
+TEST(TrainerInitFrom, LlamaTrainsAsPyTorchOnOneRankAndOnTwoAtStageThree) {
+  const std::string dir = ExpectTrainsAsPyTorchAndExportsBack(kLlama, "llama");
+  ExportOptions options;
+  options.checkpoint = dir + "/ck";
   options.format = ExportFormat::kLlmc;
   options.output = dir + "/model.bin";
   EXPECT_EQ(ExportCheckpoint(options).status().code(), StatusCode::kInvalidArgument);
 }
+
+// Each later rotary family the same way, from its own config.json (Qwen2's biases, Qwen3's
+// per-head norms and head_dim, Mistral's window, Gemma 2's caps, norms and local layers).
+class TrainerFamilies : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TrainerFamilies, TrainAsPyTorchOnOneRankAndOnTwoAtStageThree) {
+  ExpectTrainsAsPyTorchAndExportsBack(
+      std::string(HOIST_SOURCE_DIR) + "/tests/data/" + GetParam() + "_hf", GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Rotary, TrainerFamilies,
+                         ::testing::Values("qwen2", "qwen3", "mistral", "gemma2"));
 
 TEST(TrainerInitFrom, ModelKeysThatDisagreeWithTheCheckpointAreRefused) {
   const nlohmann::json job = {{"model", {{"init_from", kData + "/fp32"}, {"n_embd", 32}}},

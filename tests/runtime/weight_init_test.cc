@@ -8,8 +8,8 @@
 
 #include "core/random.h"
 #include "runtime/config.h"
+#include "runtime/decoder.h"
 #include "runtime/gpt2.h"
-#include "runtime/llama.h"
 #include "runtime/model.h"
 
 namespace hoist::runtime {
@@ -88,7 +88,7 @@ TEST(UnitWindow, AnyRangeOfAUnitIsTheSameRangeOfTheWholeUnit) {
       const int64_t size = units[static_cast<size_t>(unit)].size;
       std::vector<float> whole(static_cast<size_t>(size));
       if (is_llama) {
-        InitializeLlamaUnit(config, unit, 11, whole.data());
+        InitializeDecoderUnit(config, unit, 11, whole.data());
       } else {
         InitializeGpt2Unit(config, unit, 11, whole.data());
       }
@@ -105,7 +105,7 @@ TEST(UnitWindow, AnyRangeOfAUnitIsTheSameRangeOfTheWholeUnit) {
                      " [" + std::to_string(begin) + ", +" + std::to_string(count) + ")");
         std::vector<float> window(static_cast<size_t>(count), NAN);
         if (is_llama) {
-          InitializeLlamaRange(config, unit, 11, begin, count, window.data());
+          InitializeDecoderRange(config, unit, 11, begin, count, window.data());
         } else {
           InitializeGpt2Range(config, unit, 11, begin, count, window.data());
         }

@@ -1,4 +1,4 @@
-// LlamaModel on the CUDA backend under the ZeRO engine, against PyTorch's 20 AdamW steps from the
+// DecoderModel on the CUDA backend under the ZeRO engine, against PyTorch's 20 AdamW steps from the
 // imported checkpoint (scripts/reference/llama_hf.py) in fp32, and against the same job on the
 // CPU backend in bf16: direct and tiled attention, stages 0 and 3, full checkpointing, the tied
 // head. Suites Cuda*: label "gpu"; skipped where no GPU is visible.
@@ -17,7 +17,7 @@
 #include "core/cuda/pinned_host_device.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
-#include "runtime/llama.h"
+#include "runtime/decoder.h"
 #include "tests/runtime/llama_test_util.h"
 #include "zero/zero_engine.h"
 
@@ -42,7 +42,7 @@ Outcome Train(const Job& job, bool gpu, int steps) {
   Outcome outcome;
   ModelConfig m = FixtureConfig(job.tied);
   m.attention = job.attention;
-  const LlamaLayout layout = LlamaLayout::For(m);
+  const DecoderLayout layout = DecoderLayout::For(m);
   const std::vector<float> weights = ReadCheckpoint(kData + (job.tied ? "/tied" : "/fp32"), m);
   const std::vector<int32_t> tokens = ReadShard(kData + "/train.bin");
   MemoryTracker tracker;
@@ -77,7 +77,8 @@ Outcome Train(const Job& job, bool gpu, int steps) {
   if (!engine.ok()) return {engine.status(), {}};
   ActivationCheckpointingConfig checkpointing;
   checkpointing.policy = job.checkpointing;
-  auto model = LlamaModel::Create(m, kB, kT, backend.get(), engine->get(), job.type, checkpointing);
+  auto model =
+      DecoderModel::Create(m, kB, kT, backend.get(), engine->get(), job.type, checkpointing);
   if (!model.ok()) return {model.status(), {}};
   outcome.status = (*engine)->Initialize([&](int unit, float* out) {
     std::memcpy(out, weights.data() + layout.unit_offsets[unit],
