@@ -47,6 +47,7 @@
 
 #include "core/memory_tracker.h"
 #include "core/status.h"
+#include "core/tunables.h"
 #include "offload/block_storage.h"
 #include "offload/pinned_pool.h"
 
@@ -64,11 +65,12 @@ struct StateSwapperOptions {
   std::string path;                     // the scratch file
   int64_t elements = 0;                 // n: length of every array (> 0)
   int arrays = 3;                       // how many arrays of n floats (> 0)
-  int64_t sub_group_size = 1000000000;  // S: elements per sub-group (> 0; capped at n)
+  int64_t sub_group_size = tunables::kSubGroupSize.default_value;  // S (> 0; capped at n)
   // When not empty, the arrays and their sub-groups (every array with the same G >= 1); then
   // elements, arrays and sub_group_size are not read.
   std::vector<SwapArray> layout;
-  int buffer_count = 3;  // k: sub-group slots in host memory (>= 1)
+  // k: sub-group slots in host memory (>= 1; more than 3 allocate 3).
+  int buffer_count = static_cast<int>(tunables::kOptimizerBufferCount.default_value);
   Category category = Category::kOptimizer;
 };
 

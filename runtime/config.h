@@ -28,6 +28,7 @@
 
 #include "core/dtype.h"
 #include "core/status.h"
+#include "core/tunables.h"
 
 namespace hoist::runtime {
 
@@ -264,7 +265,7 @@ struct OffloadOptimizerConfig {
   // nvme: how many sub-groups' (master, m, v) the swapper holds in host memory at once; 1 runs
   // read, update and write one after another, 2 overlaps reading the next sub-group with the
   // update, 3 or more also overlaps writing the previous one. >= 1.
-  int64_t buffer_count = 4;
+  int64_t buffer_count = tunables::kOptimizerBufferCount.default_value;
   // DeepSpeed initialises the NVMe states in place of a CPU staging copy; hoist always writes
   // them straight to the file, so both values behave the same (accepted, read, no effect).
   bool fast_init = false;
@@ -281,28 +282,28 @@ struct OffloadParamConfig {
   OffloadDevice device = OffloadDevice::kNone;
   std::string nvme_path;  // required (non-empty) for nvme
   bool pin_memory = true;
-  int64_t buffer_count = 5;         // >= 1: units' shards in flight from NVMe at once
-  int64_t buffer_size = 100000000;  // elements; >= 1: largest shard a buffer holds
-  int64_t max_in_cpu = 1000000000;  // elements of parameter shards kept in host memory (nvme)
+  // core/tunables.h says what each counts.
+  int64_t buffer_count = tunables::kParamBufferCount.default_value;
+  int64_t buffer_size = tunables::kParamBufferSize.default_value;
+  int64_t max_in_cpu = tunables::kParamMaxInCpu.default_value;
 };
 
-// `zero_optimization`: the ZeRO stage and its tuning, with DeepSpeed's defaults. Sizes count
-// elements, not bytes.
+// `zero_optimization`: the ZeRO stage and its tuning, with DeepSpeed's defaults (the tunables'
+// defaults, ranges and meanings are in core/tunables.h). Sizes count elements, not bytes.
 struct ZeroConfig {
   int stage = 0;  // 0 off, 1 optimizer states, 2 + gradients, 3 + parameters partitioned
-  int64_t reduce_bucket_size = 500000000;     // > 0
-  int64_t allgather_bucket_size = 500000000;  // > 0
+  int64_t reduce_bucket_size = tunables::kReduceBucketSize.default_value;
+  int64_t allgather_bucket_size = tunables::kAllgatherBucketSize.default_value;
   // Overlap gradient reduction with backward. DeepSpeed's rule, kept here: unset means true for
   // stage 3 and false otherwise.
   bool overlap_comm = false;
   bool contiguous_gradients = true;  // read and noticed; hoist's buckets are always contiguous
   bool reduce_scatter = true;        // false: stages 1-2 all-reduce gradients instead
   // Stage 3 (`stage3_` prefix optional in the file, as in DeepSpeed):
-  int64_t stage3_prefetch_bucket_size = 50000000;       // >= 0; 0: no prefetching
-  int64_t stage3_param_persistence_threshold = 100000;  // >= 0; smaller params not partitioned
-  int64_t stage3_max_live_parameters = 1000000000;      // >= 0
-  // Elements of the optimizer shard updated (and, offloaded to nvme, streamed) at a time. >= 1.
-  int64_t sub_group_size = 1000000000;
+  int64_t stage3_prefetch_bucket_size = tunables::kPrefetchBucketSize.default_value;
+  int64_t stage3_param_persistence_threshold = tunables::kParamPersistenceThreshold.default_value;
+  int64_t stage3_max_live_parameters = tunables::kMaxLiveParameters.default_value;
+  int64_t sub_group_size = tunables::kSubGroupSize.default_value;
   OffloadOptimizerConfig offload_optimizer;
   OffloadParamConfig offload_param;
 };

@@ -142,25 +142,6 @@ Status ReadCommunicationDataType(const Section& top, Config* config) {
 
 // ---- zero_optimization ----
 
-// Largest accepted element count: far beyond any machine, and small enough that a byte count
-// (elements x 16) stays far from int64 overflow.
-constexpr int64_t kMaxElements = int64_t{1} << 48;
-
-// Reads an element count under `key` or its `stage3_`-less alias.
-Status ReadElements(const Section& s, std::string_view key, std::string_view alias, bool positive,
-                    int64_t* out) {
-  if (!alias.empty() && s.Has(key) && s.Has(alias)) {
-    return s.Invalid(alias, "is the same setting as " + s.PathOf(key) + "; set only one of them");
-  }
-  const std::string_view name = !alias.empty() && s.Has(alias) ? alias : key;
-  HOIST_RETURN_IF_ERROR(s.Int(name, out));
-  if (*out < (positive ? 1 : 0) || *out > kMaxElements) {
-    return s.Invalid(name, std::string("must be in [") + (positive ? "1" : "0") + ", 2^48] (" +
-                               "a count of elements), found " + std::to_string(*out));
-  }
-  return Status::Ok();
-}
-
 // ---- offload_optimizer / offload_param ----
 
 // Reads `device` of an offload section: DeepSpeed's spellings, matched exactly as DeepSpeed
@@ -188,11 +169,32 @@ Status CheckNvmePath(const Section& s, OffloadDevice device, const std::string& 
                    "scratch files there; set it to a directory on a local NVMe drive");
 }
 
+// A count of at least 1 under `key`.
 Status ReadCount(const Section& s, std::string_view key, std::string_view what, int64_t* out) {
   HOIST_RETURN_IF_ERROR(s.Int(key, out));
   if (*out < 1) {
     return s.Invalid(key,
                      "must be >= 1 (" + std::string(what) + "), found " + std::to_string(*out));
+  }
+  return Status::Ok();
+}
+
+// A tunable of `s` (core/tunables.h) by its key or DeepSpeed's other spelling, in its range.
+Status ReadTunable(const Section& s, const Tunable& tunable, int64_t* out) {
+  const std::string_view key = tunable.key;
+  const std::string_view alias = tunable.alias == nullptr ? "" : tunable.alias;
+  if (!alias.empty() && s.Has(key) && s.Has(alias)) {
+    return s.Invalid(alias, "is the same setting as " + s.PathOf(key) + "; set only one of them");
+  }
+  const std::string_view name = !alias.empty() && s.Has(alias) ? alias : key;
+  HOIST_RETURN_IF_ERROR(s.Int(name, out));
+  if (*out < tunable.min || *out > kMaxTunable) {
+    // Counts of elements say their range; counts of buffers what they count.
+    const std::string rule =
+        tunable.elements
+            ? "must be in [" + std::to_string(tunable.min) + ", 2^48] (a count of elements)"
+            : "must be >= " + std::to_string(tunable.min) + " and <= 2^48 (" + tunable.what + ")";
+    return s.Invalid(name, rule + ", found " + std::to_string(*out));
   }
   return Status::Ok();
 }
@@ -207,8 +209,7 @@ Status ReadOffloadOptimizer(const Section& zero, int stage, std::string_view ena
        "fast_init", "ratio", "super_offload", "convert_grad_on_cpu", "cpuadam_cores_perc"}));
   HOIST_RETURN_IF_ERROR(ReadOffloadDevice(s, &opt->device));
   HOIST_RETURN_IF_ERROR(s.String("nvme_path", &opt->nvme_path));
-  HOIST_RETURN_IF_ERROR(
-      ReadCount(s, "buffer_count", "sub-groups held in host memory", &opt->buffer_count));
+  HOIST_RETURN_IF_ERROR(ReadTunable(s, tunables::kOptimizerBufferCount, &opt->buffer_count));
   HOIST_RETURN_IF_ERROR(s.Bool("pin_memory", &opt->pin_memory));
   HOIST_RETURN_IF_ERROR(s.Bool("fast_init", &opt->fast_init));
   if (s.Has("fast_init")) {
@@ -277,10 +278,9 @@ Status ReadOffloadParam(const Section& zero, int stage, std::string_view enabled
       {"device", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory"}));
   HOIST_RETURN_IF_ERROR(ReadOffloadDevice(s, &param->device));
   HOIST_RETURN_IF_ERROR(s.String("nvme_path", &param->nvme_path));
-  HOIST_RETURN_IF_ERROR(
-      ReadCount(s, "buffer_count", "parameter buffers in flight", &param->buffer_count));
-  HOIST_RETURN_IF_ERROR(ReadElements(s, "buffer_size", "", /*positive=*/true, &param->buffer_size));
-  HOIST_RETURN_IF_ERROR(ReadElements(s, "max_in_cpu", "", /*positive=*/false, &param->max_in_cpu));
+  HOIST_RETURN_IF_ERROR(ReadTunable(s, tunables::kParamBufferCount, &param->buffer_count));
+  HOIST_RETURN_IF_ERROR(ReadTunable(s, tunables::kParamBufferSize, &param->buffer_size));
+  HOIST_RETURN_IF_ERROR(ReadTunable(s, tunables::kParamMaxInCpu, &param->max_in_cpu));
   HOIST_RETURN_IF_ERROR(s.Bool("pin_memory", &param->pin_memory));
   HOIST_RETURN_IF_ERROR(CheckNvmePath(s, param->device, param->nvme_path));
   if (param->device != OffloadDevice::kNone && stage < 3) {
@@ -419,24 +419,21 @@ Status ReadZero(const Section& top, ZeroConfig* zero, std::vector<std::string>* 
   HOIST_RETURN_IF_ERROR(s.Bool("reduce_scatter", &zero->reduce_scatter));
   zero->overlap_comm = zero->stage == 3;
   HOIST_RETURN_IF_ERROR(s.Bool("overlap_comm", &zero->overlap_comm));
+  HOIST_RETURN_IF_ERROR(ReadTunable(s, tunables::kReduceBucketSize, &zero->reduce_bucket_size));
   HOIST_RETURN_IF_ERROR(
-      ReadElements(s, "reduce_bucket_size", "", /*positive=*/true, &zero->reduce_bucket_size));
-  HOIST_RETURN_IF_ERROR(ReadElements(s, "allgather_bucket_size", "", /*positive=*/true,
-                                     &zero->allgather_bucket_size));
+      ReadTunable(s, tunables::kAllgatherBucketSize, &zero->allgather_bucket_size));
   // DeepSpeed allows 0 for these: no prefetching, every parameter partitioned, nothing kept
   // gathered beyond the module in use.
-  HOIST_RETURN_IF_ERROR(ReadElements(s, "stage3_prefetch_bucket_size", "prefetch_bucket_size",
-                                     /*positive=*/false, &zero->stage3_prefetch_bucket_size));
-  HOIST_RETURN_IF_ERROR(ReadElements(s, "stage3_param_persistence_threshold",
-                                     "param_persistence_threshold", /*positive=*/false,
-                                     &zero->stage3_param_persistence_threshold));
-  HOIST_RETURN_IF_ERROR(ReadElements(s, "stage3_max_live_parameters", "max_live_parameters",
-                                     /*positive=*/false, &zero->stage3_max_live_parameters));
+  HOIST_RETURN_IF_ERROR(
+      ReadTunable(s, tunables::kPrefetchBucketSize, &zero->stage3_prefetch_bucket_size));
+  HOIST_RETURN_IF_ERROR(ReadTunable(s, tunables::kParamPersistenceThreshold,
+                                    &zero->stage3_param_persistence_threshold));
+  HOIST_RETURN_IF_ERROR(
+      ReadTunable(s, tunables::kMaxLiveParameters, &zero->stage3_max_live_parameters));
 
   // Adam is elementwise, so the sub-group size changes how much of the shard is in flight at
   // once (memory, and the NVMe swapper's reads), not the step's numbers.
-  HOIST_RETURN_IF_ERROR(
-      ReadElements(s, "sub_group_size", "", /*positive=*/true, &zero->sub_group_size));
+  HOIST_RETURN_IF_ERROR(ReadTunable(s, tunables::kSubGroupSize, &zero->sub_group_size));
   HOIST_RETURN_IF_ERROR(ReadOffload(s, zero, notices));
 
   // Features that change the numbers trained on: quantised weights or gradients (ZeRO++), fp32

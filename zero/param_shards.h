@@ -38,6 +38,7 @@
 #include "core/device.h"
 #include "core/memory_tracker.h"
 #include "core/status.h"
+#include "core/tunables.h"
 #include "offload/block_storage.h"
 #include "offload/pinned_pool.h"
 #include "offload/state_swapper.h"
@@ -55,9 +56,10 @@ struct ParamOffload {
   ParamPlace place = ParamPlace::kDevice;
   bool pin_memory = true;
   std::string nvme_file;  // kNvme: this rank's parameter scratch file
-  int buffer_count = 5;
-  int64_t buffer_size = 100000000;  // elements
-  int64_t max_in_cpu = 1000000000;  // elements kept in host memory under kNvme
+  // The tunables (core/tunables.h says what each counts).
+  int buffer_count = static_cast<int>(tunables::kParamBufferCount.default_value);
+  int64_t buffer_size = tunables::kParamBufferSize.default_value;
+  int64_t max_in_cpu = tunables::kParamMaxInCpu.default_value;
   offload::StorageFactory open_storage;
 };
 

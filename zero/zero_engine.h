@@ -54,6 +54,7 @@
 #include "comm/communicator.h"
 #include "core/device.h"
 #include "core/status.h"
+#include "core/tunables.h"
 #include "kernels/backend.h"
 #include "offload/pinned_pool.h"
 #include "offload/state_swapper.h"
@@ -89,8 +90,8 @@ struct OptimizerOffload {
   // swapper's buffers are always page-aligned and counted as kHostPinned.
   bool pin_memory = true;
   std::string nvme_file;  // kNvme: this rank's scratch file, created here and removed at the end
-  int64_t sub_group_size = 1000000000;   // elements updated (and swapped) at a time
-  int buffer_count = 4;                  // kNvme: sub-group slots (offload/state_swapper.h)
+  int64_t sub_group_size = tunables::kSubGroupSize.default_value;
+  int buffer_count = static_cast<int>(tunables::kOptimizerBufferCount.default_value);  // kNvme
   offload::StorageFactory open_storage;  // kNvme; empty: OpenBlockStorage with its defaults
   // kHost: the share of the owned shard whose optimizer states (and update) are offloaded, in
   // (0, 1] (DeepSpeed's offload_optimizer.ratio). Below 1 the shard splits at a unit boundary
@@ -106,13 +107,14 @@ struct ZeroOptions {
   int stage = 0;  // 0..3
   DType compute_type = DType::kFloat32;
   DType comm_type = DType::kFloat32;
-  int64_t reduce_bucket_size = 500000000;  // elements
-  int64_t allgather_bucket_size = 500000000;
+  // The tunables (core/tunables.h says what each counts), in elements.
+  int64_t reduce_bucket_size = tunables::kReduceBucketSize.default_value;
+  int64_t allgather_bucket_size = tunables::kAllgatherBucketSize.default_value;
   bool overlap_comm = false;
   bool reduce_scatter = true;
-  int64_t stage3_prefetch_bucket_size = 50000000;
-  int64_t stage3_param_persistence_threshold = 100000;
-  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_prefetch_bucket_size = tunables::kPrefetchBucketSize.default_value;
+  int64_t stage3_param_persistence_threshold = tunables::kParamPersistenceThreshold.default_value;
+  int64_t stage3_max_live_parameters = tunables::kMaxLiveParameters.default_value;
   AdamWParams adam;
   OptimizerOffload offload_optimizer;
   ParamOffload offload_param;  // stage 3 only

@@ -2,11 +2,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "core/tunables.h"
+#include "offload/state_swapper.h"
 #include "runtime/config.h"
 #include "tests/runtime/config_test_util.h"
+#include "zero/zero_engine.h"
 
 namespace hoist::runtime {
 namespace {
@@ -31,6 +36,63 @@ TEST(ConfigZero, DefaultsAreDeepSpeeds) {
   EXPECT_EQ(z.stage3_max_live_parameters, 1000000000);
   // An empty section is the same.
   EXPECT_EQ(ParseOk(kMinimal, {"zero_optimization={}"}).zero.reduce_bucket_size, 500000000);
+}
+
+// Each tunable of core/tunables.h: its default is what an empty section gives, the engine's and
+// offload's options start from it, a value below its least is refused naming the key, the least
+// is taken, DeepSpeed's other spelling reads the same setting, and the README's table lists it
+// with the same default and least.
+TEST(ConfigZero, EachTunableIsDeclaredOnceAndReadFromItsTable) {
+  const Config defaults = ParseOk(kMinimal);
+  auto field = [](Config& c, const Tunable* t) -> int64_t* {
+    ZeroConfig& z = c.zero;
+    if (t == &tunables::kReduceBucketSize) return &z.reduce_bucket_size;
+    if (t == &tunables::kAllgatherBucketSize) return &z.allgather_bucket_size;
+    if (t == &tunables::kPrefetchBucketSize) return &z.stage3_prefetch_bucket_size;
+    if (t == &tunables::kParamPersistenceThreshold) return &z.stage3_param_persistence_threshold;
+    if (t == &tunables::kMaxLiveParameters) return &z.stage3_max_live_parameters;
+    if (t == &tunables::kSubGroupSize) return &z.sub_group_size;
+    if (t == &tunables::kOptimizerBufferCount) return &z.offload_optimizer.buffer_count;
+    if (t == &tunables::kParamBufferCount) return &z.offload_param.buffer_count;
+    if (t == &tunables::kParamBufferSize) return &z.offload_param.buffer_size;
+    if (t == &tunables::kParamMaxInCpu) return &z.offload_param.max_in_cpu;
+    return nullptr;
+  };
+  std::ifstream in(std::string(HOIST_SOURCE_DIR) + "/README.md");
+  const std::string readme((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const Tunable* t : tunables::kAll) {
+    const std::string path = std::string(t->section) + "." + t->key;
+    SCOPED_TRACE(path);
+    Config c = defaults;
+    ASSERT_NE(field(c, t), nullptr);
+    EXPECT_EQ(*field(c, t), t->default_value);
+    const std::string set = path + "=" + std::to_string(t->min);
+    Config least = ParseOk(kMinimal, {set});
+    EXPECT_EQ(*field(least, t), t->min);
+    EXPECT_THAT(ErrorOf(kMinimal, {path + "=" + std::to_string(t->min - 1)}).message(),
+                AllOf(HasSubstr(path),
+                      HasSubstr(t->elements ? "must be in [" + std::to_string(t->min) + ", 2^48]"
+                                            : "must be >= " + std::to_string(t->min))));
+    if (t->alias != nullptr) {
+      Config aliased = ParseOk(
+          kMinimal, {std::string(t->section) + "." + t->alias + "=" + std::to_string(t->min)});
+      EXPECT_EQ(*field(aliased, t), t->min);
+    }
+    const std::string row = "| `" + path + "`";
+    const size_t at = readme.find(row);
+    ASSERT_NE(at, std::string::npos) << "README's table has no row for " << path;
+    const std::string line = readme.substr(at, readme.find('\n', at) - at);
+    EXPECT_THAT(line, HasSubstr("| " + std::to_string(t->default_value) + " | " +
+                                std::to_string(t->min) + " |"));
+    EXPECT_THAT(line, HasSubstr(t->what));
+  }
+  zero::ZeroOptions engine;
+  EXPECT_EQ(engine.reduce_bucket_size, tunables::kReduceBucketSize.default_value);
+  EXPECT_EQ(engine.offload_optimizer.sub_group_size, tunables::kSubGroupSize.default_value);
+  EXPECT_EQ(engine.offload_optimizer.buffer_count, tunables::kOptimizerBufferCount.default_value);
+  EXPECT_EQ(engine.offload_param.buffer_count, tunables::kParamBufferCount.default_value);
+  EXPECT_EQ(offload::StateSwapperOptions{}.buffer_count,
+            tunables::kOptimizerBufferCount.default_value);
 }
 
 TEST(ConfigZero, StageIsSetFromTheCommandLine) {
