@@ -76,13 +76,13 @@ std::string Table(const MemoryPlan& plan, int top) {
     const PlanCandidate& c = plan.candidates[static_cast<size_t>(i)];
     const PlanChoice& ch = c.choice;
     // A partial optimizer offload shows its ratio: "cpu 0.5/none".
-    std::string offload = runtime::OffloadDeviceName(ch.offload_optimizer);
-    if (ch.offload_optimizer == runtime::OffloadDevice::kCpu && ch.offload_ratio < 1) {
+    std::string offload = OffloadDeviceName(ch.offload_optimizer);
+    if (ch.offload_optimizer == Placement::kHost && ch.offload_ratio < 1) {
       char ratio[16];
       std::snprintf(ratio, sizeof(ratio), " %g", ch.offload_ratio);
       offload += ratio;
     }
-    offload += std::string("/") + runtime::OffloadDeviceName(ch.offload_param);
+    offload += std::string("/") + OffloadDeviceName(ch.offload_param);
     if (ch.optimizer_8bit) offload += " 8bit";
     const std::string micro =
         std::to_string(ch.micro_batch) + " x " + std::to_string(ch.accumulation);
@@ -148,9 +148,9 @@ std::string Why(const MemoryPlan& plan) {
 
 nlohmann::json ChoiceJson(const PlanChoice& c) {
   return {{"stage", c.stage},
-          {"offload_optimizer", runtime::OffloadDeviceName(c.offload_optimizer)},
+          {"offload_optimizer", OffloadDeviceName(c.offload_optimizer)},
           {"offload_optimizer_ratio", c.offload_ratio},
-          {"offload_param", runtime::OffloadDeviceName(c.offload_param)},
+          {"offload_param", OffloadDeviceName(c.offload_param)},
           {"checkpointing", runtime::CheckpointPolicyName(c.policy)},
           {"every_k", c.every_k},
           {"cpu_checkpointing", c.cpu_checkpointing},

@@ -429,15 +429,6 @@ bool ModelFamilyNamed(std::string_view name, ModelFamily* family) {
 
 int ModelConfig::padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
 
-const char* OffloadDeviceName(OffloadDevice device) {
-  switch (device) {
-    case OffloadDevice::kNone: return "none";
-    case OffloadDevice::kCpu: return "cpu";
-    case OffloadDevice::kNvme: return "nvme";
-  }
-  return "unknown";
-}
-
 const char* CheckpointPolicyName(CheckpointPolicy policy) {
   switch (policy) {
     case CheckpointPolicy::kNone: return "none";

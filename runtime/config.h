@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/placement.h"
 #include "core/status.h"
 #include "core/tunables.h"
 
@@ -248,18 +249,12 @@ struct Bf16Config {
   bool enabled = false;
 };
 
-// Where `zero_optimization.offload_optimizer` / `offload_param` put their states.
-enum class OffloadDevice { kNone, kCpu, kNvme };
-
-// "none", "cpu" or "nvme".
-const char* OffloadDeviceName(OffloadDevice device);
-
 // `zero_optimization.offload_optimizer` (ZeRO-Offload / ZeRO-Infinity): each rank's optimizer
 // shard (fp32 master weights and both Adam moments) lives in host memory (cpu) or in a scratch
 // file under nvme_path (nvme), and the AdamW step runs on the CPU. Needs stage 1, 2 or 3. The
 // legacy `cpu_offload: true` means device cpu.
 struct OffloadOptimizerConfig {
-  OffloadDevice device = OffloadDevice::kNone;
+  Placement device = Placement::kDevice;
   std::string nvme_path;   // required (non-empty) for nvme
   bool pin_memory = true;  // host buffers page-locked (within RLIMIT_MEMLOCK)
   // nvme: how many sub-groups' (master, m, v) the swapper holds in host memory at once; 1 runs
@@ -279,7 +274,7 @@ struct OffloadOptimizerConfig {
 // live in host memory (cpu) or in a scratch file under nvme_path (nvme) and are brought in one
 // unit ahead of use. The legacy `cpu_offload_param: true` means device cpu.
 struct OffloadParamConfig {
-  OffloadDevice device = OffloadDevice::kNone;
+  Placement device = Placement::kDevice;
   std::string nvme_path;  // required (non-empty) for nvme
   bool pin_memory = true;
   // core/tunables.h says what each counts.

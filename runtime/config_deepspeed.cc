@@ -146,10 +146,10 @@ Status ReadCommunicationDataType(const Section& top, Config* config) {
 
 // Reads `device` of an offload section: DeepSpeed's spellings, matched exactly as DeepSpeed
 // matches them.
-Status ReadOffloadDevice(const Section& s, OffloadDevice* device) {
+Status ReadOffloadDevice(const Section& s, Placement* device) {
   std::string name = OffloadDeviceName(*device);
   HOIST_RETURN_IF_ERROR(s.String("device", &name));
-  for (OffloadDevice d : {OffloadDevice::kNone, OffloadDevice::kCpu, OffloadDevice::kNvme}) {
+  for (Placement d : kPlacements) {
     if (name == OffloadDeviceName(d)) {
       *device = d;
       return Status::Ok();
@@ -162,8 +162,8 @@ Status ReadOffloadDevice(const Section& s, OffloadDevice* device) {
 }
 
 // nvme keeps the states in scratch files, which need a directory to live in.
-Status CheckNvmePath(const Section& s, OffloadDevice device, const std::string& nvme_path) {
-  if (device != OffloadDevice::kNvme || !nvme_path.empty()) return Status::Ok();
+Status CheckNvmePath(const Section& s, Placement device, const std::string& nvme_path) {
+  if (device != Placement::kNvme || !nvme_path.empty()) return Status::Ok();
   return s.Invalid("nvme_path",
                    "must name a directory when device is \"nvme\": the offloaded states live in "
                    "scratch files there; set it to a directory on a local NVMe drive");
@@ -238,7 +238,7 @@ Status ReadOffloadOptimizer(const Section& zero, int stage, std::string_view ena
         "ratio",
         "must be in (0, 1] (the fraction of the optimizer offloaded), found " + Num(opt->ratio));
   }
-  if (opt->ratio < 1 && opt->device == OffloadDevice::kNvme) {
+  if (opt->ratio < 1 && opt->device == Placement::kNvme) {
     return zero.errors().Unimplemented(
         s.PathOf("ratio"),
         "a partial offload (ratio < 1) to nvme is not supported; set ratio to 1, or device to "
@@ -262,7 +262,7 @@ Status ReadOffloadOptimizer(const Section& zero, int stage, std::string_view ena
                        "of the cores; ignored");
   }
   HOIST_RETURN_IF_ERROR(CheckNvmePath(s, opt->device, opt->nvme_path));
-  if (opt->device != OffloadDevice::kNone && stage == 0) {
+  if (opt->device != Placement::kDevice && stage == 0) {
     return zero.errors().Invalid(
         enabled_by,
         "offloading the optimizer needs ZeRO stage 1, 2 or 3 (as in DeepSpeed), but "
@@ -283,7 +283,7 @@ Status ReadOffloadParam(const Section& zero, int stage, std::string_view enabled
   HOIST_RETURN_IF_ERROR(ReadTunable(s, tunables::kParamMaxInCpu, &param->max_in_cpu));
   HOIST_RETURN_IF_ERROR(s.Bool("pin_memory", &param->pin_memory));
   HOIST_RETURN_IF_ERROR(CheckNvmePath(s, param->device, param->nvme_path));
-  if (param->device != OffloadDevice::kNone && stage < 3) {
+  if (param->device != Placement::kDevice && stage < 3) {
     return zero.errors().Invalid(
         enabled_by,
         "offloading parameters needs ZeRO stage 3 (as in DeepSpeed), but zero_optimization.stage "
@@ -299,7 +299,7 @@ Status ReadOffload(const Section& s, ZeroConfig* zero, std::vector<std::string>*
   struct Legacy {
     std::string_view key;
     std::string_view section;
-    OffloadDevice* device;
+    Placement* device;
   };
   const Legacy legacy[] = {
       {"cpu_offload", "offload_optimizer", &zero->offload_optimizer.device},
@@ -317,7 +317,7 @@ Status ReadOffload(const Section& s, ZeroConfig* zero, std::vector<std::string>*
                                   ".device \"cpu\", and " + s.PathOf(l.section) +
                                   " is also set; set only one of them");
     }
-    *l.device = OffloadDevice::kCpu;
+    *l.device = Placement::kHost;
     enabled_by[i] = s.PathOf(l.key);
   }
   if (s.Has("cpu_offload_use_pin_memory")) {

@@ -24,22 +24,14 @@ zero::ZeroOptions ZeroOptionsFrom(const Config& config) {
                   config.optimizer.type == "AdamW8bit",
                   config.optimizer.min_8bit_size};
   const OffloadOptimizerConfig& offload = z.offload_optimizer;
-  switch (offload.device) {
-    case OffloadDevice::kNone: options.offload_optimizer.place = zero::StatePlace::kDevice; break;
-    case OffloadDevice::kCpu: options.offload_optimizer.place = zero::StatePlace::kHost; break;
-    case OffloadDevice::kNvme: options.offload_optimizer.place = zero::StatePlace::kNvme; break;
-  }
+  options.offload_optimizer.place = offload.device;
   options.offload_optimizer.pin_memory = offload.pin_memory;
   options.offload_optimizer.ratio = offload.ratio;
   options.offload_optimizer.sub_group_size = z.sub_group_size;
   options.offload_optimizer.buffer_count =
       static_cast<int>(std::min<int64_t>(offload.buffer_count, 1 << 20));
   const OffloadParamConfig& param = z.offload_param;
-  switch (param.device) {
-    case OffloadDevice::kNone: options.offload_param.place = zero::ParamPlace::kDevice; break;
-    case OffloadDevice::kCpu: options.offload_param.place = zero::ParamPlace::kHost; break;
-    case OffloadDevice::kNvme: options.offload_param.place = zero::ParamPlace::kNvme; break;
-  }
+  options.offload_param.place = param.device;
   options.offload_param.pin_memory = param.pin_memory;
   options.offload_param.buffer_count =
       static_cast<int>(std::min<int64_t>(param.buffer_count, 1 << 20));

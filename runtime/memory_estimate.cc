@@ -238,7 +238,7 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
   out << "; attention " << (config.model.attention == AttentionKind::kTiled ? "tiled" : "direct")
       << "\n";
   out << "offload: optimizer " << OffloadDeviceName(config.zero.offload_optimizer.device);
-  if (config.zero.offload_optimizer.device == OffloadDevice::kCpu &&
+  if (config.zero.offload_optimizer.device == Placement::kHost &&
       config.zero.offload_optimizer.ratio < 1) {
     out << " (ratio " << config.zero.offload_optimizer.ratio
         << ": the leading units' states stay on the device)";

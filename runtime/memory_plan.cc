@@ -109,7 +109,7 @@ bool RawEveryKSet(const Config& config) {
   return ac.is_object() && ac.contains("every_k") && !ac["every_k"].is_null();
 }
 
-void AddOffloadOverrides(const char* section, const char* legacy_key, OffloadDevice device,
+void AddOffloadOverrides(const char* section, const char* legacy_key, Placement device,
                          const std::string& base_path, const std::string& nvme_path,
                          const Config& base, std::vector<std::string>* out) {
   const std::string prefix = std::string("zero_optimization.") + section;
@@ -118,14 +118,14 @@ void AddOffloadOverrides(const char* section, const char* legacy_key, OffloadDev
     out->push_back(std::string("zero_optimization.") + legacy_key + "=null");
   }
   out->push_back(prefix + ".device=" + OffloadDeviceName(device));
-  if (device == OffloadDevice::kNvme && base_path.empty()) {
+  if (device == Placement::kNvme && base_path.empty()) {
     out->push_back(prefix + ".nvme_path=" + nlohmann::json(nvme_path).dump());
   }
 }
 
 // offload_optimizer.ratio: the choice's with cpu, else 1 (which every device takes).
 void AddRatioOverride(const PlanChoice& choice, std::vector<std::string>* out) {
-  const double ratio = choice.offload_optimizer == OffloadDevice::kCpu ? choice.offload_ratio : 1.0;
+  const double ratio = choice.offload_optimizer == Placement::kHost ? choice.offload_ratio : 1.0;
   out->push_back("zero_optimization.offload_optimizer.ratio=" + nlohmann::json(ratio).dump());
 }
 
@@ -226,20 +226,20 @@ std::vector<PlanChoice> Choices(const Config& base, int world_size, bool nvme, b
     policies.push_back({CheckpointPolicy::kEveryK, k, false});
     policies.push_back({CheckpointPolicy::kEveryK, k, true});
   }
-  std::vector<OffloadDevice> devices = {OffloadDevice::kNone, OffloadDevice::kCpu};
-  if (nvme) devices.push_back(OffloadDevice::kNvme);
+  std::vector<Placement> devices = {Placement::kDevice, Placement::kHost};
+  if (nvme) devices.push_back(Placement::kNvme);
 
   std::vector<PlanChoice> out;
   for (int stage = 0; stage <= 3; ++stage) {
-    for (OffloadDevice optimizer : devices) {
-      if (stage == 0 && optimizer != OffloadDevice::kNone) continue;
+    for (Placement optimizer : devices) {
+      if (stage == 0 && optimizer != Placement::kDevice) continue;
       // A partial offload (ratio < 1) keeps the rest of the states on the device: a point
       // between no offload and full offload to the host.
       std::vector<double> ratios = {1.0};
-      if (optimizer == OffloadDevice::kCpu) ratios = {1.0, 0.75, 0.5, 0.25};
+      if (optimizer == Placement::kHost) ratios = {1.0, 0.75, 0.5, 0.25};
       for (double ratio : ratios) {
-        for (OffloadDevice param : devices) {
-          if (stage < 3 && param != OffloadDevice::kNone) continue;
+        for (Placement param : devices) {
+          if (stage < 3 && param != Placement::kDevice) continue;
           for (const Policy& policy : policies) {
             for (int64_t micro = 1; micro <= per_rank; ++micro) {
               if (per_rank % micro != 0) continue;
@@ -426,7 +426,7 @@ std::string PlanChoice::PolicyName() const {
 std::string PlanChoice::Describe() const {
   std::ostringstream out;
   out << "stage " << stage << ", offload optimizer " << OffloadDeviceName(offload_optimizer);
-  if (offload_optimizer == OffloadDevice::kCpu && offload_ratio < 1) {
+  if (offload_optimizer == Placement::kHost && offload_ratio < 1) {
     out << " (ratio " << offload_ratio << ")";
   }
   out << " + params " << OffloadDeviceName(offload_param) << ", checkpointing "
@@ -464,21 +464,21 @@ StepCost EstimateStepCost(const Config& config, int world_size, int ranks_per_no
   if (stage >= 2) cost.comm_bytes += g * (config.zero.reduce_scatter ? a : 2 * a) * psi * c;
   if (stage == 3) cost.comm_bytes += 2 * a * psi * p * g;
 
-  const OffloadDevice optimizer = config.zero.offload_optimizer.device;
-  const OffloadDevice param = config.zero.offload_param.device;
+  const Placement optimizer = config.zero.offload_optimizer.device;
+  const Placement param = config.zero.offload_param.device;
   // A partial offload moves only its share of the gradients and weights.
   const double offloaded =
-      optimizer == OffloadDevice::kCpu ? config.zero.offload_optimizer.ratio : 1.0;
-  if (optimizer != OffloadDevice::kNone) cost.host_link_bytes += 2 * shard * p * offloaded;
-  if (optimizer == OffloadDevice::kNvme) {
+      optimizer == Placement::kHost ? config.zero.offload_optimizer.ratio : 1.0;
+  if (optimizer != Placement::kDevice) cost.host_link_bytes += 2 * shard * p * offloaded;
+  if (optimizer == Placement::kNvme) {
     // Read and written each step: the fp32 master and moments (12 bytes a parameter), or the
     // master with 8-bit codes and their absmaxes (4 + 2 + 8/256).
     const double per_element =
         config.optimizer.type == "AdamW8bit" ? 4.0 + 2.0 + 8.0 / 256.0 : 3.0 * 4.0;
     cost.nvme_bytes += 2 * per_element * shard;
   }
-  if (param != OffloadDevice::kNone) cost.host_link_bytes += 2 * shard * p * g;
-  if (param == OffloadDevice::kNvme) {
+  if (param != Placement::kDevice) cost.host_link_bytes += 2 * shard * p * g;
+  if (param == Placement::kNvme) {
     // Up to max_in_cpu elements of the shards stay in host memory; the rest are read each time.
     const double on_drive =
         std::max(0.0, shard - static_cast<double>(config.zero.offload_param.max_in_cpu));

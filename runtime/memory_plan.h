@@ -102,9 +102,9 @@ double MeasureMatmulFlopRate();
 // One point of the search.
 struct PlanChoice {
   int stage = 0;
-  OffloadDevice offload_optimizer = OffloadDevice::kNone;
+  Placement offload_optimizer = Placement::kDevice;
   double offload_ratio = 1.0;  // offload_optimizer.ratio (below 1 with cpu only)
-  OffloadDevice offload_param = OffloadDevice::kNone;
+  Placement offload_param = Placement::kDevice;
   CheckpointPolicy policy = CheckpointPolicy::kNone;
   int every_k = 2;  // read with kEveryK
   bool cpu_checkpointing = false;

@@ -73,8 +73,7 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
           config_.model, static_cast<int>(config_.train_micro_batch_size_per_gpu),
           config_.model.seq_len, config_.precision(), config_.activation_checkpointing)
           .host_pinned;
-  const bool offload =
-      optimizer.device != OffloadDevice::kNone || param.device != OffloadDevice::kNone;
+  const bool offload = optimizer.device != Placement::kDevice || param.device != Placement::kDevice;
   if (!offload && activation_pinned == 0) return Status::Ok();
   const int rank = comm_->rank(), world_size = comm_->world_size();
   OffloadFootprint footprint;
@@ -90,8 +89,8 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
   // Every local rank's files land under the same paths; one path for both needs the sum.
   const std::string optimizer_key = "zero_optimization.offload_optimizer.nvme_path";
   const std::string param_key = "zero_optimization.offload_param.nvme_path";
-  const bool optimizer_nvme = optimizer.device == OffloadDevice::kNvme;
-  const bool param_nvme = param.device == OffloadDevice::kNvme;
+  const bool optimizer_nvme = optimizer.device == Placement::kNvme;
+  const bool param_nvme = param.device == Placement::kNvme;
   if (local.ok() && optimizer_nvme) {
     const bool shared = param_nvme && param.nvme_path == optimizer.nvme_path;
     local = CheckNvmePath(
@@ -347,7 +346,7 @@ StatusOr<StepRecord> Trainer::Step() {
                            : static_cast<float>(schedule_->LrAt(optimizer_steps() - 1));
   const double loss_reduce_s = SecondsSince(reduce_start);
   // The engine finishes the reduction and steps; with offload the step is the host's or NVMe's.
-  const bool offloaded = engine_->options().offload_optimizer.place != zero::StatePlace::kDevice;
+  const bool offloaded = engine_->options().offload_optimizer.place != Placement::kDevice;
   EnterPhase(offloaded ? PhaseKind::kOffload : PhaseKind::kOptimizer);
   HOIST_ASSIGN_OR_RETURN(zero::StepResult result,
                          engine_->Step(record.lr, record.loss_scale, clip_));

@@ -40,7 +40,7 @@ Status Trainer::CreateModel() {
     const zero::ZeroOptions trained_options = lora ? AdapterOptions(zero_options) : zero_options;
     if (lora && config_.model.lora.nf4_base) {
       Status refused;
-      if (zero_options.stage == 3 || config_.zero.offload_param.device != OffloadDevice::kNone) {
+      if (zero_options.stage == 3 || config_.zero.offload_param.device != Placement::kDevice) {
         refused = InvalidArgumentError(
             "lora.base_quantization \"nf4\" keeps the 4-bit base whole on every rank: use "
             "zero_optimization.stage 0, 1 or 2 without offload_param (the adapters' states are "

@@ -43,13 +43,13 @@ int64_t StateArrayBytes(const PartitionPlan& state_plan) {
 
 bool HasSeparateMaster(const ZeroOptions& options) {
   return options.compute_type != DType::kFloat32 ||
-         options.offload_optimizer.place != StatePlace::kDevice ||
-         options.offload_param.place != ParamPlace::kDevice;
+         options.offload_optimizer.place != Placement::kDevice ||
+         options.offload_param.place != Placement::kDevice;
 }
 
 int64_t DeviceStateElements(const PartitionPlan& state_plan, const ZeroOptions& options) {
   const OptimizerOffload& offload = options.offload_optimizer;
-  if (offload.place != StatePlace::kHost || !(offload.ratio < 1.0)) return 0;
+  if (offload.place != Placement::kHost || !(offload.ratio < 1.0)) return 0;
   const int64_t total = state_plan.total_shard();
   const double target = (1.0 - offload.ratio) * static_cast<double>(total);
   int64_t best = 0;
@@ -66,13 +66,13 @@ int64_t DeviceStateElements(const PartitionPlan& state_plan, const ZeroOptions& 
 
 bool DevicePartHasSeparateMaster(const ZeroOptions& options) {
   return options.compute_type != DType::kFloat32 ||
-         options.offload_param.place != ParamPlace::kDevice;
+         options.offload_param.place != Placement::kDevice;
 }
 
 std::vector<int64_t> Moment8bitArrayBytes(const PartitionPlan& state_plan,
                                           const ZeroOptions& options, bool offloaded) {
   const Moments8bitLayout layout = Moments8bitLayoutFor(state_plan, options.adam.min_8bit_size);
-  const int64_t split = options.offload_optimizer.place == StatePlace::kDevice
+  const int64_t split = options.offload_optimizer.place == Placement::kDevice
                             ? state_plan.total_shard()
                             : DeviceStateElements(state_plan, options);
   const Moments8bitIndex before = Moments8bitBefore(state_plan, layout, split);
@@ -144,7 +144,7 @@ bool UsesWorkingGrads(const ZeroOptions& options) {
 int64_t WorkingGradBytes(const UnitPartition& part) { return part.padded * int64_t{sizeof(float)}; }
 
 int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOptions& options) {
-  if (options.offload_optimizer.place == StatePlace::kDevice) return 0;
+  if (options.offload_optimizer.place == Placement::kDevice) return 0;
   // The units of the host part only (all of them without a split).
   const int64_t on_device = DeviceStateElements(state_plan, options);
   int64_t largest = 1;
@@ -156,14 +156,14 @@ int64_t HostUpdateStagingBytes(const PartitionPlan& state_plan, const ZeroOption
 }
 
 int64_t ParamStagingBytes(const PartitionPlan& plan, const ZeroOptions& options) {
-  if (options.offload_param.place == ParamPlace::kDevice) return 0;
+  if (options.offload_param.place == Placement::kDevice) return 0;
   int64_t largest = 0;
   for (int u = 0; u < plan.num_units(); ++u) largest = std::max(largest, plan.unit(u).shard);
   return largest * ComputeBytes(options);
 }
 
 int64_t HostGradBytes(const PartitionPlan& state_plan, const ZeroOptions& options) {
-  if (options.offload_optimizer.place == StatePlace::kDevice) return 0;
+  if (options.offload_optimizer.place == Placement::kDevice) return 0;
   const int64_t on_device = DeviceStateElements(state_plan, options);
   int64_t elements = 0;
   for (int u = 0; u < state_plan.num_units(); ++u) {
@@ -175,13 +175,13 @@ int64_t HostGradBytes(const PartitionPlan& state_plan, const ZeroOptions& option
 int HostUpdateStagingBuffers(const ZeroOptions& options) {
   // fp32's copy is the master itself; with the parameters offloaded the update writes the
   // store's host buffer.
-  if (options.offload_optimizer.place == StatePlace::kDevice || !IsHalf(options.compute_type) ||
-      options.offload_param.place != ParamPlace::kDevice) {
+  if (options.offload_optimizer.place == Placement::kDevice || !IsHalf(options.compute_type) ||
+      options.offload_param.place != Placement::kDevice) {
     return 0;
   }
   // From NVMe one sub-group at a time through one slot; from host memory two, one going up
   // while the CPU updates the next unit.
-  return options.offload_optimizer.place == StatePlace::kNvme ? 1 : 2;
+  return options.offload_optimizer.place == Placement::kNvme ? 1 : 2;
 }
 
 int64_t ReductionSendBytes(const UnitPartition& part, const ZeroOptions& options) {
@@ -278,7 +278,7 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
                  const ZeroOptions& options, bool accelerator, MemoryTracker& tracker) {
   using offload::PinnedHostPool;
   const ParamOffload& param_offload = options.offload_param;
-  if (param_offload.place == ParamPlace::kDevice) {
+  if (param_offload.place == Placement::kDevice) {
     tracker.Add(kCompute, Category::kParam, ParamBufferBytes(plan, options));
   } else {
     const ParamShardFootprint shards =
@@ -302,11 +302,11 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
 
   const int64_t state_bytes = StateArrayBytes(state_plan);
   const OptimizerOffload& optimizer = options.offload_optimizer;
-  if (options.adam.eight_bit && optimizer.place != StatePlace::kNvme) {
+  if (options.adam.eight_bit && optimizer.place != Placement::kNvme) {
     // Each part (the device's, the offloaded one's): the master where separate, then
     // ZeroEngine's 8-bit arrays, each its own allocation.
     const int64_t on_device =
-        optimizer.place == StatePlace::kDevice
+        optimizer.place == Placement::kDevice
             ? state_bytes
             : DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
     for (bool offloaded : {false, true}) {
@@ -314,8 +314,8 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
       if (offloaded && on_device < state_bytes) {
         arrays.insert(arrays.begin(), state_bytes - on_device);  // always separate
       } else if (!offloaded && on_device > 0 &&
-                 (optimizer.place == StatePlace::kDevice ? HasSeparateMaster(options)
-                                                         : DevicePartHasSeparateMaster(options))) {
+                 (optimizer.place == Placement::kDevice ? HasSeparateMaster(options)
+                                                        : DevicePartHasSeparateMaster(options))) {
         arrays.insert(arrays.begin(), on_device);
       }
       for (int64_t array : arrays) {
@@ -332,11 +332,11 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
     }
   } else {
     switch (optimizer.place) {
-      case StatePlace::kDevice:
+      case Placement::kDevice:
         tracker.Add(kCompute, Category::kOptimizer,
                     state_bytes * (HasSeparateMaster(options) ? 3 : 2));
         break;
-      case StatePlace::kHost: {
+      case Placement::kHost: {
         // Partial offload: the device part's arrays, then the host part's (none if empty).
         const int64_t on_device = DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
         tracker.Add(kCompute, Category::kOptimizer,
@@ -351,7 +351,7 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
         }
         break;
       }
-      case StatePlace::kNvme: {
+      case Placement::kNvme: {
         const offload::StateSwapper::Layout layout =
             offload::StateSwapper::LayoutFor(OptimizerSwapOptions(state_plan, options));
         tracker.Add(Place::kNvme, Category::kOptimizer, layout.file_bytes);
@@ -360,7 +360,7 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
       }
     }
   }
-  if (accelerator && optimizer.place != StatePlace::kDevice) {
+  if (accelerator && optimizer.place != Placement::kDevice) {
     tracker.Add(Place::kHostPinned, Category::kGrad,
                 PinnedHostPool::AllocationBytes(HostGradBytes(state_plan, options)));
     tracker.Add(Place::kHostPinned, Category::kOptimizer,
@@ -433,7 +433,7 @@ class Replay final : public StoreReplay {
          bool accelerator)
       : plan_(plan), options_(options), tracker_(tracker) {
     const auto n = static_cast<size_t>(plan.num_units());
-    offloaded_ = options.offload_param.place != ParamPlace::kDevice;
+    offloaded_ = options.offload_param.place != Placement::kDevice;
     staged_ = offloaded_ && accelerator;
     on_nvme_ = offloaded_ ? ParamShards::UnitsOnNvme(plan, options.offload_param)
                           : std::vector<bool>(n, false);

@@ -77,7 +77,7 @@ bool DevicePartHasSeparateMaster(const ZeroOptions& options);
 // master where HasSeparateMaster.
 std::vector<int64_t> Moment8bitArrayBytes(const PartitionPlan& state_plan,
                                           const ZeroOptions& options, bool offloaded);
-// The optimizer swapper of StatePlace::kNvme (its path left empty): master, m and v in fp32, or
+// The optimizer swapper of Placement::kNvme (its path left empty): master, m and v in fp32, or
 // with 8-bit moments the layout of Moments8bitSwapArrays.
 offload::StateSwapperOptions OptimizerSwapOptions(const PartitionPlan& state_plan,
                                                   const ZeroOptions& options);

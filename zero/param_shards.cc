@@ -50,7 +50,7 @@ StatusOr<std::unique_ptr<ParamShards>> ParamShards::Create(const PartitionPlan& 
                                                            const ParamOffload& options,
                                                            offload::PinnedHostPool& pool,
                                                            MemoryTracker& tracker) {
-  HOIST_CHECK(options.place != ParamPlace::kDevice);
+  HOIST_CHECK(options.place != Placement::kDevice);
   std::unique_ptr<ParamShards> shards(new ParamShards(plan, type, options, pool, tracker));
   HOIST_RETURN_IF_ERROR(shards->Allocate());
   return shards;
@@ -84,7 +84,7 @@ Layout PlanLayout(const PartitionPlan& plan, size_t csize, const ParamOffload& o
   for (int u = 0; u < plan.num_units(); ++u) {
     const int64_t shard = plan.unit(u).shard;
     const int64_t bytes = shard * static_cast<int64_t>(csize);
-    if (options.place == ParamPlace::kHost ||
+    if (options.place == Placement::kHost ||
         (!spilled && resident_elements + shard <= options.max_in_cpu)) {
       layout.resident_offset[static_cast<size_t>(u)] = layout.resident_bytes;
       layout.resident_bytes += RoundUp(bytes, 64);
@@ -138,7 +138,7 @@ std::vector<bool> ParamShards::UnitsOnNvme(const PartitionPlan& plan, const Para
 }
 
 Status ParamShards::Validate(const PartitionPlan& plan, DType type, const ParamOffload& options) {
-  if (options.place == ParamPlace::kDevice) return Status::Ok();
+  if (options.place == Placement::kDevice) return Status::Ok();
   const Layout layout = PlanLayout(plan, DTypeSize(type), options);
   if (layout.file_bytes == 0) return Status::Ok();
   return CheckBufferSize(layout.largest_on_file, options);

@@ -37,6 +37,7 @@
 #include "comm/communicator.h"
 #include "core/device.h"
 #include "core/memory_tracker.h"
+#include "core/placement.h"
 #include "core/status.h"
 #include "core/tunables.h"
 #include "offload/block_storage.h"
@@ -46,14 +47,8 @@
 
 namespace hoist::zero {
 
-enum class ParamPlace {
-  kDevice,  // no offload: the engine keeps the shards itself
-  kHost,
-  kNvme,
-};
-
 struct ParamOffload {
-  ParamPlace place = ParamPlace::kDevice;
+  Placement place = Placement::kDevice;
   bool pin_memory = true;
   std::string nvme_file;  // kNvme: this rank's parameter scratch file
   // The tunables (core/tunables.h says what each counts).

@@ -33,15 +33,15 @@ Status ValidateZeroOptions(const ZeroOptions& options) {
   if (options.reduce_bucket_size <= 0 || options.allgather_bucket_size <= 0) {
     return InvalidArgumentError("ZeRO bucket sizes must be positive");
   }
-  if (options.offload_param.place != ParamPlace::kDevice && options.stage != 3) {
+  if (options.offload_param.place != Placement::kDevice && options.stage != 3) {
     return InvalidArgumentError("offloading parameters needs ZeRO stage 3, not " +
                                 std::to_string(options.stage));
   }
-  if (options.frozen && options.offload_optimizer.place != StatePlace::kDevice) {
+  if (options.frozen && options.offload_optimizer.place != Placement::kDevice) {
     return InvalidArgumentError(
         "frozen weights have no optimizer states to offload: keep offload_optimizer off for them");
   }
-  if (options.offload_optimizer.place != StatePlace::kDevice && options.stage == 0) {
+  if (options.offload_optimizer.place != Placement::kDevice && options.stage == 0) {
     return InvalidArgumentError(
         "offloading the optimizer needs ZeRO stage 1, 2 or 3 (stage 0 keeps whole optimizer "
         "states on every rank)");
@@ -53,7 +53,7 @@ Status ValidateZeroOptions(const ZeroOptions& options) {
         "offloaded), not " +
         std::to_string(ratio));
   }
-  if (ratio < 1.0 && options.offload_optimizer.place == StatePlace::kNvme) {
+  if (ratio < 1.0 && options.offload_optimizer.place == Placement::kNvme) {
     return InvalidArgumentError(
         "zero_optimization.offload_optimizer.ratio below 1 needs offload_optimizer.device \"cpu\" "
         "(a partial offload to nvme is not supported): set ratio to 1 or use device \"cpu\"");
@@ -116,7 +116,7 @@ StatusOr<std::unique_ptr<ZeroEngine>> ZeroEngine::Create(std::vector<UnitSpec> u
 Status ZeroEngine::Allocate() {
   const int n = plan_.num_units();
   const ParamOffload& param_offload = options_.offload_param;
-  if (param_offload.place != ParamPlace::kDevice) {
+  if (param_offload.place != Placement::kDevice) {
     offload::PinnedHostPoolOptions pool_options;
     pool_options.lock_pages = param_offload.pin_memory;
     param_pool_ = std::make_unique<offload::PinnedHostPool>(*device_->tracker(), pool_options);
@@ -147,7 +147,7 @@ Status ZeroEngine::Allocate() {
     HOIST_ASSIGN_OR_RETURN(param_uploaded_, backend_->CreateEvent());
   }
   if (param_stage_.data() != nullptr ||
-      (!options_.frozen && options_.offload_optimizer.place != StatePlace::kDevice &&
+      (!options_.frozen && options_.offload_optimizer.place != Placement::kDevice &&
        !backend_->OperatesOnHostMemory())) {
     HOIST_ASSIGN_OR_RETURN(compute_mark_, backend_->CreateEvent());
   }
@@ -161,8 +161,7 @@ Status ZeroEngine::Allocate() {
                          device_->Allocate(GradBufferBytes(plan_, options_), Category::kGrad));
   HOIST_RETURN_IF_ERROR(AllocateStates());
   HOIST_ASSIGN_OR_RETURN(norm_, device_->Allocate(EngineWorkspaceBytes(), Category::kWorkspace));
-  if (options_.offload_optimizer.place != StatePlace::kDevice &&
-      !backend_->OperatesOnHostMemory()) {
+  if (options_.offload_optimizer.place != Placement::kDevice && !backend_->OperatesOnHostMemory()) {
     // The host update's buffers: the offloaded part's owned gradients, and two slots of the
     // largest owned range for the updated 16-bit copy.
     host_update_ = true;
@@ -202,13 +201,13 @@ Status ZeroEngine::AllocateStates() {
   const OptimizerOffload& offload = options_.offload_optimizer;
   const int64_t state_bytes = StateArrayBytes(state_plan_);
   MemoryTracker& tracker = *device_->tracker();
-  if (offload.place != StatePlace::kDevice) {
+  if (offload.place != Placement::kDevice) {
     offload::PinnedHostPoolOptions pool_options;
     pool_options.lock_pages = offload.pin_memory;
     pool_ = std::make_unique<offload::PinnedHostPool>(tracker, pool_options);
   }
   switch (offload.place) {
-    case StatePlace::kDevice: {
+    case Placement::kDevice: {
       // fp32 keeps no separate master unless the model's copy is elsewhere (parameter offload).
       if (HasSeparateMaster(options_)) {
         HOIST_ASSIGN_OR_RETURN(master_, device_->Allocate(state_bytes, Category::kOptimizer));
@@ -221,7 +220,7 @@ Status ZeroEngine::AllocateStates() {
       state_v_ = v_.as<float>();
       break;
     }
-    case StatePlace::kHost: {
+    case Placement::kHost: {
       // Partial offload: the leading units' states on the device first, as without offload.
       split_ = DeviceStateElements(state_plan_, options_);
       if (split_ > 0) {
@@ -258,7 +257,7 @@ Status ZeroEngine::AllocateStates() {
       }
       break;
     }
-    case StatePlace::kNvme: {
+    case Placement::kNvme: {
       if (offload.nvme_file.empty()) {
         return InvalidArgumentError("offloading the optimizer to nvme needs a scratch file path");
       }
@@ -503,7 +502,7 @@ Status ZeroEngine::StateCopy(void* dst, const void* src, int64_t bytes,
 }
 
 kernels::CopyDirection ZeroEngine::StateToModel() const {
-  return options_.offload_optimizer.place == StatePlace::kDevice
+  return options_.offload_optimizer.place == Placement::kDevice
              ? kernels::CopyDirection::kDeviceToDevice
              : kernels::CopyDirection::kHostToDevice;
 }

@@ -53,6 +53,7 @@
 
 #include "comm/communicator.h"
 #include "core/device.h"
+#include "core/placement.h"
 #include "core/status.h"
 #include "core/tunables.h"
 #include "kernels/backend.h"
@@ -78,14 +79,8 @@ struct AdamWParams {
 };
 
 // Where the optimizer states (fp32 master weights and the two moments) of this rank's shard live.
-enum class StatePlace {
-  kDevice,  // next to the model (no offload)
-  kHost,    // host memory; the AdamW step runs on the CPU (ZeRO-Offload)
-  kNvme,    // a scratch file, streamed through host buffers sub-group by sub-group (ZeRO-Infinity)
-};
-
 struct OptimizerOffload {
-  StatePlace place = StatePlace::kDevice;
+  Placement place = Placement::kDevice;
   // Host buffers page-locked (kHostPinned in the tracker); false: pageable (kHost). The NVMe
   // swapper's buffers are always page-aligned and counted as kHostPinned.
   bool pin_memory = true;
@@ -302,7 +297,7 @@ class ZeroEngine final : public ParamStore {
     return states_on_device() ? kernels::CopyDirection::kHostToDevice
                               : kernels::CopyDirection::kHostToHost;
   }
-  bool states_on_device() const { return options_.offload_optimizer.place == StatePlace::kDevice; }
+  bool states_on_device() const { return options_.offload_optimizer.place == Placement::kDevice; }
   // Whether the unit's optimizer states are offloaded: all units under kHost/kNvme, except the
   // leading ones a partial offload (ratio < 1) keeps on the device.
   bool host_part(int unit) const {
@@ -541,10 +536,10 @@ class ZeroEngine final : public ParamStore {
   Buffer master_;  // fp32 owned shard (mixed precision only)
   Buffer m_, v_;   // fp32 owned shard
   Buffer norm_;    // one double: the step's sum of squares (EngineWorkspaceBytes)
-  // Offloaded to pinned host memory instead (StatePlace::kHost with pin_memory).
+  // Offloaded to pinned host memory instead (Placement::kHost with pin_memory).
   offload::PinnedBuffer pinned_master_, pinned_m_, pinned_v_;
   // The resident flat state arrays (state plan shard layout), wherever they are; null under
-  // StatePlace::kNvme. state_master_ is null too in fp32 on the device, where the compute copy
+  // Placement::kNvme. state_master_ is null too in fp32 on the device, where the compute copy
   // is the master copy.
   float* state_master_ = nullptr;
   float* state_m_ = nullptr;
@@ -555,7 +550,7 @@ class ZeroEngine final : public ParamStore {
   // element 0 being shard element split_. 0 without a split.
   int64_t split_ = 0;
   Buffer split_master_, split_m_, split_v_;
-  std::unique_ptr<offload::StateSwapper> swapper_;  // StatePlace::kNvme
+  std::unique_ptr<offload::StateSwapper> swapper_;  // Placement::kNvme
   // options_.adam.eight_bit: the layout and the arrays of the 8-bit moments (codes of m and v,
   // their absmaxes, and the fp32 moments of the small units), wherever the states live: part 0
   // on the device (all units without offload, the leading ones of a partial offload), part 1

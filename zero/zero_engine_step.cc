@@ -112,7 +112,7 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
     Status stored = FinishOwnedWrites();
     if (updated.ok()) updated = stored;
   }
-  if (options_.offload_optimizer.place != StatePlace::kDevice) {
+  if (options_.offload_optimizer.place != Placement::kDevice) {
     const double update_s = std::chrono::duration<double>(Clock::now() - update_started).count();
     if (swapper_ != nullptr) {
       offload_stats_.nvme_wait_s += swapper_->io_wait_seconds() - wait_before;

@@ -85,7 +85,7 @@ hoist::StatusOr<Measured> RunHoist(const hoist::runtime::ModelConfig& config, in
   options.compute_type = type;
   options.adam.weight_decay = 0.1f;
   options.stage = stage;
-  if (offload) options.offload_optimizer.place = hoist::zero::StatePlace::kHost;
+  if (offload) options.offload_optimizer.place = hoist::Placement::kHost;
   const hoist::runtime::ParamLayout layout = hoist::runtime::ParamLayout::For(config);
   HOIST_ASSIGN_OR_RETURN(
       auto engine, hoist::zero::ZeroEngine::Create(layout.Units(), options, &comm, backend.get()));

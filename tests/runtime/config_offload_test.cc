@@ -25,12 +25,12 @@ TEST(ConfigOffload, DefaultsAreDeepSpeeds) {
   const Config c = ParseOk(kMinimal);
   const ZeroConfig& z = c.zero;
   EXPECT_EQ(z.sub_group_size, 1000000000);
-  EXPECT_EQ(z.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(z.offload_optimizer.device, Placement::kDevice);
   EXPECT_EQ(z.offload_optimizer.nvme_path, "");
   EXPECT_EQ(z.offload_optimizer.buffer_count, 4);
   EXPECT_TRUE(z.offload_optimizer.pin_memory);
   EXPECT_FALSE(z.offload_optimizer.fast_init);
-  EXPECT_EQ(z.offload_param.device, OffloadDevice::kNone);
+  EXPECT_EQ(z.offload_param.device, Placement::kDevice);
   EXPECT_EQ(z.offload_param.nvme_path, "");
   EXPECT_EQ(z.offload_param.buffer_count, 5);
   EXPECT_EQ(z.offload_param.buffer_size, 100000000);
@@ -48,16 +48,16 @@ TEST(ConfigOffload, DefaultsAreDeepSpeeds) {
       ParseOk(kMinimal,
               {"zero_optimization={\"stage\": 3, \"offload_optimizer\": {}, \"offload_param\": {}}",
                "aio={}", "offload={}"});
-  EXPECT_EQ(empty.zero.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(empty.zero.offload_optimizer.device, Placement::kDevice);
   EXPECT_EQ(empty.zero.offload_param.buffer_count, 5);
   EXPECT_EQ(empty.aio.queue_depth, 8);
   EXPECT_TRUE(empty.notices.empty());
 }
 
 TEST(ConfigOffload, DeviceNamesAreDeepSpeedsSpellings) {
-  EXPECT_STREQ(OffloadDeviceName(OffloadDevice::kNone), "none");
-  EXPECT_STREQ(OffloadDeviceName(OffloadDevice::kCpu), "cpu");
-  EXPECT_STREQ(OffloadDeviceName(OffloadDevice::kNvme), "nvme");
+  EXPECT_STREQ(OffloadDeviceName(Placement::kDevice), "none");
+  EXPECT_STREQ(OffloadDeviceName(Placement::kHost), "cpu");
+  EXPECT_STREQ(OffloadDeviceName(Placement::kNvme), "nvme");
 }
 
 TEST(ConfigOffload, SubGroupSizeIsReadWithoutANotice) {
@@ -72,12 +72,12 @@ TEST(ConfigOffload, EveryOffloadOptimizerKeyIsRead) {
       "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme", "buffer_count": 8,
       "pin_memory": false, "fast_init": true, "ratio": 1.0, "super_offload": false}})"});
   const OffloadOptimizerConfig& o = c.zero.offload_optimizer;
-  EXPECT_EQ(o.device, OffloadDevice::kNvme);
+  EXPECT_EQ(o.device, Placement::kNvme);
   EXPECT_EQ(o.nvme_path, "/local_nvme");
   EXPECT_EQ(o.buffer_count, 8);
   EXPECT_FALSE(o.pin_memory);
   EXPECT_TRUE(o.fast_init);
-  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero.offload_param.device, Placement::kDevice);
   // fast_init is read but changes nothing here, which its notice says.
   ASSERT_EQ(c.notices.size(), 1u);
   EXPECT_NE(c.notices[0].find("zero_optimization.offload_optimizer.fast_init: "), std::string::npos)
@@ -89,13 +89,13 @@ TEST(ConfigOffload, EveryOffloadParamKeyIsRead) {
       "offload_param": {"device": "nvme", "nvme_path": "/local_nvme", "buffer_count": 3,
       "buffer_size": 2e7, "max_in_cpu": 0, "pin_memory": false}})"});
   const OffloadParamConfig& p = c.zero.offload_param;
-  EXPECT_EQ(p.device, OffloadDevice::kNvme);
+  EXPECT_EQ(p.device, Placement::kNvme);
   EXPECT_EQ(p.nvme_path, "/local_nvme");
   EXPECT_EQ(p.buffer_count, 3);
   EXPECT_EQ(p.buffer_size, 20000000);
   EXPECT_EQ(p.max_in_cpu, 0);
   EXPECT_FALSE(p.pin_memory);
-  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero.offload_optimizer.device, Placement::kDevice);
   EXPECT_TRUE(c.notices.empty());
 }
 
@@ -108,7 +108,7 @@ TEST(ConfigOffload, APartialOffloadRatioReachesTheEngineOnStages1To3) {
                                         "zero_optimization.offload_optimizer.ratio=0.3"});
     EXPECT_EQ(c.zero.offload_optimizer.ratio, 0.3);
     const zero::ZeroOptions options = ZeroOptionsFrom(c);
-    EXPECT_EQ(options.offload_optimizer.place, zero::StatePlace::kHost);
+    EXPECT_EQ(options.offload_optimizer.place, Placement::kHost);
     EXPECT_EQ(options.offload_optimizer.ratio, 0.3);
     EXPECT_TRUE(zero::ValidateZeroOptions(options).ok());
   }
@@ -120,12 +120,12 @@ TEST(ConfigOffload, OptimizerOffloadIsAcceptedOnStages1To3) {
     const std::string set_stage = "zero_optimization.stage=" + std::to_string(stage);
     EXPECT_EQ(ParseOk(kMinimal, {set_stage, "zero_optimization.offload_optimizer.device=cpu"})
                   .zero.offload_optimizer.device,
-              OffloadDevice::kCpu)
+              Placement::kHost)
         << "stage " << stage;
     EXPECT_EQ(ParseOk(kMinimal, {set_stage, "zero_optimization.offload_optimizer.device=nvme",
                                  "zero_optimization.offload_optimizer.nvme_path=/nvme"})
                   .zero.offload_optimizer.device,
-              OffloadDevice::kNvme)
+              Placement::kNvme)
         << "stage " << stage;
   }
 }
@@ -134,12 +134,12 @@ TEST(ConfigOffload, ParamOffloadIsAcceptedOnStage3) {
   const Config cpu =
       ParseOk(kMinimal, {"zero_optimization.stage=3", "zero_optimization.offload_param.device=cpu",
                          "zero_optimization.offload_optimizer.device=cpu"});
-  EXPECT_EQ(cpu.zero.offload_param.device, OffloadDevice::kCpu);
-  EXPECT_EQ(cpu.zero.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_EQ(cpu.zero.offload_param.device, Placement::kHost);
+  EXPECT_EQ(cpu.zero.offload_optimizer.device, Placement::kHost);
   const Config nvme =
       ParseOk(kMinimal, {"zero_optimization.stage=3", "zero_optimization.offload_param.device=nvme",
                          "zero_optimization.offload_param.nvme_path=/nvme"});
-  EXPECT_EQ(nvme.zero.offload_param.device, OffloadDevice::kNvme);
+  EXPECT_EQ(nvme.zero.offload_param.device, Placement::kNvme);
   EXPECT_EQ(nvme.zero.offload_param.nvme_path, "/nvme");
 }
 
@@ -147,7 +147,7 @@ TEST(ConfigOffload, DeviceNoneNeedsNoStage) {
   const Config c = ParseOk(kMinimal, {"zero_optimization.offload_optimizer.device=none",
                                       "zero_optimization.offload_param.device=none"});
   EXPECT_EQ(c.zero.stage, 0);
-  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero.offload_optimizer.device, Placement::kDevice);
 }
 
 TEST(ConfigOffload, PipelineKeysAreAcceptedWithANoticeEach) {
@@ -182,27 +182,27 @@ TEST(ConfigOffload, CpuAdamTuningIsAcceptedWithANoticeEach) {
 TEST(ConfigOffload, LegacyCpuOffloadMeansOptimizerOnCpu) {
   const Config c =
       ParseOk(kMinimal, {"zero_optimization.stage=2", "zero_optimization.cpu_offload=true"});
-  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
-  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero.offload_optimizer.device, Placement::kHost);
+  EXPECT_EQ(c.zero.offload_param.device, Placement::kDevice);
   EXPECT_TRUE(c.notices.empty());
 }
 
 TEST(ConfigOffload, LegacyCpuOffloadParamMeansParamsOnCpu) {
   const Config c =
       ParseOk(kMinimal, {"zero_optimization.stage=3", "zero_optimization.cpu_offload_param=true"});
-  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kCpu);
-  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero.offload_param.device, Placement::kHost);
+  EXPECT_EQ(c.zero.offload_optimizer.device, Placement::kDevice);
 }
 
 TEST(ConfigOffload, LegacyFalseMeansNothing) {
   const Config c = ParseOk(kMinimal, {R"(zero_optimization={"stage": 3, "cpu_offload": false,
       "cpu_offload_param": false, "offload_optimizer": {"device": "nvme", "nvme_path": "/n"},
       "offload_param": {"device": "none"}})"});
-  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kNvme);
-  EXPECT_EQ(c.zero.offload_param.device, OffloadDevice::kNone);
+  EXPECT_EQ(c.zero.offload_optimizer.device, Placement::kNvme);
+  EXPECT_EQ(c.zero.offload_param.device, Placement::kDevice);
   EXPECT_EQ(
       ParseOk(kMinimal, {"zero_optimization.cpu_offload=false"}).zero.offload_optimizer.device,
-      OffloadDevice::kNone);
+      Placement::kDevice);
 }
 
 TEST(ConfigOffload, LegacyPinMemorySetsBothSections) {

@@ -189,7 +189,7 @@ TEST(ConfigDeepSpeed, OffloadIsRead) {
   // The offload keys and their rules: config_offload_test.cc.
   Config c = ParseOk(
       kMinimal, {"zero_optimization.stage=2", "zero_optimization.offload_optimizer.device=cpu"});
-  EXPECT_EQ(c.zero.offload_optimizer.device, OffloadDevice::kCpu);
+  EXPECT_EQ(c.zero.offload_optimizer.device, Placement::kHost);
 }
 
 TEST(ConfigDeepSpeed, ActivationCheckpointingIsRead) {

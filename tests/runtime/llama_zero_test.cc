@@ -25,7 +25,7 @@ struct Job {
   int stage = 0;
   bool tied = false;
   DType type = DType::kFloat32;
-  zero::StatePlace optimizer = zero::StatePlace::kDevice;
+  Placement optimizer = Placement::kDevice;
   ActivationCheckpointingConfig checkpointing;
 };
 
@@ -122,7 +122,7 @@ TEST(LlamaZero, TheOptimizerOnTheHostTrainsAsPyTorchDoes) {
   Job run;
   run.ranks = 2;
   run.stage = 2;
-  run.optimizer = zero::StatePlace::kHost;
+  run.optimizer = Placement::kHost;
   EXPECT_LE(WorstRelative(Train(run, static_cast<int>(want.size())), want), 1e-4);
 }
 

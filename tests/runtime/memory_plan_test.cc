@@ -40,7 +40,7 @@ MemoryPlan PlanOk(const Config& config, int world, const PlanOptions& options) {
 }
 
 bool Offloads(const PlanChoice& c) {
-  return c.offload_optimizer != OffloadDevice::kNone || c.offload_param != OffloadDevice::kNone;
+  return c.offload_optimizer != Placement::kDevice || c.offload_param != Placement::kDevice;
 }
 
 // The least device peak of the candidates `keep` accepts.
@@ -61,8 +61,8 @@ TEST(MemoryPlan, GenerousBudgetPicksNoCheckpointingNoOffloadAndTheLargestMicroBa
     ASSERT_FALSE(plan.candidates.empty());
     const PlanChoice& best = plan.candidates.front().choice;
     EXPECT_EQ(best.stage, 0);
-    EXPECT_EQ(best.offload_optimizer, OffloadDevice::kNone);
-    EXPECT_EQ(best.offload_param, OffloadDevice::kNone);
+    EXPECT_EQ(best.offload_optimizer, Placement::kDevice);
+    EXPECT_EQ(best.offload_param, Placement::kDevice);
     EXPECT_EQ(best.policy, CheckpointPolicy::kNone);
     EXPECT_FALSE(best.cpu_checkpointing);
     EXPECT_EQ(best.micro_batch, 8 / world);
@@ -186,7 +186,7 @@ TEST(MemoryPlan, APartialOffloadIsChosenWhereItFitsAndNoOffloadDoesNot) {
   const MemoryPlan generous = PlanOk(base, world, Budget(kGiB));
   std::vector<double> ratios;
   for (const PlanCandidate& c : generous.candidates) {
-    if (c.choice.offload_optimizer == OffloadDevice::kCpu) ratios.push_back(c.choice.offload_ratio);
+    if (c.choice.offload_optimizer == Placement::kHost) ratios.push_back(c.choice.offload_ratio);
   }
   std::sort(ratios.begin(), ratios.end());
   ratios.erase(std::unique(ratios.begin(), ratios.end()), ratios.end());
@@ -196,7 +196,7 @@ TEST(MemoryPlan, APartialOffloadIsChosenWhereItFitsAndNoOffloadDoesNot) {
   const MemoryPlan plan = PlanOk(base, world, Budget(budget));
   const PlanChoice& choice = plan.candidates.front().choice;
   SCOPED_TRACE(choice.Describe());
-  EXPECT_EQ(choice.offload_optimizer, OffloadDevice::kCpu);
+  EXPECT_EQ(choice.offload_optimizer, Placement::kHost);
   EXPECT_LT(choice.offload_ratio, 1.0);
   EXPECT_THAT(choice.Describe(), HasSubstr("offload optimizer cpu (ratio "));
   EXPECT_THAT(plan.overrides,
@@ -237,7 +237,7 @@ TEST(MemoryPlan, EightBitMomentsOnlyWhenAllowedAndOnlyWhereThirtyTwoBitsCostMore
     PlanChoice same = c.choice;
     same.optimizer_8bit = false;
     for (const PlanCandidate& d : generous.candidates) {
-      if (d.choice == same && c.choice.offload_optimizer == OffloadDevice::kNone) {
+      if (d.choice == same && c.choice.offload_optimizer == Placement::kDevice) {
         EXPECT_LT(c.device_bytes, d.device_bytes) << c.choice.Describe();
         EXPECT_EQ(c.cost.total_s, d.cost.total_s);
       }
@@ -282,7 +282,7 @@ TEST(MemoryPlan, AnEightBitJobStaysEightBitAndIsOfferedEveryPlacement) {
   bool nvme = false, partial = false;
   for (const PlanCandidate& c : plan.candidates) {
     EXPECT_TRUE(c.choice.optimizer_8bit);
-    nvme = nvme || c.choice.offload_optimizer == OffloadDevice::kNvme;
+    nvme = nvme || c.choice.offload_optimizer == Placement::kNvme;
     partial = partial || c.choice.offload_ratio < 1.0;
   }
   EXPECT_TRUE(nvme);
@@ -301,7 +301,7 @@ TEST(MemoryPlan, AGpuPlanOffersParameterOffloadWithItsStaging) {
   const MemoryPlan cpu = PlanOk(base, world, Budget(kGiB));
   bool offered = false;
   for (const PlanCandidate& c : gpu.candidates) {
-    if (c.choice.offload_param == OffloadDevice::kNone) continue;
+    if (c.choice.offload_param == Placement::kDevice) continue;
     offered = true;
     for (const PlanCandidate& d : cpu.candidates) {
       if (d.choice == c.choice) {
@@ -359,8 +359,8 @@ TEST(MemoryPlan, NvmeNeedsABudgetAndAPath) {
   const Config base = TinyJob(1, 5);
   auto has_nvme = [](const MemoryPlan& plan) {
     for (const PlanCandidate& c : plan.candidates) {
-      if (c.choice.offload_optimizer == OffloadDevice::kNvme ||
-          c.choice.offload_param == OffloadDevice::kNvme) {
+      if (c.choice.offload_optimizer == Placement::kNvme ||
+          c.choice.offload_param == Placement::kNvme) {
         return true;
       }
     }
@@ -387,10 +387,10 @@ TEST(MemoryPlan, NvmeNeedsABudgetAndAPath) {
   EXPECT_TRUE(has_nvme(with_path));
   int64_t cpu_host = INT64_MAX, nvme_host = INT64_MAX;
   for (const PlanCandidate& c : with_path.candidates) {
-    if (c.choice.offload_optimizer == OffloadDevice::kCpu) {
+    if (c.choice.offload_optimizer == Placement::kHost) {
       cpu_host = std::min(cpu_host, c.host_bytes_per_node);
     }
-    if (c.choice.offload_optimizer == OffloadDevice::kNvme) {
+    if (c.choice.offload_optimizer == Placement::kNvme) {
       nvme_host = std::min(nvme_host, c.host_bytes_per_node);
     }
   }
@@ -400,7 +400,7 @@ TEST(MemoryPlan, NvmeNeedsABudgetAndAPath) {
   options.host_budget_bytes = cpu_host - 1;
   const StatusOr<MemoryPlan> nvme = PlanMemory(small, 1, options);
   ASSERT_TRUE(nvme.ok()) << nvme.status().ToString();
-  EXPECT_EQ(nvme->best.zero.offload_optimizer.device, OffloadDevice::kNvme);
+  EXPECT_EQ(nvme->best.zero.offload_optimizer.device, Placement::kNvme);
   EXPECT_EQ(nvme->best.zero.offload_optimizer.nvme_path, "/var/tmp/hoist-plan-test");
   EXPECT_THAT(nvme->overrides, ::testing::Contains("zero_optimization.offload_optimizer.nvme_path="
                                                    "\"/var/tmp/hoist-plan-test\""));
@@ -414,7 +414,7 @@ TEST(MemoryPlan, UnlimitedNvmeConsidersNvmeAndLeavesTheLimitOutOfRefusals) {
   const MemoryPlan generous = PlanOk(base, 1, options);
   EXPECT_TRUE(std::any_of(
       generous.candidates.begin(), generous.candidates.end(),
-      [](const PlanCandidate& c) { return c.choice.offload_optimizer == OffloadDevice::kNvme; }));
+      [](const PlanCandidate& c) { return c.choice.offload_optimizer == Placement::kNvme; }));
 
   // Too small a device budget: the refusal names it, and no NVMe size.
   options.device_budget_bytes = 1024;

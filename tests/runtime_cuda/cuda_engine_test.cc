@@ -53,8 +53,8 @@ struct Job {
   int world = 1;
   int stage = 0;
   DType storage = DType::kFloat32;
-  zero::StatePlace optimizer = zero::StatePlace::kDevice;
-  zero::ParamPlace params = zero::ParamPlace::kDevice;
+  Placement optimizer = Placement::kDevice;
+  Placement params = Placement::kDevice;
   CheckpointPolicy checkpointing = CheckpointPolicy::kNone;
   bool adamw8bit = false;  // 8-bit moments (every unit)
   double ratio = 1.0;      // offload_optimizer.ratio
@@ -267,14 +267,14 @@ std::vector<Job> Jobs() {
   // ZeRO-Offload: the optimizer states in host memory or on NVMe, updated by the CPU's AdamW
   // from gradients brought down, the new weights sent up.
   Job host = Make("stage2_optimizer_on_host", 1, 2);
-  host.optimizer = zero::StatePlace::kHost;
+  host.optimizer = Placement::kHost;
   jobs.push_back(host);
   Job host_bf16 = Make("two_ranks_stage2_bf16_optimizer_on_host", 2, 2);
-  host_bf16.optimizer = zero::StatePlace::kHost;
+  host_bf16.optimizer = Placement::kHost;
   host_bf16.storage = DType::kBFloat16;
   jobs.push_back(host_bf16);
   Job nvme = Make("stage3_optimizer_on_nvme", 1, 3);
-  nvme.optimizer = zero::StatePlace::kNvme;
+  nvme.optimizer = Placement::kNvme;
   jobs.push_back(nvme);
   // 8-bit AdamW: on the device (the CUDA kernel), split by a ratio (the device part on the GPU,
   // the host part by the CPU's kernel) and on NVMe (sub-groups cut on block boundaries).
@@ -285,22 +285,22 @@ std::vector<Job> Jobs() {
   Job eight_split = Make("stage2_bf16_adamw8bit_half_offloaded", 1, 2);
   eight_split.adamw8bit = true;
   eight_split.storage = DType::kBFloat16;
-  eight_split.optimizer = zero::StatePlace::kHost;
+  eight_split.optimizer = Placement::kHost;
   eight_split.ratio = 0.5;
   jobs.push_back(eight_split);
   // ZeRO-Infinity: the parameter shards in pinned host memory or on NVMe, each brought up
   // through the device's staging for its gather and brought down after its update.
   Job params = Make("stage3_params_on_host", 1, 3);
-  params.params = zero::ParamPlace::kHost;
+  params.params = Placement::kHost;
   jobs.push_back(params);
   Job infinity = Make("two_ranks_stage3_bf16_params_and_optimizer_on_nvme", 2, 3);
-  infinity.params = zero::ParamPlace::kNvme;
-  infinity.optimizer = zero::StatePlace::kNvme;
+  infinity.params = Placement::kNvme;
+  infinity.optimizer = Placement::kNvme;
   infinity.storage = DType::kBFloat16;
   jobs.push_back(infinity);
   Job eight_nvme = Make("stage3_adamw8bit_on_nvme", 1, 3);
   eight_nvme.adamw8bit = true;
-  eight_nvme.optimizer = zero::StatePlace::kNvme;
+  eight_nvme.optimizer = Placement::kNvme;
   jobs.push_back(eight_nvme);
   return jobs;
 }

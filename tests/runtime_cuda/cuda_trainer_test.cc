@@ -102,7 +102,7 @@ TEST(CudaTrainer, FollowsTheCpuLossCurve) {
     for (int r = 0; r < job.world; ++r) ExpectFollows(gpu[r], cpu[r], job.tolerance);
     // The model's states are on the GPU, counted under kDevice (the optimizer's in pinned host
     // memory when offloaded); the batch is host memory.
-    const bool offloaded = config.zero.offload_optimizer.device != OffloadDevice::kNone;
+    const bool offloaded = config.zero.offload_optimizer.device != Placement::kDevice;
     EXPECT_GT(
         gpu[0].memory.Peak(offloaded ? Place::kHostPinned : Place::kDevice, Category::kOptimizer),
         0);

@@ -46,7 +46,7 @@ inline RunOptions Base(int stage, int world, DType type) {
 }
 
 // The same run with the optimizer states in `place`, NVMe files under `dir`.
-inline RunOptions Offloaded(RunOptions run, StatePlace place, const ScratchDir& dir,
+inline RunOptions Offloaded(RunOptions run, Placement place, const ScratchDir& dir,
                             int64_t sub_group_size = 1000000000, int buffer_count = 4) {
   run.zero.offload_optimizer.place = place;
   run.zero.offload_optimizer.sub_group_size = sub_group_size;
@@ -60,7 +60,7 @@ inline RunOptions Offloaded(RunOptions run, StatePlace place, const ScratchDir& 
 
 // Stage 3 with the parameter shards in host memory or on NVMe (units beyond max_in_cpu elements
 // in the file), with or without the optimizer states offloaded too.
-inline RunOptions ParamsOffloaded(RunOptions run, ParamPlace params, StatePlace states,
+inline RunOptions ParamsOffloaded(RunOptions run, Placement params, Placement states,
                                   const ScratchDir& dir, int64_t max_in_cpu, int buffer_count) {
   run.zero.offload_param.place = params;
   run.zero.offload_param.max_in_cpu = max_in_cpu;
@@ -87,12 +87,12 @@ struct FaultCase {
 // whose streams are worker threads (an accelerator's stand-in while live_memory is on).
 class ParamOffloadedEngine {
  public:
-  ParamOffloadedEngine(ParamPlace place, const ScratchDir& dir, int file = 0)
+  ParamOffloadedEngine(Placement place, const ScratchDir& dir, int file = 0)
       : units_(ToyUnits()),
         device_(Place::kDevice, &tracker_),
         backend_(&device_, HostStream::Mode::kThreaded) {
     options_ =
-        ParamsOffloaded(Base(3, 1, DType::kBFloat16), place, StatePlace::kDevice, dir, 0, 2).zero;
+        ParamsOffloaded(Base(3, 1, DType::kBFloat16), place, Placement::kDevice, dir, 0, 2).zero;
     options_.offload_param.nvme_file = dir.File(file);
     auto group = comm::ThreadGroup::Create(1, 30.0);
     HOIST_CHECK(group.ok()) << group.status().ToString();

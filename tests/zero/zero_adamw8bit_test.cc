@@ -87,7 +87,7 @@ TEST(ZeroAdamW8bit, StagesAndHostOffloadOnOneRankGiveStageZerosBits) {
   for (int stage = 1; stage <= 3; ++stage) {
     for (int offload = 0; offload < 3; ++offload) {
       RunOptions run = EightBit(stage, 1);
-      if (offload > 0) run.zero.offload_optimizer.place = StatePlace::kHost;
+      if (offload > 0) run.zero.offload_optimizer.place = Placement::kHost;
       run.zero.offload_optimizer.pin_memory = offload == 1;
       const std::vector<RankResult> got = Train(run);
       ASSERT_TRUE(got[0].status.ok()) << got[0].status.ToString();
@@ -115,7 +115,7 @@ TEST(ZeroAdamW8bit, TwoRanksAgreeAcrossStagesAndOffload) {
   for (int stage = 1; stage <= 3; ++stage) {
     for (bool offload : {false, true}) {
       RunOptions run = EightBit(stage, 2);
-      if (offload) run.zero.offload_optimizer.place = StatePlace::kHost;
+      if (offload) run.zero.offload_optimizer.place = Placement::kHost;
       const std::vector<RankResult> got = Train(run);
       const std::vector<float>& want = stage == 1 ? stage1[0].params : stage2[0].params;
       for (int r = 0; r < 2; ++r) {
@@ -156,7 +156,7 @@ class ScratchDir {
 };
 
 RunOptions OnNvme(RunOptions run, const ScratchDir& dir, int64_t sub_group_size, int buffer_count) {
-  run.zero.offload_optimizer.place = StatePlace::kNvme;
+  run.zero.offload_optimizer.place = Placement::kNvme;
   run.zero.offload_optimizer.sub_group_size = sub_group_size;
   run.zero.offload_optimizer.buffer_count = buffer_count;
   run.per_rank = [&dir](int rank, ZeroOptions& options) {
@@ -218,7 +218,7 @@ TEST(ZeroAdamW8bit, PartialOffloadGivesTheBitsOfNoOffloadAtEveryRatio) {
           for (bool pinned : {true, false}) {
             if (!pinned && ratio != 0.5) continue;  // keeps the test quick
             RunOptions run = device;
-            run.zero.offload_optimizer.place = StatePlace::kHost;
+            run.zero.offload_optimizer.place = Placement::kHost;
             run.zero.offload_optimizer.ratio = ratio;
             run.zero.offload_optimizer.pin_memory = pinned;
             const std::vector<RankResult> got = Train(run);
@@ -272,7 +272,7 @@ struct Saved {
   std::vector<float> master, m, v;
 };
 
-void CheckpointRoundTrip(int stage, int world, StatePlace place, double ratio = 1.0) {
+void CheckpointRoundTrip(int stage, int world, Placement place, double ratio = 1.0) {
   ScratchDir dir;
   auto group = comm::ThreadGroup::Create(world, 30.0);
   ASSERT_TRUE(group.ok());
@@ -290,7 +290,7 @@ void CheckpointRoundTrip(int stage, int world, StatePlace place, double ratio = 
       options.offload_optimizer.place = place;
       options.offload_optimizer.ratio = ratio;
       options.offload_optimizer.sub_group_size = 300;  // cuts inside the long units' pieces
-      const bool long_units = place == StatePlace::kNvme || ratio < 1.0;
+      const bool long_units = place == Placement::kNvme || ratio < 1.0;
       const std::vector<UnitSpec> units = long_units ? LongUnits() : ToyUnits();
       if (long_units) options.adam.min_8bit_size = 50;
       int engines = 0;
@@ -358,14 +358,14 @@ void CheckpointRoundTrip(int stage, int world, StatePlace place, double ratio = 
 }
 
 TEST(ZeroAdamW8bit, CheckpointsRoundTripAndResumeBitIdentically) {
-  CheckpointRoundTrip(0, 1, StatePlace::kDevice);
+  CheckpointRoundTrip(0, 1, Placement::kDevice);
   for (int stage = 1; stage <= 3; ++stage) {
-    CheckpointRoundTrip(stage, 2, StatePlace::kDevice);
-    CheckpointRoundTrip(stage, 2, StatePlace::kHost);
-    CheckpointRoundTrip(stage, 2, StatePlace::kNvme);
-    CheckpointRoundTrip(stage, 2, StatePlace::kHost, /*ratio=*/0.5);
+    CheckpointRoundTrip(stage, 2, Placement::kDevice);
+    CheckpointRoundTrip(stage, 2, Placement::kHost);
+    CheckpointRoundTrip(stage, 2, Placement::kNvme);
+    CheckpointRoundTrip(stage, 2, Placement::kHost, /*ratio=*/0.5);
   }
-  CheckpointRoundTrip(1, 1, StatePlace::kNvme);
+  CheckpointRoundTrip(1, 1, Placement::kNvme);
 }
 
 // States on NVMe go to a checkpoint and come back a sub-group at a time: the pieces read equal
@@ -383,7 +383,7 @@ TEST(ZeroAdamW8bit, NvmeStatesInPiecesEqualTheDeviceEnginesState) {
   on_device.compute_type = DType::kBFloat16;
   on_device.comm_type = DType::kBFloat16;
   ZeroOptions on_nvme = on_device;
-  on_nvme.offload_optimizer.place = StatePlace::kNvme;
+  on_nvme.offload_optimizer.place = Placement::kNvme;
   on_nvme.offload_optimizer.sub_group_size = 333;
   auto create = [&](const ZeroOptions& options) {
     auto engine = ZeroEngine::Create(units, options, &(*group)->comm(0), &backend);

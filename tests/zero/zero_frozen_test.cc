@@ -73,7 +73,7 @@ ZeroOptions BaseOptions(int stage, DType type, bool params_on_nvme) {
   options.stage3_param_persistence_threshold = 10;
   options.frozen = true;
   if (params_on_nvme) {
-    options.offload_param.place = ParamPlace::kNvme;
+    options.offload_param.place = Placement::kNvme;
     options.offload_param.max_in_cpu = 30;
     options.offload_param.buffer_count = 2;
     options.offload_param.open_storage = MemoryFiles();
@@ -87,7 +87,7 @@ ZeroOptions AdapterOptions(int stage, DType type, bool optimizer_on_host) {
   options.compute_type = type;
   options.comm_type = type;
   options.stage3_param_persistence_threshold = 10;
-  if (optimizer_on_host) options.offload_optimizer.place = StatePlace::kHost;
+  if (optimizer_on_host) options.offload_optimizer.place = Placement::kHost;
   return options;
 }
 
@@ -176,7 +176,7 @@ TEST(FrozenEngine, KeepsTheWeightsAloneAndRefusesGradientsAndSteps) {
 
 TEST(FrozenEngine, RefusesAnOffloadedOptimizer) {
   ZeroOptions options = BaseOptions(2, DType::kFloat32, false);
-  options.offload_optimizer.place = StatePlace::kHost;
+  options.offload_optimizer.place = Placement::kHost;
   const Status status = ValidateZeroOptions(options);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("frozen"), std::string::npos) << status.ToString();

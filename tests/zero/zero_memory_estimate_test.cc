@@ -289,15 +289,15 @@ ZeroOptions Options(int stage, DType type, Offload offload) {
   options.stage3_param_persistence_threshold = 10;
   switch (offload) {
     case Offload::kNone: break;
-    case Offload::kOptimizerCpu: options.offload_optimizer.place = StatePlace::kHost; break;
+    case Offload::kOptimizerCpu: options.offload_optimizer.place = Placement::kHost; break;
     case Offload::kOptimizerNvme:
-      options.offload_optimizer.place = StatePlace::kNvme;
+      options.offload_optimizer.place = Placement::kNvme;
       options.offload_optimizer.sub_group_size = 40;
       options.offload_optimizer.buffer_count = 3;
       break;
-    case Offload::kParamCpu: options.offload_param.place = ParamPlace::kHost; break;
+    case Offload::kParamCpu: options.offload_param.place = Placement::kHost; break;
     case Offload::kParamNvme:
-      options.offload_param.place = ParamPlace::kNvme;
+      options.offload_param.place = Placement::kNvme;
       options.offload_param.max_in_cpu = 30;
       options.offload_param.buffer_count = 2;
       break;
@@ -369,17 +369,17 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
        [](ZeroOptions& o) { o.stage3_param_persistence_threshold = 1000000; }},
       {"optimizer in pageable memory",
        [](ZeroOptions& o) {
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
          o.offload_optimizer.pin_memory = false;
        }},
       {"optimizer on nvme, one slot, sub-groups of 7",
        [](ZeroOptions& o) {
-         o.offload_optimizer.place = StatePlace::kNvme;
+         o.offload_optimizer.place = Placement::kNvme;
          o.offload_optimizer.sub_group_size = 7;
          o.offload_optimizer.buffer_count = 1;
        }},
       {"optimizer on nvme, whole shard at once",
-       [](ZeroOptions& o) { o.offload_optimizer.place = StatePlace::kNvme; }},
+       [](ZeroOptions& o) { o.offload_optimizer.place = Placement::kNvme; }},
       // 8-bit AdamW: codes, absmaxes (per decay segment of the owned range) and the small units'
       // fp32 moments, on the device and offloaded; the toy units have three segments each.
       {"8-bit AdamW, every unit 8-bit",
@@ -397,15 +397,15 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
        [](ZeroOptions& o) {
          o.adam.eight_bit = true;
          o.adam.min_8bit_size = 50;
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
        }},
       {"8-bit AdamW, optimizer in pageable memory, params on the host",
        [](ZeroOptions& o) {
          o.adam.eight_bit = true;
          o.adam.min_8bit_size = 0;
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
          o.offload_optimizer.pin_memory = false;
-         o.offload_param.place = ParamPlace::kHost;
+         o.offload_param.place = Placement::kHost;
        },
        zero_test::ToyUnits()},
       // 8-bit moments on NVMe: the swapper's seven arrays, its sub-groups cut on block
@@ -414,7 +414,7 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
        [](ZeroOptions& o) {
          o.adam.eight_bit = true;
          o.adam.min_8bit_size = 64;
-         o.offload_optimizer.place = StatePlace::kNvme;
+         o.offload_optimizer.place = Placement::kNvme;
          o.offload_optimizer.sub_group_size = 100;
          o.offload_optimizer.buffer_count = 2;
        }},
@@ -422,66 +422,66 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
        [](ZeroOptions& o) {
          o.adam.eight_bit = true;
          o.adam.min_8bit_size = 0;
-         o.offload_optimizer.place = StatePlace::kNvme;
-         o.offload_param.place = ParamPlace::kNvme;
+         o.offload_optimizer.place = Placement::kNvme;
+         o.offload_param.place = Placement::kNvme;
        }},
       {"8-bit AdamW, half offloaded, pinned",
        [](ZeroOptions& o) {
          o.adam.eight_bit = true;
          o.adam.min_8bit_size = 64;
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
          o.offload_optimizer.ratio = 0.5;
        }},
       {"8-bit AdamW, a quarter offloaded, pageable, params on the host",
        [](ZeroOptions& o) {
          o.adam.eight_bit = true;
          o.adam.min_8bit_size = 0;
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
          o.offload_optimizer.pin_memory = false;
          o.offload_optimizer.ratio = 0.25;
-         o.offload_param.place = ParamPlace::kHost;
+         o.offload_param.place = Placement::kHost;
        },
        zero_test::ToyUnits()},
       // Partial offload: the leading units' states on the device, the rest offloaded; the
       // extremes leave one part empty.
       {"optimizer half offloaded, pinned",
        [](ZeroOptions& o) {
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
          o.offload_optimizer.ratio = 0.5;
        }},
       {"optimizer a quarter offloaded, pageable",
        [](ZeroOptions& o) {
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
          o.offload_optimizer.pin_memory = false;
          o.offload_optimizer.ratio = 0.25;
        }},
       {"optimizer three quarters offloaded, params on the host",
        [](ZeroOptions& o) {
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
          o.offload_optimizer.ratio = 0.75;
-         o.offload_param.place = ParamPlace::kHost;
+         o.offload_param.place = Placement::kHost;
        }},
       {"optimizer offload ratio with an empty host part",
        [](ZeroOptions& o) {
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
          o.offload_optimizer.ratio = 1e-6;
        }},
       {"optimizer offload ratio with an empty device part",
        [](ZeroOptions& o) {
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
          o.offload_optimizer.ratio = 0.999;
        }},
       {"params in pageable memory",
        [](ZeroOptions& o) {
-         o.offload_param.place = ParamPlace::kHost;
+         o.offload_param.place = Placement::kHost;
          o.offload_param.pin_memory = false;
        }},
       {"params all on nvme, five buffers, optimizer on nvme",
        [](ZeroOptions& o) {
-         o.offload_param.place = ParamPlace::kNvme;
+         o.offload_param.place = Placement::kNvme;
          o.offload_param.max_in_cpu = 0;
          o.offload_param.buffer_count = 5;
-         o.offload_optimizer.place = StatePlace::kNvme;
+         o.offload_optimizer.place = Placement::kNvme;
          o.offload_optimizer.sub_group_size = 64;
        }},
   };
@@ -515,39 +515,39 @@ TEST(EngineMemoryEstimate, MatchesTheTrackerForEverySetting) {
 // an accelerator counts both, to the byte.
 TEST(EngineMemoryEstimate, OnAnAcceleratorTheStagingIsCounted) {
   const std::vector<std::pair<const char*, std::function<void(ZeroOptions&)>>> settings = {
-      {"params on the host", [](ZeroOptions& o) { o.offload_param.place = ParamPlace::kHost; }},
+      {"params on the host", [](ZeroOptions& o) { o.offload_param.place = Placement::kHost; }},
       {"params on nvme, optimizer on the host",
        [](ZeroOptions& o) {
-         o.offload_param.place = ParamPlace::kNvme;
+         o.offload_param.place = Placement::kNvme;
          o.offload_param.max_in_cpu = 0;
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
        }},
       {"params pageable, optimizer on nvme",
        [](ZeroOptions& o) {
-         o.offload_param.place = ParamPlace::kHost;
+         o.offload_param.place = Placement::kHost;
          o.offload_param.pin_memory = false;
-         o.offload_optimizer.place = StatePlace::kNvme;
+         o.offload_optimizer.place = Placement::kNvme;
          o.offload_optimizer.sub_group_size = 100;
        }},
       {"8-bit AdamW half offloaded, params on the host",
        [](ZeroOptions& o) {
          o.adam.eight_bit = true;
          o.adam.min_8bit_size = 64;
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
          o.offload_optimizer.ratio = 0.5;
-         o.offload_param.place = ParamPlace::kHost;
+         o.offload_param.place = Placement::kHost;
        }},
       {"params partly in host memory, partly on nvme; optimizer on the host",
        [](ZeroOptions& o) {
-         o.offload_param.place = ParamPlace::kNvme;
+         o.offload_param.place = Placement::kNvme;
          o.offload_param.max_in_cpu = 200;  // of the shards 3, 150, 131, 1, 32, 65, 2
-         o.offload_optimizer.place = StatePlace::kHost;
+         o.offload_optimizer.place = Placement::kHost;
        }},
       {"optimizer on the host",
-       [](ZeroOptions& o) { o.offload_optimizer.place = StatePlace::kHost; }},
+       [](ZeroOptions& o) { o.offload_optimizer.place = Placement::kHost; }},
       {"optimizer on nvme",
        [](ZeroOptions& o) {
-         o.offload_optimizer.place = StatePlace::kNvme;
+         o.offload_optimizer.place = Placement::kNvme;
          o.offload_optimizer.sub_group_size = 100;
        }},
   };
@@ -601,7 +601,7 @@ TEST(EngineMemoryEstimate, PartialOffloadStagesOnlyTheHostPartsUnits) {
   ZeroOptions options;
   options.stage = 1;
   options.compute_type = DType::kBFloat16;
-  options.offload_optimizer.place = StatePlace::kHost;
+  options.offload_optimizer.place = Placement::kHost;
   EXPECT_EQ(HostUpdateStagingBytes(*plan, options), 300 * 2);
   EXPECT_EQ(HostGradBytes(*plan, options), 370 * 2);  // every unit's gradients
   options.offload_optimizer.ratio = 0.1;

@@ -29,7 +29,7 @@ using namespace zero_test;  // NOLINT(google-build-using-namespace): the shared 
 namespace fs = std::filesystem;
 
 class OffloadMatchesDevice
-    : public ::testing::TestWithParam<std::tuple<int, int, DType, StatePlace>> {};
+    : public ::testing::TestWithParam<std::tuple<int, int, DType, Placement>> {};
 
 TEST_P(OffloadMatchesDevice, BitForBit) {
   const auto [stage, world, type, place] = GetParam();
@@ -51,8 +51,7 @@ TEST_P(OffloadMatchesDevice, BitForBit) {
 INSTANTIATE_TEST_SUITE_P(StagesRanksTypesPlaces, OffloadMatchesDevice,
                          ::testing::Combine(::testing::Values(1, 2, 3), ::testing::Values(1, 2),
                                             ::testing::Values(DType::kFloat32, DType::kBFloat16),
-                                            ::testing::Values(StatePlace::kHost,
-                                                              StatePlace::kNvme)));
+                                            ::testing::Values(Placement::kHost, Placement::kNvme)));
 
 TEST(ZeroOffload, Bf16OffloadStaysNearTheFp32Run) {
   // The bf16 run offloaded is the bf16 run on the device (above); here it is also held to the
@@ -60,7 +59,7 @@ TEST(ZeroOffload, Bf16OffloadStaysNearTheFp32Run) {
   ScratchDir dir;
   const std::vector<RankResult> fp32 = Train(Base(2, 2, DType::kFloat32));
   const std::vector<RankResult> bf16 =
-      Train(Offloaded(Base(2, 2, DType::kBFloat16), StatePlace::kNvme, dir));
+      Train(Offloaded(Base(2, 2, DType::kBFloat16), Placement::kNvme, dir));
   ASSERT_TRUE(bf16[0].status.ok()) << bf16[0].status.ToString();
   double num = 0, den = 0;
   for (size_t i = 0; i < fp32[0].params.size(); ++i) {
@@ -81,7 +80,7 @@ TEST(ZeroOffload, SubGroupsAndBufferCountsDoNotChangeTheResult) {
   for (int64_t sub_group : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{1000}}) {
     for (int buffers : {1, 2, 3, 5}) {
       const std::vector<RankResult> got =
-          Train(Offloaded(device, StatePlace::kNvme, dir, sub_group, buffers));
+          Train(Offloaded(device, Placement::kNvme, dir, sub_group, buffers));
       for (int r = 0; r < 2; ++r) {
         ASSERT_TRUE(got[r].status.ok()) << got[r].status.ToString();
         EXPECT_EQ(got[r].params, want[r].params)
@@ -93,7 +92,7 @@ TEST(ZeroOffload, SubGroupsAndBufferCountsDoNotChangeTheResult) {
 
 TEST(ZeroOffload, AnOverflowSkipsTheStepWithOffloadToo) {
   ScratchDir dir;
-  RunOptions clean = Offloaded(Base(2, 2, DType::kFloat32), StatePlace::kNvme, dir, 16, 3);
+  RunOptions clean = Offloaded(Base(2, 2, DType::kFloat32), Placement::kNvme, dir, 16, 3);
   clean.steps = 3;
   RunOptions poisoned = clean;
   poisoned.steps = 4;
@@ -107,7 +106,7 @@ TEST(ZeroOffload, AnOverflowSkipsTheStepWithOffloadToo) {
 }
 
 TEST(ZeroOffload, TheStatesMoveFromTheDeviceToTheOffloadPlace) {
-  for (StatePlace place : {StatePlace::kHost, StatePlace::kNvme}) {
+  for (Placement place : {Placement::kHost, Placement::kNvme}) {
     for (bool pinned : {true, false}) {
       for (DType type : {DType::kFloat32, DType::kBFloat16}) {
         ScratchDir dir;
@@ -124,7 +123,7 @@ TEST(ZeroOffload, TheStatesMoveFromTheDeviceToTheOffloadPlace) {
           // fp32 the master copy is now separate from the model's), none left on the device.
           EXPECT_EQ(memory.current[int(Place::kDevice)][opt], 0);
           EXPECT_EQ(r.states.optimizer, 12 * shard);
-          if (place == StatePlace::kHost) {
+          if (place == Placement::kHost) {
             // Pinned buffers are whole pages, one per state.
             const int64_t page = offload::PinnedHostPool::kPageBytes;
             const int64_t pinned_bytes = 3 * ((4 * shard + page - 1) / page * page);
@@ -152,7 +151,7 @@ TEST(ZeroOffload, TheStatesMoveFromTheDeviceToTheOffloadPlace) {
 TEST(ZeroOffload, StageZeroIsRefused) {
   ScratchDir dir;
   const std::vector<RankResult> results =
-      Train(Offloaded(Base(0, 1, DType::kFloat32), StatePlace::kHost, dir));
+      Train(Offloaded(Base(0, 1, DType::kFloat32), Placement::kHost, dir));
   ASSERT_FALSE(results[0].status.ok());
   EXPECT_NE(results[0].status.message().find("stage 1, 2 or 3"), std::string::npos)
       << results[0].status.ToString();
@@ -182,7 +181,7 @@ TEST(ZeroOffload, CheckpointStateRoundTripsThroughNvme) {
   on_device.compute_type = DType::kBFloat16;
   on_device.comm_type = DType::kBFloat16;
   ZeroOptions on_nvme = on_device;
-  on_nvme.offload_optimizer.place = StatePlace::kNvme;
+  on_nvme.offload_optimizer.place = Placement::kNvme;
   on_nvme.offload_optimizer.sub_group_size = 20;
   on_nvme.offload_optimizer.nvme_file = dir.File(0);
 
@@ -232,7 +231,7 @@ TEST(ZeroOffload, EveryStorageFaultStopsEveryRankWithTheStorageMessage) {
   for (int world : {1, 2}) {
     for (const FaultCase& c : FaultCases()) {
       ScratchDir dir;
-      RunOptions run = Offloaded(Base(2, world, DType::kFloat32), StatePlace::kNvme, dir, 30, 3);
+      RunOptions run = Offloaded(Base(2, world, DType::kFloat32), Placement::kNvme, dir, 30, 3);
       const int failing = world - 1;
       const std::string root = dir.path();
       const offload::StorageFault fault = c.fault;
@@ -271,10 +270,10 @@ TEST(ZeroThreadedStreams, GiveTheInlineBits) {
   for (int world : {1, 2}) {
     for (DType type : {DType::kFloat32, DType::kBFloat16}) {
       for (int stage = 0; stage <= 3; ++stage) runs.push_back(Base(stage, world, type));
-      runs.push_back(Offloaded(Base(2, world, type), StatePlace::kHost, dir));
-      runs.push_back(Offloaded(Base(1, world, type), StatePlace::kNvme, dir, 30, 3));
+      runs.push_back(Offloaded(Base(2, world, type), Placement::kHost, dir));
+      runs.push_back(Offloaded(Base(1, world, type), Placement::kNvme, dir, 30, 3));
       runs.push_back(
-          ParamsOffloaded(Base(3, world, type), ParamPlace::kNvme, StatePlace::kNvme, dir, 0, 2));
+          ParamsOffloaded(Base(3, world, type), Placement::kNvme, Placement::kNvme, dir, 0, 2));
       // Reductions in flight while the model goes on (overlap_comm, a bucket of about one unit):
       // the collectives wait for the gradients on the comm worker and the accumulation for the
       // collectives on the stream; the host waits for neither.
@@ -328,7 +327,7 @@ TEST(ZeroOffload, OnAnAcceleratorTheLastBackwardBringsTheGradientsDown) {
         // The reductions kept in flight: none, a few units' worth, all of them.
         for (int64_t bucket : {int64_t{0}, int64_t{60}, int64_t{1} << 30}) {
           if (stage == 1 && bucket != 0) continue;  // stage 1 reduces at Step
-          for (StatePlace place : {StatePlace::kHost, StatePlace::kNvme}) {
+          for (Placement place : {Placement::kHost, Placement::kNvme}) {
             for (Boundary boundary : {Boundary::kLast, Boundary::kNone, Boundary::kEvery}) {
               RunOptions run = Offloaded(device, place, dir, 50, 2);
               run.streams = HostStream::Mode::kThreaded;
@@ -337,7 +336,7 @@ TEST(ZeroOffload, OnAnAcceleratorTheLastBackwardBringsTheGradientsDown) {
               run.boundary = boundary;
               const std::string what = "stage " + std::to_string(stage) + ", " +
                                        std::to_string(world) + " ranks, " + DTypeName(type) +
-                                       (place == StatePlace::kHost ? ", host" : ", nvme") +
+                                       (place == Placement::kHost ? ", host" : ", nvme") +
                                        ", boundary " + std::to_string(int(boundary)) +
                                        ", in flight " + std::to_string(bucket);
               const std::vector<RankResult> got = Train(run);
@@ -374,7 +373,7 @@ TEST(ZeroOffload, OnAnAcceleratorTheLastBackwardBringsTheGradientsDown) {
   for (int stage : {2, 3}) {
     RunOptions device = Base(stage, 2, DType::kBFloat16);
     const std::vector<RankResult> want = Train(device);
-    RunOptions run = Offloaded(device, StatePlace::kHost, dir);
+    RunOptions run = Offloaded(device, Placement::kHost, dir);
     run.streams = HostStream::Mode::kThreaded;
     run.zero.overlap_comm = false;
     run.zero.offload_optimizer.pin_memory = false;
@@ -404,10 +403,10 @@ TEST(ZeroStagedComm, GivesTheDirectBits) {
     for (int stage = 0; stage <= 3; ++stage) runs.push_back(Base(stage, 2, type));
     for (int world : {1, 2}) {
       runs.push_back(
-          ParamsOffloaded(Base(3, world, type), ParamPlace::kNvme, StatePlace::kHost, dir, 0, 2));
+          ParamsOffloaded(Base(3, world, type), Placement::kNvme, Placement::kHost, dir, 0, 2));
       // In host memory: gathered ahead, each shard going up on the copy stream.
       runs.push_back(
-          ParamsOffloaded(Base(3, world, type), ParamPlace::kHost, StatePlace::kHost, dir, 0, 2));
+          ParamsOffloaded(Base(3, world, type), Placement::kHost, Placement::kHost, dir, 0, 2));
     }
     for (RunOptions run : runs) {
       const int stage = run.zero.stage;

@@ -29,8 +29,8 @@ TEST(ZeroParamOffload, MatchesTheDeviceRunBitForBit) {
     for (int world : {1, 2}) {
       const RunOptions device = Base(3, world, type);
       const std::vector<RankResult> want = Train(device);
-      for (ParamPlace params : {ParamPlace::kHost, ParamPlace::kNvme}) {
-        for (StatePlace states : {StatePlace::kDevice, StatePlace::kHost, StatePlace::kNvme}) {
+      for (Placement params : {Placement::kHost, Placement::kNvme}) {
+        for (Placement states : {Placement::kDevice, Placement::kHost, Placement::kNvme}) {
           // max_in_cpu 0: every shard on NVMe; 30: the first unit's shard stays in memory.
           for (int64_t max_in_cpu : {int64_t{0}, int64_t{30}}) {
             for (int buffers : {1, 5}) {
@@ -54,9 +54,9 @@ TEST(ZeroParamOffload, MatchesTheDeviceRunBitForBit) {
 }
 
 TEST(ZeroParamOffload, TheShardsMoveOffTheDevice) {
-  for (ParamPlace params : {ParamPlace::kHost, ParamPlace::kNvme}) {
+  for (Placement params : {Placement::kHost, Placement::kNvme}) {
     ScratchDir dir;
-    RunOptions run = ParamsOffloaded(Base(3, 2, DType::kBFloat16), params, StatePlace::kDevice, dir,
+    RunOptions run = ParamsOffloaded(Base(3, 2, DType::kBFloat16), params, Placement::kDevice, dir,
                                      /*max_in_cpu=*/0, 2);
     run.steps = 1;
     const std::vector<RankResult> results = Train(run);
@@ -71,7 +71,7 @@ TEST(ZeroParamOffload, TheShardsMoveOffTheDevice) {
         file_bytes += (2 * r.plan.unit(u).shard + 4095) / 4096 * 4096;
       }
       EXPECT_EQ(r.states.params, shard_bytes + 2 * r.plan.unit(3).padded);
-      if (params == ParamPlace::kHost) {
+      if (params == Placement::kHost) {
         EXPECT_GE(r.memory.current[int(Place::kHostPinned)][param], shard_bytes);
         EXPECT_EQ(r.memory.current[int(Place::kNvme)][param], 0);
       } else {
@@ -92,7 +92,7 @@ TEST(ZeroParamOffload, ShardsInHostMemoryAreGatheredAhead) {
   for (bool accelerator : {false, true}) {
     std::unique_ptr<live_memory::ScopedEnable> checked;
     if (accelerator) checked = std::make_unique<live_memory::ScopedEnable>();
-    for (ParamPlace place : {ParamPlace::kHost, ParamPlace::kNvme}) {
+    for (Placement place : {Placement::kHost, Placement::kNvme}) {
       ParamOffloadedEngine run(place, dir);
       ASSERT_TRUE(run.status().ok()) << run.status().ToString();
       ZeroEngine& e = run.engine();
@@ -103,8 +103,8 @@ TEST(ZeroParamOffload, ShardsInHostMemoryAreGatheredAhead) {
       const int64_t resident = gathered();
       auto unit_bytes = [&](int u) { return GatheredUnitBytes(e.plan().unit(u), run.options()); };
       const std::string what = std::string(accelerator ? "accelerator" : "cpu") +
-                               (place == ParamPlace::kHost ? ", host" : ", nvme");
-      const bool ahead = place == ParamPlace::kHost;
+                               (place == Placement::kHost ? ", host" : ", nvme");
+      const bool ahead = place == Placement::kHost;
       e.Prefetch(1);
       EXPECT_EQ(gathered(), resident + (ahead ? unit_bytes(1) : 0)) << what;
       e.Prefetch(2);
@@ -131,9 +131,9 @@ TEST(ZeroParamOffload, APrefetchedGatherNeverServesOldWeights) {
   for (bool accelerator : {false, true}) {
     std::unique_ptr<live_memory::ScopedEnable> checked;
     if (accelerator) checked = std::make_unique<live_memory::ScopedEnable>();
-    for (ParamPlace place : {ParamPlace::kHost, ParamPlace::kNvme}) {
+    for (Placement place : {Placement::kHost, Placement::kNvme}) {
       const std::string what = std::string(accelerator ? "accelerator" : "cpu") +
-                               (place == ParamPlace::kHost ? ", host" : ", nvme");
+                               (place == Placement::kHost ? ", host" : ", nvme");
       auto init = [](ZeroEngine& e, const std::vector<UnitSpec>& units, float offset) {
         return e.Initialize([&](int u, float* out) {
           for (int64_t i = 0; i < units[size_t(u)].size; ++i) out[i] = InitialValue(u, i) + offset;
@@ -193,8 +193,8 @@ TEST(ZeroParamOffload, APrefetchedGatherNeverServesOldWeights) {
 
 TEST(ZeroParamOffload, ABufferSizeBelowTheLargestShardIsRefused) {
   ScratchDir dir;
-  RunOptions run = ParamsOffloaded(Base(3, 1, DType::kFloat32), ParamPlace::kNvme,
-                                   StatePlace::kDevice, dir, 0, 2);
+  RunOptions run =
+      ParamsOffloaded(Base(3, 1, DType::kFloat32), Placement::kNvme, Placement::kDevice, dir, 0, 2);
   run.zero.offload_param.buffer_size = 10;
   const std::vector<RankResult> results = Train(run);
   ASSERT_FALSE(results[0].status.ok());
@@ -204,8 +204,8 @@ TEST(ZeroParamOffload, ABufferSizeBelowTheLargestShardIsRefused) {
 
 TEST(ZeroParamOffload, ParameterOffloadNeedsStage3) {
   ScratchDir dir;
-  RunOptions run = ParamsOffloaded(Base(2, 1, DType::kFloat32), ParamPlace::kHost,
-                                   StatePlace::kDevice, dir, 0, 2);
+  RunOptions run =
+      ParamsOffloaded(Base(2, 1, DType::kFloat32), Placement::kHost, Placement::kDevice, dir, 0, 2);
   const std::vector<RankResult> results = Train(run);
   ASSERT_FALSE(results[0].status.ok());
   EXPECT_NE(results[0].status.message().find("stage 3"), std::string::npos);
@@ -225,8 +225,8 @@ TEST(ZeroParamOffload, AParameterReadOrWriteFaultStopsEveryRankAtTheStep) {
   for (int world : {1, 2}) {
     for (const FaultCase& c : cases) {
       ScratchDir dir;
-      RunOptions run = ParamsOffloaded(Base(3, world, DType::kFloat32), ParamPlace::kNvme,
-                                       StatePlace::kDevice, dir, 0, 2);
+      RunOptions run = ParamsOffloaded(Base(3, world, DType::kFloat32), Placement::kNvme,
+                                       Placement::kDevice, dir, 0, 2);
       const int failing = world - 1;
       const std::string root = dir.path();
       const offload::StorageFault fault = c.fault;
@@ -264,7 +264,7 @@ TEST(ZeroParamOffload, AReadFaultInAPassWithoutAStepIsAgreedOnByEveryRank) {
       CpuDevice device(Place::kDevice, &tracker);
       kernels::CpuBackend backend(&device);
       ZeroOptions options = Base(3, 2, DType::kFloat32).zero;
-      options.offload_param.place = ParamPlace::kNvme;
+      options.offload_param.place = Placement::kNvme;
       options.offload_param.max_in_cpu = 0;
       options.offload_param.nvme_file = dir.File(r);
       if (r == 1) {
@@ -305,8 +305,8 @@ TEST(ZeroParamOffload, OnAnAcceleratorTheHostUpdateWritesTheShardInPlace) {
   for (DType type : {DType::kFloat32, DType::kBFloat16}) {
     const RunOptions device = Base(3, 2, type);
     const std::vector<RankResult> want = Train(device);
-    for (StatePlace states : {StatePlace::kDevice, StatePlace::kHost, StatePlace::kNvme}) {
-      RunOptions run = ParamsOffloaded(device, ParamPlace::kHost, states, dir, 0, 2);
+    for (Placement states : {Placement::kDevice, Placement::kHost, Placement::kNvme}) {
+      RunOptions run = ParamsOffloaded(device, Placement::kHost, states, dir, 0, 2);
       run.streams = HostStream::Mode::kThreaded;
       const std::vector<RankResult> got = Train(run);
       for (int r = 0; r < 2; ++r) {
@@ -322,8 +322,8 @@ TEST(ZeroParamOffload, OnAnAcceleratorTheHostUpdateWritesTheShardInPlace) {
           shards += got[r].plan.unit(u).shard;
           owned += got[r].plan.unit(u).owned_real;
         }
-        const int64_t grads = states == StatePlace::kDevice ? 0 : owned * bytes;
-        const int64_t written = states == StatePlace::kDevice ? shards * bytes : 0;
+        const int64_t grads = states == Placement::kDevice ? 0 : owned * bytes;
+        const int64_t written = states == Placement::kDevice ? shards * bytes : 0;
         EXPECT_EQ(got[r].offload.to_host_bytes, run.steps * (grads + written) + shards * bytes)
             << what;
       }

@@ -18,7 +18,7 @@ namespace {
 using namespace zero_test;  // NOLINT(google-build-using-namespace): the shared harness
 
 RunOptions AtRatio(RunOptions run, double ratio) {
-  run.zero.offload_optimizer.place = StatePlace::kHost;
+  run.zero.offload_optimizer.place = Placement::kHost;
   run.zero.offload_optimizer.ratio = ratio;
   return run;
 }
@@ -29,7 +29,7 @@ int64_t SplitAt(int stage, int world, double ratio) {
   HOIST_CHECK(plan.ok());
   ZeroOptions options;
   options.stage = stage;
-  options.offload_optimizer.place = StatePlace::kHost;
+  options.offload_optimizer.place = Placement::kHost;
   options.offload_optimizer.ratio = ratio;
   return DeviceStateElements(*plan, options);
 }
@@ -177,7 +177,7 @@ TEST(PartialOffload, CheckpointsResumeAcrossRatios) {
 TEST(PartialOffload, RefusesWhatItCannotSplit) {
   ZeroOptions options;
   options.stage = 2;
-  options.offload_optimizer.place = StatePlace::kHost;
+  options.offload_optimizer.place = Placement::kHost;
   for (double ratio : {0.0, -0.5, 1.5}) {
     options.offload_optimizer.ratio = ratio;
     const Status status = ValidateZeroOptions(options);
@@ -187,11 +187,11 @@ TEST(PartialOffload, RefusesWhatItCannotSplit) {
   }
   options.offload_optimizer.ratio = 0.5;
   EXPECT_TRUE(ValidateZeroOptions(options).ok());
-  options.offload_optimizer.place = StatePlace::kNvme;
+  options.offload_optimizer.place = Placement::kNvme;
   Status status = ValidateZeroOptions(options);
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.message().find("device \"cpu\""), std::string::npos) << status.ToString();
-  options.offload_optimizer.place = StatePlace::kHost;
+  options.offload_optimizer.place = Placement::kHost;
   options.adam.eight_bit = true;  // 8-bit moments split too (zero_adamw8bit_test)
   EXPECT_TRUE(ValidateZeroOptions(options).ok());
 }
