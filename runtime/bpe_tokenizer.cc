@@ -373,6 +373,13 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text) const {
   return ids;
 }
 
+std::optional<int32_t> BpeTokenizer::AddedTokenId(std::string_view content) const {
+  for (const AddedToken& token : added_) {
+    if (token.content == content) return token.id;
+  }
+  return std::nullopt;
+}
+
 std::string BpeTokenizer::Decode(std::span<const int32_t> ids) const {
   std::string bytes;
   std::vector<CodePoint> cps;

@@ -55,6 +55,10 @@ class BpeTokenizer {
   // UTF-8 are kept as they are rather than replaced by U+FFFD.
   std::string Decode(std::span<const int32_t> ids) const;
 
+  // The id of the added token whose text is `content` (a special token such as <|im_start|>,
+  // which Encode gives as that one id wherever the text holds it), or nothing.
+  std::optional<int32_t> AddedTokenId(std::string_view content) const;
+
   // One more than the largest id a token has: what a model's vocab_size must cover, and what
   // decides whether a token shard needs 32-bit tokens.
   int32_t id_limit() const { return id_limit_; }

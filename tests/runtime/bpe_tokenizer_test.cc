@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -120,6 +121,20 @@ TEST(BpeTokenizer, AddedTokenSplitAcrossChunksIsFound) {
   for (size_t chunk = 1; chunk < text.size(); ++chunk) {
     EXPECT_EQ(StreamEncode(*tokenizer, text, chunk), whole) << "chunk " << chunk;
   }
+}
+
+TEST(BpeTokenizer, AddedTokenIdIsTheIdEncodeGivesItsText) {
+  std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture("llama3_wide.json");
+  ASSERT_NE(tokenizer, nullptr);
+  for (const std::string token : {"<|begin_of_text|>", "<|end_of_text|>", "<|wide|>"}) {
+    const std::optional<int32_t> id = tokenizer->AddedTokenId(token);
+    ASSERT_TRUE(id.has_value()) << token;
+    EXPECT_EQ(tokenizer->Encode("x" + token + "y")[1], *id) << token;
+  }
+  EXPECT_EQ(tokenizer->AddedTokenId("<|wide|>"), std::optional<int32_t>(70000));
+  // Plain vocabulary entries and unknown text are not added tokens.
+  EXPECT_EQ(tokenizer->AddedTokenId("a"), std::nullopt);
+  EXPECT_EQ(tokenizer->AddedTokenId("<|nope|>"), std::nullopt);
 }
 
 // The fuzz target's seed: a tiny vocabulary, so that most of the text stays single bytes.
