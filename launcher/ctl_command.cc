@@ -1,18 +1,30 @@
 // `hoist ctl`: the command-line client of a running job's control service
 // (proto/hoist/v1/control.proto, served by rank 0 when control.enabled is true).
 //
-//   hoist ctl [--addr HOST:PORT] [--token-file F] [--tls-ca F [--tls-cert F --tls-key F]]
-//             [--json] [--timeout S] status|pause|resume|checkpoint|stop [--checkpoint]|
-//             set KEY=VALUE...|watch [--interval S] [--count N]
+//   hoist ctl [-c JOB.json] [--checkpoint-dir D] [--addr HOST:PORT] [--token-file F]
+//             [--tls-ca F [--tls-cert F --tls-key F]] [--json] [--timeout S]
+//             status|pause|resume|checkpoint|stop [--checkpoint]|set KEY=VALUE...|
+//             watch [--interval S] [--count N]
+//
+// Where the job is and its token come from the job's config (-c; the built-in demo config
+// without it, as for `hoist train`): the address from control.bind and control.port, the token
+// from control.token_file, or else from the file a loopback job writes beside its checkpoints
+// (runtime/control_token.h). --addr, --checkpoint-dir, --token-file and HOIST_CONTROL_TOKEN
+// take precedence.
 //
 // Exit codes: 0 done; 1 the server refused the request or could not be reached (one line on
-// stderr: "hoist ctl: <command> failed: <CODE>: <the server's reason>"); 2 bad arguments.
+// stderr: "hoist ctl: <command> failed: <CODE>: <the server's reason>"); 2 bad arguments, or a
+// token file that cannot be read.
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +32,9 @@
 #include "core/status.h"
 #include "launcher/commands.h"
 #include "launcher/ctl_format.h"
+#include "runtime/config.h"
 #include "runtime/control_server.h"
+#include "runtime/control_token.h"
 
 #if HOIST_HAVE_GRPC
 #include <grpcpp/grpcpp.h>
@@ -32,7 +46,9 @@ namespace hoist::launcher {
 namespace {
 
 struct CtlArgs {
-  std::string address = "127.0.0.1:7070";
+  std::string config_path;     // "": the built-in demo config
+  std::string checkpoint_dir;  // "": the config's checkpoint.dir
+  std::string address;         // "": from the config
   std::string token_file;
   std::string tls_ca, tls_cert, tls_key;
   bool json = false;
@@ -58,6 +74,78 @@ int UsageError(const std::string& message) {
 #if HOIST_HAVE_GRPC
 
 namespace v1 = ::hoist::v1;
+
+// The job a command goes to: its address and the token to send ("" for none).
+struct CtlTarget {
+  std::string address;
+  std::string token;
+};
+
+// "[::1]:7070" or "127.0.0.1:7070" for a bind address; the wildcard binds become the loopback
+// address of their family, through which this machine reaches them.
+std::string ClientAddress(const std::string& bind, int port) {
+  std::string host = bind;
+  if (host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+// The address and the token from the flags, the environment and the job's config, in that order.
+StatusOr<CtlTarget> ResolveTarget(const CtlArgs& args) {
+  const char* env = std::getenv("HOIST_CONTROL_TOKEN");
+  const bool from_env = env != nullptr && *env != '\0';
+  CtlTarget target;
+  target.address = args.address;
+  std::optional<runtime::ControlClientSettings> settings;
+  if (target.address.empty() || (args.token_file.empty() && !from_env)) {
+    HOIST_ASSIGN_OR_RETURN(settings, runtime::LoadControlClientSettings(args.config_path));
+  }
+  if (target.address.empty()) {
+    if (settings->control.port == 0) {
+      return InvalidArgumentError(
+          "the job's control.port is 0 (a port of the system's choosing), so its address is "
+          "not in the config: give --addr with the one the job logged (\"control: serving "
+          "ADDR\")");
+    }
+    target.address = ClientAddress(settings->control.bind, settings->control.port);
+  }
+  if (!args.token_file.empty()) {
+    HOIST_ASSIGN_OR_RETURN(target.token, runtime::ReadTokenFile(args.token_file, "--token-file"));
+    return target;
+  }
+  if (from_env) {
+    target.token = env;
+    return target;
+  }
+  const runtime::ControlConfig& control = settings->control;
+  if (!control.token_file.empty()) {
+    HOIST_ASSIGN_OR_RETURN(
+        target.token, runtime::ReadTokenFile(control.token_file, "the job's control.token_file"));
+    return target;
+  }
+  // The file of a job that serves on loopback, for a call that goes to this machine.
+  HOIST_ASSIGN_OR_RETURN(const std::string host, AddressHost(target.address));
+  if (!control.require_token || !control.loopback() || !IsLoopbackHost(host)) return target;
+  const std::string path = runtime::JobTokenPath(
+      args.checkpoint_dir.empty() ? settings->checkpoint_dir : args.checkpoint_dir);
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 && errno == ENOENT) {
+    // Without -c or --checkpoint-dir this is the demo's file, whose absence says nothing: the
+    // job may be another config's, and the server names its token file when it refuses a call.
+    if (args.config_path.empty() && args.checkpoint_dir.empty()) return target;
+    return NotFoundError(
+        "no control token at " + path +
+        ": a job serving on a loopback address writes it there when it starts (unless "
+        "control.require_token is false); is the job running, with this " +
+        (args.checkpoint_dir.empty() ? "config's checkpoint.dir"
+                                     : std::string("--checkpoint-dir")) +
+        "? Otherwise give --token-file with the file the job logged (\"control: serving ... "
+        "token in FILE\")");
+  }
+  HOIST_ASSIGN_OR_RETURN(target.token, runtime::ReadTokenFile(path, "the job's token file"));
+  return target;
+}
 
 const char* CodeName(grpc::StatusCode code) {
   switch (code) {
@@ -85,16 +173,11 @@ const char* CodeName(grpc::StatusCode code) {
 // One connection to the server and what every call carries.
 class CtlClient {
  public:
-  // Reads the token and the TLS files and makes the channel (it connects on the first call).
-  static StatusOr<std::unique_ptr<CtlClient>> Create(const CtlArgs& args) {
-    HOIST_ASSIGN_OR_RETURN(std::string host, AddressHost(args.address));
-    auto client = std::unique_ptr<CtlClient>(new CtlClient(args));
-    if (!args.token_file.empty()) {
-      HOIST_ASSIGN_OR_RETURN(client->token_,
-                             runtime::ReadTokenFile(args.token_file, "--token-file"));
-    } else if (const char* env = std::getenv("HOIST_CONTROL_TOKEN")) {
-      client->token_ = env;
-    }
+  // Reads the TLS files and makes the channel to `target` (it connects on the first call).
+  static StatusOr<std::unique_ptr<CtlClient>> Create(const CtlArgs& args, CtlTarget target) {
+    HOIST_ASSIGN_OR_RETURN(std::string host, AddressHost(target.address));
+    auto client = std::unique_ptr<CtlClient>(new CtlClient(target.address));
+    client->token_ = std::move(target.token);
     client->tls_ = !args.tls_ca.empty() || !args.tls_cert.empty();
     // Without TLS the token would cross the network in the clear, before the server could even
     // refuse the connection.
@@ -119,7 +202,7 @@ class CtlClient {
     } else {
       credentials = grpc::InsecureChannelCredentials();
     }
-    client->channel_ = grpc::CreateChannel(args.address, credentials);
+    client->channel_ = grpc::CreateChannel(client->address_, credentials);
     client->stub_ = v1::JobControl::NewStub(client->channel_);
     return client;
   }
@@ -144,7 +227,7 @@ class CtlClient {
     const bool connected = channel_->GetState(false) == GRPC_CHANNEL_READY;
     if (!connected &&
         (code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED)) {
-      std::cerr << "hoist ctl: cannot reach the control service at " << args_.address << ": "
+      std::cerr << "hoist ctl: cannot reach the control service at " << address_ << ": "
                 << status.error_message() << " (is the job running with control.enabled=true "
                 << "and serving this address? "
                 << (tls_ ? "Does --tls-ca hold the CA of its control.tls.cert?"
@@ -160,9 +243,9 @@ class CtlClient {
   }
 
  private:
-  explicit CtlClient(const CtlArgs& args) : args_(args) {}
+  explicit CtlClient(std::string address) : address_(std::move(address)) {}
 
-  const CtlArgs args_;
+  const std::string address_;
   std::string token_;
   bool tls_ = false;
   std::shared_ptr<grpc::Channel> channel_;
@@ -205,7 +288,9 @@ int RunWatch(CtlClient& client, const CtlArgs& args) {
 }
 
 int RunCommand(const std::string& command, const CtlArgs& args) {
-  StatusOr<std::unique_ptr<CtlClient>> created = CtlClient::Create(args);
+  StatusOr<CtlTarget> target = ResolveTarget(args);
+  if (!target.ok()) return UsageError(target.status().message());
+  StatusOr<std::unique_ptr<CtlClient>> created = CtlClient::Create(args, std::move(*target));
   if (!created.ok()) return UsageError(created.status().message());
   CtlClient& client = **created;
   const bool waits =
@@ -313,8 +398,10 @@ int RunCommand(const std::string&, const CtlArgs&) {
 
 // Client-side checks that need no server.
 int CheckArgs(const std::string& command, const CtlArgs& args) {
-  if (StatusOr<std::string> host = AddressHost(args.address); !host.ok()) {
-    return UsageError(host.status().message());
+  if (!args.address.empty()) {
+    if (StatusOr<std::string> host = AddressHost(args.address); !host.ok()) {
+      return UsageError(host.status().message());
+    }
   }
   if (!std::isfinite(args.timeout_s) || args.timeout_s < 0) {
     return UsageError("--timeout must be a number of seconds > 0");
@@ -350,10 +437,18 @@ void AddCtlCommand(CLI::App& app, int* exit_code) {
   ctl->require_subcommand(1);
   // The connection flags may also follow the command: `hoist ctl status --json`.
   ctl->fallthrough();
-  ctl->add_option("--addr", args->address, "The job's control address, HOST:PORT")
-      ->capture_default_str();
+  ctl->add_option("-c,--config", args->config_path,
+                  "The job's config, for its control address and token (default: the built-in "
+                  "demo config, as for hoist train)");
+  ctl->add_option("--checkpoint-dir", args->checkpoint_dir,
+                  "The job's checkpoint.dir, where a job serving on loopback writes its token "
+                  "(control.token) (default: the config's)");
+  ctl->add_option("--addr", args->address,
+                  "The job's control address, HOST:PORT (default: the config's control.bind and "
+                  "control.port, 127.0.0.1:7070 for the demo)");
   ctl->add_option("--token-file", args->token_file,
-                  "File holding the bearer token (default: the HOIST_CONTROL_TOKEN variable)");
+                  "File holding the bearer token (default: the HOIST_CONTROL_TOKEN variable, "
+                  "else the config's control.token_file, else the job's control.token)");
   ctl->add_option("--tls-ca", args->tls_ca, "Connect over TLS, trusting this CA certificate (PEM)");
   ctl->add_option("--tls-cert", args->tls_cert, "Client certificate for TLS (PEM)");
   ctl->add_option("--tls-key", args->tls_key, "Private key of --tls-cert (PEM)");

@@ -190,11 +190,13 @@ Status ReadControl(const Section& top, ControlConfig* control) {
         "checkpoints, and --set shows in the process list); write it into a file named by "
         "control.token_file, or set the environment variable HOIST_CONTROL_TOKEN");
   }
-  HOIST_RETURN_IF_ERROR(s.AllowOnly({"enabled", "bind", "port", "tls", "token_file"}));
+  HOIST_RETURN_IF_ERROR(
+      s.AllowOnly({"enabled", "bind", "port", "tls", "token_file", "require_token"}));
   HOIST_RETURN_IF_ERROR(s.Bool("enabled", &control->enabled));
   HOIST_RETURN_IF_ERROR(s.String("bind", &control->bind));
   HOIST_RETURN_IF_ERROR(s.Int("port", &control->port));
   HOIST_RETURN_IF_ERROR(s.String("token_file", &control->token_file));
+  HOIST_RETURN_IF_ERROR(s.Bool("require_token", &control->require_token));
   HOIST_ASSIGN_OR_RETURN(Section tls, s.Child("tls"));
   HOIST_RETURN_IF_ERROR(tls.AllowOnly({"cert", "key", "client_ca"}));
   HOIST_RETURN_IF_ERROR(tls.String("cert", &control->tls.cert));
@@ -227,6 +229,17 @@ Status ReadControl(const Section& top, ControlConfig* control) {
                          "(PEM files) and control.token_file (or the environment variable "
                          "HOIST_CONTROL_TOKEN); or bind \"127.0.0.1\" and reach it through an "
                          "SSH tunnel");
+  }
+  if (!control->require_token && !control->token_file.empty()) {
+    return s.Invalid("require_token",
+                     "is false but control.token_file is set; remove token_file to serve "
+                     "without a token, or require_token to serve with the token in the file");
+  }
+  if (control->enabled && !control->require_token && !control->loopback()) {
+    return s.Invalid("require_token",
+                     "is false but control.bind is \"" + control->bind +
+                         "\", which other machines can reach: a token is always required "
+                         "there; remove require_token, or bind \"127.0.0.1\"");
   }
   return Status::Ok();
 }
@@ -551,16 +564,43 @@ StatusOr<Config> ParseConfigQuietly(std::string_view text,
   return Parse(text, overrides, world_size, source_name, /*log_notices=*/false);
 }
 
-StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides,
-                            int world_size) {
+namespace {
+
+constexpr char kDemoConfigName[] = "the built-in demo config (examples/demo.json)";
+
+// The text of the config at `path`; the embedded demo config for an empty path.
+StatusOr<std::string> ConfigText(const std::string& path) {
   if (path.empty()) {
-    std::string_view demo(reinterpret_cast<const char*>(kDemoConfig), kDemoConfig_size);
-    return ParseConfig(demo, overrides, world_size,
-                       "the built-in demo config (examples/demo.json)");
+    return std::string(reinterpret_cast<const char*>(kDemoConfig), kDemoConfig_size);
   }
   StatusOr<std::string> text = ReadFileToString(FileSystem::Posix(), path, kJsonMaxBytes);
   if (!text.ok()) return text.status().WithContext("cannot load the job config");
-  return ParseConfig(*text, overrides, world_size, path);
+  return text;
+}
+
+}  // namespace
+
+StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides,
+                            int world_size) {
+  HOIST_ASSIGN_OR_RETURN(const std::string text, ConfigText(path));
+  return ParseConfig(text, overrides, world_size, path.empty() ? kDemoConfigName : path);
+}
+
+StatusOr<ControlClientSettings> LoadControlClientSettings(const std::string& path) {
+  HOIST_ASSIGN_OR_RETURN(const std::string text, ConfigText(path));
+  const std::string source_name = path.empty() ? kDemoConfigName : path;
+  HOIST_ASSIGN_OR_RETURN(json root, config_internal::ParseConfigJson(text, source_name));
+  ErrorSource errors{source_name};
+  if (!root.is_object()) {
+    return errors.Invalid(
+        "", "the config must be a JSON object ({...}), found " + std::string(root.type_name()));
+  }
+  Section top(&root, "", &errors);
+  ControlClientSettings settings;
+  HOIST_RETURN_IF_ERROR(ReadControl(top, &settings.control));
+  HOIST_ASSIGN_OR_RETURN(Section checkpoint, top.Child("checkpoint"));
+  HOIST_RETURN_IF_ERROR(checkpoint.String("dir", &settings.checkpoint_dir));
+  return settings;
 }
 
 }  // namespace hoist::runtime

@@ -408,9 +408,23 @@ struct ControlConfig {
   // A file holding the bearer token (one line; a trailing newline is ignored). Empty: the token
   // comes from HOIST_CONTROL_TOKEN, if set.
   std::string token_file;
+  // Whether calls need a bearer token on a loopback bind too (any other bind always needs one).
+  // Any user of a machine can reach its loopback ports, so by default a loopback job with no
+  // token configured makes one of its own and writes it, mode 0600, to JobTokenPath (runtime/
+  // control_token.h: <checkpoint.dir>/control.token), where `hoist ctl` reads it. false serves
+  // a loopback bind to every local user without a token; it is refused with token_file set and
+  // on any other bind.
+  bool require_token = true;
 
   // Whether `bind` is a loopback address (127.0.0.0/8 or ::1); false for anything unparsable.
   bool loopback() const;
+};
+
+// What `hoist ctl` needs from a job's config: how to reach the control service and where the job
+// leaves its token.
+struct ControlClientSettings {
+  ControlConfig control;
+  std::string checkpoint_dir;  // checkpoint.dir
 };
 
 // Besides each key's own rule, ParseConfig refuses a model and micro-batch whose largest
@@ -475,5 +489,11 @@ StatusOr<Config> ParseConfigQuietly(std::string_view text,
 // (examples/demo.json). Blocks on the file read.
 StatusOr<Config> LoadConfig(const std::string& path, const std::vector<std::string>& overrides,
                             int world_size);
+
+// The `control` section (with ParseConfig's checks of it) and checkpoint.dir of the config at
+// `path` (empty: the embedded demo config), without the rest of ParseConfig's rules: the batch
+// sizes, for one, resolve only for the job's world size, which a client does not know. Blocks on
+// the file read.
+StatusOr<ControlClientSettings> LoadControlClientSettings(const std::string& path);
 
 }  // namespace hoist::runtime

@@ -1,62 +1,32 @@
 #include "runtime/control_server.h"
 
 #include <sys/resource.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
+#include <filesystem>
 #include <string_view>
 #include <utility>
 
 #include "core/file_system.h"
 #include "core/logging.h"
 #include "core/memory_tracker.h"
-#include "core/posix_error.h"
+#include "core/rate_limited_log.h"
 
 #if HOIST_HAVE_GRPC
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 
 #include "hoist/v1/control.grpc.pb.h"
 #endif
 
 namespace hoist::runtime {
-
-StatusOr<std::string> ReadTokenFile(const std::string& path, const std::string& what) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) {
-    return PosixError("reading the bearer token", path, errno).WithContext(what);
-  }
-  StatusOr<std::string> text = ReadFileToString(FileSystem::Posix(), path);
-  if (!text.ok()) return text.status().WithContext(what);
-  std::string token = std::move(text).value();
-  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
-  if (token.empty()) {
-    return InvalidArgumentError(what + ": the token file " + path +
-                                " is empty; write the bearer token into it (one line)");
-  }
-  if ((info.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof(mode), "%04o", static_cast<unsigned>(info.st_mode & 07777));
-    HOIST_LOG(WARN) << what << ": the token file " << path << " may be read by other users (mode "
-                    << mode << "); chmod 600 it";
-  }
-  return token;
-}
-
-StatusOr<std::string> LoadControlToken(const ControlConfig& config) {
-  if (!config.token_file.empty()) return ReadTokenFile(config.token_file, "control.token_file");
-  const char* env = std::getenv("HOIST_CONTROL_TOKEN");
-  return std::string(env == nullptr ? "" : env);
-}
 
 namespace {
 
@@ -82,6 +52,40 @@ namespace {
                                 "holding it, or the environment variable HOIST_CONTROL_TOKEN");
   }
   return Status::Ok();
+}
+
+// The token the service requires ("" for none), and whether the job made it.
+struct ServiceToken {
+  std::string token;
+  bool made = false;
+};
+
+[[maybe_unused]] StatusOr<ServiceToken> ResolveToken(const ControlConfig& config,
+                                                     const ControlServerOptions& options) {
+  ServiceToken resolved;
+  HOIST_ASSIGN_OR_RETURN(resolved.token, LoadControlToken(config));
+  if (config.loopback() && !config.require_token) {
+    if (!config.token_file.empty()) {
+      return InvalidArgumentError(
+          "control.require_token is false but control.token_file is set; remove token_file to "
+          "serve without a token, or require_token to serve with the token in the file");
+    }
+    if (!resolved.token.empty()) {
+      HOIST_LOG(WARN) << "control: HOIST_CONTROL_TOKEN is set but control.require_token is "
+                         "false, so calls need no token (any user of this machine may steer "
+                         "the job)";
+      resolved.token.clear();
+    }
+    return resolved;
+  }
+  HOIST_RETURN_IF_ERROR(CheckExposure(config, !resolved.token.empty()));
+  if (resolved.token.empty()) {
+    HOIST_CHECK(!options.job_token_path.empty())
+        << "ControlServer::Start needs options.job_token_path to write the job's token";
+    HOIST_ASSIGN_OR_RETURN(resolved.token, NewControlToken());
+    resolved.made = true;
+  }
+  return resolved;
 }
 
 }  // namespace
@@ -207,8 +211,17 @@ void YieldToTraining() {
 
 class JobControlService final : public v1::JobControl::Service {
  public:
-  JobControlService(JobController* controller, std::string token)
-      : controller_(controller), token_(std::move(token)) {}
+  // `job_token_path`: where the job wrote `token` when it made it ("" when it was configured),
+  // for the refusals to point at.
+  JobControlService(JobController* controller, std::string token, std::string job_token_path,
+                    const ControlServerLimits& limits)
+      : controller_(controller),
+        token_(std::move(token)),
+        job_token_path_(std::move(job_token_path)),
+        max_watch_streams_(limits.max_watch_streams),
+        refusals_("control: refused calls", limits.refusal_log_burst,
+                  std::chrono::duration_cast<RateLimitedLog::Clock::duration>(
+                      std::chrono::duration<double>(limits.refusal_log_interval_s))) {}
 
   // Makes open streams end; RPCs that arrive from now on are refused.
   void BeginShutdown() { stopping_.store(true); }
@@ -278,6 +291,22 @@ class JobControlService final : public v1::JobControl::Service {
   grpc::Status WatchStatus(grpc::ServerContext* context, const v1::WatchStatusRequest* request,
                            grpc::ServerWriter<v1::JobStatus>* writer) override {
     if (grpc::Status denied = Authorize(*context); !denied.ok()) return denied;
+    // Each open stream holds one of the server's threads until it ends.
+    if (watch_streams_.fetch_add(1) >= max_watch_streams_) {
+      watch_streams_.fetch_sub(1);
+      refusals_.Log(LogLevel::kWarn, "control: refused a WatchStatus stream from " +
+                                         context->peer() + ": " +
+                                         std::to_string(max_watch_streams_) + " are open already");
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "this job serves at most " + std::to_string(max_watch_streams_) +
+                              " WatchStatus streams at once and all are open; end one (a "
+                              "running hoist ctl watch), or poll with GetStatus (hoist ctl "
+                              "status)");
+    }
+    struct StreamSlot {
+      std::atomic<int>* open;
+      ~StreamSlot() { open->fetch_sub(1); }
+    } slot{&watch_streams_};
     double interval_s = request->interval_seconds();
     if (!std::isfinite(interval_s) || interval_s < 0) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -315,7 +344,7 @@ class JobControlService final : public v1::JobControl::Service {
 
  private:
   // OK when no token is configured or the call carries the right one.
-  grpc::Status Authorize(const grpc::ServerContext& context) const {
+  grpc::Status Authorize(const grpc::ServerContext& context) {
     YieldToTraining();
     if (stopping_.load()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the control server is shutting down");
@@ -324,7 +353,17 @@ class JobControlService final : public v1::JobControl::Service {
     const auto& metadata = context.client_metadata();
     auto it = metadata.find("authorization");
     if (it == metadata.end()) {
-      HOIST_LOG(WARN) << "control: refused a call without a bearer token from " << context.peer();
+      refusals_.Log(LogLevel::kWarn,
+                    "control: refused a call without a bearer token from " + context.peer());
+      if (!job_token_path_.empty()) {
+        return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                            "this job's control service needs a bearer token; the job wrote it "
+                            "to " +
+                                job_token_path_ +
+                                " (readable by the job's user only): run hoist ctl with the "
+                                "job's config (-c), its --checkpoint-dir, or --token-file " +
+                                job_token_path_);
+      }
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "this job's control service needs a bearer token: send the metadata "
                           "'authorization: Bearer <token>' (hoist ctl: --token-file or "
@@ -337,15 +376,23 @@ class JobControlService final : public v1::JobControl::Service {
       scheme_ok = std::tolower(static_cast<unsigned char>(value[i])) == kScheme[i];
     }
     if (!scheme_ok || !ConstantTimeEquals(value.substr(kScheme.size()), token_)) {
-      HOIST_LOG(WARN) << "control: refused a call with a wrong bearer token from "
-                      << context.peer();
-      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong bearer token");
+      refusals_.Log(LogLevel::kWarn,
+                    "control: refused a call with a wrong bearer token from " + context.peer());
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          job_token_path_.empty()
+                              ? std::string("wrong bearer token")
+                              : "wrong bearer token; this job's token is in " + job_token_path_ +
+                                    " (a restarted job makes a new one)");
     }
     return grpc::Status::OK;
   }
 
   JobController* const controller_;
   const std::string token_;  // "" when calls need none
+  const std::string job_token_path_;
+  const int max_watch_streams_;
+  std::atomic<int> watch_streams_{0};  // open now
+  RateLimitedLog refusals_;
   std::atomic<bool> stopping_{false};
 };
 
@@ -365,15 +412,28 @@ struct ControlServer::Impl {
   int port = 0;
   bool tls = false;
   bool requires_token = false;
+  std::string job_token_path;  // absolute; "" when the job made no token
+  std::string job_token;       // what the file holds, to remove it only if it still does
 };
 
 bool ControlServer::Available() { return true; }
 
 StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlConfig& config,
-                                                              JobController* controller) {
+                                                              JobController* controller,
+                                                              ControlServerOptions options) {
   HOIST_CHECK(controller != nullptr);
-  HOIST_ASSIGN_OR_RETURN(std::string token, LoadControlToken(config));
-  HOIST_RETURN_IF_ERROR(CheckExposure(config, !token.empty()));
+  const ControlServerLimits& limits = options.limits;
+  HOIST_CHECK(limits.max_request_bytes > 0 && limits.max_buffered_bytes > 0 &&
+              limits.max_watch_streams >= 1 && limits.refusal_log_burst >= 1 &&
+              limits.refusal_log_interval_s > 0);
+  HOIST_ASSIGN_OR_RETURN(ServiceToken resolved, ResolveToken(config, options));
+  std::string token = std::move(resolved.token);
+  std::string job_token_path;
+  if (resolved.made) {
+    std::error_code error;
+    const std::filesystem::path absolute = std::filesystem::absolute(options.job_token_path, error);
+    job_token_path = error ? options.job_token_path : absolute.lexically_normal().string();
+  }
 
   std::shared_ptr<grpc::ServerCredentials> credentials;
   const bool tls = !config.tls.cert.empty();
@@ -397,11 +457,24 @@ StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlConfi
   auto impl = std::make_unique<Impl>();
   impl->tls = tls;
   impl->requires_token = !token.empty();
-  impl->service = std::make_unique<JobControlService>(controller, std::move(token));
+  if (resolved.made) impl->job_token = token;
+  impl->service =
+      std::make_unique<JobControlService>(controller, std::move(token), job_token_path, limits);
   grpc::ServerBuilder builder;
   // gRPC sets SO_REUSEPORT by default, with which a second job on the same port would start
   // and quietly receive half of the first one's calls; a port in use must be an error instead.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // gRPC's default is 4 MiB: anyone who can connect, token or not, would make the job receive
+  // and parse that much per call before the token is looked at.
+  builder.SetMaxReceiveMessageSize(limits.max_request_bytes);
+  // And it receives the whole of a message before it compares the size (it grants the flow
+  // control window the message's header asks for), so the cap alone still lets many large
+  // requests at once fill memory before each is refused. The quota bounds what gRPC buffers
+  // for this server: past it, gRPC resets calls (RESOURCE_EXHAUSTED) or closes connections
+  // until the buffers drain.
+  grpc::ResourceQuota quota("hoist control service");
+  quota.Resize(static_cast<size_t>(limits.max_buffered_bytes));
+  builder.SetResourceQuota(quota);
   const std::string requested = HostPort(config.bind, config.port);
   builder.AddListeningPort(requested, credentials, &impl->port);
   builder.RegisterService(impl->service.get());
@@ -417,6 +490,20 @@ StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlConfi
         "; choose another control.port or control.bind");
   }
   impl->address = HostPort(config.bind, impl->port);
+  if (resolved.made) {
+    // Written once the port is ours, so that a job that cannot serve leaves no file behind.
+    if (Status written = WriteTokenFile(job_token_path, impl->job_token); !written.ok()) {
+      impl->service->BeginShutdown();
+      impl->server->Shutdown();
+      return Status(written.code(),
+                    "cannot write the control service's token file: " + written.message() +
+                        "; the job makes a token (control.require_token) because none is "
+                        "configured: make checkpoint.dir a directory this user can write, or "
+                        "set control.token_file, or control.require_token=false to serve "
+                        "without a token");
+    }
+    impl->job_token_path = job_token_path;
+  }
   return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));
 }
 
@@ -427,6 +514,7 @@ ControlServer::~ControlServer() {
   impl_->server->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
   impl_->server->Wait();
   impl_->server.reset();
+  if (!impl_->job_token_path.empty()) RemoveTokenFile(impl_->job_token_path, impl_->job_token);
 }
 
 #else  // !HOIST_HAVE_GRPC
@@ -436,12 +524,13 @@ struct ControlServer::Impl {
   int port = 0;
   bool tls = false;
   bool requires_token = false;
+  std::string job_token_path;
 };
 
 bool ControlServer::Available() { return false; }
 
-StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlConfig&,
-                                                              JobController*) {
+StatusOr<std::unique_ptr<ControlServer>> ControlServer::Start(const ControlConfig&, JobController*,
+                                                              ControlServerOptions) {
   return FailedPreconditionError(
       "control.enabled is true but this hoist was built without gRPC: install it (Debian: "
       "libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler, or "
@@ -462,5 +551,7 @@ std::string ControlServer::address() const { return impl_->address; }
 bool ControlServer::tls() const { return impl_->tls; }
 
 bool ControlServer::requires_token() const { return impl_->requires_token; }
+
+const std::string& ControlServer::job_token_path() const { return impl_->job_token_path; }
 
 }  // namespace hoist::runtime

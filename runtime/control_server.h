@@ -4,11 +4,24 @@
 // gRPC status with the same message (InvalidArgument -> INVALID_ARGUMENT, FailedPrecondition ->
 // FAILED_PRECONDITION, DeadlineExceeded -> DEADLINE_EXCEEDED, Unavailable -> UNAVAILABLE, ...).
 //
-// Security: on a loopback address the service is open to this machine's users unless a token
-// is configured. Any other address needs TLS (control.tls) and a bearer token (control.token_file
-// or HOIST_CONTROL_TOKEN); Start refuses to serve without them. With a token every RPC must
-// carry the metadata `authorization: Bearer <token>`, compared in constant time; a missing or
-// wrong one is UNAUTHENTICATED. The token is never logged and never put in an error message.
+// Security: on a loopback address every local user can connect, so calls need a bearer token
+// there too unless control.require_token is false: a job with no token configured makes one
+// (runtime/control_token.h) and writes it, mode 0600, to ControlServerOptions::job_token_path,
+// where `hoist ctl` reads it; the server removes the file when it goes. Any other address needs
+// TLS (control.tls) and a configured token (control.token_file or HOIST_CONTROL_TOKEN); Start
+// refuses to serve without them. Every RPC must carry the metadata `authorization: Bearer
+// <token>`, compared in constant time; a missing or wrong one is UNAUTHENTICATED. The token is
+// never logged and never put in an error message.
+//
+// Bounds, so that peers who may not steer the job cannot make it spend memory, threads or log
+// lines either: a request larger than ControlServerLimits::max_request_bytes is refused by gRPC
+// with RESOURCE_EXHAUSTED before it is parsed, and what gRPC buffers of incoming data is held
+// under max_buffered_bytes (calls over it are reset with RESOURCE_EXHAUSTED, or their
+// connection closed, UNAVAILABLE); beyond
+// max_watch_streams open WatchStatus streams
+// (each holds a server thread) another one is refused with RESOURCE_EXHAUSTED naming the cap; of
+// the refused calls (missing or wrong token, streams over the cap) only the first few in each
+// interval are logged one by one, the rest as a count (core/rate_limited_log.h).
 //
 // Blocking: Checkpoint, Stop with a checkpoint and UpdateHyperparams wait for the training loop
 // to carry them out, until the client's deadline (at most an hour) or until the controller shuts
@@ -26,27 +39,54 @@
 // otherwise hold the destructor until its deadline.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
 #include "core/status.h"
 #include "runtime/config.h"
 #include "runtime/control.h"
+#include "runtime/control_token.h"
 
 namespace hoist::runtime {
+
+struct ControlServerLimits {
+  // The largest request accepted. The largest one the protocol has (UpdateHyperparamsRequest,
+  // two doubles) is 18 bytes; the rest is room for fields a later hoist may add.
+  int max_request_bytes = 4096;
+  // What gRPC may buffer of what peers send, all connections together (a soft bound: gRPC resets
+  // calls, or closes connections, to get back under it). Operators' requests are a few bytes;
+  // the room is for the read buffers of many connections.
+  int64_t max_buffered_bytes = int64_t{8} << 20;
+  // WatchStatus streams open at once (>= 1). `hoist ctl watch` holds one; dashboards poll.
+  int max_watch_streams = 16;
+  // Refused calls logged one by one per interval (>= 1), and the interval (> 0).
+  int refusal_log_burst = 5;
+  double refusal_log_interval_s = 60;
+};
+
+struct ControlServerOptions {
+  // Where a loopback job that requires a token and has none configured writes the one it makes:
+  // JobTokenPath(checkpoint.dir). Must be set when that case can arise.
+  std::string job_token_path;
+  ControlServerLimits limits;
+};
 
 class ControlServer {
  public:
   // Whether this build has gRPC (HOIST_WITH_GRPC found it).
   static bool Available();
 
-  // Reads the token and the TLS files, binds control.bind:control.port (a port of the system's
-  // choosing when it is 0) and starts serving. Refused with InvalidArgument: a non-loopback
-  // address without TLS or without a token; NotFound or IoError for a file that cannot be read;
-  // Unavailable for an address and port that cannot be bound (in use, not permitted, not this
-  // machine's); FailedPrecondition in a build without gRPC, naming what to install.
+  // Reads the token and the TLS files (or makes the job's token), binds
+  // control.bind:control.port (a port of the system's choosing when it is 0), writes the job's
+  // token file when it made one, and starts serving. Refused with InvalidArgument: a non-loopback
+  // address without TLS or without a token; NotFound or IoError for a file that cannot be read or
+  // written (named); Unavailable for an address and port that cannot be bound (in use, not
+  // permitted, not this machine's); FailedPrecondition in a build without gRPC, naming what to
+  // install.
   static StatusOr<std::unique_ptr<ControlServer>> Start(const ControlConfig& config,
-                                                        JobController* controller);
+                                                        JobController* controller,
+                                                        ControlServerOptions options = {});
 
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
@@ -59,6 +99,8 @@ class ControlServer {
   // How clients must connect: over TLS, and with a bearer token.
   bool tls() const;
   bool requires_token() const;
+  // The file holding the token this job made (absolute), or "" when it made none.
+  const std::string& job_token_path() const;
 
  private:
   struct Impl;
@@ -66,15 +108,5 @@ class ControlServer {
 
   std::unique_ptr<Impl> impl_;
 };
-
-// The bearer token of the service: the contents of control.token_file when it is set (trailing
-// newlines removed), else the environment variable HOIST_CONTROL_TOKEN, else "" (no token). An
-// empty or unreadable token file is an error naming the file; a file that group or others may
-// read is served with a warning. Blocks on the file read.
-StatusOr<std::string> LoadControlToken(const ControlConfig& config);
-
-// The token in `path`, trailing newlines removed; `what` names the file's role in errors and in
-// the warning about permissions ("control.token_file", "--token-file"). Shared with `hoist ctl`.
-StatusOr<std::string> ReadTokenFile(const std::string& path, const std::string& what);
 
 }  // namespace hoist::runtime

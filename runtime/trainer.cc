@@ -218,10 +218,17 @@ Status Trainer::Initialize() {
       control_ = own_controller_.get();
     }
     if (config_.control.enabled) {
-      HOIST_ASSIGN_OR_RETURN(control_server_, ControlServer::Start(config_.control, control_));
+      ControlServerOptions control_options;
+      control_options.job_token_path = JobTokenPath(config_.checkpoint.dir);
+      HOIST_ASSIGN_OR_RETURN(control_server_,
+                             ControlServer::Start(config_.control, control_, control_options));
+      const std::string& token_path = control_server_->job_token_path();
       HOIST_LOG(INFO) << "control: serving " << control_server_->address()
                       << (control_server_->tls() ? " (TLS" : " (plaintext")
-                      << (control_server_->requires_token() ? ", token required)" : ", no token)");
+                      << (!token_path.empty() ? ", token in " + token_path + ")"
+                          : control_server_->requires_token()
+                              ? std::string(", token required)")
+                              : std::string(", no token: any user of this machine may steer it)"));
     }
   }
   HOIST_RETURN_IF_ERROR(CreateModel());

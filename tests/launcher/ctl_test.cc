@@ -13,6 +13,7 @@
 #include "launcher/ctl_format.h"
 #include "runtime/control.h"
 #include "runtime/control_server.h"
+#include "runtime/control_token.h"
 #include "tests/launcher/ctl_test_util.h"
 #include "tests/launcher/launch_test_util.h"
 #include "tests/runtime/control_test_util.h"
@@ -170,6 +171,7 @@ class CtlAgainstServer : public ::testing::Test {
     runtime::ControlConfig config;
     config.enabled = true;
     config.port = 0;
+    config.require_token = false;
     StatusOr<std::unique_ptr<runtime::ControlServer>> server =
         runtime::ControlServer::Start(config, controller_.get());
     ASSERT_TRUE(server.ok()) << server.status().ToString();
@@ -292,6 +294,69 @@ TEST_F(CtlAgainstServer, AWrongTokenIsRefused) {
   Result right = RunCtl("--addr " + server_->address() + " --token-file " + token_file + " status",
                         "HOIST_CONTROL_TOKEN=wrong");
   EXPECT_EQ(right.exit_code, 0) << right.all;
+}
+
+// A job serving on loopback with the default control.require_token: `hoist ctl` finds the token
+// the job wrote beside its checkpoints, from the job's config or from --checkpoint-dir, and
+// cannot steer the job without it.
+TEST_F(CtlAgainstServer, TheJobsTokenIsReadFromBesideItsCheckpoints) {
+  const std::filesystem::path dir = testing::TempDir("hoist_ctl_", "job_token");
+  controller_ = std::make_unique<runtime::JobController>(10, 1, false);
+  loop_ = std::make_unique<runtime::testing_util::FakeLoop>(controller_.get());
+  runtime::ControlConfig config;
+  config.enabled = true;
+  config.port = 0;
+  runtime::ControlServerOptions options;
+  options.job_token_path = runtime::JobTokenPath((dir / "ck").string());
+  StatusOr<std::unique_ptr<runtime::ControlServer>> server =
+      runtime::ControlServer::Start(config, controller_.get(), options);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  server_ = std::move(server).value();
+  const std::string addr = "--addr " + server_->address() + " ";
+  const std::string token_path = (dir / "ck" / "control.token").string();
+
+  Result without = RunCtl(addr + "pause", "HOIST_CONTROL_TOKEN=");
+  EXPECT_EQ(without.exit_code, 1);
+  EXPECT_THAT(without.all, AllOf(HasSubstr("pause failed: UNAUTHENTICATED"), HasSubstr(token_path),
+                                 HasSubstr("--checkpoint-dir")));
+  EXPECT_FALSE(controller_->GetStatus().state == runtime::JobState::kPaused);
+
+  Result by_dir = RunCtl(addr + "--checkpoint-dir " + (dir / "ck").string() + " status",
+                         "HOIST_CONTROL_TOKEN=");
+  EXPECT_EQ(by_dir.exit_code, 0) << by_dir.all;
+  EXPECT_THAT(by_dir.out, HasSubstr("running"));
+
+  // The job's config gives both the address and the token's place; its batch sizes, resolved
+  // only for the job's 8 ranks, do not stand in the way.
+  const nlohmann::json job = {{"train_batch_size", 32},
+                              {"train_micro_batch_size_per_gpu", 4},
+                              {"gradient_accumulation_steps", 1},
+                              {"checkpoint", {{"dir", (dir / "ck").string()}}},
+                              {"control", {{"enabled", true}, {"port", server_->port()}}}};
+  const std::filesystem::path job_config = testing::WriteFile(dir / "job.json", job.dump());
+  Result by_config = RunCtl("-c " + job_config.string() + " status", "HOIST_CONTROL_TOKEN=");
+  EXPECT_EQ(by_config.exit_code, 0) << by_config.all;
+  EXPECT_THAT(by_config.out, HasSubstr("running"));
+}
+
+TEST(CtlCli, AMissingJobTokenFileIsNamedWithWhatToDo) {
+  const std::filesystem::path dir = testing::TempDir("hoist_ctl_", "no_token");
+  Result r = RunCtl("--addr 127.0.0.1:1 --checkpoint-dir " + (dir / "ck").string() + " status",
+                    "HOIST_CONTROL_TOKEN=");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.all, AllOf(HasSubstr((dir / "ck" / "control.token").string()),
+                           HasSubstr("is the job running"), HasSubstr("--token-file")));
+}
+
+TEST(CtlCli, AJobWithRequireTokenOffNeedsNoTokenFile) {
+  const std::filesystem::path dir = testing::TempDir("hoist_ctl_", "token_off");
+  const std::filesystem::path job_config = testing::WriteFile(
+      dir / "job.json",
+      R"({"checkpoint": {"dir": "nowhere"}, "control": {"port": 1, "require_token": false}})");
+  // Straight to the connection, which fails: nothing listens on port 1.
+  Result r = RunCtl("-c " + job_config.string() + " status", "HOIST_CONTROL_TOKEN=");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.all, HasSubstr("cannot reach the control service at 127.0.0.1:1"));
 }
 
 // Over TLS with a token: `hoist ctl` trusts the server through --tls-ca and sends the token.

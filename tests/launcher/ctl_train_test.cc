@@ -29,6 +29,7 @@ namespace hoist::launcher {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using Clock = std::chrono::steady_clock;
 using testing::CtlResult;
@@ -55,9 +56,15 @@ std::vector<std::string> JobArgs(const fs::path& dir) {
   return args;
 }
 
+// `hoist ctl`'s flags for the job: its address and its checkpoint.dir, where the job wrote its
+// token.
+std::string Target(const std::string& address, const fs::path& dir) {
+  return "--addr " + address + " --checkpoint-dir '" + (dir / "ck").string() + "'";
+}
+
 // The job's status through `hoist ctl status --json`; null when the call failed.
-nlohmann::json Status(const std::string& address) {
-  CtlResult r = RunCtl("--addr " + address + " --json status");
+nlohmann::json Status(const std::string& target) {
+  CtlResult r = RunCtl(target + " --json status");
   if (r.exit_code != 0) {
     ADD_FAILURE() << r.all;
     return nullptr;
@@ -67,12 +74,12 @@ nlohmann::json Status(const std::string& address) {
 
 // Polls the status until `pred` holds (up to 60 s); the last status seen.
 template <typename Pred>
-nlohmann::json StatusWhen(const std::string& address, Pred pred) {
+nlohmann::json StatusWhen(const std::string& target, Pred pred) {
   const auto deadline = Clock::now() + std::chrono::seconds(60);
-  nlohmann::json status = Status(address);
+  nlohmann::json status = Status(target);
   while (!status.is_null() && !pred(status) && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    status = Status(address);
+    status = Status(target);
   }
   return status;
 }
@@ -82,20 +89,20 @@ void ExpectOk(const CtlResult& r, const std::string& what) {
 }
 
 // Pausing holds the step on every rank; resuming continues it.
-void PauseAndResume(const std::string& address) {
-  ExpectOk(RunCtl("--addr " + address + " pause"), "pause");
+void PauseAndResume(const std::string& target) {
+  ExpectOk(RunCtl(target + " pause"), "pause");
   const nlohmann::json paused =
-      StatusWhen(address, [](const nlohmann::json& s) { return s["state"] == "paused"; });
+      StatusWhen(target, [](const nlohmann::json& s) { return s["state"] == "paused"; });
   ASSERT_EQ(paused["state"], "paused");
   const int64_t held = paused["step"];
   // Time passes (several steps' worth) and the step does not move.
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const nlohmann::json still = Status(address);
+  const nlohmann::json still = Status(target);
   EXPECT_EQ(still["state"], "paused");
   EXPECT_EQ(still["step"], held);
-  ExpectOk(RunCtl("--addr " + address + " resume"), "resume");
+  ExpectOk(RunCtl(target + " resume"), "resume");
   const nlohmann::json moving = StatusWhen(
-      address, [held](const nlohmann::json& s) { return s["step"].get<int64_t>() >= held + 3; });
+      target, [held](const nlohmann::json& s) { return s["step"].get<int64_t>() >= held + 3; });
   EXPECT_EQ(moving["state"], "running");
   EXPECT_GE(moving["step"].get<int64_t>(), held + 3);
 }
@@ -106,28 +113,40 @@ TEST(CtlTrain, PauseResumeCheckpointSetAndStopAOneRankJob) {
   const std::string address = job.ControlAddress();
   ASSERT_FALSE(address.empty()) << job.err();
   EXPECT_THAT(address, ::testing::StartsWith("127.0.0.1:"));
-  StatusWhen(address, [](const nlohmann::json& s) { return s["step"].get<int64_t>() >= 2; });
+  const std::string target = Target(address, dir);
+  StatusWhen(target, [](const nlohmann::json& s) { return s["step"].get<int64_t>() >= 2; });
 
-  PauseAndResume(address);
+  // On loopback too, only who can read the job's token file may steer it.
+  const fs::path token = dir / "ck" / "control.token";
+  EXPECT_EQ(fs::status(token).permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_THAT(job.err(), HasSubstr("token in " + token.string()));
+  CtlResult without = RunCtl("--addr " + address + " stop", "HOIST_CONTROL_TOKEN=");
+  EXPECT_EQ(without.exit_code, 1) << without.all;
+  EXPECT_THAT(without.all,
+              AllOf(HasSubstr("stop failed: UNAUTHENTICATED"), HasSubstr(token.string())));
+
+  PauseAndResume(target);
 
   // A checkpoint through the service is a real step directory.
-  CtlResult checkpoint = RunCtl("--addr " + address + " --json checkpoint");
+  CtlResult checkpoint = RunCtl(target + " --json checkpoint");
   ExpectOk(checkpoint, "checkpoint");
   const std::string path = nlohmann::json::parse(checkpoint.out)["path"];
   EXPECT_TRUE(fs::exists(fs::path(path) / "rank_00000.bin")) << path;
 
   // The lr set through the service is the one the next steps train with.
-  ExpectOk(RunCtl("--addr " + address + " set lr=1.5e-4 gradient_clipping=0.25"), "set");
-  const nlohmann::json after = Status(address);
+  ExpectOk(RunCtl(target + " set lr=1.5e-4 gradient_clipping=0.25"), "set");
+  const nlohmann::json after = Status(target);
   // The ranks agree on the value in float, the precision the trainer computes in.
   EXPECT_NEAR(after["lr_override"].get<double>(), 1.5e-4, 1.5e-4 * 1e-6);
   EXPECT_DOUBLE_EQ(after["gradient_clipping"].get<double>(), 0.25);
   const int64_t set_at = after["step"];
-  StatusWhen(address, [set_at](const nlohmann::json& s) { return s["step"] > set_at + 2; });
+  StatusWhen(target, [set_at](const nlohmann::json& s) { return s["step"] > set_at + 2; });
 
-  ExpectOk(RunCtl("--addr " + address + " stop"), "stop");
+  ExpectOk(RunCtl(target + " stop"), "stop");
   ASSERT_EQ(job.Wait(60), 0) << job.err();
   EXPECT_THAT(job.err(), HasSubstr("stopped by the control service"));
+  EXPECT_FALSE(fs::exists(token));  // the token dies with its job
 
   std::ifstream log(dir / "log_0.jsonl");
   int checked = 0;
@@ -148,15 +167,16 @@ TEST(CtlTrain, StopEndsEveryRankOfALaunchedJobWithZero) {
   Background job(dir, args);
   const std::string address = job.ControlAddress();
   ASSERT_FALSE(address.empty()) << job.err();
+  const std::string target = Target(address, dir);
   const nlohmann::json started =
-      StatusWhen(address, [](const nlohmann::json& s) { return s["step"].get<int64_t>() >= 1; });
+      StatusWhen(target, [](const nlohmann::json& s) { return s["step"].get<int64_t>() >= 1; });
   EXPECT_EQ(started["world_size"], 2);
   ASSERT_EQ(started["memory"].size(), 2u);
   EXPECT_EQ(started["memory"][1]["rank"], 1);
 
-  PauseAndResume(address);
+  PauseAndResume(target);
 
-  CtlResult stop = RunCtl("--addr " + address + " --json stop --checkpoint");
+  CtlResult stop = RunCtl(target + " --json stop --checkpoint");
   ExpectOk(stop, "stop --checkpoint");
   const std::string path = nlohmann::json::parse(stop.out)["checkpoint_path"];
   EXPECT_TRUE(fs::exists(fs::path(path) / "rank_00000.bin")) << path;

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,58 @@ TEST(ConfigControl, EnabledOnAnExposedAddressNeedsTls) {
   EXPECT_EQ(c.bind, "0.0.0.0");
   // A disabled service exposes nothing.
   EXPECT_EQ(ParseOk(kMinimal, {"control.bind=0.0.0.0"}).control.bind, "0.0.0.0");
+}
+
+TEST(ConfigControl, ATokenIsRequiredOnLoopbackUnlessTurnedOff) {
+  EXPECT_TRUE(ParseOk(kMinimal).control.require_token);
+  EXPECT_TRUE(ControlConfig{}.require_token);
+  const ControlConfig off =
+      ParseOk(kMinimal, {"control.enabled=true", "control.require_token=false"}).control;
+  EXPECT_FALSE(off.require_token);
+  EXPECT_THAT(ErrorOf(kMinimal, {"control.require_token=\"no\""}).message(),
+              HasSubstr("control.require_token"));
+}
+
+TEST(ConfigControl, RequireTokenOffIsRefusedWithATokenFileOrAnExposedBind) {
+  EXPECT_THAT(
+      ErrorOf(kMinimal, {"control.require_token=false", "control.token_file=tok"}).message(),
+      AllOf(HasSubstr("control.require_token"), HasSubstr("control.token_file")));
+  EXPECT_THAT(
+      ErrorOf(kMinimal, {"control.enabled=true", "control.bind=0.0.0.0", "control.tls.cert=c.pem",
+                         "control.tls.key=k.pem", "control.require_token=false"})
+          .message(),
+      AllOf(HasSubstr("control.require_token"), HasSubstr("0.0.0.0"),
+            HasSubstr("always required")));
+}
+
+// `hoist ctl -c job.json` reads the control section and checkpoint.dir of a job's config even
+// when the rest would resolve only for the job's world size.
+TEST(ConfigControl, AClientReadsTheControlSettingsOfAnyJobsConfig) {
+  const std::string path = ::testing::TempDir() + "/hoist_config_control_client.json";
+  {
+    std::ofstream out(path);
+    out << R"({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 8,
+               "gradient_accumulation_steps": 1, "data": {"train": "t.bin"},
+               // a comment, as DeepSpeed's loader allows
+               "checkpoint": {"dir": "runs/a"},
+               "control": {"enabled": true, "port": 7171, "require_token": false}})";
+  }
+  StatusOr<ControlClientSettings> settings = LoadControlClientSettings(path);
+  ASSERT_TRUE(settings.ok()) << settings.status().ToString();
+  EXPECT_EQ(settings->checkpoint_dir, "runs/a");
+  EXPECT_EQ(settings->control.port, 7171);
+  EXPECT_EQ(settings->control.bind, "127.0.0.1");
+  EXPECT_FALSE(settings->control.require_token);
+  StatusOr<ControlClientSettings> demo = LoadControlClientSettings("");
+  ASSERT_TRUE(demo.ok()) << demo.status().ToString();
+  EXPECT_EQ(demo->control.port, 7070);
+  EXPECT_EQ(demo->checkpoint_dir, "checkpoints/demo");
+  {
+    std::ofstream out(path);
+    out << R"({"control": {"prot": 1}})";
+  }
+  EXPECT_THAT(LoadControlClientSettings(path).status().message(),
+              AllOf(HasSubstr(path), HasSubstr("did you mean \"control.port\"")));
 }
 
 }  // namespace

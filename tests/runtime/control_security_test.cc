@@ -1,6 +1,7 @@
 // Who may steer a job: the control service's refusals to serve an exposed address without TLS
-// and a token, its bearer-token check, TLS (with and without client certificates), and a token
-// that never reaches the log.
+// and a token, its bearer-token check, the token a loopback job makes for itself in an
+// owner-only file (and the setting that turns it off), TLS (with and without client
+// certificates), and a token that never reaches the log.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -8,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +17,7 @@
 #include "core/logging.h"
 #include "runtime/control.h"
 #include "runtime/control_server.h"
+#include "runtime/control_token.h"
 #include "tests/runtime/control_test_util.h"
 
 namespace hoist::runtime {
@@ -132,6 +135,13 @@ ControlConfig LoopbackConfig() {
   return config;
 }
 
+// Loopback with control.require_token=false: no token unless one is configured.
+ControlConfig OpenLoopbackConfig() {
+  ControlConfig config = LoopbackConfig();
+  config.require_token = false;
+  return config;
+}
+
 namespace v1 = ::hoist::v1;
 using testing_util::Call;
 using testing_util::Connect;
@@ -150,8 +160,10 @@ std::shared_ptr<grpc::ChannelCredentials> TlsClient(const Pki& ca, const Pki* cl
 
 // One job whose server is started with the given config; torn down in the trainer's order.
 struct Job {
-  explicit Job(const ControlConfig& config) : controller(10, 1, false) {
-    StatusOr<std::unique_ptr<ControlServer>> started = ControlServer::Start(config, &controller);
+  explicit Job(const ControlConfig& config, ControlServerOptions options = {})
+      : controller(10, 1, false) {
+    StatusOr<std::unique_ptr<ControlServer>> started =
+        ControlServer::Start(config, &controller, std::move(options));
     EXPECT_TRUE(started.ok()) << started.status().ToString();
     if (started.ok()) server = std::move(started).value();
   }
@@ -201,12 +213,136 @@ TEST(ControlSecurity, AnExposedAddressWithoutATokenIsRefused) {
                     HasSubstr("HOIST_CONTROL_TOKEN")));
 }
 
-TEST(ControlSecurity, LoopbackWithoutATokenNeedsNone) {
+mode_t ModeOf(const std::string& path) {
+  struct stat info {};
+  EXPECT_EQ(::stat(path.c_str(), &info), 0) << path;
+  return info.st_mode & 07777;
+}
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(ControlSecurity, ALoopbackJobMakesATokenInAFileOnlyItsUserReads) {
   ScopedEnv env("HOIST_CONTROL_TOKEN", std::nullopt);
-  Job job(LoopbackConfig());
+  const fs::path dir = TempDir("job_token");
+  ControlServerOptions options;
+  options.job_token_path = JobTokenPath((dir / "ck").string());  // made by the server
+  const fs::path path = dir / "ck" / "control.token";
+  {
+    Job job(LoopbackConfig(), options);
+    ASSERT_NE(job.server, nullptr);
+    EXPECT_TRUE(job.server->requires_token());
+    EXPECT_EQ(job.server->job_token_path(), path.string());
+    EXPECT_EQ(ModeOf(path), 0600u);
+    std::string token = ReadText(path);
+    ASSERT_EQ(token.size(), 65u) << token;  // 32 random bytes in hex, and a newline
+    EXPECT_EQ(token.back(), '\n');
+    token.pop_back();
+    EXPECT_EQ(token.find_first_not_of("0123456789abcdef"), std::string::npos) << token;
+
+    // A local user who cannot read the file cannot steer the job; the refusal says where the
+    // job's user finds the token.
+    std::string message;
+    EXPECT_EQ(job.GetStatus("", grpc::InsecureChannelCredentials(), &message),
+              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_THAT(message, AllOf(HasSubstr(path.string()), HasSubstr("hoist ctl")));
+    v1::StopResponse stopped;
+    EXPECT_EQ(Connect(job.server->address())
+                  ->Stop(Call().get(), v1::StopRequest(), &stopped)
+                  .error_code(),
+              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_FALSE(job.controller.TakeCommands().stop);
+    EXPECT_EQ(job.GetStatus("0" + token.substr(1)), grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(job.GetStatus(token), grpc::StatusCode::OK);
+  }
+  // Gone with the job: a token is good for one run.
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST(ControlSecurity, EveryJobMakesAFreshToken) {
+  ScopedEnv env("HOIST_CONTROL_TOKEN", std::nullopt);
+  const fs::path dir = TempDir("job_token_fresh");
+  ControlServerOptions options;
+  options.job_token_path = (dir / "control.token").string();
+  std::string first;
+  {
+    Job job(LoopbackConfig(), options);
+    ASSERT_NE(job.server, nullptr);
+    first = ReadText(dir / "control.token");
+  }
+  Job job(LoopbackConfig(), options);
+  ASSERT_NE(job.server, nullptr);
+  EXPECT_FALSE(first.empty());
+  EXPECT_NE(ReadText(dir / "control.token"), first);
+}
+
+TEST(ControlSecurity, AStaleTokenFileOthersCouldReadIsReplacedByAnOwnerOnlyOne) {
+  ScopedEnv env("HOIST_CONTROL_TOKEN", std::nullopt);
+  const fs::path dir = TempDir("job_token_stale");
+  const fs::path path =
+      WriteFile(dir / "control.token", "old\n", kOwnerOnly | fs::perms::others_read);
+  ControlServerOptions options;
+  options.job_token_path = path.string();
+  Job job(LoopbackConfig(), options);
+  ASSERT_NE(job.server, nullptr);
+  EXPECT_EQ(ModeOf(path), 0600u);
+  EXPECT_NE(ReadText(path), "old\n");
+}
+
+TEST(ControlSecurity, ATokenFileThatCannotBeWrittenStopsTheStartNamingIt) {
+  ScopedEnv env("HOIST_CONTROL_TOKEN", std::nullopt);
+  const fs::path dir = TempDir("job_token_unwritable");
+  // A file where the directory should be: refused whoever runs the test, root included.
+  WriteFile(dir / "not_a_dir", "x", kOwnerOnly);
+  JobController controller(10, 1, false);
+  ControlServerOptions options;
+  options.job_token_path = (dir / "not_a_dir" / "control.token").string();
+  StatusOr<std::unique_ptr<ControlServer>> server =
+      ControlServer::Start(LoopbackConfig(), &controller, options);
+  ASSERT_FALSE(server.ok());
+  EXPECT_THAT(server.status().message(),
+              AllOf(HasSubstr("not_a_dir"), HasSubstr("token file"), HasSubstr("checkpoint.dir"),
+                    HasSubstr("control.require_token=false")));
+}
+
+TEST(ControlSecurity, RequireTokenOffServesLoopbackWithoutOne) {
+  ScopedEnv env("HOIST_CONTROL_TOKEN", std::nullopt);
+  const fs::path dir = TempDir("job_token_off");
+  ControlServerOptions options;
+  options.job_token_path = (dir / "control.token").string();
+  Job job(OpenLoopbackConfig(), options);
   ASSERT_NE(job.server, nullptr);
   EXPECT_FALSE(job.server->requires_token());
+  EXPECT_EQ(job.server->job_token_path(), "");
+  EXPECT_FALSE(fs::exists(dir / "control.token"));
   EXPECT_EQ(job.GetStatus(""), grpc::StatusCode::OK);
+}
+
+TEST(ControlSecurity, RequireTokenOffIsRefusedWithATokenFile) {
+  const fs::path dir = TempDir("job_token_off_file");
+  JobController controller(10, 1, false);
+  ControlConfig config = OpenLoopbackConfig();
+  config.token_file = WriteFile(dir / "token", kToken, kOwnerOnly);
+  StatusOr<std::unique_ptr<ControlServer>> server = ControlServer::Start(config, &controller);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(server.status().message(),
+              AllOf(HasSubstr("control.require_token"), HasSubstr("control.token_file")));
+}
+
+TEST(ControlSecurity, AConfiguredTokenOnLoopbackMakesNoFile) {
+  ScopedEnv env("HOIST_CONTROL_TOKEN", kToken);
+  const fs::path dir = TempDir("job_token_configured");
+  ControlServerOptions options;
+  options.job_token_path = (dir / "control.token").string();
+  Job job(LoopbackConfig(), options);
+  ASSERT_NE(job.server, nullptr);
+  EXPECT_TRUE(job.server->requires_token());
+  EXPECT_EQ(job.server->job_token_path(), "");
+  EXPECT_FALSE(fs::exists(dir / "control.token"));
+  EXPECT_EQ(job.GetStatus(kToken), grpc::StatusCode::OK);
 }
 
 TEST(ControlSecurity, AWrongOrMissingTokenIsUnauthenticated) {
@@ -269,7 +405,7 @@ TEST(ControlSecurity, TlsServesClientsThatTrustItsCertificate) {
   const fs::path dir = TempDir("tls");
   std::optional<Pki> server_pki = MakeSelfSigned(dir, "server");
   if (!server_pki) GTEST_SKIP() << "needs the openssl command to make a test certificate";
-  ControlConfig config = LoopbackConfig();
+  ControlConfig config = OpenLoopbackConfig();
   config.tls.cert = server_pki->cert;
   config.tls.key = server_pki->key;
   Job job(config);
@@ -308,7 +444,7 @@ TEST(ControlSecurity, AClientCaRequiresAClientCertificate) {
   if (!server_pki || !client_pki) {
     GTEST_SKIP() << "needs the openssl command to make test certificates";
   }
-  ControlConfig config = LoopbackConfig();
+  ControlConfig config = OpenLoopbackConfig();
   config.tls.cert = server_pki->cert;
   config.tls.key = server_pki->key;
   config.tls.client_ca = client_pki->cert;  // self-signed: it is its own CA
@@ -322,7 +458,7 @@ TEST(ControlSecurity, AClientCaRequiresAClientCertificate) {
 TEST(ControlSecurity, AMissingTlsFileIsNamed) {
   ScopedEnv env("HOIST_CONTROL_TOKEN", std::nullopt);
   JobController controller(10, 1, false);
-  ControlConfig config = LoopbackConfig();
+  ControlConfig config = OpenLoopbackConfig();
   config.tls.cert = (TempDir("tls_missing") / "absent_cert.pem").string();
   config.tls.key = config.tls.cert;
   StatusOr<std::unique_ptr<ControlServer>> server = ControlServer::Start(config, &controller);

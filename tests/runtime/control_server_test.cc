@@ -28,10 +28,13 @@ namespace v1 = ::hoist::v1;
 using testing_util::Call;
 using testing_util::Connect;
 
+// Served without a token: these tests are about what the RPCs do (control_security_test.cc is
+// about who may call them).
 ControlConfig LoopbackConfig() {
   ControlConfig config;
   config.enabled = true;
   config.port = 0;
+  config.require_token = false;
   return config;
 }
 
