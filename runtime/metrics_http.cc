@@ -56,6 +56,7 @@ class FileDescriptor {
 struct Connection {
   FileDescriptor fd;
   Clock::time_point deadline;
+  Clock::time_point last_heard;  // its accept, or the last byte it sent
   std::string head;
   std::string answer;
   size_t sent = 0;
@@ -116,8 +117,14 @@ struct MetricsHttpServer::Impl {
   std::vector<Connection> connections;  // in the order they were accepted
   std::thread thread;
 
+  Clock::duration IdleSpan() const {
+    return std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(limits.idle_after_s));
+  }
   void Serve();
   void AcceptAll();
+  // The oldest connection that may make room at `now`, or connections.end().
+  std::vector<Connection>::iterator FindIdle(Clock::time_point now);
   void Read(Connection& c);
   void Write(Connection& c);
 };
@@ -125,7 +132,8 @@ struct MetricsHttpServer::Impl {
 StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& bind,
                                                                       int port, Body body,
                                                                       MetricsHttpLimits limits) {
-  HOIST_CHECK(limits.max_connections >= 1 && limits.request_deadline_s > 0);
+  HOIST_CHECK(limits.max_connections >= 1 && limits.request_deadline_s > 0 &&
+              limits.idle_after_s > 0);
   sockaddr_storage address{};
   socklen_t length = 0;
   if (IsIpv6(bind)) {
@@ -153,8 +161,10 @@ StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std:
   // A restarted job can take its port back while the old connections sit in TIME_WAIT.
   const int one = 1;
   ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  // A deep accept queue: beyond max_connections newcomers wait there, and one that overflows
+  // drops connection attempts, which their clients retry only after a second or more.
   if (::bind(listener, reinterpret_cast<const sockaddr*>(&address), length) != 0 ||
-      ::listen(listener, 64) != 0) {
+      ::listen(listener, 1024) != 0) {
     return UnavailableError(errno == EADDRINUSE ? "the port is already in use (by another job "
                                                   "or service on this node?)"
                                                 : std::strerror(errno));
@@ -189,16 +199,28 @@ int MetricsHttpServer::port() const { return impl_->port; }
 void MetricsHttpServer::Impl::Serve() {
   std::vector<pollfd> fds;
   while (true) {
-    fds.assign({{listener.get(), POLLIN, 0}, {wake.get(), POLLIN, 0}});
-    Clock::time_point next_deadline = Clock::time_point::max();
+    // When full, the listener is watched only once some connection may make room; until then
+    // newcomers wait in the accept queue, and poll wakes when the first connection turns idle.
+    const Clock::time_point now = Clock::now();
+    const bool full = connections.size() >= static_cast<size_t>(limits.max_connections);
+    Clock::time_point next_idle = Clock::time_point::max();
+    if (full) {
+      for (const Connection& c : connections) {
+        if (!c.answering) next_idle = std::min(next_idle, c.last_heard + IdleSpan());
+      }
+    }
+    const bool may_accept = !full || next_idle <= now;
+    fds.assign({{listener.get(), static_cast<short>(may_accept ? POLLIN : 0), 0},
+                {wake.get(), POLLIN, 0}});
+    Clock::time_point wake_at = may_accept ? Clock::time_point::max() : next_idle;
     for (const Connection& c : connections) {
       fds.push_back({c.fd.get(), static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
-      next_deadline = std::min(next_deadline, c.deadline);
+      wake_at = std::min(wake_at, c.deadline);
     }
     int timeout_ms = -1;
-    if (!connections.empty()) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(next_deadline - Clock::now());
-      timeout_ms = static_cast<int>(std::max<int64_t>(0, left.count()));
+    if (wake_at != Clock::time_point::max()) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(wake_at - now);
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, 60'000));
     }
     if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
       if (errno == EINTR) continue;
@@ -215,34 +237,51 @@ void MetricsHttpServer::Impl::Serve() {
         Read(connections[i]);
       }
     }
-    const Clock::time_point now = Clock::now();
+    const Clock::time_point after = Clock::now();
     for (Connection& c : connections) {
-      if (c.fd.get() >= 0 && now >= c.deadline) Abort(c);
+      if (c.fd.get() >= 0 && after >= c.deadline) Abort(c);
     }
     std::erase_if(connections, [](const Connection& c) { return c.fd.get() < 0; });
     if ((fds[0].revents & POLLIN) != 0) AcceptAll();
   }
 }
 
+std::vector<Connection>::iterator MetricsHttpServer::Impl::FindIdle(Clock::time_point now) {
+  for (auto it = connections.begin(); it != connections.end(); ++it) {
+    if (it->answering || now - it->last_heard < IdleSpan()) continue;
+    // Bytes that arrived since the last poll make it a client that speaks after all: it is read
+    // on the next turn, not cut off.
+    char byte;
+    if (::recv(it->fd.get(), &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0) continue;
+    return it;
+  }
+  return connections.end();
+}
+
 void MetricsHttpServer::Impl::AcceptAll() {
   const auto deadline_span = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(limits.request_deadline_s));
   while (true) {
+    auto idle = connections.end();
+    if (connections.size() >= static_cast<size_t>(limits.max_connections)) {
+      idle = FindIdle(Clock::now());
+      if (idle == connections.end()) return;  // the rest wait in the accept queue
+    }
     FileDescriptor fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (fd.get() < 0) return;  // EAGAIN: none left; anything else: the client's loss
-    if (connections.size() >= static_cast<size_t>(limits.max_connections)) {
-      // The oldest one still without a complete request makes room; if every one is being
-      // answered, the newcomer waits for none of them and is closed.
-      auto idle = std::find_if(connections.begin(), connections.end(),
-                               [](const Connection& c) { return !c.answering; });
-      if (idle == connections.end()) continue;
+    if (idle != connections.end()) {
       Abort(*idle);
       connections.erase(idle);
     }
     Connection c;
     c.fd = std::move(fd);
-    c.deadline = Clock::now() + deadline_span;
+    c.last_heard = Clock::now();
+    c.deadline = c.last_heard + deadline_span;
     connections.push_back(std::move(c));
+    // A client that sent its request with its connect, as a scraper does, is answered now, and
+    // its place is free again before the next one in the queue is let in.
+    Read(connections.back());
+    if (connections.back().fd.get() < 0) connections.pop_back();
   }
 }
 
@@ -256,6 +295,7 @@ void MetricsHttpServer::Impl::Read(Connection& c) {
       c.fd.reset();
       return;
     }
+    c.last_heard = Clock::now();
     c.head.append(buffer, static_cast<size_t>(n));
     const size_t end = std::min(c.head.find("\r\n\r\n"), c.head.find("\n\n"));
     if (end != std::string::npos) {

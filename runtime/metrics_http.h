@@ -2,9 +2,14 @@
 // GET and HEAD of /metrics, one request per connection (HTTP/1.1 with Connection: close), from
 // one thread that multiplexes every open connection with poll(), so no client, however slow or
 // idle, holds up another. Each connection has a whole-request deadline counted from its accept:
-// one that has not sent its request and taken the whole answer by then is closed. At most
-// max_connections are open at once; a new one beyond that closes the oldest that has not yet sent
-// a complete request (an idle or trickling client), so a scrape always gets in.
+// one that has not sent its request and taken the whole answer by then is closed.
+//
+// At most max_connections are open at once. Beyond that, newcomers wait in the kernel's accept
+// queue, in the order they came, until a connection ends or one that has sent nothing for
+// idle_after_s is closed to let the next one in. A connection whose bytes have arrived is never
+// closed to make room, and a newcomer's request is read as it is accepted, so a scrape (which
+// sends its request with its connect) gets through a flood of clients that connect and say
+// nothing: it waits its turn in the queue instead of being cut off before it could speak.
 //
 // It is hoist's own rather than a library's: Debian 12's civetweb, which prometheus-cpp's Exposer
 // serves with, reads an uninitialised path buffer while checking authorisation for every
@@ -30,6 +35,10 @@ struct MetricsHttpLimits {
   double request_deadline_s = 5;
   // Connections open at once (>= 1).
   int max_connections = 32;
+  // Beyond max_connections, a connection that has sent nothing for this long (since its accept
+  // or its last byte) makes room for the next one waiting (> 0). Prometheus sends its request
+  // at once, so this only needs to cover a round trip.
+  double idle_after_s = 1;
 };
 
 class MetricsHttpServer {

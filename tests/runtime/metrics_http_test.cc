@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <string>
 #include <utility>
@@ -174,6 +176,7 @@ TEST(MetricsHttp, AClientThatNeverReadsIsCutOffAtTheDeadline) {
 TEST(MetricsHttp, BeyondTheCapTheOldestIdleConnectionMakesRoom) {
   MetricsHttpLimits limits = WithDeadline(600);
   limits.max_connections = 2;
+  limits.idle_after_s = 0.05;
   auto server = Serve("up 1\n", limits);
   std::vector<std::unique_ptr<Client>> idle;
   for (int i = 0; i < 4; ++i) idle.push_back(std::make_unique<Client>(server->port()));
@@ -183,6 +186,46 @@ TEST(MetricsHttp, BeyondTheCapTheOldestIdleConnectionMakesRoom) {
   // The newest idle connection is kept: it may yet send its request.
   EXPECT_TRUE(idle[3]->Send("GET /metrics HTTP/1.0\r\n\r\n"));
   EXPECT_THAT(idle[3]->ReadToEnd(), HasSubstr("up 1\n"));
+}
+
+// A scrape that arrives amid a flood of clients that connect and say nothing: it is answered
+// in full, not reset to make room for the connections that came after it. The server's thread is
+// held in a first answer while everyone connects, so that it finds them all waiting at once.
+TEST(MetricsHttp, AScrapeGetsThroughAFloodOfSilentConnections) {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> first{true};
+  MetricsHttpLimits limits = WithDeadline(600);
+  limits.max_connections = 4;
+  limits.idle_after_s = 0.05;
+  auto started = MetricsHttpServer::Start(
+      "127.0.0.1", 0,
+      [&] {
+        if (first.exchange(false)) {
+          entered.set_value();
+          released.wait();
+        }
+        return std::string("up 1\n");
+      },
+      limits);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  const int port = (*started)->port();
+  Client held(port);
+  ASSERT_TRUE(held.Send("GET /metrics HTTP/1.1\r\n\r\n"));
+  entered.get_future().wait();
+
+  std::vector<std::unique_ptr<Client>> silent;
+  for (int i = 0; i < 10; ++i) silent.push_back(std::make_unique<Client>(port));
+  Client scrape(port);
+  ASSERT_TRUE(scrape.Send("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"));
+  for (int i = 0; i < 10; ++i) silent.push_back(std::make_unique<Client>(port));
+  release.set_value();
+
+  EXPECT_THAT(held.ReadToEnd(), HasSubstr("up 1\n"));
+  const std::string answer = scrape.ReadToEnd();
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(answer, HasSubstr("Content-Length: 5\r\n"));
+  EXPECT_THAT(answer, ::testing::EndsWith("\r\n\r\nup 1\n"));
 }
 
 TEST(MetricsHttp, AHeadTooLongIsRefused) {
