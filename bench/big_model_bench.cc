@@ -175,7 +175,7 @@ int main(int argc, char** argv) {
         "step %d: loss %.4f, %.1f s (optimizer step %.1f s, of it AdamW %.1f s); this "
         "step waited %.1f s on NVMe, read %.1f GB and wrote %.1f GB\n",
         s + 1, record->loss, record->step_s,
-        record->phase_s[static_cast<int>(hoist::runtime::StepPhase::kOptimizer)],
+        record->phase_s[static_cast<int>(hoist::Phase::kOptimizer)],
         stats.update_s - before.update_s, stats.nvme_wait_s - before.nvme_wait_s,
         Gb(stats.nvme_read_bytes - before.nvme_read_bytes),
         Gb(stats.nvme_write_bytes - before.nvme_write_bytes));

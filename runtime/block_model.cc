@@ -286,7 +286,7 @@ bool BlockModel::RunForward(const int32_t* inputs, const int32_t* targets, float
   const bool tied = declaration_.tied_head;
   const Stream& st = stream();
 
-  EnterPhase(Phase::kForwardEmbedding, -1);
+  EnterPhase(Phase::kForward, -1);
   // Through the model's own host copy: a pass that stops early returns without waiting for the
   // stream, and the caller's arrays may be gone before a queued copy reads them. (The last pass
   // ended with a wait, or failed for good, so nothing queued reads host_tokens_ now.)
@@ -316,7 +316,7 @@ bool BlockModel::RunForward(const int32_t* inputs, const int32_t* targets, float
   const uint64_t all = Bit(static_cast<int>(declaration_.saved.size())) - 1;
   const void* residual = encoded_;
   for (int l = 0; l < L; ++l) {
-    EnterPhase(Phase::kForwardBlock, l);
+    EnterPhase(Phase::kForward, l);
     const void* weights = store_->AcquireParams(1 + l);
     if (weights == nullptr) return false;
     const void* adapters = nullptr;
@@ -331,7 +331,7 @@ bool BlockModel::RunForward(const int32_t* inputs, const int32_t* targets, float
     residual = At(output_, l);
   }
 
-  EnterPhase(Phase::kForwardHead, -1);
+  EnterPhase(Phase::kLoss, -1);
   const void* final_unit = store_->AcquireParams(kFinal);
   if (final_unit == nullptr) return false;
   if (tied) store_->Prefetch(kEmbedding);
@@ -408,7 +408,7 @@ bool BlockModel::RunBackward() {
   // logits_ holds dlogits. dresidual_ carries the gradient of the residual stream down the
   // layers. With a tied head the embedding's gradient buffer stays with us from the head (first)
   // to the token embedding (last); untied, the final unit's serves the head and the final norm.
-  EnterPhase(Phase::kBackwardHead, -1);
+  EnterPhase(Phase::kLoss, -1);
   float* embedding_grads = nullptr;
   float* final_grads = nullptr;
   const void* final_unit = nullptr;
@@ -444,7 +444,7 @@ bool BlockModel::RunBackward() {
   store_->ReleaseParams(kFinal);
 
   for (int l = L - 1; l >= 0; --l) {
-    EnterPhase(Phase::kBackwardBlock, l);
+    EnterPhase(Phase::kBackward, l);
     const void* weights = store_->AcquireParams(1 + l);
     if (weights == nullptr) return false;
     if (l > 0) store_->Prefetch(l);
@@ -483,7 +483,7 @@ bool BlockModel::RunBackward() {
     store_->ReleaseParams(1 + l);
   }
 
-  EnterPhase(Phase::kBackwardEmbedding, -1);
+  EnterPhase(Phase::kBackward, -1);
   if (!frozen) {
     if (!tied) {
       embedding_grads = store_->AcquireGrads(kEmbedding);

@@ -165,13 +165,12 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
     for (int c = 0; c < kNumCategories; ++c) held_total += held[p][c];
     // Held bytes are there in every phase, so the place peaks in the engine's largest phase.
     int largest = 0;
-    for (int phase = 1; phase < zero::kNumEnginePhases; ++phase) {
+    for (int phase = 1; phase < kNumPhases; ++phase) {
       if (engine.extra_total[phase][p] > engine.extra_total[largest][p]) largest = phase;
     }
     e.peak_total[p] = engine.PeakTotal(static_cast<Place>(p)) + held_total;
-    e.peak_during[p] = engine.extra_total[largest][p] > 0
-                           ? zero::EnginePhaseName(static_cast<zero::EnginePhase>(largest))
-                           : "throughout";
+    e.peak_during[p] =
+        engine.extra_total[largest][p] > 0 ? PhaseName(static_cast<Phase>(largest)) : "throughout";
   }
   e.trainable_parameters = e.parameters;
   e.zero_paper_model_states = zero::ZeroPaperModelStateBytes(

@@ -149,14 +149,9 @@ constexpr const char* kCategoryColors[kNumCategories] = {"#4e79a7", "#f28e2b", "
 
 }  // namespace
 
-const char* PhaseKindName(PhaseKind kind) {
-  static const char* kNames[] = {"forward", "backward", "loss", "reduce", "optimizer", "offload"};
-  return kNames[static_cast<int>(kind)];
-}
-
 std::string MemoryPhase::Description() const {
   if (!kind) return name == kOutsidePhases ? "time outside any phase" : name;
-  std::string text = PhaseKindName(*kind);
+  std::string text = PhaseName(*kind);
   if (block >= 0) text += " of block " + std::to_string(block);
   if (step >= 0) text += " in step " + std::to_string(step);
   return text;
@@ -232,9 +227,9 @@ void MemoryProfiler::Enter(std::string phase) {
   open_ = Open{std::move(phase), -1, std::nullopt, -1};
 }
 
-void MemoryProfiler::Enter(int64_t step, PhaseKind kind, int block) {
+void MemoryProfiler::Enter(int64_t step, Phase kind, int block) {
   Close();
-  std::string name = "step " + std::to_string(step) + " " + PhaseKindName(kind);
+  std::string name = "step " + std::to_string(step) + " " + PhaseName(kind);
   if (block >= 0) name += " block " + std::to_string(block);
   open_ = Open{std::move(name), step, kind, block};
 }
@@ -301,7 +296,7 @@ std::string MemoryProfiler::ChromeTraceJson() const {
       args["end_bytes"][PlaceName(Place(p))] = RowTotal(phase.end[p]);
     }
     if (phase.kind) {
-      args["kind"] = PhaseKindName(*phase.kind);
+      args["kind"] = PhaseName(*phase.kind);
       args["step"] = phase.step;
       if (phase.block >= 0) args["block"] = phase.block;
     }

@@ -25,20 +25,16 @@
 
 #include "core/file_system.h"
 #include "core/memory_tracker.h"
+#include "core/phase.h"
 #include "core/status.h"
 
 namespace hoist::runtime {
-
-enum class PhaseKind { kForward, kBackward, kLoss, kReduce, kOptimizer, kOffload };
-
-// "forward", "backward", "loss", "reduce", "optimizer", "offload".
-const char* PhaseKindName(PhaseKind kind);
 
 // One closed phase. Times are microseconds of the steady clock since the profiler was built.
 struct MemoryPhase {
   std::string name;               // as given, or built from step, kind and block
   int64_t step = -1;              // -1 where the phase was named by a free-form string
-  std::optional<PhaseKind> kind;  // empty where the phase was named by a free-form string
+  std::optional<Phase> kind;      // empty where the phase was named by a free-form string
   int block = -1;                 // -1 where the phase belongs to no block
   int64_t start_us = 0, end_us = 0;
   MemorySnapshot::Table start{};  // [place][category] bytes when the phase began
@@ -74,9 +70,9 @@ class MemoryProfiler {
   // Closes the phase in progress (if any) and starts one named `phase`, e.g.
   // "step 3 backward block 2".
   void Enter(std::string phase);
-  // The same, named from its parts: Enter(3, PhaseKind::kBackward, 2) is "step 3 backward block 2"
+  // The same, named from its parts: Enter(3, Phase::kBackward, 2) is "step 3 backward block 2"
   // and its peak reads "during backward of block 2 in step 3". `block` -1 means none.
-  void Enter(int64_t step, PhaseKind kind, int block = -1);
+  void Enter(int64_t step, Phase kind, int block = -1);
   // Closes the phase in progress, if any (and keeps memory that moved since the last phase ended
   // as an "outside phases" phase). A later Enter starts a new phase. Call it before reading the
   // results: the phase in progress is not among them.
@@ -105,7 +101,7 @@ class MemoryProfiler {
   struct Open {
     std::string name;
     int64_t step = -1;
-    std::optional<PhaseKind> kind;
+    std::optional<Phase> kind;
     int block = -1;
   };
 

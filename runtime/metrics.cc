@@ -24,17 +24,6 @@
 
 namespace hoist::runtime {
 
-const char* StepPhaseName(StepPhase phase) {
-  switch (phase) {
-    case StepPhase::kData: return "data";
-    case StepPhase::kForward: return "forward";
-    case StepPhase::kBackward: return "backward";
-    case StepPhase::kReduce: return "reduce";
-    case StepPhase::kOptimizer: return "optimizer";
-  }
-  return "unknown";
-}
-
 namespace {
 
 [[maybe_unused]] bool IsIpv6(const std::string& address) {
@@ -156,7 +145,7 @@ struct MetricsExporter::Impl {
   prometheus::Gauge* tokens_per_s = nullptr;
   prometheus::Gauge* step_s = nullptr;
   prometheus::Gauge* paused = nullptr;
-  std::array<prometheus::Gauge*, kNumStepPhases> phase_s{};
+  std::array<prometheus::Gauge*, kNumTimedPhases> phase_s{};
   std::array<prometheus::Counter*, comm::kNumCollectiveOps> comm_bytes{};
   std::array<std::array<prometheus::Counter*, kNumOffloadTargets>, kNumOffloadDirections>
       offload_bytes{};
@@ -215,8 +204,8 @@ StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::Start(const MetricsC
                      .Help("Seconds the last optimizer step spent in each phase")
                      .Labels(rank_label)
                      .Register(registry);
-  for (int p = 0; p < kNumStepPhases; ++p) {
-    impl->phase_s[p] = &phases.Add({{"phase", StepPhaseName(static_cast<StepPhase>(p))}});
+  for (int p = 0; p < kNumTimedPhases; ++p) {
+    impl->phase_s[p] = &phases.Add({{"phase", PhaseName(static_cast<Phase>(p))}});
   }
   auto& comm_bytes = prometheus::BuildCounter()
                          .Name("hoist_comm_bytes_total")
@@ -304,7 +293,7 @@ void MetricsExporter::RecordStep(const StepMetrics& step) {
   impl_->loss_scale->Set(step.loss_scale);
   impl_->tokens_per_s->Set(step.tokens_per_s);
   impl_->step_s->Set(step.step_s);
-  for (int p = 0; p < kNumStepPhases; ++p) impl_->phase_s[p]->Set(step.phase_s[p]);
+  for (int p = 0; p < kNumTimedPhases; ++p) impl_->phase_s[p]->Set(step.phase_s[p]);
   for (int op = 0; op < comm::kNumCollectiveOps; ++op) {
     AdvanceTo(impl_->comm_bytes[op], step.comm_bytes[op]);
   }

@@ -9,7 +9,7 @@
 //   hoist_steps_total, hoist_skipped_steps_total
 //   hoist_loss, hoist_lr, hoist_grad_norm, hoist_loss_scale    of the last optimizer step
 //   hoist_tokens_per_second, hoist_step_seconds                of the last optimizer step
-//   hoist_step_phase_seconds{phase}          the last step's seconds in each phase (StepPhase)
+//   hoist_step_phase_seconds{phase}          the last step's seconds in each phase (hoist::Phase)
 //   hoist_comm_bytes_total{op}               bytes handed to collectives
 //   (comm/counting_communicator.h) hoist_offload_bytes_total{direction,target}  bytes read from and
 //   written to offload storage hoist_paused                             1 while the job is paused
@@ -39,20 +39,14 @@
 
 #include "comm/counting_communicator.h"
 #include "core/memory_tracker.h"
+#include "core/phase.h"
 #include "core/status.h"
 #include "runtime/config.h"
 
 namespace hoist::runtime {
 
-// The phases of an optimizer step, as the trainer times them (the metric's `phase` label):
-//   data       the loader filling the micro-batches
-//   forward    forward passes, the loss included
-//   backward   backward passes (with stage 2/3, the reduce-scatters they start overlap them)
-//   reduce     at the accumulation boundary: finishing the gradient reduction, the global norm
-//   optimizer  AdamW on the owned shard and gathering the updated parameters
-enum class StepPhase { kData = 0, kForward, kBackward, kReduce, kOptimizer };
-inline constexpr int kNumStepPhases = 5;
-const char* StepPhaseName(StepPhase phase);
+// The trainer times the first kNumTimedPhases phases of core/phase.h (the metric's `phase`
+// label): data, forward (the loss included), backward, reduce, optimizer.
 
 // Offload traffic (the metric's labels): direction read/write, target host_pinned/nvme.
 inline constexpr int kNumOffloadDirections = 2;  // 0 read, 1 write
@@ -68,7 +62,7 @@ struct StepMetrics {
   double loss_scale = 1;
   double tokens_per_s = 0;
   double step_s = 0;
-  std::array<double, kNumStepPhases> phase_s{};  // by StepPhase
+  std::array<double, kNumTimedPhases> phase_s{};  // by Phase
   // Totals since the start of the process; the counters follow them (never down).
   std::array<int64_t, comm::kNumCollectiveOps> comm_bytes{};  // by comm::CollectiveOp
   std::array<std::array<int64_t, kNumOffloadTargets>, kNumOffloadDirections> offload_bytes{};

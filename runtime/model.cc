@@ -9,18 +9,6 @@
 
 namespace hoist::runtime {
 
-const char* Model::PhaseName(Phase phase) {
-  switch (phase) {
-    case Phase::kForwardEmbedding: return "forward embedding";
-    case Phase::kForwardBlock: return "forward block";
-    case Phase::kForwardHead: return "forward head";
-    case Phase::kBackwardHead: return "backward head";
-    case Phase::kBackwardBlock: return "backward block";
-    case Phase::kBackwardEmbedding: return "backward embedding";
-  }
-  return "unknown";
-}
-
 Status StoredMatmulForward(kernels::Backend& backend, void* out, const void* inp,
                            const zero::StoredWeight& weight, const void* bias, int N, int C, int OC,
                            DType type, const Stream& stream) {

@@ -17,6 +17,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/phase.h"
 #include "core/status.h"
 #include "kernels/backend.h"
 #include "runtime/config.h"
@@ -30,17 +31,11 @@ class Model {
  public:
   virtual ~Model() = default;
 
-  // The phases of a training forward and backward, reported to the phase hook as each begins
-  // (`block` is the transformer block, or -1), for the memory profiler.
-  enum class Phase {
-    kForwardEmbedding,
-    kForwardBlock,
-    kForwardHead,  // final norm, logits, loss
-    kBackwardHead,
-    kBackwardBlock,  // includes the block's recomputation when it is checkpointed
-    kBackwardEmbedding,
-  };
-  static const char* PhaseName(Phase phase);
+  // The phases of a training forward and backward, reported to the phase hook as each begins,
+  // for the memory profiler: Phase::kForward of the embedding (block -1) and of each block,
+  // Phase::kLoss of the head (final norm, logits, loss) forward and then backward, and
+  // Phase::kBackward of each block (its recomputation included when it is checkpointed) and of
+  // the embedding (block -1).
   using PhaseHook = std::function<void(Phase phase, int block)>;
   // Called on the driving thread at the start of every phase; empty to stop.
   void set_phase_hook(PhaseHook hook) { phase_hook_ = std::move(hook); }

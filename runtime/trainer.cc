@@ -326,12 +326,12 @@ StatusOr<StepRecord> Trainer::Step() {
     HOIST_RETURN_IF_ERROR(model_->status());
     HOIST_RETURN_IF_ERROR(engine_->status());
     if (joined_store_ != nullptr) HOIST_RETURN_IF_ERROR(joined_store_->status());
-    phase_s[int(StepPhase::kData)] += std::chrono::duration<double>(t1 - t0).count();
-    phase_s[int(StepPhase::kForward)] += std::chrono::duration<double>(t2 - t1).count();
-    phase_s[int(StepPhase::kBackward)] += SecondsSince(t2);
+    phase_s[int(Phase::kData)] += std::chrono::duration<double>(t1 - t0).count();
+    phase_s[int(Phase::kForward)] += std::chrono::duration<double>(t2 - t1).count();
+    phase_s[int(Phase::kBackward)] += SecondsSince(t2);
   }
   record.recompute_s = model_->recompute_seconds() - recompute_before;
-  EnterPhase(PhaseKind::kReduce);
+  EnterPhase(Phase::kReduce);
   const auto reduce_start = Clock::now();
   // A shard that one rank could not read (truncated while training) stops every rank here.
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
@@ -354,12 +354,12 @@ StatusOr<StepRecord> Trainer::Step() {
   const double loss_reduce_s = SecondsSince(reduce_start);
   // The engine finishes the reduction and steps; with offload the step is the host's or NVMe's.
   const bool offloaded = engine_->options().offload_optimizer.place != Placement::kDevice;
-  EnterPhase(offloaded ? PhaseKind::kOffload : PhaseKind::kOptimizer);
+  EnterPhase(offloaded ? Phase::kOffload : Phase::kOptimizer);
   HOIST_ASSIGN_OR_RETURN(zero::StepResult result,
                          engine_->Step(record.lr, record.loss_scale, clip_));
   record.grad_norm = result.grad_norm;
-  phase_s[int(StepPhase::kReduce)] = loss_reduce_s + result.reduce_s;
-  phase_s[int(StepPhase::kOptimizer)] = result.optimizer_s;
+  phase_s[int(Phase::kReduce)] = loss_reduce_s + result.reduce_s;
+  phase_s[int(Phase::kOptimizer)] = result.optimizer_s;
   if (scaler_ != nullptr) {
     HOIST_ASSIGN_OR_RETURN(record.skipped, scaler_->Update(result.overflow));
   } else if (result.overflow && config_.precision() == DType::kBFloat16) {
@@ -468,8 +468,8 @@ Status Trainer::RunSteps() {
     const bool last = step_ == total;
     const MemorySnapshot memory = device_.tracker()->Snapshot();
     nlohmann::json phases = nlohmann::json::object();
-    for (int p = 0; p < kNumStepPhases; ++p) {
-      phases[StepPhaseName(static_cast<StepPhase>(p))] = record.phase_s[p];
+    for (int p = 0; p < kNumTimedPhases; ++p) {
+      phases[PhaseName(static_cast<Phase>(p))] = record.phase_s[p];
     }
     nlohmann::json line = {{"step", record.step},
                            {"rank", rank},
@@ -590,7 +590,7 @@ Status Trainer::RunSteps() {
   return Status::Ok();
 }
 
-void Trainer::EnterPhase(PhaseKind kind, int block) {
+void Trainer::EnterPhase(Phase kind, int block) {
   if (profiler_ != nullptr && !evaluating_) profiler_->Enter(step_ + 1, kind, block);
 }
 

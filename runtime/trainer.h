@@ -91,7 +91,7 @@ struct StepRecord {
   bool skipped = false;  // fp16 overflow: no update this step
   double step_s = 0;
   double tokens_per_s = 0;
-  std::array<double, kNumStepPhases> phase_s{};  // by StepPhase
+  std::array<double, kNumTimedPhases> phase_s{};  // by Phase
   // Of phase_s's backward: recomputing checkpointed activations (activation_checkpointing).
   double recompute_s = 0;
 };
@@ -165,7 +165,7 @@ class Trainer {
   Status RunSteps();
   // The memory profile (monitor.memory_profile): marks the start of a phase of the step being
   // taken, and closes the profile and writes its files once its steps are done (or the run ends).
-  void EnterPhase(PhaseKind kind, int block = -1);
+  void EnterPhase(Phase kind, int block = -1);
   Status FinishMemoryProfile();
   // Rank 0 publishes the status of the step just taken (every rank takes part: the per-rank
   // memory tables are gathered).

@@ -79,17 +79,7 @@ Status Trainer::CreateModel() {
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, model.status()));
     model_ = std::move(model).value();
   }
-  model_->set_phase_hook([this](Model::Phase phase, int block) {
-    switch (phase) {
-      case Model::Phase::kForwardEmbedding:
-      case Model::Phase::kForwardBlock: EnterPhase(PhaseKind::kForward, block); break;
-      // The head's forward and backward: the final layernorm, the logits and the loss.
-      case Model::Phase::kForwardHead:
-      case Model::Phase::kBackwardHead: EnterPhase(PhaseKind::kLoss); break;
-      case Model::Phase::kBackwardBlock:
-      case Model::Phase::kBackwardEmbedding: EnterPhase(PhaseKind::kBackward, block); break;
-    }
-  });
+  model_->set_phase_hook([this](Phase phase, int block) { EnterPhase(phase, block); });
   return Status::Ok();
 }
 

@@ -215,11 +215,6 @@ int64_t ZeroPaperModelStateBytes(int64_t psi, int stage, int world, bool mixed_p
   return p * params + p * grads + k * states;
 }
 
-const char* EnginePhaseName(EnginePhase phase) {
-  static const char* kNames[kNumEnginePhases] = {"forward", "backward", "step"};
-  return kNames[static_cast<int>(phase)];
-}
-
 ModelPasses LayerwisePasses(int num_units) {
   using Op = StoreCall::Op;
   ModelPasses passes;
@@ -262,7 +257,7 @@ EngineMemoryEstimate::Table EngineMemoryEstimate::PeakTable() const {
 
 int64_t EngineMemoryEstimate::PeakTotalWith(Place p, const PhaseBytes& added) const {
   int64_t most = 0;
-  for (int phase = 0; phase < kNumEnginePhases; ++phase) {
+  for (int phase = 0; phase < kNumPhases; ++phase) {
     most = std::max(most, extra_total[phase][int(p)] + added[phase]);
   }
   return ResidentTotal(p) + most;
@@ -728,7 +723,7 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnit
     return Status::Ok();
   };
   // Each phase's peaks start from what it finds (buffers an earlier phase left, too).
-  auto phase = [&](EnginePhase which, const auto& body) -> Status {
+  auto phase = [&](Phase which, const auto& body) -> Status {
     tracker.ResetPeaks();
     HOIST_RETURN_IF_ERROR(body());
     const MemorySnapshot seen = tracker.Snapshot();
@@ -745,19 +740,19 @@ StatusOr<EngineMemoryEstimate> EstimateEngineMemory(const std::vector<EngineUnit
   };
   for (int step = 0; step < 2; ++step) {
     for (int micro = 0; micro < micro_batches; ++micro) {
-      HOIST_RETURN_IF_ERROR(phase(EnginePhase::kForward, [&] {
+      HOIST_RETURN_IF_ERROR(phase(Phase::kForward, [&] {
         if (micro == 0) {
           for (auto& replay : replays) replay->ZeroGrads();
         }
         return run(passes.forward, /*backward=*/false);
       }));
-      HOIST_RETURN_IF_ERROR(phase(EnginePhase::kBackward, [&] {
+      HOIST_RETURN_IF_ERROR(phase(Phase::kBackward, [&] {
         HOIST_RETURN_IF_ERROR(run(passes.backward, /*backward=*/true));
         for (auto& replay : replays) HOIST_RETURN_IF_ERROR(replay->CheckBalanced());
         return Status::Ok();
       }));
     }
-    HOIST_RETURN_IF_ERROR(phase(EnginePhase::kStep, [&] {
+    HOIST_RETURN_IF_ERROR(phase(Phase::kOptimizer, [&] {
       for (auto& replay : replays) replay->Step();
       return Status::Ok();
     }));

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/memory_tracker.h"
+#include "core/phase.h"
 #include "core/status.h"
 #include "offload/state_swapper.h"
 #include "zero/partition.h"
@@ -138,11 +139,8 @@ int64_t ZeroPaperModelStateBytes(int64_t psi, int stage, int world, bool mixed_p
 
 // ---- The estimate. ----
 
-// The parts of one optimizer step, each with its own transient buffers.
-enum class EnginePhase { kForward = 0, kBackward, kStep };
-inline constexpr int kNumEnginePhases = 3;
-// "forward", "backward", "step".
-const char* EnginePhaseName(EnginePhase phase);
+// The estimate counts the parts of one optimizer step, Phase::kForward, kBackward and kOptimizer
+// (core/phase.h), each with its own transient buffers.
 
 // One ParamStore call of the model.
 struct StoreCall {
@@ -166,22 +164,22 @@ ModelPasses LayerwisePasses(int num_units);
 
 struct EngineMemoryEstimate {
   using Table = MemorySnapshot::Table;  // [place][category] bytes
-  using PhaseBytes = std::array<int64_t, kNumEnginePhases>;
+  using PhaseBytes = std::array<int64_t, kNumPhases>;
 
   Table resident{};  // held from Create on
   // Per phase, on top of `resident`: the most bytes of each (place, category) at any moment,
   // and the largest simultaneous sum over categories per place (which may be less than the sum
   // of the per-category maxima, reached at different moments).
-  std::array<Table, kNumEnginePhases> extra{};
-  std::array<std::array<int64_t, kNumPlaces>, kNumEnginePhases> extra_total{};
+  std::array<Table, kNumPhases> extra{};
+  std::array<std::array<int64_t, kNumPlaces>, kNumPhases> extra_total{};
   ModelStateBytes model_states;  // ZeroEngine::model_state_bytes()
 
   int64_t Resident(Place p, Category c) const { return resident[int(p)][int(c)]; }
   int64_t ResidentTotal(Place p) const;
-  int64_t Extra(EnginePhase phase, Place p, Category c) const {
+  int64_t Extra(Phase phase, Place p, Category c) const {
     return extra[int(phase)][int(p)][int(c)];
   }
-  int64_t ExtraTotal(EnginePhase phase, Place p) const { return extra_total[int(phase)][int(p)]; }
+  int64_t ExtraTotal(Phase phase, Place p) const { return extra_total[int(phase)][int(p)]; }
   // What the tracker's peak[p][c] and peak_total[p] hold after the engine has run.
   int64_t Peak(Place p, Category c) const;
   int64_t PeakTotal(Place p) const;

@@ -203,7 +203,7 @@ TEST(LlamaCheckpointing, PhasesAreReportedInOrderAndCheckpointedBlocksRecompute)
         std::move(DecoderModel::Create(m, 1, 4, &device, nullptr, DType::kFloat32, Policy(policy)))
             .value();
     model->InitializeWeights(1);
-    using P = Model::Phase;
+    using P = Phase;
     std::vector<std::pair<P, int>> phases;
     model->set_phase_hook([&](P phase, int block) { phases.emplace_back(phase, block); });
     const int32_t tokens[] = {1, 2, 3, 4};
@@ -211,10 +211,9 @@ TEST(LlamaCheckpointing, PhasesAreReportedInOrderAndCheckpointedBlocksRecompute)
     model->Backward();
     ASSERT_TRUE(model->status().ok()) << model->status().ToString();
     const std::vector<std::pair<P, int>> want = {
-        {P::kForwardEmbedding, -1}, {P::kForwardBlock, 0},  {P::kForwardBlock, 1},
-        {P::kForwardBlock, 2},      {P::kForwardBlock, 3},  {P::kForwardHead, -1},
-        {P::kBackwardHead, -1},     {P::kBackwardBlock, 3}, {P::kBackwardBlock, 2},
-        {P::kBackwardBlock, 1},     {P::kBackwardBlock, 0}, {P::kBackwardEmbedding, -1}};
+        {P::kForward, -1}, {P::kForward, 0},  {P::kForward, 1},  {P::kForward, 2},
+        {P::kForward, 3},  {P::kLoss, -1},    {P::kLoss, -1},    {P::kBackward, 3},
+        {P::kBackward, 2}, {P::kBackward, 1}, {P::kBackward, 0}, {P::kBackward, -1}};
     EXPECT_EQ(phases, want);
     EXPECT_EQ(model->recomputed_blocks(), policy == CheckpointPolicy::kNone ? 0 : m.n_layer);
     EXPECT_GE(model->recompute_seconds(), 0.0);

@@ -56,21 +56,21 @@ class MemoryProfileTest : public ::testing::Test {
   void RunStep(int64_t step) {
     MemoryProfiler& profiler = *profiler_;
     for (int block = 0; block < 2; ++block) {
-      profiler.Enter(step, PhaseKind::kForward, block);  // 1300, then 1600
+      profiler.Enter(step, Phase::kForward, block);  // 1300, then 1600
       tracker_.Add(kDev, Category::kActivation, kActivationBytes);
     }
-    profiler.Enter(step, PhaseKind::kLoss);  // 1600, a 1800 spike inside
+    profiler.Enter(step, Phase::kLoss);  // 1600, a 1800 spike inside
     Spike(kDev, Category::kWorkspace, 200);
     for (int block = 1; block >= 0; --block) {
-      profiler.Enter(step, PhaseKind::kBackward, block);
+      profiler.Enter(step, Phase::kBackward, block);
       tracker_.Add(kDev, Category::kGrad, kGradBytes);
       // Block 1: 1700 + 400 (step 0) or + 500 (step 1); block 0: 1500 at most.
       if (block == 1) Spike(kDev, Category::kWorkspace, step == 0 ? 400 : 500);
       tracker_.Remove(kDev, Category::kActivation, kActivationBytes);
     }
-    profiler.Enter(step, PhaseKind::kReduce);
+    profiler.Enter(step, Phase::kReduce);
     Spike(Place::kHostPinned, Category::kComm, 64);
-    profiler.Enter(step, PhaseKind::kOptimizer);  // back to 1000
+    profiler.Enter(step, Phase::kOptimizer);  // back to 1000
     tracker_.Remove(kDev, Category::kGrad, 2 * kGradBytes);
   }
 
@@ -178,8 +178,8 @@ TEST(XmlProblem, CatchesWhatMakesXmlIllFormed) {
 }
 
 TEST_F(MemoryProfileTest, NamesStructuredPhasesAndDescribesThem) {
-  profiler_->Enter(3, PhaseKind::kBackward, 2);
-  profiler_->Enter(3, PhaseKind::kOptimizer);
+  profiler_->Enter(3, Phase::kBackward, 2);
+  profiler_->Enter(3, Phase::kOptimizer);
   profiler_->Enter("eval");
   profiler_->Finish();
   const std::vector<MemoryPhase>& phases = profiler_->phases();

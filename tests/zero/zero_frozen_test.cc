@@ -202,8 +202,8 @@ void ExpectJoinedEstimateIsExact(const Case& c) {
   struct Measured {
     Status status;
     Table created{}, end{};
-    std::array<Table, kNumEnginePhases> peak{};
-    std::array<std::array<int64_t, kNumPlaces>, kNumEnginePhases> peak_total{};
+    std::array<Table, kNumPhases> peak{};
+    std::array<std::array<int64_t, kNumPlaces>, kNumPhases> peak_total{};
     ModelStateBytes states;
   };
   std::vector<Measured> measured(static_cast<size_t>(c.world));
@@ -251,7 +251,7 @@ void ExpectJoinedEstimateIsExact(const Case& c) {
           }
         }
       };
-      auto phase = [&](EnginePhase which, const std::function<void()>& body) {
+      auto phase = [&](Phase which, const std::function<void()>& body) {
         tracker.ResetPeaks();
         body();
         const MemorySnapshot seen = tracker.Snapshot();
@@ -263,12 +263,12 @@ void ExpectJoinedEstimateIsExact(const Case& c) {
         }
       };
       for (int step = 0; step < 2 && m.status.ok(); ++step) {
-        phase(EnginePhase::kForward, [&] {
+        phase(Phase::kForward, [&] {
           m.status = (*trained)->ZeroGrads();
           drive(passes.forward, step);
         });
-        phase(EnginePhase::kBackward, [&] { drive(passes.backward, step); });
-        phase(EnginePhase::kStep, [&] {
+        phase(Phase::kBackward, [&] { drive(passes.backward, step); });
+        phase(Phase::kOptimizer, [&] {
           auto result = (*trained)->Step(0.01f, 1.0f, 1.0f);
           if (m.status.ok()) m.status = result.status();
         });
@@ -295,14 +295,14 @@ void ExpectJoinedEstimateIsExact(const Case& c) {
                                  CategoryName(Category(k)) + " rank " + std::to_string(r);
         EXPECT_EQ(m.created[p][k], est.resident[p][k]) << "resident " << cell;
         EXPECT_EQ(m.end[p][k], est.resident[p][k]) << "after the run " << cell;
-        for (int ph = 0; ph < kNumEnginePhases; ++ph) {
+        for (int ph = 0; ph < kNumPhases; ++ph) {
           EXPECT_EQ(m.peak[ph][p][k], est.resident[p][k] + est.extra[ph][p][k])
-              << EnginePhaseName(EnginePhase(ph)) << " " << cell;
+              << PhaseName(Phase(ph)) << " " << cell;
         }
       }
-      for (int ph = 0; ph < kNumEnginePhases; ++ph) {
+      for (int ph = 0; ph < kNumPhases; ++ph) {
         EXPECT_EQ(m.peak_total[ph][p], est.ResidentTotal(Place(p)) + est.extra_total[ph][p])
-            << EnginePhaseName(EnginePhase(ph)) << " total " << PlaceName(Place(p));
+            << PhaseName(Phase(ph)) << " total " << PlaceName(Place(p));
       }
     }
     // Gradients and optimizer states are the adapters' alone.

@@ -94,8 +94,8 @@ offload::StorageFactory MemoryFiles() {
 struct Measured {
   Status status;
   MemorySnapshot created;                            // after Create and Initialize
-  std::array<Table, kNumEnginePhases> phase_peak{};  // per phase: the largest per-phase peaks
-  std::array<Totals, kNumEnginePhases> phase_peak_total{};
+  std::array<Table, kNumPhases> phase_peak{};        // per phase: the largest per-phase peaks
+  std::array<Totals, kNumPhases> phase_peak_total{};
   Table end{};  // current at the end of the run
   ModelStateBytes states;
 };
@@ -167,7 +167,7 @@ std::vector<Measured> Measure(const EngineRun& run) {
       });
       m.created = tracker.Snapshot();
       std::vector<std::vector<float>> weights(run.units.size());
-      auto phase = [&](EnginePhase which, const std::function<void()>& body) {
+      auto phase = [&](Phase which, const std::function<void()>& body) {
         tracker.ResetPeaks();
         body();
         const MemorySnapshot seen = tracker.Snapshot();
@@ -182,14 +182,13 @@ std::vector<Measured> Measure(const EngineRun& run) {
       };
       for (int step = 0; step < 2 && m.status.ok(); ++step) {
         for (int micro = 0; micro < run.micro_batches; ++micro) {
-          phase(EnginePhase::kForward, [&] {
+          phase(Phase::kForward, [&] {
             if (micro == 0) m.status = e.ZeroGrads();
             Drive(e, run.units, run.passes.forward, weights, step);
           });
-          phase(EnginePhase::kBackward,
-                [&] { Drive(e, run.units, run.passes.backward, weights, step); });
+          phase(Phase::kBackward, [&] { Drive(e, run.units, run.passes.backward, weights, step); });
         }
-        phase(EnginePhase::kStep, [&] {
+        phase(Phase::kOptimizer, [&] {
           auto result = e.Step(0.01f, 1.0f, 1.0f);
           if (m.status.ok()) m.status = result.status();
         });
@@ -246,7 +245,7 @@ void ExpectEstimateIsExact(const EngineRun& run, const std::string& label) {
     diff += Differences("peak after Create", m.created.peak, est.resident, nullptr, nullptr);
     Table whole_peak = m.created.peak;
     Totals whole_peak_total = m.created.peak_total;
-    for (int ph = 0; ph < kNumEnginePhases; ++ph) {
+    for (int ph = 0; ph < kNumPhases; ++ph) {
       Table want{};
       Totals want_total{};
       for (int p = 0; p < kNumPlaces; ++p) {
@@ -257,8 +256,8 @@ void ExpectEstimateIsExact(const EngineRun& run, const std::string& label) {
         want_total[p] = resident_total[p] + est.extra_total[ph][p];
         whole_peak_total[p] = std::max(whole_peak_total[p], m.phase_peak_total[ph][p]);
       }
-      diff += Differences(EnginePhaseName(EnginePhase(ph)), m.phase_peak[ph], want,
-                          &m.phase_peak_total[ph], &want_total);
+      diff += Differences(PhaseName(Phase(ph)), m.phase_peak[ph], want, &m.phase_peak_total[ph],
+                          &want_total);
     }
     Totals peak_total{};
     for (int p = 0; p < kNumPlaces; ++p) peak_total[p] = est.PeakTotal(Place(p));
@@ -685,11 +684,11 @@ TEST(EngineMemoryEstimate, Stage3ForwardHoldsTheLargestPairOfGatheredUnits) {
     }
     auto est = EstimateEngineMemory(units, options, world, 0);
     ASSERT_TRUE(est.ok()) << est.status().ToString();
-    EXPECT_EQ(est->Extra(EnginePhase::kForward, Place::kDevice, Category::kParam), 4 * largest_pair)
+    EXPECT_EQ(est->Extra(Phase::kForward, Place::kDevice, Category::kParam), 4 * largest_pair)
         << "world " << world;
-    EXPECT_EQ(est->ExtraTotal(EnginePhase::kForward, Place::kDevice), 4 * largest_pair);
+    EXPECT_EQ(est->ExtraTotal(Phase::kForward, Place::kDevice), 4 * largest_pair);
     // The step allocates nothing in stage 3 without offload.
-    EXPECT_EQ(est->ExtraTotal(EnginePhase::kStep, Place::kDevice), 0);
+    EXPECT_EQ(est->ExtraTotal(Phase::kOptimizer, Place::kDevice), 0);
   }
 }
 
@@ -698,7 +697,7 @@ TEST(EngineMemoryEstimate, PeakTotalWithAddsActivationsToTheirPhase) {
       EstimateEngineMemory(UnevenUnits(), Options(3, DType::kBFloat16, Offload::kNone), 2, 0);
   ASSERT_TRUE(est.ok());
   const int64_t resident = est->ResidentTotal(Place::kDevice);
-  const int64_t backward = est->ExtraTotal(EnginePhase::kBackward, Place::kDevice);
+  const int64_t backward = est->ExtraTotal(Phase::kBackward, Place::kDevice);
   EXPECT_EQ(est->PeakTotalWith(Place::kDevice, {0, 1000000, 0}), resident + backward + 1000000);
   EXPECT_EQ(est->PeakTotalWith(Place::kDevice, {0, 0, 0}), est->PeakTotal(Place::kDevice));
   EXPECT_EQ(est->PeakTotalWith(Place::kHost, {0, 0, 0}), 0);
