@@ -1,7 +1,5 @@
 #include "launcher/commands.h"
 
-#include <unistd.h>
-
 #include <cstdlib>
 #include <iostream>
 #include <memory>
@@ -9,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "comm/agree.h"
 #include "comm/node.h"
 #include "comm/world.h"
 #include "core/cpu_share.h"
@@ -19,14 +16,11 @@
 #include "kernels/cpu/cpu_threads.h"
 #include "launcher/report.h"
 #include "runtime/config.h"
+#include "runtime/device_registry.h"
 #include "runtime/memory_estimate.h"
 #include "runtime/sampler.h"
 #include "runtime/tokenizer.h"
 #include "runtime/trainer.h"
-#if defined(HOIST_HAVE_CUDA)
-#include "core/cuda/cuda_device.h"
-#include "runtime/cuda/cuda_accelerator.h"
-#endif
 
 namespace hoist::launcher {
 
@@ -39,105 +33,6 @@ int ReportError(const Status& status) {
 }
 
 namespace {
-
-// Why this rank cannot train on its GPU, or Ok: the build, a GPU visible to it.
-Status LocalGpuReadiness() {
-#if defined(HOIST_HAVE_CUDA)
-  if (CudaDeviceCount() == 0) {
-    return UnavailableError("no CUDA GPU is visible (driver " + CudaDriverVersionString() +
-                            "; check CUDA_VISIBLE_DEVICES)");
-  }
-  return Status::Ok();
-#else
-  return UnimplementedError(
-      "this build of hoist has no CUDA (configured without nvcc, or with HOIST_WITH_CUDA=OFF); "
-      "rebuild where the CUDA toolkit is installed");
-#endif
-}
-
-// Collective: whether two ranks would open the same GPU (local rank modulo the GPUs each sees),
-// told apart by host name and PCI bus id, so that a launcher giving each rank its own
-// CUDA_VISIBLE_DEVICES (every rank seeing "GPU 0") counts as one GPU per rank. A rank that is not
-// `ready` takes part without a GPU.
-StatusOr<bool> RanksShareAGpu(comm::Communicator& comm, int local_rank, const Status& ready) {
-  std::string mine;
-#if defined(HOIST_HAVE_CUDA)
-  const int gpus = CudaDeviceCount();
-  if (ready.ok() && gpus > 0) {
-    const StatusOr<std::string> bus_id = CudaDevicePciBusId(local_rank % gpus);
-    char host[256] = {};
-    gethostname(host, sizeof(host) - 1);
-    // Without a bus id this rank cannot be compared; opening the GPU will say what is wrong.
-    if (bus_id.ok()) mine = *bus_id + " on " + host;
-  }
-#else
-  (void)local_rank;
-  (void)ready;
-#endif
-  const Status shared = comm::RefuseSharedResource(comm, mine, "the GPU");
-  if (shared.ok()) return false;
-  if (shared.code() == StatusCode::kUnavailable) return true;
-  return shared;
-}
-
-// Where `hoist train --device` computes: an empty factory is the CPU. cuda takes every rank's
-// GPU (a clear error on every rank where one cannot), NCCL between them when each rank has its
-// own, the host-staged communicator when ranks share one; auto takes the GPUs only when every
-// rank has its own, else the CPU, saying why on rank 0 when a GPU was there. Both are agreed over
-// `comm`, so that no rank takes another path or waits for a rank that gave up.
-StatusOr<runtime::AcceleratorFactory> ChooseDevice(const std::string& device,
-                                                   const RankEnv& rank_env,
-                                                   comm::Communicator& comm, std::ostream* out) {
-  if (device == "cpu") return runtime::AcceleratorFactory();
-  const Status ready = LocalGpuReadiness();
-  HOIST_ASSIGN_OR_RETURN(const bool shared, RanksShareAGpu(comm, rank_env.local_rank, ready));
-  const Status everywhere = comm::AgreeOnStatus(comm, ready);
-  if (device == "cuda") {
-    if (!everywhere.ok()) {
-      return Status(everywhere.code(),
-                    "--device cuda: " + everywhere.message() + "; --device cpu trains on the CPU");
-    }
-#if defined(HOIST_HAVE_CUDA)
-    runtime::CudaAcceleratorOptions options;
-#if defined(HOIST_HAVE_NCCL)
-    options.nccl = !shared;
-#else
-    options.nccl = false;
-#endif
-    if (out != nullptr && comm.world_size() > 1 && !options.nccl) {
-      *out << "hoist: "
-           << (shared ? "ranks share a GPU (NCCL needs one GPU per rank)"
-                      : "this build of hoist has no NCCL")
-           << ": the ranks' collectives go through host memory, slower than NCCL\n";
-    }
-    return runtime::CudaAccelerator(options);
-#else
-    return UnimplementedError("--device cuda: this build of hoist has no CUDA");  // not reached
-#endif
-  }
-  Status why_not = everywhere;
-  if (why_not.ok() && shared) {
-    why_not = UnavailableError(
-        "ranks would share a GPU; start at most as many ranks per node as "
-        "it has GPUs, or ask for --device cuda");
-  }
-  if (why_not.ok()) {
-#if defined(HOIST_HAVE_CUDA)
-    return runtime::CudaAccelerator(runtime::CudaAcceleratorOptions{});
-#endif
-  }
-  const bool saw_gpu =
-#if defined(HOIST_HAVE_CUDA)
-      CudaDeviceCount() > 0;
-#else
-      false;
-#endif
-  if (out != nullptr && saw_gpu) {
-    *out << "hoist: a GPU is visible, but this job trains on the CPU: " << why_not.message()
-         << "\n";
-  }
-  return runtime::AcceleratorFactory();
-}
 
 // Collective. Ranks that mpirun or srun started side by side on one machine, unbound, would each
 // start as many OpenMP threads as it has cores and spin against each other: each takes its share
@@ -196,9 +91,10 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
                 "(optimizer.type AdamW8bit)")
       ->needs(budget);
   cmd->add_option("--device", args->device,
-                  "Where the step runs: cuda (this rank's GPU, by local rank), cpu, or auto "
-                  "(the GPU when one is visible and the job can run there, else the CPU)")
-      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+                  "Where the step runs: cpu, cuda (this rank's GPU, by local rank), or auto (the "
+                  "GPU when one is visible and the job can run there, else the CPU); the error "
+                  "for one this build lacks says what it takes")
+      ->check(CLI::IsMember(runtime::DeviceChoices()));
   cmd->callback([args, exit_code] {
     int64_t memory_budget = 0;
     if (!args->memory_budget.empty()) {
@@ -238,24 +134,26 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
       *exit_code = ReportError(shared);
       return;
     }
-    StatusOr<runtime::AcceleratorFactory> device = ChooseDevice(
-        args->device, *rank_env, **communicator, rank_env->rank == 0 ? &std::cout : nullptr);
+    // Collective where the device needs it: every rank takes the same device or every rank stops.
+    StatusOr<runtime::ChosenDevice> device =
+        runtime::ChooseDevice(args->device, rank_env->local_rank, **communicator,
+                              rank_env->rank == 0 ? &std::cout : nullptr);
     if (!device.ok()) {
       *exit_code = ReportError(device.status());
       return;
     }
     if (memory_budget > 0) {
       // Every rank plans alike from the same inputs, so a refusal ends every rank the same way.
-      config = PlanForTraining(
-          *config, memory_budget, **communicator, rank_env->rank == 0 ? &std::cout : nullptr,
-          *device ? DeviceKind::kCuda : DeviceKind::kCpu, args->allow_8bit_optimizer);
+      config = PlanForTraining(*config, memory_budget, **communicator,
+                               rank_env->rank == 0 ? &std::cout : nullptr, device->kind,
+                               args->allow_8bit_optimizer);
       if (!config.ok()) {
         *exit_code = ReportError(config.status());
         return;
       }
     }
     runtime::TrainerOptions options;
-    options.accelerator = *device;
+    options.accelerator = device->factory;
     options.resume = args->resume;
     options.resume_from = args->resume_from;
     options.out = rank_env->rank == 0 ? &std::cout : nullptr;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/device_facts.h"
 #include "launcher/commands.h"
 #include "runtime/config.h"
 #include "runtime/memory_estimate.h"
@@ -34,7 +35,7 @@ void AddEstimateCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--device", args->device,
                   "What the ranks train on: cpu, or cuda (the GPU's memory as place device; "
                   "no GPU needed to estimate)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+      ->check(CLI::IsMember(kernels::DeviceFactNames()));
   cmd->add_option("--set", args->overrides,
                   "Override a config key: --set zero_optimization.stage=3")
       ->take_all();
@@ -54,7 +55,8 @@ void AddEstimateCommand(CLI::App& app, int* exit_code) {
       *exit_code = ReportError(config.status());
       return;
     }
-    const DeviceKind device = args->device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
+    // Every device with facts, whether or not this build trains on it: no GPU needed.
+    const DeviceKind device = kernels::FindDeviceFacts(args->device)->kind;
     StatusOr<runtime::MemoryEstimate> estimate =
         runtime::EstimateMemory(*config, args->ranks, device);
     if (!estimate.ok()) {

@@ -14,6 +14,7 @@
 #include "comm/node.h"
 #include "core/file_system.h"
 #include "core/memory_tracker.h"
+#include "kernels/device_facts.h"
 #include "launcher/commands.h"
 #include "runtime/config.h"
 #include "runtime/memory_estimate.h"
@@ -299,9 +300,9 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--set", args->overrides, "Override a config key: --set optimizer.params.lr=3e-4")
       ->take_all();
   cmd->add_option("--device", args->device,
-                  "What the ranks train on: cpu, or cuda (--memory is then the GPU's; parameter "
-                  "offload, which the GPU cannot run yet, is left out)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+                  "What the ranks train on: cpu, or cuda (--memory is then the GPU's; no GPU "
+                  "needed to plan)")
+      ->check(CLI::IsMember(kernels::DeviceFactNames()));
   cmd->add_flag("--allow-8bit-optimizer", args->allow_8bit,
                 "Also consider 8-bit AdamW moments (optimizer.type AdamW8bit) for an AdamW job: "
                 "a quarter of the optimizer's bytes, taken where 32-bit moments do not fit or "
@@ -337,7 +338,7 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
       options.ranks_per_node = (args->ranks + args->nodes - 1) / args->nodes;
       options.nvme_path = args->nvme_path;
       options.allow_8bit_optimizer = args->allow_8bit;
-      options.device = args->device == "cuda" ? DeviceKind::kCuda : DeviceKind::kCpu;
+      options.device = kernels::FindDeviceFacts(args->device)->kind;
       options.rates = args->rates;
       options.rates.flops_per_s = args->flops;
       HOIST_ASSIGN_OR_RETURN(runtime::Config config,

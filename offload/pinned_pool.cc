@@ -6,10 +6,6 @@
 #include <cerrno>
 #include <cstdlib>
 
-#if HOIST_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #include "core/live_memory.h"
 #include "core/logging.h"
 #include "offload/block_storage.h"
@@ -26,12 +22,12 @@ PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& other) noexcept {
     size_bytes_ = other.size_bytes_;
     category_ = other.category_;
     locked_ = other.locked_;
-    cuda_ = other.cuda_;
+    pinner_ = other.pinner_;
     other.pool_ = nullptr;
     other.data_ = nullptr;
     other.size_bytes_ = 0;
     other.locked_ = false;
-    other.cuda_ = false;
+    other.pinner_ = nullptr;
   }
   return *this;
 }
@@ -45,7 +41,7 @@ void PinnedBuffer::Reset() {
   data_ = nullptr;
   size_bytes_ = 0;
   locked_ = false;
-  cuda_ = false;
+  pinner_ = nullptr;
 }
 
 PinnedHostPool::PinnedHostPool(MemoryTracker& tracker, PinnedHostPoolOptions options)
@@ -98,43 +94,13 @@ bool PinnedHostPool::LockPages(void* data, int64_t size) {
   return false;
 }
 
-bool PinnedHostPool::DriverPins() {
-#if HOIST_HAVE_CUDA
-  static const bool have_gpu = [] {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  }();
-  return have_gpu;
-#else
-  return false;
-#endif
-}
+bool PinnedHostPool::DriverPins() { return AvailableHostPinner() != nullptr; }
 
-void* PinnedHostPool::CudaHostAlloc(int64_t size) {
-#if HOIST_HAVE_CUDA
-  if (!DriverPins()) return nullptr;
-  void* data = nullptr;
-  // Portable: pinned for every CUDA context of the process, whichever device copies from it.
-  if (cudaHostAlloc(&data, static_cast<size_t>(size), cudaHostAllocPortable) != cudaSuccess) {
-    (void)cudaGetLastError();  // clears the sticky error; the pool falls back to mlock
-    return nullptr;
-  }
-  return data;
-#else
-  (void)size;
-  return nullptr;
-#endif
-}
-
-void PinnedHostPool::FreePages(void* data, int64_t size, bool locked, bool cuda) {
-#if HOIST_HAVE_CUDA
-  if (cuda) {
-    (void)cudaFreeHost(data);
+void PinnedHostPool::FreePages(void* data, int64_t size, bool locked, HostPinner* pinner) {
+  if (pinner != nullptr) {
+    pinner->Free(data);
     return;
   }
-#else
-  (void)cuda;
-#endif
   if (locked) ::munlock(data, static_cast<size_t>(size));
   std::free(data);
 }
@@ -142,9 +108,11 @@ void PinnedHostPool::FreePages(void* data, int64_t size, bool locked, bool cuda)
 StatusOr<PinnedBuffer> PinnedHostPool::Allocate(int64_t bytes, Category category) {
   HOIST_CHECK_GT(bytes, 0) << "PinnedHostPool::Allocate";
   const int64_t size = AllocationBytes(bytes);
-  void* data = options_.lock_pages ? CudaHostAlloc(size) : nullptr;
-  const bool cuda = data != nullptr;
-  if (!cuda) {
+  HostPinner* pinner = options_.lock_pages ? AvailableHostPinner() : nullptr;
+  void* data = pinner != nullptr ? pinner->Allocate(size) : nullptr;
+  // A driver that refuses leaves the pages to mlock, as where there is none.
+  if (data == nullptr) pinner = nullptr;
+  if (pinner == nullptr) {
     HOIST_ASSIGN_OR_RETURN(data, AllocatePages(size, category));
   }
 
@@ -153,10 +121,10 @@ StatusOr<PinnedBuffer> PinnedHostPool::Allocate(int64_t bytes, Category category
   buffer.data_ = data;
   buffer.size_bytes_ = size;
   buffer.category_ = category;
-  buffer.cuda_ = cuda;
+  buffer.pinner_ = pinner;
 
   std::lock_guard<std::mutex> lock(mu_);
-  if (cuda) {
+  if (pinner != nullptr) {
     buffer.locked_ = true;
   } else if (options_.lock_pages) {
     buffer.locked_ = LockPages(data, size);
@@ -171,11 +139,11 @@ StatusOr<PinnedBuffer> PinnedHostPool::Allocate(int64_t bytes, Category category
 
 void PinnedHostPool::Release(PinnedBuffer& buffer) {
   live_memory::Remove(buffer.data_);
-  FreePages(buffer.data_, buffer.size_bytes_, buffer.locked_, buffer.cuda_);
+  FreePages(buffer.data_, buffer.size_bytes_, buffer.locked_, buffer.pinner_);
   std::lock_guard<std::mutex> lock(mu_);
   bytes_in_use_ -= buffer.size_bytes_;
   if (buffer.locked_) bytes_locked_ -= buffer.size_bytes_;
-  if (buffer.locked_ && !buffer.cuda_) bytes_mlocked_ -= buffer.size_bytes_;
+  if (buffer.locked_ && buffer.pinner_ == nullptr) bytes_mlocked_ -= buffer.size_bytes_;
   tracker_.Remove(Place::kHostPinned, buffer.category_, buffer.size_bytes_);
 }
 

@@ -1,8 +1,10 @@
 // PinnedHostPool: page-aligned host buffers for the transfers of offload (NVMe reads and writes
-// under O_DIRECT, and host-device copies). On a CUDA build with a visible GPU the CUDA driver
-// allocates and pins them (cudaHostAlloc), which asynchronous copies need; elsewhere pages are
-// locked with mlock while RLIMIT_MEMLOCK allows, so the kernel neither swaps them out nor moves
-// them during a transfer, and past the limit the pool hands out plain pages and says so once.
+// under O_DIRECT, and host-device copies). Where a device library installed a host pinner that
+// is available here (core/host_pinning.h: the CUDA driver's, with a visible GPU) its driver
+// allocates and pins them, which asynchronous copies need; elsewhere, and where the driver
+// refuses, pages are locked with mlock while RLIMIT_MEMLOCK allows, so the kernel neither swaps
+// them out nor moves them during a transfer, and past the limit the pool hands out plain pages
+// and says so once.
 //
 // Every buffer reports its bytes to a MemoryTracker as Place::kHostPinned under the caller's
 // Category for as long as it lives. PinnedBuffer is the RAII owner (movable, not copyable); it
@@ -13,6 +15,7 @@
 #include <cstdint>
 #include <mutex>
 
+#include "core/host_pinning.h"
 #include "core/memory_tracker.h"
 #include "core/status.h"
 
@@ -38,10 +41,12 @@ class PinnedBuffer {
   // The bytes asked for, rounded up to whole pages (all usable).
   int64_t size_bytes() const { return size_bytes_; }
   Category category() const { return category_; }
-  // Whether the pages are page-locked (mlock'd, or pinned by the CUDA driver).
+  // Whether the pages are page-locked (mlock'd, or pinned by a driver).
   bool locked() const { return locked_; }
-  // Whether the CUDA driver allocated and pinned them (cudaHostAlloc).
-  bool cuda_pinned() const { return cuda_; }
+  // Whether the host pinner's driver allocated and pinned them (the CUDA driver's cudaHostAlloc
+  // where the CUDA library installed it); cuda_pinned is the name GPU code has used for it.
+  bool driver_pinned() const { return pinner_ != nullptr; }
+  bool cuda_pinned() const { return driver_pinned(); }
   explicit operator bool() const { return data_ != nullptr; }
 
   // Gives the memory back to the pool now; the buffer becomes empty.
@@ -55,12 +60,12 @@ class PinnedBuffer {
   int64_t size_bytes_ = 0;
   Category category_ = Category::kWorkspace;
   bool locked_ = false;
-  bool cuda_ = false;
+  HostPinner* pinner_ = nullptr;  // the driver's that pinned the pages; null for our own pages
 };
 
 struct PinnedHostPoolOptions {
-  // Lock pages: on a CUDA build with a visible GPU through cudaHostAlloc (what asynchronous
-  // copies to and from the GPU need), otherwise with mlock while RLIMIT_MEMLOCK allows; false
+  // Lock pages: through the host pinner's driver where one is available (what asynchronous
+  // copies to and from a GPU need), otherwise with mlock while RLIMIT_MEMLOCK allows; false
   // hands out plain pages without a notice.
   bool lock_pages = true;
 };
@@ -82,7 +87,8 @@ class PinnedHostPool {
   int64_t bytes_in_use() const;
   int64_t bytes_locked() const;
 
-  // Whether this build and machine pin through the CUDA driver (a CUDA build with a visible GPU).
+  // Whether buffers are pinned through a driver here: a host pinner is installed (the CUDA
+  // library's, in a binary that links it) and available on this machine (a visible GPU).
   static bool DriverPins();
 
   // The bytes a buffer asked for with `bytes` takes, and reports to the tracker: whole pages.
@@ -100,9 +106,7 @@ class PinnedHostPool {
   StatusOr<void*> AllocatePages(int64_t size, Category category);
   // mlock within RLIMIT_MEMLOCK; says once when it cannot. Holds mu_.
   bool LockPages(void* data, int64_t size);
-  static void FreePages(void* data, int64_t size, bool locked, bool cuda);
-  // cudaHostAlloc'd memory, or nullptr where this build or machine has no GPU (or it refused).
-  static void* CudaHostAlloc(int64_t size);
+  static void FreePages(void* data, int64_t size, bool locked, HostPinner* pinner);
   // Whether RLIMIT_MEMLOCK leaves room for `bytes` more locked bytes. Holds mu_.
   bool MayLock(int64_t bytes) const;
 

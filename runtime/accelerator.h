@@ -1,15 +1,18 @@
-// Accelerator: what a rank of `hoist train --device X` computes on when X is not the CPU. The
-// trainer runs the same ZeRO engine and the same model on every device; an accelerator only
-// supplies what differs: the backend whose ops they call (kernels/backend.h) and how the
-// engine's collectives reach the other ranks' devices.
+// Accelerator: what a rank of `hoist train --device X` computes on. The trainer runs the same
+// ZeRO engine and the same model on every device; an accelerator only supplies what differs: the
+// backend whose ops they call (kernels/backend.h), how the engine's collectives reach the other
+// ranks' devices, and whether the device's memory is the host's.
 //
 // Collectives: a communicator between the devices (NCCL between GPUs), or, where there is none
 // (ranks sharing one GPU, a build without NCCL), the host-staged communicator over the job's
-// host communicator (comm/staged_communicator.h), whose staging buffers come from `staging`.
+// host communicator (comm/staged_communicator.h), whose staging buffers come from `staging`; a
+// device computing in host memory (the CPU) takes the job's host communicator itself.
 //
-// The hoist binary passes the CUDA one (runtime/cuda/cuda_accelerator.h) for --device cuda;
-// tests pass CPU backends whose streams run on worker threads, so that the trainer's accelerator
-// path runs, ordering and all, without a GPU.
+// Every device is one: the CPU's (runtime/cpu_accelerator.h) and the GPU's
+// (runtime/cuda/cuda_accelerator.h), which their libraries register by name
+// (runtime/device_registry.h) for `hoist train --device`; tests pass CPU backends whose streams
+// run on worker threads and that stand for a device of its own, so that the trainer's staging
+// and ordering run without a GPU.
 #pragma once
 
 #include <cstdint>
@@ -34,12 +37,22 @@ struct DeviceMemoryStats {
 };
 
 struct Accelerator {
+  // The device the backend allocates from, where the backend does not own it (the CPU's); null
+  // otherwise. Outlives the backend.
+  std::unique_ptr<Device> memory;
   std::unique_ptr<kernels::Backend> backend;
-  // Between the ranks' devices; null: host-staged over the job's communicator.
+  // Between the ranks' devices; null: host-staged through `staging` over the job's
+  // communicator, or for a device computing in host memory the job's communicator itself.
   std::unique_ptr<comm::Communicator> collectives;
   // Host memory for the host-staged communicator's buffers (pinned for a GPU); null with
-  // `collectives`.
+  // `collectives`, and for a device computing in host memory.
   std::unique_ptr<Device> staging;
+  // Whether the backend computes in the host's own memory (the CPU): the trainer's host buffers
+  // (the batch, the loaders') then count as its device's memory, the job's host communicator
+  // reaches its buffers (no `collectives`, no `staging`), the job is checked against the node's
+  // memory before anything is allocated, and the progress line names no device. False: a device
+  // with memory of its own, which its allocator guards.
+  bool in_host_memory = false;
   // The device allocator's figures for the end record; empty when it keeps none beyond the
   // tracker's.
   std::function<DeviceMemoryStats()> memory_stats;

@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "kernels/cpu_backend.h"
+#include "kernels/device_facts.h"
 
 namespace hoist::runtime {
 
@@ -176,14 +177,15 @@ Status BlockModel::AllocateActivations(Device* device, ActivationBytes* bytes) {
   if (pinned_bytes > 0) {
     pinned_pool_ = std::make_unique<offload::PinnedHostPool>(*device->tracker());
     HOIST_ASSIGN_OR_RETURN(pinned_, pinned_pool_->Allocate(pinned_bytes, Category::kActivation));
-    // A GPU's kernels read and write these block inputs where they are: only memory the CUDA
-    // driver pinned is theirs to reach (the pool falls back to plain pages when it cannot pin).
-    if (backend_ != nullptr && backend_->kind() == DeviceKind::kCuda && !pinned_.cuda_pinned()) {
-      return ResourceExhaustedError(
-          "activation_checkpointing.cpu_checkpointing: the CUDA driver could not pin " +
-          FormatBytes(pinned_bytes) +
-          " of host memory for the kept block inputs; free host memory, or turn "
-          "cpu_checkpointing off (the inputs then stay on the GPU)");
+    // A GPU's kernels read and write these block inputs where they are: only memory its driver
+    // pinned is theirs to reach (the pool falls back to plain pages when it cannot pin).
+    const std::string& driver = kernels::DeviceFactsOf(device_kind()).host_pinning_driver;
+    if (backend_ != nullptr && !driver.empty() && !pinned_.driver_pinned()) {
+      return ResourceExhaustedError("activation_checkpointing.cpu_checkpointing: " + driver +
+                                    " could not pin " + FormatBytes(pinned_bytes) +
+                                    " of host memory for the kept block inputs; free host "
+                                    "memory, or turn cpu_checkpointing off (the inputs then stay "
+                                    "on the device)");
     }
     pinned.Carve(pinned_.data());
   }

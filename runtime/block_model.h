@@ -165,7 +165,7 @@ class BlockModel : public Model {
   // Elements of saved tensor s for one layer of a (B, T) batch.
   virtual int64_t SavedCount(int s, int B, int T) const = 0;
   // The attention's workspace bytes on backend_, or, without one (counting), on device_kind()'s
-  // backend.
+  // backend as its facts give them (kernels/device_facts.h).
   virtual int64_t AttentionWorkspaceBytes() const = 0;
   // After the arrays are carved: fills what is computed once (tables). Runs on the stream; the
   // base waits for it.

@@ -9,7 +9,7 @@
 
 #include "core/check.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cuda/workspace.h"
+#include "kernels/device_facts.h"
 #include "kernels/rope.h"
 #include "runtime/model_family.h"
 
@@ -246,9 +246,9 @@ int64_t DecoderModel::AttentionWorkspaceBytes() const {
     return tiled() ? backend_->GqaTiledAttentionWorkspaceBytes(max_B_, max_T_, NH_)
                    : backend_->GqaAttentionWorkspaceBytes(max_B_, max_T_, NH_, NKV_, hd_, a);
   }
-  if (device_kind() != DeviceKind::kCuda) return 0;
-  return tiled() ? kernels::cuda::TiledAttentionBackwardWorkspaceBytes(max_B_, max_T_, NH_)
-                 : kernels::cuda::GqaAttentionWorkspaceBytes(max_B_, max_T_, NH_, NKV_, hd_, a);
+  const kernels::DeviceFacts& facts = kernels::DeviceFactsOf(device_kind());
+  return tiled() ? facts.gqa_tiled_attention_workspace_bytes(max_B_, max_T_, NH_)
+                 : facts.gqa_attention_workspace_bytes(max_B_, max_T_, NH_, NKV_, hd_, a);
 }
 
 Status DecoderModel::Prepare() {

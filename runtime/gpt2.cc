@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "kernels/cuda/workspace.h"
+#include "kernels/device_facts.h"
 #include "runtime/gpt2_weights.h"
 #include "runtime/model_family.h"
 
@@ -128,9 +128,9 @@ int64_t Gpt2Model::AttentionWorkspaceBytes() const {
     return tiled() ? backend_->TiledAttentionWorkspaceBytes(max_B_, max_T_, NH)
                    : backend_->AttentionWorkspaceBytes(max_B_, max_T_, C, NH, activation_type_);
   }
-  if (device_kind() != DeviceKind::kCuda) return 0;
-  return tiled() ? kernels::cuda::TiledAttentionBackwardWorkspaceBytes(max_B_, max_T_, NH)
-                 : kernels::cuda::AttentionWorkspaceBytes(max_B_, max_T_, C, NH, activation_type_);
+  const kernels::DeviceFacts& facts = kernels::DeviceFactsOf(device_kind());
+  return tiled() ? facts.tiled_attention_workspace_bytes(max_B_, max_T_, NH)
+                 : facts.attention_workspace_bytes(max_B_, max_T_, C, NH, activation_type_);
 }
 
 float* Gpt2Model::lse(int l) const {

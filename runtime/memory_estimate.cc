@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "kernels/cuda/workspace.h"
+#include "kernels/device_facts.h"
 #include "runtime/data_loader.h"
 #include "runtime/engine_options.h"
 #include "runtime/lora.h"
@@ -112,7 +112,9 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size, De
 
 StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
                                         const zero::ModelPasses& passes, DeviceKind device) {
-  const bool accelerator = device != DeviceKind::kCpu;
+  const kernels::DeviceFacts& facts = kernels::DeviceFactsOf(device);
+  // A device with memory of its own: the engine stages what it moves between the two.
+  const bool accelerator = !facts.computes_in_host_memory;
   if (world_size < 1) return InvalidArgumentError("the number of ranks must be >= 1");
   const std::vector<zero::UnitSpec> units = ModelUnits(config.model);
   const zero::ZeroOptions options = ZeroOptionsFrom(config);
@@ -139,14 +141,13 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
   if (config.train.eval_interval > 0 && !config.data.val.empty()) {
     data_bytes += DataLoader::TrackedHostBytes(config.data.val, Split::kVal);
   }
-  // The trainer's micro-batch is its device's memory, the host's beside an accelerator.
+  // The trainer's micro-batch is host memory: its device's where the device computes in it.
+  const Place host = facts.computes_in_host_memory ? Place::kDevice : Place::kHost;
   held[int(Place::kDevice)][int(Category::kActivation)] = activations.device;
-  held[int(accelerator ? Place::kHost : Place::kDevice)][int(Category::kActivation)] += batch_bytes;
+  held[int(host)][int(Category::kActivation)] += batch_bytes;
   held[int(Place::kHostPinned)][int(Category::kActivation)] = activations.host_pinned;
   held[int(Place::kHost)][int(Category::kWorkspace)] = data_bytes;
-  if (device == DeviceKind::kCuda) {
-    held[int(Place::kDevice)][int(Category::kWorkspace)] += kernels::cuda::BackendWorkspaceBytes();
-  }
+  held[int(Place::kDevice)][int(Category::kWorkspace)] += facts.backend_workspace_bytes;
 
   HOIST_ASSIGN_OR_RETURN(zero::EngineMemoryEstimate engine,
                          zero::EstimateEngineMemory(engines, world_size, /*rank=*/0, passes,
@@ -201,7 +202,7 @@ nlohmann::json MemoryEstimateJson(const MemoryEstimate& e) {
   }
   const zero::ModelStateBytes& states = e.engine.model_states;
   return {{"world_size", e.world_size},
-          {"device", e.device == DeviceKind::kCuda ? "cuda" : "cpu"},
+          {"device", kernels::DeviceFactsOf(e.device).name},
           {"parameters", e.parameters},
           {"trainable_parameters", e.trainable_parameters},
           {"peak", MemoryTableJson(e.peak)},
@@ -286,14 +287,7 @@ std::string FormatMemoryEstimate(const MemoryEstimate& e, const Config& config,
         << " (pinned " << FormatBytes(e.peak_total[int(Place::kHostPinned)] * ranks_per_node)
         << "), nvme " << FormatBytes(e.peak_total[int(Place::kNvme)] * ranks_per_node) << "\n";
   }
-  if (e.device == DeviceKind::kCuda) {
-    out << "(device: the GPU's memory as the caching allocator is asked for it; outside this, on "
-           "the GPU: the CUDA context, cuBLASLt's 32 MiB workspace, NCCL's buffers, and the "
-           "allocator's rounding and cache; on the host: untracked memory such as code)\n";
-  } else {
-    out << "(tracked memory; the process also holds untracked memory such as the BLAS library's "
-           "buffers and code)\n";
-  }
+  out << "(" << kernels::DeviceFactsOf(e.device).untracked_memory << ")\n";
   return out.str();
 }
 

@@ -21,6 +21,7 @@
 #include "offload/scratch_file.h"
 #include "runtime/checkpoint.h"
 #include "runtime/control_server.h"
+#include "runtime/cpu_accelerator.h"
 #include "runtime/memory_report.h"
 #include "runtime/run_identity.h"
 
@@ -52,10 +53,9 @@ Status CheckProfileDirectory(const std::string& path) {
 }  // namespace
 
 Trainer::Trainer(const Config& config, const TrainerOptions& options)
-    : config_(config),
-      options_(options),
-      // Without an accelerator host memory is the compute device's; with one it is the host's.
-      device_(options.accelerator ? Place::kHost : Place::kDevice, options.tracker) {}
+    : config_(config), options_(options) {
+  if (!options_.accelerator) options_.accelerator = CpuAccelerator();
+}
 
 Trainer::~Trainer() {
   // Requests still waiting (the job failed to start, or Run was never called) end now, before
@@ -140,11 +140,19 @@ Status Trainer::PrepareOffload(const std::vector<zero::UnitSpec>& units,
 Status Trainer::OpenAccelerator() {
   // One rank without its device stops every rank, each saying why.
   StatusOr<Accelerator> opened =
-      options_.accelerator(config_, comm_, options_.local_rank, device_.tracker());
+      options_.accelerator(config_, comm_, options_.local_rank, options_.tracker);
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, opened.status()));
   accelerator_ = std::move(opened).value();
   HOIST_CHECK(accelerator_.backend != nullptr) << "an accelerator without a backend";
   backend_ = accelerator_.backend.get();
+  host_device_ = std::make_unique<CpuDevice>(
+      accelerator_.in_host_memory ? Place::kDevice : Place::kHost, options_.tracker);
+  if (accelerator_.in_host_memory) {
+    // The device's buffers are host memory, which the job's communicator reaches.
+    HOIST_CHECK(accelerator_.collectives == nullptr && accelerator_.staging == nullptr)
+        << "a device in host memory with collectives of its own";
+    return Status::Ok();
+  }
   if (accelerator_.collectives != nullptr) {
     // Counted apart from the host's, for the metrics. The engine's host scalars (the gradient
     // norm, agreements on status) go to the host communicator: the device one cannot read them.
@@ -199,7 +207,7 @@ Status Trainer::Initialize() {
     if (const auto path = PathForRank(config_.monitor.memory_profile_path, rank)) {
       profile_path_ = *path;
       writable = CheckProfileDirectory(profile_path_);
-      profiler_ = std::make_unique<MemoryProfiler>(*device_.tracker());
+      profiler_ = std::make_unique<MemoryProfiler>(*options_.tracker);
       profiler_->Enter("set-up");
     }
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, writable));
@@ -239,15 +247,16 @@ Status Trainer::Initialize() {
   schedule_ = std::make_unique<LrSchedule>(std::move(schedule));
   HOIST_ASSIGN_OR_RETURN(train_loader_,
                          DataLoader::Open(config_.data.train, Split::kTrain, B, T, rank, world_size,
-                                          config_.model.vocab_size, device_.tracker(),
+                                          config_.model.vocab_size, options_.tracker,
                                           static_cast<int>(config_.gradient_accumulation_steps)));
   if (config_.train.eval_interval > 0 && !config_.data.val.empty()) {
     HOIST_ASSIGN_OR_RETURN(val_loader_,
                            DataLoader::Open(config_.data.val, Split::kVal, B, T, rank, world_size,
-                                            config_.model.vocab_size, device_.tracker()));
+                                            config_.model.vocab_size, options_.tracker));
   }
-  HOIST_ASSIGN_OR_RETURN(batch_, device_.Allocate(int64_t{2} * B * T * int64_t{sizeof(int32_t)},
-                                                  Category::kActivation));
+  HOIST_ASSIGN_OR_RETURN(
+      batch_,
+      host_device_->Allocate(int64_t{2} * B * T * int64_t{sizeof(int32_t)}, Category::kActivation));
 
   std::string resume_dir = options_.resume_from;
   if (resume_dir.empty() && options_.resume) {
@@ -276,7 +285,7 @@ Status Trainer::Initialize() {
   HOIST_ASSIGN_OR_RETURN(log_, JsonlLog::Open(config_.monitor.jsonl_path, rank, log_bytes));
   profile_last_step_ = step_ + config_.monitor.memory_profile_steps;  // counted from the start
   if (metrics_ != nullptr) {
-    metrics_->RecordMemory(device_.tracker()->Snapshot());
+    metrics_->RecordMemory(options_.tracker->Snapshot());
     metrics_->RecordPaused(false);
   }
   if (control_ != nullptr) {
@@ -424,7 +433,7 @@ StatusOr<float> Trainer::Evaluate() {
 
 void Trainer::PrintProgress(const StepRecord& r) {
   if (options_.out == nullptr) return;
-  const MemorySnapshot memory = device_.tracker()->Snapshot();
+  const MemorySnapshot memory = options_.tracker->Snapshot();
   char line[320];
   int n = std::snprintf(line, sizeof(line),
                         "step %6lld/%lld | loss %.4f | lr %.3e | norm %.3f | %8.0f tok/s | "
@@ -460,13 +469,13 @@ Status Trainer::RunSteps() {
          << config_.train_batch_size << " x " << config_.model.seq_len << " tokens on "
          << comm_->world_size() << (comm_->world_size() == 1 ? " rank" : " ranks")
          << ", ZeRO stage " << config_.zero.stage << ", " << DTypeName(config_.precision())
-         << (options_.accelerator ? ", on " + backend_->name() : std::string()) << ", from step "
-         << step_ << "\n";
+         << (accelerator_.in_host_memory ? std::string() : ", on " + backend_->name())
+         << ", from step " << step_ << "\n";
   }
   while (step_ < total) {
     HOIST_ASSIGN_OR_RETURN(StepRecord record, Step());
     const bool last = step_ == total;
-    const MemorySnapshot memory = device_.tracker()->Snapshot();
+    const MemorySnapshot memory = options_.tracker->Snapshot();
     nlohmann::json phases = nlohmann::json::object();
     for (int p = 0; p < kNumTimedPhases; ++p) {
       phases[PhaseName(static_cast<Phase>(p))] = record.phase_s[p];
@@ -538,7 +547,7 @@ Status Trainer::RunSteps() {
   }
 
   HOIST_RETURN_IF_ERROR(FinishMemoryProfile());
-  const MemorySnapshot memory = device_.tracker()->Snapshot();
+  const MemorySnapshot memory = options_.tracker->Snapshot();
   nlohmann::json end = {{"event", "end"},
                         {"rank", rank},
                         {"steps", step_},

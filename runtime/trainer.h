@@ -27,7 +27,6 @@
 #include "core/device.h"
 #include "core/file_system.h"
 #include "core/status.h"
-#include "kernels/cpu_backend.h"
 #include "runtime/accelerator.h"
 #include "runtime/config.h"
 #include "runtime/control.h"
@@ -75,9 +74,10 @@ struct TrainerOptions {
   // Where checkpoints are written and read (tests inject faults); nullptr: the real one. Must
   // outlive the trainer.
   FileSystem* checkpoint_fs = nullptr;
-  // The device the engine and the model compute on (the hoist binary passes the CUDA one for
-  // --device cuda); empty: the CPU. Host-side buffers (the batch, the loaders) then count as
-  // kHost, the accelerator's as its device's.
+  // The device the engine and the model compute on (the hoist binary passes the one --device
+  // names, runtime/device_registry.h); empty: the CPU's (runtime/cpu_accelerator.h). Host-side
+  // buffers (the batch, the loaders) count as kHost beside a device with memory of its own, as
+  // the device's for the CPU.
   AcceleratorFactory accelerator;
 };
 
@@ -142,9 +142,10 @@ class Trainer {
     return options_.checkpoint_fs != nullptr ? *options_.checkpoint_fs : FileSystem::Posix();
   }
   Status PrepareOffload(const std::vector<zero::UnitSpec>& units, zero::ZeroOptions* options);
-  // Builds the engine and the model on the compute backend (the accelerator's, or the CPU's).
+  // Opens the accelerator and builds the engine and the model on its backend.
   Status CreateModel();
-  // Opens the accelerator and the communicator the engine's collectives take to its devices.
+  // Opens the accelerator, the communicator the engine's collectives take to its devices, and
+  // the device of the host buffers.
   Status OpenAccelerator();
   // The optimizer steps taken.
   int64_t optimizer_steps() const { return engine_->step_count(); }
@@ -183,14 +184,15 @@ class Trainer {
 
   Config config_;
   TrainerOptions options_;
-  CpuDevice device_;
-  kernels::CpuBackend cpu_backend_{&device_};     // the compute backend without an accelerator
-  kernels::Backend* backend_ = &cpu_backend_;     // what the engine and the model compute on
+  // The trainer's host buffers (the batch): the device's memory where the device computes in
+  // the host's (the CPU), else the host's. Made once the device is open.
+  std::unique_ptr<CpuDevice> host_device_;
+  kernels::Backend* backend_ = nullptr;           // what the engine and the model compute on
   std::unique_ptr<comm::ThreadGroup> own_group_;  // a group of one, when training alone
   // The group's communicator, counting the bytes of each collective for the metrics.
   std::unique_ptr<comm::CountingCommunicator> counting_;
   comm::Communicator* comm_ = nullptr;
-  // With options.accelerator: after the host communicator its collectives may be formed over,
+  // options.accelerator's: after the host communicator its collectives may be formed over,
   // before everything allocated from its backend.
   Accelerator accelerator_;
   // The engine's collectives between the accelerators' devices, where they stage through host

@@ -20,15 +20,15 @@ Status Trainer::CreateModel() {
   const int B = static_cast<int>(config_.train_micro_batch_size_per_gpu);
   const int T = config_.model.seq_len;
   engine_comm_ = comm_;
-  if (options_.accelerator) HOIST_RETURN_IF_ERROR(OpenAccelerator());
+  HOIST_RETURN_IF_ERROR(OpenAccelerator());
   const std::vector<zero::UnitSpec> units = TrainedUnits(config_.model);
   zero::ZeroOptions zero_options = ZeroOptionsFrom(config_);
   HOIST_RETURN_IF_ERROR(PrepareOffload(units, &zero_options));
   const bool lora = config_.model.lora.enabled();
   // The whole job against the node's memory, before any of it is allocated: refused with the
-  // numbers rather than killed by the OOM killer. (An accelerator's model states are in its own
-  // memory, which its allocator guards.)
-  if (!options_.accelerator) {
+  // numbers rather than killed by the OOM killer. (A device with memory of its own keeps the
+  // model states there, which its allocator guards.)
+  if (accelerator_.in_host_memory) {
     HOIST_RETURN_IF_ERROR(PreflightJobHostMemory(
         config_, *comm_, options_.host_memory ? &*options_.host_memory : nullptr));
   }

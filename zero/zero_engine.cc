@@ -183,9 +183,9 @@ Status ZeroEngine::Allocate() {
     HOIST_CHECK_LE(at, host_grads_.size_bytes());
     // A copy from device memory into pageable memory (for the driver, mlock'd pages are) would
     // hold the host until it is done, the backward with it: the gradients then come down at
-    // Step. Without the driver (the CPU standing for an accelerator) the setting decides.
+    // Step. Without a driver that pins (the CPU standing for an accelerator) the setting decides.
     early_downloads_ = offload::PinnedHostPool::DriverPins()
-                           ? host_grads_.cuda_pinned()
+                           ? host_grads_.driver_pinned()
                            : options_.offload_optimizer.pin_memory;
     const int64_t bytes = HostUpdateStagingBytes(state_plan_, options_);
     for (int slot = 0; slot < HostUpdateStagingBuffers(options_); ++slot) {

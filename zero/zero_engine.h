@@ -502,7 +502,7 @@ class ZeroEngine final : public ParamStore {
   std::vector<int64_t> sent_down_;
   int64_t downloads_ = 0;
   bool boundary_ = false;  // SetAccumulationBoundary
-  // host_grads_ is pinned for the device (by the CUDA driver; without it, pin_memory): the
+  // host_grads_ is pinned for the device (by its driver where one pins; else pin_memory): the
   // downloads may go during the backward without holding the host.
   bool early_downloads_ = false;
   // Marks on the streams: the compute stream's work so far (for the copy stream to wait on

@@ -3,7 +3,8 @@
 // the CPU, with NCCL between the ranks' GPUs where each rank has a GPU of its own and the build
 // has NCCL, and otherwise the host-staged communicator through pinned host memory (ranks sharing
 // one GPU: slower, for tests and small jobs). Memory comes from the backend's caching allocator
-// and is counted in the trainer's tracker under place kDevice.
+// and is counted in the trainer's tracker under place kDevice. `hoist train --device cuda` finds
+// it by name: runtime/cuda/cuda_device_registration.cc registers it (runtime/device_registry.h).
 #pragma once
 
 #include "runtime/accelerator.h"
