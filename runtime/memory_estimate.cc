@@ -165,9 +165,9 @@ StatusOr<MemoryEstimate> EstimateMemory(const Config& config, int world_size,
     int64_t held_total = 0;
     for (int c = 0; c < kNumCategories; ++c) held_total += held[p][c];
     // Held bytes are there in every phase, so the place peaks in the engine's largest phase.
-    int largest = 0;
-    for (int phase = 1; phase < kNumPhases; ++phase) {
-      if (engine.extra_total[phase][p] > engine.extra_total[largest][p]) largest = phase;
+    int largest = int(Phase::kForward);
+    for (Phase phase : zero::kEstimatePhases) {
+      if (engine.extra_total[int(phase)][p] > engine.extra_total[largest][p]) largest = int(phase);
     }
     e.peak_total[p] = engine.PeakTotal(static_cast<Place>(p)) + held_total;
     e.peak_during[p] =

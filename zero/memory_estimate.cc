@@ -257,8 +257,8 @@ EngineMemoryEstimate::Table EngineMemoryEstimate::PeakTable() const {
 
 int64_t EngineMemoryEstimate::PeakTotalWith(Place p, const PhaseBytes& added) const {
   int64_t most = 0;
-  for (int phase = 0; phase < kNumPhases; ++phase) {
-    most = std::max(most, extra_total[phase][int(p)] + added[phase]);
+  for (Phase phase : kEstimatePhases) {
+    most = std::max(most, extra_total[int(phase)][int(p)] + added[int(phase)]);
   }
   return ResidentTotal(p) + most;
 }

@@ -141,6 +141,7 @@ int64_t ZeroPaperModelStateBytes(int64_t psi, int stage, int world, bool mixed_p
 
 // The estimate counts the parts of one optimizer step, Phase::kForward, kBackward and kOptimizer
 // (core/phase.h), each with its own transient buffers.
+inline constexpr Phase kEstimatePhases[] = {Phase::kForward, Phase::kBackward, Phase::kOptimizer};
 
 // One ParamStore call of the model.
 struct StoreCall {

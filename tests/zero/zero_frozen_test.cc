@@ -295,12 +295,14 @@ void ExpectJoinedEstimateIsExact(const Case& c) {
                                  CategoryName(Category(k)) + " rank " + std::to_string(r);
         EXPECT_EQ(m.created[p][k], est.resident[p][k]) << "resident " << cell;
         EXPECT_EQ(m.end[p][k], est.resident[p][k]) << "after the run " << cell;
-        for (int ph = 0; ph < kNumPhases; ++ph) {
+        for (Phase phase : kEstimatePhases) {
+          const int ph = int(phase);
           EXPECT_EQ(m.peak[ph][p][k], est.resident[p][k] + est.extra[ph][p][k])
               << PhaseName(Phase(ph)) << " " << cell;
         }
       }
-      for (int ph = 0; ph < kNumPhases; ++ph) {
+      for (Phase phase : kEstimatePhases) {
+        const int ph = int(phase);
         EXPECT_EQ(m.peak_total[ph][p], est.ResidentTotal(Place(p)) + est.extra_total[ph][p])
             << PhaseName(Phase(ph)) << " total " << PlaceName(Place(p));
       }

@@ -245,7 +245,8 @@ void ExpectEstimateIsExact(const EngineRun& run, const std::string& label) {
     diff += Differences("peak after Create", m.created.peak, est.resident, nullptr, nullptr);
     Table whole_peak = m.created.peak;
     Totals whole_peak_total = m.created.peak_total;
-    for (int ph = 0; ph < kNumPhases; ++ph) {
+    for (Phase phase : kEstimatePhases) {
+      const int ph = int(phase);
       Table want{};
       Totals want_total{};
       for (int p = 0; p < kNumPlaces; ++p) {
@@ -698,9 +699,11 @@ TEST(EngineMemoryEstimate, PeakTotalWithAddsActivationsToTheirPhase) {
   ASSERT_TRUE(est.ok());
   const int64_t resident = est->ResidentTotal(Place::kDevice);
   const int64_t backward = est->ExtraTotal(Phase::kBackward, Place::kDevice);
-  EXPECT_EQ(est->PeakTotalWith(Place::kDevice, {0, 1000000, 0}), resident + backward + 1000000);
-  EXPECT_EQ(est->PeakTotalWith(Place::kDevice, {0, 0, 0}), est->PeakTotal(Place::kDevice));
-  EXPECT_EQ(est->PeakTotalWith(Place::kHost, {0, 0, 0}), 0);
+  EngineMemoryEstimate::PhaseBytes in_backward{};
+  in_backward[int(Phase::kBackward)] = 1000000;
+  EXPECT_EQ(est->PeakTotalWith(Place::kDevice, in_backward), resident + backward + 1000000);
+  EXPECT_EQ(est->PeakTotalWith(Place::kDevice, {}), est->PeakTotal(Place::kDevice));
+  EXPECT_EQ(est->PeakTotalWith(Place::kHost, {}), 0);
 }
 
 TEST(EngineMemoryEstimate, RefusesWhatCreateRefuses) {
