@@ -44,9 +44,8 @@ class PinnedBuffer {
   // Whether the pages are page-locked (mlock'd, or pinned by a driver).
   bool locked() const { return locked_; }
   // Whether the host pinner's driver allocated and pinned them (the CUDA driver's cudaHostAlloc
-  // where the CUDA library installed it); cuda_pinned is the name GPU code has used for it.
+  // where the CUDA library installed it).
   bool driver_pinned() const { return pinner_ != nullptr; }
-  bool cuda_pinned() const { return driver_pinned(); }
   explicit operator bool() const { return data_ != nullptr; }
 
   // Gives the memory back to the pool now; the buffer becomes empty.

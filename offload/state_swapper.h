@@ -62,9 +62,9 @@ struct SwapArray {
 };
 
 struct StateSwapperOptions {
-  std::string path;                     // the scratch file
-  int64_t elements = 0;                 // n: length of every array (> 0)
-  int arrays = 3;                       // how many arrays of n floats (> 0)
+  std::string path;      // the scratch file
+  int64_t elements = 0;  // n: length of every array (> 0)
+  int arrays = 3;        // how many arrays of n floats (> 0)
   int64_t sub_group_size = tunables::kSubGroupSize.default_value;  // S (> 0; capped at n)
   // When not empty, the arrays and their sub-groups (every array with the same G >= 1); then
   // elements, arrays and sub_group_size are not read.

@@ -32,10 +32,10 @@ namespace hoist::runtime {
 
 // One closed phase. Times are microseconds of the steady clock since the profiler was built.
 struct MemoryPhase {
-  std::string name;               // as given, or built from step, kind and block
-  int64_t step = -1;              // -1 where the phase was named by a free-form string
-  std::optional<Phase> kind;      // empty where the phase was named by a free-form string
-  int block = -1;                 // -1 where the phase belongs to no block
+  std::string name;           // as given, or built from step, kind and block
+  int64_t step = -1;          // -1 where the phase was named by a free-form string
+  std::optional<Phase> kind;  // empty where the phase was named by a free-form string
+  int block = -1;             // -1 where the phase belongs to no block
   int64_t start_us = 0, end_us = 0;
   MemorySnapshot::Table start{};  // [place][category] bytes when the phase began
   MemorySnapshot::Table end{};    // [place][category] bytes when the phase ended

@@ -69,7 +69,7 @@ TEST(HostPinning, WithoutAPinnerThePoolLocksPagesOfItsOwn) {
   StatusOr<PinnedBuffer> buffer = pool.Allocate(3 * 4096 + 1, Category::kOptimizer);
   ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
   EXPECT_FALSE(buffer->driver_pinned());
-  EXPECT_FALSE(buffer->cuda_pinned());
+  EXPECT_FALSE(buffer->driver_pinned());
   // mlock may be refused (RLIMIT_MEMLOCK, a container): what is locked is counted either way.
   EXPECT_EQ(pool.bytes_locked(), buffer->locked() ? 4 * 4096 : 0);
   EXPECT_EQ(tracker.Snapshot().Current(Place::kHostPinned, Category::kOptimizer), 4 * 4096);

@@ -113,7 +113,7 @@ TEST(PinnedHostPool, WithAGpuTheDriverPinsTheBuffers) {
   PinnedHostPool pool(tracker);
   auto buffer = pool.Allocate(3 * 4096 + 1, Category::kParam);
   ASSERT_TRUE(buffer.ok()) << buffer.status().ToString();
-  EXPECT_TRUE(buffer->cuda_pinned());
+  EXPECT_TRUE(buffer->driver_pinned());
   EXPECT_TRUE(buffer->locked());
   EXPECT_EQ(pool.bytes_locked(), 4 * 4096);
   std::memset(buffer->data(), 0x5a, 4 * 4096);  // CPU-addressable

@@ -93,8 +93,8 @@ offload::StorageFactory MemoryFiles() {
 // One rank's tracker through a run.
 struct Measured {
   Status status;
-  MemorySnapshot created;                            // after Create and Initialize
-  std::array<Table, kNumPhases> phase_peak{};        // per phase: the largest per-phase peaks
+  MemorySnapshot created;                      // after Create and Initialize
+  std::array<Table, kNumPhases> phase_peak{};  // per phase: the largest per-phase peaks
   std::array<Totals, kNumPhases> phase_peak_total{};
   Table end{};  // current at the end of the run
   ModelStateBytes states;
