@@ -22,10 +22,10 @@
 #include "bench/bench_util.h"
 #include "comm/thread_communicator.h"
 #include "core/random.h"
-#include "runtime/config.h"
-#include "runtime/gpt2.h"
-#include "runtime/memory_estimate.h"
-#include "runtime/trainer.h"
+#include "runtime/config/config.h"
+#include "runtime/memory/memory_estimate.h"
+#include "runtime/model/gpt2.h"
+#include "runtime/train/trainer.h"
 
 namespace hoist::bench {
 namespace {

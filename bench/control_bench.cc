@@ -35,10 +35,10 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/config.h"
-#include "runtime/control.h"
-#include "runtime/control_server.h"
-#include "runtime/trainer.h"
+#include "runtime/config/config.h"
+#include "runtime/observe/control.h"
+#include "runtime/observe/control_server.h"
+#include "runtime/train/trainer.h"
 
 #if HOIST_HAVE_GRPC
 #include <grpcpp/grpcpp.h>

@@ -30,7 +30,7 @@
 #include "core/random.h"
 #include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/gemm_bf16.h"
-#include "runtime/gpt2.h"
+#include "runtime/model/gpt2.h"
 
 extern char** environ;
 

@@ -1,6 +1,6 @@
 // The host memory of importing a Hugging Face checkpoint: what one rank's resident set grows by
-// while it reads the weights it keeps (runtime/hf_checkpoint.h FillRange, as ZeroEngine::Initialize
-// asks for them), against the file's size and the rank's share.
+// while it reads the weights it keeps (runtime/interchange/hf_checkpoint.h FillRange, as
+// ZeroEngine::Initialize asks for them), against the file's size and the rank's share.
 //
 //   import_memory_bench [--layers 24] [--width 1024] [--world 8] [--dir /tmp/hoist_import_bench]
 //
@@ -26,9 +26,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
-#include "runtime/hf_checkpoint.h"
-#include "runtime/model.h"
+#include "runtime/config/config.h"
+#include "runtime/interchange/hf_checkpoint.h"
+#include "runtime/model/model.h"
 #include "zero/partition.h"
 
 extern char** environ;

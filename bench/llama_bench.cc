@@ -41,7 +41,7 @@
 #include "core/device.h"
 #include "core/memory_tracker.h"
 #include "core/random.h"
-#include "runtime/decoder.h"
+#include "runtime/model/decoder.h"
 
 extern char** environ;
 

@@ -33,9 +33,9 @@
 #include "bench/bench_util.h"
 #include "core/device.h"
 #include "core/memory_tracker.h"
-#include "runtime/config.h"
-#include "runtime/memory_estimate.h"
-#include "runtime/trainer.h"
+#include "runtime/config/config.h"
+#include "runtime/memory/memory_estimate.h"
+#include "runtime/train/trainer.h"
 
 namespace {
 

@@ -19,8 +19,8 @@
 
 #include "bench/bench_util.h"
 #include "core/memory_tracker.h"
-#include "runtime/config.h"
-#include "runtime/trainer.h"
+#include "runtime/config/config.h"
+#include "runtime/train/trainer.h"
 #include "zero/memory_estimate.h"
 
 namespace {

@@ -1,7 +1,7 @@
 // Training-step throughput on the CPU, against the BLAS it runs on.
 //
 // For GPT-2 124M (B=4, T=64) and a small model it measures tokens/s of the training step the
-// trainer takes (runtime/trainer.cc): Gpt2Model computing through a zero::ZeroEngine as its
+// trainer takes (runtime/train/trainer.cc): Gpt2Model computing through a zero::ZeroEngine as its
 // ParamStore, ZeRO stage 0 on one rank (a comm::ThreadGroup of 1), the CPU backend, fp32. It
 // prints the share of the step spent in matrix multiplies (the step's GEMMs replayed alone, with
 // the same shapes and flags), and the model FLOP rate over the rate of a large square sgemm
@@ -33,7 +33,7 @@
 #include "core/random.h"
 #include "kernels/cpu/blas_info.h"
 #include "kernels/cpu_backend.h"
-#include "runtime/gpt2.h"
+#include "runtime/model/gpt2.h"
 #include "zero/zero_engine.h"
 
 namespace {
@@ -151,7 +151,7 @@ Measurement MeasureModel(const char* name, const ModelConfig& m, int B, int T, i
   hoist::CpuDevice device(hoist::Place::kDevice);
   hoist::kernels::CpuBackend backend(&device);
   auto group = ValueOrExit(hoist::comm::ThreadGroup::Create(1, 600.0), "one-rank group");
-  // ZeroOptions' defaults: stage 0, fp32, and AdamW with runtime/config.h's defaults.
+  // ZeroOptions' defaults: stage 0, fp32, and AdamW with runtime/config/config.h's defaults.
   const hoist::zero::ZeroOptions options;
   auto engine = ValueOrExit(hoist::zero::ZeroEngine::Create(ParamLayout::For(m).Units(), options,
                                                             &group->comm(0), &backend),

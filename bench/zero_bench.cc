@@ -22,8 +22,8 @@
 #include "bench/bench_util.h"
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
-#include "runtime/config.h"
-#include "runtime/trainer.h"
+#include "runtime/config/config.h"
+#include "runtime/train/trainer.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // goes through a tracked allocator (core/device.h) that reports here; the progress line, the JSONL
 // log, the metrics and the end-of-run table read Snapshot(). Beside the peaks, a *window* keeps the
 // same maxima since the last TakeWindow(), so a profiler can attribute peaks to the phase they
-// happened in (runtime/memory_profile.h) without disturbing the peaks everyone else reads.
+// happened in (runtime/memory/memory_profile.h) without disturbing the peaks everyone else reads.
 // Thread-safe; no call blocks beyond a short mutex hold.
 #pragma once
 

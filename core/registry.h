@@ -1,6 +1,6 @@
 // Registry<Entry>: what the libraries linked into a binary register at start-up, one list per
-// Entry type for the whole process: the devices ranks train on (runtime/device_registry.h) and
-// their backends' facts (kernels/device_facts.h). Entries carry a `name`, unique in the list.
+// Entry type for the whole process: the devices ranks train on (runtime/train/device_registry.h)
+// and their backends' facts (kernels/device_facts.h). Entries carry a `name`, unique in the list.
 //
 // A library registers from a static initializer (hoist_plugin in CMakeLists.txt: the linker keeps
 // such objects only when their archive is linked whole), so the list lives in this header:

@@ -1,9 +1,9 @@
 // The tunables of the ZeRO engine and of offload, declared once: each one's config key (with the
 // other spelling DeepSpeed takes), its default (DeepSpeed's), the least value it accepts and
-// what it counts. The config's structs (runtime/config.h), the engine's and offload's options
-// (zero/zero_engine.h, zero/param_shards.h, offload/state_swapper.h) take their defaults from
-// here, the config reader its keys, ranges and messages, and a test holds the README's table of
-// them to this one.
+// what it counts. The config's structs (runtime/config/config.h), the engine's and offload's
+// options (zero/zero_engine.h, zero/param_shards.h, offload/state_swapper.h) take their defaults
+// from here, the config reader its keys, ranges and messages, and a test holds the README's table
+// of them to this one.
 #pragma once
 
 #include <cstdint>

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string step_dir =

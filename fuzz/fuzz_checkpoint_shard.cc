@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "runtime/checkpoint_shard.h"
+#include "runtime/checkpoint/checkpoint_shard.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = hoist::fuzz::ScratchDir() + "/rank_00000.bin";

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
-#include "runtime/dataset_rows.h"
+#include "runtime/data/dataset_rows.h"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "fuzz/fuzz_util.h"
-#include "runtime/hf_config.h"
+#include "runtime/interchange/hf_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = hoist::fuzz::ScratchDir() + "/config.json";

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "fuzz/fuzz_util.h"
-#include "runtime/safetensors.h"
+#include "runtime/interchange/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = hoist::fuzz::ScratchDir() + "/model.safetensors";

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "fuzz/fuzz_util.h"
-#include "runtime/token_shard.h"
+#include "runtime/data/token_shard.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = hoist::fuzz::ScratchDir() + "/shard.bin";

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/bpe_tokenizer.h"
+#include "runtime/interchange/bpe_tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view json(reinterpret_cast<const char*>(data), size);

@@ -11,7 +11,7 @@
 
 #include "core/file_system.h"
 #include "core/status.h"
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 namespace hoist::fuzz {
 

@@ -7,7 +7,7 @@
 
 #include "core/file_system.h"
 #include "fuzz/fuzz_util.h"
-#include "runtime/token_shard.h"
+#include "runtime/data/token_shard.h"
 
 namespace {
 

@@ -8,7 +8,7 @@
 // (hoist_plugin): the CPU's (kernels/cpu_facts.cc) and the CUDA backend's
 // (kernels/cuda_facts.cc), which are plain arithmetic and built into every hoist, with CUDA or
 // without, so that a GPU job is estimated and planned where there is no GPU. Whether a build can
-// also train on a device is the runtime's registry's (runtime/device_registry.h).
+// also train on a device is the runtime's registry's (runtime/train/device_registry.h).
 //
 // The facts are immutable once registered; the functions below are thread-safe.
 #pragma once

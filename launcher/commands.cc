@@ -15,12 +15,12 @@
 #include "core/status.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "launcher/report.h"
-#include "runtime/config.h"
-#include "runtime/device_registry.h"
-#include "runtime/memory_estimate.h"
-#include "runtime/sampler.h"
-#include "runtime/tokenizer.h"
-#include "runtime/trainer.h"
+#include "runtime/config/config.h"
+#include "runtime/data/tokenizer.h"
+#include "runtime/memory/memory_estimate.h"
+#include "runtime/train/device_registry.h"
+#include "runtime/train/sampler.h"
+#include "runtime/train/trainer.h"
 
 namespace hoist::launcher {
 

@@ -9,7 +9,7 @@
 #include "comm/communicator.h"
 #include "core/device.h"
 #include "core/status.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 namespace hoist::launcher {
 
@@ -26,9 +26,9 @@ void AddCtlCommand(CLI::App& app, int* exit_code);
 void AddPlanCommand(CLI::App& app, int* exit_code);
 
 // `hoist train --memory-budget`: `config` planned for `budget_bytes` of device memory per rank on
-// comm's ranks (runtime/memory_plan.h, with nominal rates so that every rank and every restart
-// choose alike; the host limit is offload.max_host_bytes; NVMe only where the config names an
-// nvme_path). A collective: every rank calls it. Prints the choice and the changes to `out`
+// comm's ranks (runtime/memory/memory_plan.h, with nominal rates so that every rank and every
+// restart choose alike; the host limit is offload.max_host_bytes; NVMe only where the config names
+// an nvme_path). A collective: every rank calls it. Prints the choice and the changes to `out`
 // (rank 0's stdout; null: silent). Errors: the planner's, naming the budget.
 // `device`: what the ranks train on (the GPU: its memory is the budget);
 // `allow_8bit_optimizer`: PlanOptions' (--allow-8bit-optimizer).

@@ -9,7 +9,7 @@
 // Where the job is and its token come from the job's config (-c; the built-in demo config
 // without it, as for `hoist train`): the address from control.bind and control.port, the token
 // from control.token_file, or else from the file a loopback job writes beside its checkpoints
-// (runtime/control_token.h). --addr, --checkpoint-dir, --token-file and HOIST_CONTROL_TOKEN
+// (runtime/observe/control_token.h). --addr, --checkpoint-dir, --token-file and HOIST_CONTROL_TOKEN
 // take precedence.
 //
 // Exit codes: 0 done; 1 the server refused the request or could not be reached (one line on
@@ -32,9 +32,9 @@
 #include "core/status.h"
 #include "launcher/commands.h"
 #include "launcher/ctl_format.h"
-#include "runtime/config.h"
-#include "runtime/control_server.h"
-#include "runtime/control_token.h"
+#include "runtime/config/config.h"
+#include "runtime/observe/control_server.h"
+#include "runtime/observe/control_token.h"
 
 #if HOIST_HAVE_GRPC
 #include <grpcpp/grpcpp.h>

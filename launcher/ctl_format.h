@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "runtime/control.h"
+#include "runtime/observe/control.h"
 
 #if HOIST_HAVE_GRPC
 #include "hoist/v1/control.pb.h"
@@ -33,7 +33,7 @@ bool IsLoopbackHost(const std::string& host);
 
 #if HOIST_HAVE_GRPC
 
-// "running", "paused", ... (the JobState names of runtime/control.h).
+// "running", "paused", ... (the JobState names of runtime/observe/control.h).
 std::string StateName(hoist::v1::JobState state);
 
 // The `status` block: state, step, loss, lr, gradient norm, throughput, the last checkpoint and

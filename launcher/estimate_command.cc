@@ -1,6 +1,6 @@
 // `hoist estimate -c job.json [-n RANKS] [--nodes M] [--device cpu|cuda] [--set k=v ...]
 // [--json]`: the memory each rank of the job will hold, by place and category, predicted from
-// the config alone (runtime/memory_estimate.h), on the device it would train on.
+// the config alone (runtime/memory/memory_estimate.h), on the device it would train on.
 #include <iostream>
 #include <memory>
 #include <string>
@@ -8,8 +8,8 @@
 
 #include "kernels/device_facts.h"
 #include "launcher/commands.h"
-#include "runtime/config.h"
-#include "runtime/memory_estimate.h"
+#include "runtime/config/config.h"
+#include "runtime/memory/memory_estimate.h"
 
 namespace hoist::launcher {
 

@@ -1,12 +1,12 @@
 // `hoist export --checkpoint DIR --format hf|llmc|peft -o OUT [--dtype fp32|bf16|fp16]
 // [--max-shard-size BYTES]`: a training checkpoint's weights as a Hugging Face directory or an
-// llm.c file, or a LoRA run's adapters as a PEFT adapter directory (runtime/export.h).
+// llm.c file, or a LoRA run's adapters as a PEFT adapter directory (runtime/checkpoint/export.h).
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "launcher/commands.h"
-#include "runtime/export.h"
+#include "runtime/checkpoint/export.h"
 
 namespace hoist::launcher {
 

@@ -1,5 +1,5 @@
-// `hoist plan`: the settings that fit a job into a memory budget (runtime/memory_plan.h), as a
-// ranked table and a config file; and the planning step of `hoist train --memory-budget`.
+// `hoist plan`: the settings that fit a job into a memory budget (runtime/memory/memory_plan.h), as
+// a ranked table and a config file; and the planning step of `hoist train --memory-budget`.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -16,9 +16,9 @@
 #include "core/memory_tracker.h"
 #include "kernels/device_facts.h"
 #include "launcher/commands.h"
-#include "runtime/config.h"
-#include "runtime/memory_estimate.h"
-#include "runtime/memory_plan.h"
+#include "runtime/config/config.h"
+#include "runtime/memory/memory_estimate.h"
+#include "runtime/memory/memory_plan.h"
 
 namespace hoist::launcher {
 namespace {
@@ -237,7 +237,7 @@ StatusOr<runtime::Config> PlanForTraining(const runtime::Config& config, int64_t
   options.host_budget_bytes = config.offload.max_host_bytes;
   const bool has_nvme_path = !config.zero.offload_optimizer.nvme_path.empty() ||
                              !config.zero.offload_param.nvme_path.empty();
-  // The job's start checks the drive's free space itself (runtime/offload_preflight.h).
+  // The job's start checks the drive's free space itself (runtime/memory/offload_preflight.h).
   options.nvme_budget_bytes = has_nvme_path ? runtime::kNoNvmeLimit : 0;
   HOIST_ASSIGN_OR_RETURN(const comm::NodeCounts nodes, comm::CountRanksPerNode(comm));
   options.ranks_per_node = nodes.most_on_a_node;

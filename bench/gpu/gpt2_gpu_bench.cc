@@ -35,7 +35,7 @@
 #include "core/cuda/pinned_host_device.h"
 #include "core/memory_tracker.h"
 #include "kernels/cuda_backend.h"
-#include "runtime/gpt2.h"
+#include "runtime/model/gpt2.h"
 #include "zero/zero_engine.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // The device workspace the CUDA backend's attention asks for, as plain arithmetic: the kernels
-// size their buffers with these, and the memory estimate (runtime/memory_estimate.h) counts them
-// for --device cuda without a GPU or the CUDA toolkit.
+// size their buffers with these, and the memory estimate (runtime/memory/memory_estimate.h) counts
+// them for --device cuda without a GPU or the CUDA toolkit.
 #pragma once
 
 #include <cstdint>

@@ -4,10 +4,11 @@
 // has NCCL, and otherwise the host-staged communicator through pinned host memory (ranks sharing
 // one GPU: slower, for tests and small jobs). Memory comes from the backend's caching allocator
 // and is counted in the trainer's tracker under place kDevice. `hoist train --device cuda` finds
-// it by name: runtime/cuda/cuda_device_registration.cc registers it (runtime/device_registry.h).
+// it by name: runtime/cuda/cuda_device_registration.cc registers it
+// (runtime/train/device_registry.h).
 #pragma once
 
-#include "runtime/accelerator.h"
+#include "runtime/train/accelerator.h"
 
 namespace hoist::runtime {
 

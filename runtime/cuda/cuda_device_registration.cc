@@ -1,4 +1,4 @@
-// The GPU as a device ranks train on ("cuda", runtime/device_registry.h): its probe (a GPU is
+// The GPU as a device ranks train on ("cuda", runtime/train/device_registry.h): its probe (a GPU is
 // visible), what tells one GPU from another across the job (ranks sharing one cannot form an
 // NCCL group), and the accelerator for the job (runtime/cuda/cuda_accelerator.h). Registered by a
 // static initializer: this library is linked whole (hoist_plugin) into every binary that links
@@ -10,7 +10,7 @@
 
 #include "core/cuda/cuda_device.h"
 #include "runtime/cuda/cuda_accelerator.h"
-#include "runtime/device_registry.h"
+#include "runtime/train/device_registry.h"
 
 namespace hoist::runtime {
 namespace {

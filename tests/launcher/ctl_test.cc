@@ -11,9 +11,9 @@
 #include <string>
 
 #include "launcher/ctl_format.h"
-#include "runtime/control.h"
-#include "runtime/control_server.h"
-#include "runtime/control_token.h"
+#include "runtime/observe/control.h"
+#include "runtime/observe/control_server.h"
+#include "runtime/observe/control_token.h"
 #include "tests/launcher/ctl_test_util.h"
 #include "tests/launcher/launch_test_util.h"
 #include "tests/runtime/control_test_util.h"

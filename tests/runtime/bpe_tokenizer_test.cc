@@ -1,4 +1,4 @@
-#include "runtime/bpe_tokenizer.h"
+#include "runtime/interchange/bpe_tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,8 +1,8 @@
-// Chat templates (runtime/chat_template.h) against transformers: every family's real template
-// renders every reference conversation byte for byte as apply_chat_template does, and the
+// Chat templates (runtime/interchange/chat_template.h) against transformers: every family's real
+// template renders every reference conversation byte for byte as apply_chat_template does, and the
 // interpreter matches Python's jinja2 on the semantics fixture (tests/data/chat_templates/, made
 // by scripts/reference/chat_templates.py).
-#include "runtime/chat_template.h"
+#include "runtime/interchange/chat_template.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/bpe_tokenizer.h"
+#include "runtime/interchange/bpe_tokenizer.h"
 
 namespace hoist::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {

@@ -1,7 +1,7 @@
 // The DeepSpeed keys hoist does not read: monitors and profilers are accepted with one notice
 // each (when they ask for something) and type-checked; DeepSpeed features hoist does not have
 // are refused by name, not as unknown keys.
-#include "runtime/config_deepspeed_keys.h"
+#include "runtime/config/config_deepspeed_keys.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {

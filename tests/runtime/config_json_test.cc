@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
-#include "runtime/config_reader.h"
+#include "runtime/config/config.h"
+#include "runtime/config/config_reader.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {

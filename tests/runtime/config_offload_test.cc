@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
-#include "runtime/engine_options.h"
+#include "runtime/config/config.h"
+#include "runtime/config/engine_options.h"
 #include "tests/runtime/config_test_util.h"
 #include "zero/zero_engine.h"
 

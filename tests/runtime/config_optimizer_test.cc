@@ -1,6 +1,6 @@
 // The defaults hoist fills in for the optimizer, the clipping and the warmup are DeepSpeed's
 // (its current code), and each one that decides the training is said once in a notice.
-#include "runtime/config_optimizer.h"
+#include "runtime/config/config_optimizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config.h"
-#include "runtime/engine_options.h"
-#include "runtime/lr_schedule.h"
+#include "runtime/config/config.h"
+#include "runtime/config/engine_options.h"
+#include "runtime/config/lr_schedule.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {

@@ -1,4 +1,4 @@
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/config_reader.h"
+#include "runtime/config/config_reader.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {
@@ -622,7 +622,7 @@ TEST(ConfigModel, AttentionKindDefaultsToDirectAndAcceptsTiled) {
 // A model too large for the layouts' int64 counts is a config error naming the model section,
 // not a wrapped-around parameter count for the trainer and the estimator.
 TEST(ConfigModel, AModelTooLargeToAddressIsRefused) {
-  // Each dimension within its bound (runtime/model_limits.h), their product beyond 2^50.
+  // Each dimension within its bound (runtime/model/model_limits.h), their product beyond 2^50.
   const Status huge =
       ErrorOf(kMinimal, {"model.model_type=llama", "model.n_layer=4096", "model.n_embd=131072",
                          "model.n_head=1", "model.intermediate_size=1048576"});

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "core/logging.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 
 namespace hoist::runtime::testing_util {
 

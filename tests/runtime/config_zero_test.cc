@@ -9,7 +9,7 @@
 
 #include "core/tunables.h"
 #include "offload/state_swapper.h"
-#include "runtime/config.h"
+#include "runtime/config/config.h"
 #include "tests/runtime/config_test_util.h"
 #include "zero/zero_engine.h"
 

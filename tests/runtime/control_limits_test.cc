@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/logging.h"
-#include "runtime/control.h"
-#include "runtime/control_server.h"
+#include "runtime/observe/control.h"
+#include "runtime/observe/control_server.h"
 #include "tests/runtime/control_test_util.h"
 
 #if HOIST_HAVE_GRPC

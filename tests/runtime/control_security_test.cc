@@ -15,9 +15,9 @@
 #include <string>
 
 #include "core/logging.h"
-#include "runtime/control.h"
-#include "runtime/control_server.h"
-#include "runtime/control_token.h"
+#include "runtime/observe/control.h"
+#include "runtime/observe/control_server.h"
+#include "runtime/observe/control_token.h"
 #include "tests/runtime/control_test_util.h"
 
 namespace hoist::runtime {

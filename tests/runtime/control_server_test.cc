@@ -1,6 +1,6 @@
 // The JobControl service over loopback: every RPC against a JobController that a fake training
 // loop drives the way rank 0's trainer does.
-#include "runtime/control_server.h"
+#include "runtime/observe/control_server.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "runtime/control.h"
+#include "runtime/observe/control.h"
 #include "tests/runtime/control_test_util.h"
 
 namespace hoist::runtime {

@@ -2,7 +2,7 @@
 // control.h says, every rank applies them after the same step, a paused job makes no progress
 // and resumes on the same trajectory, checkpoints and stops land where asked, and hyperparameter
 // overrides reach every rank and survive a resume.
-#include "runtime/control.h"
+#include "runtime/observe/control.h"
 
 #include <gtest/gtest.h>
 
@@ -20,8 +20,8 @@
 
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
-#include "runtime/checkpoint.h"
-#include "runtime/trainer.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/train/trainer.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {

@@ -18,7 +18,7 @@
 
 #include "core/memory_tracker.h"
 #include "core/status.h"
-#include "runtime/control.h"
+#include "runtime/observe/control.h"
 
 #if HOIST_HAVE_GRPC
 #include <grpcpp/grpcpp.h>

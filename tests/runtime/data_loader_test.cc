@@ -1,4 +1,4 @@
-#include "runtime/data_loader.h"
+#include "runtime/data/data_loader.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/memory_tracker.h"
-#include "runtime/token_shard.h"
+#include "runtime/data/token_shard.h"
 
 extern const unsigned char kDemoCorpus[];
 extern const size_t kDemoCorpus_size;

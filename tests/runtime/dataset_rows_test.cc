@@ -1,4 +1,4 @@
-#include "runtime/dataset_rows.h"
+#include "runtime/data/dataset_rows.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

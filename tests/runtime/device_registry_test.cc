@@ -1,10 +1,10 @@
-// The devices ranks train on as their libraries register them (runtime/device_registry.h) and
+// The devices ranks train on as their libraries register them (runtime/train/device_registry.h) and
 // the facts of their backends (kernels/device_facts.h): the CPU registered as any device is, a
 // name the binary lacks refused naming what it has, the choice agreed by every rank (a rank that
 // cannot open the device stops all of them; ranks sharing one are told so on each), and auto
 // taking the most preferred device every rank can use alone. This binary links no CUDA library:
 // "cuda" is a device it knows the facts of but cannot train on, as in a build without CUDA.
-#include "runtime/device_registry.h"
+#include "runtime/train/device_registry.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,7 +21,7 @@
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda/workspace.h"
 #include "kernels/device_facts.h"
-#include "runtime/cpu_accelerator.h"
+#include "runtime/train/cpu_accelerator.h"
 
 namespace hoist::runtime {
 namespace {

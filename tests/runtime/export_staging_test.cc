@@ -4,7 +4,7 @@
 // short left config.json and 4 of 7 shards, no index, and no earlier export). A kill is
 // FaultInjectingFileSystem::CrashAfter: from the chosen call on, nothing reaches the disk, not
 // even the cleanup a failed export would do.
-#include "runtime/export_staging.h"
+#include "runtime/interchange/export_staging.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/gpt2.h"
-#include "runtime/hf_checkpoint.h"
+#include "runtime/interchange/hf_checkpoint.h"
+#include "runtime/model/gpt2.h"
 
 namespace hoist::runtime {
 namespace {

@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "core/device.h"
-#include "runtime/decoder.h"
-#include "runtime/hf_checkpoint.h"
-#include "runtime/hf_config.h"
+#include "runtime/interchange/hf_checkpoint.h"
+#include "runtime/interchange/hf_config.h"
+#include "runtime/model/decoder.h"
 #include "tests/runtime/llama_test_util.h"
 
 namespace hoist::runtime {

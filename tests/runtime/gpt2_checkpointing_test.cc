@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/random.h"
-#include "runtime/gpt2.h"
+#include "runtime/model/gpt2.h"
 
 namespace hoist::runtime {
 namespace {

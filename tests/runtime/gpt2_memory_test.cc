@@ -9,7 +9,7 @@
 
 #include "comm/thread_communicator.h"
 #include "kernels/cpu_backend.h"
-#include "runtime/gpt2.h"
+#include "runtime/model/gpt2.h"
 #include "zero/zero_engine.h"
 
 namespace hoist::runtime {

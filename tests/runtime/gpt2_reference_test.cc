@@ -12,8 +12,8 @@
 
 #include "core/device.h"
 #include "core/random.h"
-#include "runtime/config.h"
-#include "runtime/gpt2.h"
+#include "runtime/config/config.h"
+#include "runtime/model/gpt2.h"
 
 namespace hoist::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/gpt2.h"
+#include "runtime/model/gpt2.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // tests/data/gpt2_hf/), every form of the same weights reads the same, writing them back gives
 // the files' bytes, and every damaged or mismatched checkpoint is refused naming the file and the
 // tensor.
-#include "runtime/gpt2_weights.h"
+#include "runtime/model/gpt2_weights.h"
 
 #include <gtest/gtest.h>
 
@@ -19,9 +19,11 @@
 #include <vector>
 
 #include "core/device.h"
-#include "runtime/gpt2.h"
-#include "runtime/hf_config.h"
-#include "runtime/model.h"
+#include "runtime/interchange/hf_config.h"
+#include "runtime/interchange/llmc_checkpoint.h"
+#include "runtime/interchange/safetensors.h"
+#include "runtime/model/gpt2.h"
+#include "runtime/model/model.h"
 
 namespace hoist::runtime {
 namespace {
@@ -481,7 +483,8 @@ TEST(Gpt2Weights, DimensionsTooLargeToAddressAreRefusedNamingTheFile) {
   config["n_layer"] = 1 << 24;
   config["n_embd"] = 1 << 24;
   std::ofstream(dir + "/config.json") << config.dump();
-  // Now beyond the bound on each dimension (runtime/model_limits.h), refused before the count.
+  // Now beyond the bound on each dimension (runtime/model/model_limits.h), refused before the
+  // count.
   ExpectRefused(dir, {dir + "/config.json", "n_layer is 16777216, more than 4096"});
 
   // Each dimension within its bound, their product beyond 2^50.

@@ -1,7 +1,7 @@
 // A Hugging Face checkpoint whose weights hold an inf or a NaN is refused where it is read,
 // naming the file and the tensor: it used to train, and the first loss of NaN was reported as a
 // learning rate too high.
-#include "runtime/hf_checkpoint.h"
+#include "runtime/interchange/hf_checkpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/model.h"
-#include "runtime/safetensors.h"
+#include "runtime/interchange/safetensors.h"
+#include "runtime/model/model.h"
 
 namespace hoist::runtime {
 namespace {

@@ -1,6 +1,6 @@
 // The host memory a job may use (MemAvailable and cgroup v1 and v2 limits, read from fake
 // files) and the check that refuses a CPU job too large for its node before it allocates.
-#include "runtime/host_memory.h"
+#include "runtime/memory/host_memory.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "comm/thread_communicator.h"
-#include "runtime/engine_options.h"
-#include "runtime/offload_preflight.h"
-#include "runtime/trainer.h"
+#include "runtime/config/engine_options.h"
+#include "runtime/memory/offload_preflight.h"
+#include "runtime/train/trainer.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {

@@ -1,7 +1,7 @@
-// The bounded JSON reader (runtime/json_reader.h), and every reader of foreign JSON routed
+// The bounded JSON reader (core/json_reader.h), and every reader of foreign JSON routed
 // through it: documents nested 100,000+ deep used to crash the process (stack overflow in the
 // parsed tree) instead of being refused with the file's name and the limit.
-#include "runtime/json_reader.h"
+#include "core/json_reader.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,11 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "runtime/bpe_tokenizer.h"
-#include "runtime/checkpoint.h"
-#include "runtime/hf_config.h"
-#include "runtime/lora.h"
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/interchange/bpe_tokenizer.h"
+#include "runtime/interchange/hf_config.h"
+#include "runtime/interchange/peft_adapter.h"
+#include "runtime/interchange/safetensors.h"
+#include "runtime/model/lora.h"
 
 namespace hoist::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/jsonl_log.h"
+#include "runtime/observe/jsonl_log.h"
 
 #include <gtest/gtest.h>
 

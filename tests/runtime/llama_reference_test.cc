@@ -16,8 +16,8 @@
 
 #include "core/check.h"
 #include "core/device.h"
-#include "runtime/decoder.h"
-#include "runtime/safetensors.h"
+#include "runtime/interchange/safetensors.h"
+#include "runtime/model/decoder.h"
 #include "tests/runtime/llama_test_util.h"
 
 namespace hoist::runtime {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/random.h"
-#include "runtime/decoder.h"
+#include "runtime/model/decoder.h"
 
 namespace hoist::runtime {
 namespace {

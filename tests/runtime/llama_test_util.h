@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "core/check.h"
-#include "runtime/decoder.h"
-#include "runtime/safetensors.h"
+#include "runtime/interchange/safetensors.h"
+#include "runtime/model/decoder.h"
 
 namespace hoist::runtime {
 

@@ -1,8 +1,8 @@
-// Llama weights from Hugging Face directories (runtime/hf_checkpoint.h): the importer maps every
-// tensor of LlamaForCausalLM where the model's layout puts it (checked against the test's own
-// mapping by name, tests/runtime/llama_test_util.h), writing them back gives the files' bytes,
-// config.json included (transformers 5's rope_parameters), and a checkpoint that lacks the untied
-// head is refused naming it.
+// Llama weights from Hugging Face directories (runtime/interchange/hf_checkpoint.h): the importer
+// maps every tensor of LlamaForCausalLM where the model's layout puts it (checked against the
+// test's own mapping by name, tests/runtime/llama_test_util.h), writing them back gives the files'
+// bytes, config.json included (transformers 5's rope_parameters), and a checkpoint that lacks the
+// untied head is refused naming it.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,11 +11,13 @@
 #include <vector>
 
 #include "llama_test_util.h"
-#include "runtime/decoder.h"
-#include "runtime/gpt2_weights.h"
-#include "runtime/hf_checkpoint.h"
-#include "runtime/model.h"
-#include "runtime/safetensors.h"
+#include "runtime/config/config.h"
+#include "runtime/interchange/hf_checkpoint.h"
+#include "runtime/interchange/llmc_checkpoint.h"
+#include "runtime/interchange/safetensors.h"
+#include "runtime/model/decoder.h"
+#include "runtime/model/gpt2_weights.h"
+#include "runtime/model/model.h"
 
 namespace hoist::runtime {
 namespace {

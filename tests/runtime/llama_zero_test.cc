@@ -13,7 +13,7 @@
 
 #include "comm/thread_communicator.h"
 #include "kernels/cpu_backend.h"
-#include "runtime/decoder.h"
+#include "runtime/model/decoder.h"
 #include "tests/runtime/llama_test_util.h"
 #include "zero/zero_engine.h"
 

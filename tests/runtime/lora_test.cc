@@ -3,7 +3,7 @@
 // PEFT's logits, loss and adapter gradients, and 20 AdamW steps over the adapters give PEFT's
 // losses and adapters, on one rank and on two at every ZeRO stage. The base stays frozen: no
 // gradient, no optimizer state, and the engine's gradient and optimizer bytes are the adapters'.
-#include "runtime/lora.h"
+#include "runtime/model/lora.h"
 
 #include <gtest/gtest.h>
 
@@ -18,11 +18,12 @@
 
 #include "config_test_util.h"
 #include "core/device.h"
-#include "runtime/config.h"
-#include "runtime/export.h"
-#include "runtime/hf_checkpoint.h"
-#include "runtime/model.h"
-#include "runtime/safetensors.h"
+#include "runtime/checkpoint/export.h"
+#include "runtime/config/config.h"
+#include "runtime/interchange/hf_checkpoint.h"
+#include "runtime/interchange/peft_adapter.h"
+#include "runtime/interchange/safetensors.h"
+#include "runtime/model/model.h"
 #include "trainer_test_util.h"
 
 namespace hoist::runtime {

@@ -1,7 +1,7 @@
 // The fp16 loss scaler against trajectories worked out by hand from DeepSpeed's rules
-// (runtime/loss_scaler.h): "O" is a step whose gradients overflowed, "." a clean one, and each
-// expected scale is the one set for the step after.
-#include "runtime/loss_scaler.h"
+// (runtime/train/loss_scaler.h): "O" is a step whose gradients overflowed, "." a clean one, and
+// each expected scale is the one set for the step after.
+#include "runtime/train/loss_scaler.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "runtime/lr_schedule.h"
+#include "runtime/config/lr_schedule.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // attention, offload, 1, 2 and 4 ranks) the predicted peak of every place equals the peak the
 // ranks' trackers measured while training (the requirement is 10%). Also: the JSON has the JSONL
 // log's shapes, and sizes parse as documented.
-#include "runtime/memory_estimate.h"
+#include "runtime/memory/memory_estimate.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

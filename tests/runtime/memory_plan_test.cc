@@ -2,7 +2,7 @@
 // ranks' trackers measure it), keeps the global batch, prefers the setting that recomputes and
 // communicates least when everything fits, and refuses budgets nothing fits with the smallest
 // budget that would (and the host or NVMe limit where that blocks).
-#include "runtime/memory_plan.h"
+#include "runtime/memory/memory_plan.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

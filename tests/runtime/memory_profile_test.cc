@@ -1,4 +1,4 @@
-#include "runtime/memory_profile.h"
+#include "runtime/memory/memory_profile.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

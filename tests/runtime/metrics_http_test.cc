@@ -2,7 +2,7 @@
 // request sent a byte at a time, an answer never read, more connections than it keeps. Each test
 // asserts what happened (who was answered, who was cut off, who is still connected); the only
 // time limits are hang guards far above what any of it takes.
-#include "runtime/metrics_http.h"
+#include "runtime/observe/metrics_http.h"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -22,8 +22,8 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/config.h"
-#include "runtime/metrics.h"
+#include "runtime/config/config.h"
+#include "runtime/observe/metrics.h"
 
 namespace hoist::runtime {
 namespace {

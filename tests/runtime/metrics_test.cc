@@ -1,5 +1,5 @@
 // The Prometheus endpoint: served over loopback, scraped here with a plain HTTP GET on a socket.
-#include "runtime/metrics.h"
+#include "runtime/observe/metrics.h"
 
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "core/memory_tracker.h"
-#include "runtime/config.h"
-#include "runtime/trainer.h"
+#include "runtime/config/config.h"
+#include "runtime/train/trainer.h"
 
 // Counts the calls to the global operator new made by this thread while counting is on, so a
 // test can pin that recording a step allocates nothing. Everything else passes straight through.

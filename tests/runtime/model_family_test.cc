@@ -1,8 +1,8 @@
-// The families' specs (runtime/model_family.h) against the layouts and models they describe: the
-// parameter bound is the count (an untied Llama head counted either way), LoRA's candidate layers
-// tile the fused matmuls they add to, and a model made through the spec is the family's, with the
-// activation bytes its footprint counts.
-#include "runtime/model_family.h"
+// The families' specs (runtime/model/model_family.h) against the layouts and models they describe:
+// the parameter bound is the count (an untied Llama head counted either way), LoRA's candidate
+// layers tile the fused matmuls they add to, and a model made through the spec is the family's,
+// with the activation bytes its footprint counts.
+#include "runtime/model/model_family.h"
 
 #include <gtest/gtest.h>
 

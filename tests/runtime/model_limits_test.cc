@@ -1,16 +1,16 @@
-// The bounds on model dimensions (runtime/model_limits.h), where a job config and a Hugging Face
-// config.json are read: a dimension beyond one is refused naming the key and the bound, before it
-// sizes a loop or an allocation (3,000,000 layers used to abort `hoist estimate` on a failed
+// The bounds on model dimensions (runtime/model/model_limits.h), where a job config and a Hugging
+// Face config.json are read: a dimension beyond one is refused naming the key and the bound, before
+// it sizes a loop or an allocation (3,000,000 layers used to abort `hoist estimate` on a failed
 // StatusOr's value(), and 2^31 - 1 to end in std::bad_alloc).
-#include "runtime/model_limits.h"
+#include "runtime/model/model_limits.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "runtime/hf_config.h"
-#include "runtime/memory_estimate.h"
+#include "runtime/interchange/hf_config.h"
+#include "runtime/memory/memory_estimate.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {

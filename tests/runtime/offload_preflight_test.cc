@@ -1,7 +1,7 @@
 // CheckNvmePath with the scratch files of earlier processes in the directory: those of ranks
 // killed with SIGKILL are swept before the free space is measured (across --max-restarts they
 // used to pile up until the check refused the restart), and a refusal names those still there.
-#include "runtime/offload_preflight.h"
+#include "runtime/memory/offload_preflight.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

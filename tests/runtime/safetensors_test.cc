@@ -1,7 +1,7 @@
 // The safetensors reader and writer: the writer's bytes against files the safetensors library
 // wrote (tests/data/gpt2_hf/, scripts/reference/gpt2_hf.py), and every way a file can lie about
 // itself refused with an error that names it.
-#include "runtime/safetensors.h"
+#include "runtime/interchange/safetensors.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/token_shard.h"
+#include "runtime/data/token_shard.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-#include "runtime/tokenizer.h"
+#include "runtime/data/tokenizer.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/bpe_tokenizer.h"
-#include "runtime/token_shard.h"
+#include "runtime/data/token_shard.h"
+#include "runtime/interchange/bpe_tokenizer.h"
 
 namespace hoist::runtime {
 namespace {

@@ -22,9 +22,9 @@
 #include "comm/thread_communicator.h"
 #include "core/live_memory.h"
 #include "kernels/cpu_backend.h"
-#include "runtime/accelerator.h"
-#include "runtime/checkpoint.h"
-#include "runtime/trainer.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/train/accelerator.h"
+#include "runtime/train/trainer.h"
 #include "tests/runtime/config_test_util.h"
 #include "tests/runtime/trainer_test_util.h"
 

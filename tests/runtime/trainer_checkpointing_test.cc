@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/memory_estimate.h"
+#include "runtime/memory/memory_estimate.h"
 #include "tests/runtime/config_test_util.h"
 #include "tests/runtime/trainer_test_util.h"
 

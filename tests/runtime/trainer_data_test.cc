@@ -10,8 +10,8 @@
 
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
-#include "runtime/token_shard.h"
-#include "runtime/trainer.h"
+#include "runtime/data/token_shard.h"
+#include "runtime/train/trainer.h"
 #include "tests/runtime/config_test_util.h"
 
 namespace hoist::runtime {

@@ -13,13 +13,14 @@
 #include <vector>
 
 #include "core/device.h"
-#include "runtime/checkpoint.h"
-#include "runtime/config.h"
-#include "runtime/export.h"
-#include "runtime/gpt2_weights.h"
-#include "runtime/model.h"
-#include "runtime/safetensors.h"
-#include "runtime/sampler.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/export.h"
+#include "runtime/config/config.h"
+#include "runtime/interchange/hf_checkpoint.h"
+#include "runtime/interchange/safetensors.h"
+#include "runtime/model/gpt2_weights.h"
+#include "runtime/model/model.h"
+#include "runtime/train/sampler.h"
 #include "trainer_test_util.h"
 
 namespace hoist::runtime {

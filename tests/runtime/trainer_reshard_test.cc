@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/checkpoint.h"
-#include "runtime/checkpoint_weights.h"
-#include "runtime/trainer.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/checkpoint_weights.h"
+#include "runtime/train/trainer.h"
 #include "tests/runtime/config_test_util.h"
 #include "tests/runtime/trainer_test_util.h"
 

@@ -1,4 +1,4 @@
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 #include <gtest/gtest.h>
 

@@ -10,7 +10,7 @@
 
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
-#include "runtime/trainer.h"
+#include "runtime/train/trainer.h"
 
 namespace hoist::runtime::testing_util {
 

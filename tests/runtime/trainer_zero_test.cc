@@ -12,8 +12,8 @@
 
 #include "comm/thread_communicator.h"
 #include "core/memory_tracker.h"
-#include "runtime/checkpoint_weights.h"
-#include "runtime/trainer.h"
+#include "runtime/checkpoint/checkpoint_weights.h"
+#include "runtime/train/trainer.h"
 #include "tests/runtime/config_test_util.h"
 #include "tests/runtime/trainer_test_util.h"
 

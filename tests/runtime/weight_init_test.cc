@@ -1,4 +1,4 @@
-#include "runtime/weight_init.h"
+#include "runtime/model/weight_init.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "core/random.h"
-#include "runtime/config.h"
-#include "runtime/decoder.h"
-#include "runtime/gpt2.h"
-#include "runtime/model.h"
+#include "runtime/config/config.h"
+#include "runtime/model/decoder.h"
+#include "runtime/model/gpt2.h"
+#include "runtime/model/model.h"
 
 namespace hoist::runtime {
 namespace {

@@ -22,7 +22,7 @@
 #include "core/cuda/pinned_host_device.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
-#include "runtime/gpt2.h"
+#include "runtime/model/gpt2.h"
 #include "zero/zero_engine.h"
 
 namespace hoist::runtime {

@@ -17,7 +17,7 @@
 #include "core/cuda/pinned_host_device.h"
 #include "kernels/cpu_backend.h"
 #include "kernels/cuda_backend.h"
-#include "runtime/decoder.h"
+#include "runtime/model/decoder.h"
 #include "tests/runtime/llama_test_util.h"
 #include "zero/zero_engine.h"
 

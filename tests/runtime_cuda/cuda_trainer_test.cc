@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "core/cuda/cuda_device.h"
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/cuda/cuda_accelerator.h"
-#include "runtime/memory_estimate.h"
-#include "runtime/trainer.h"
+#include "runtime/memory/memory_estimate.h"
+#include "runtime/train/trainer.h"
 #include "tests/runtime/config_test_util.h"
 #include "tests/runtime/trainer_test_util.h"
 

@@ -52,7 +52,7 @@ struct Tensor {
 };
 
 // GPT-2's tensors at a tiny size (n_layer 1, n_embd 4, vocabulary 10 padded to 128, seq_len 3),
-// in their units and in their order within each unit (runtime/gpt2.h's ParamLayout::Units()).
+// in their units and in their order within each unit (runtime/model/gpt2.h's ParamLayout::Units()).
 // Written out here, with the six 2-D weights decayed by hand rather than by ParamLayout::Decayed:
 // test_zero links the zero layer, below runtime. Per unit the sizes are 524, 244 and 8; on two
 // ranks the shard boundaries cut wte and fcw.

@@ -1,0 +1,274 @@
+#include "runtime/data/data_loader.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <utility>
+
+extern const unsigned char kDemoCorpus[];
+extern const size_t kDemoCorpus_size;
+
+namespace hoist::runtime {
+namespace {
+
+// Tokens read from a shard file at once (512 KiB, widened to uint32): a micro-step's window is a
+// few KiB, and a read per window costs a system call each.
+constexpr int64_t kReadAheadTokens = int64_t{1} << 17;
+
+bool IsPattern(const std::string& source) {
+  return source.find_first_of("*?[") != std::string::npos;
+}
+
+// Every match of `pattern`, sorted bytewise so the order does not depend on the locale.
+StatusOr<std::vector<std::string>> ExpandPattern(const std::string& pattern) {
+  glob_t matches{};
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
+  std::vector<std::string> paths;
+  if (rc == 0) paths.assign(matches.gl_pathv, matches.gl_pathv + matches.gl_pathc);
+  ::globfree(&matches);
+  switch (rc) {
+    case 0: break;
+    case GLOB_NOMATCH:
+      return NotFoundError("data source pattern '" + pattern +
+                           "' matches no file; check the path and the shard names");
+    case GLOB_NOSPACE:
+      return ResourceExhaustedError("out of memory expanding data source pattern '" + pattern +
+                                    "'");
+    default:
+      return IoError("could not read the directories of data source pattern '" + pattern + "'");
+  }
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+}  // namespace
+
+DataLoader::DataLoader(int B, int T, int rank, int world_size, int accumulation_steps,
+                       MemoryTracker* tracker)
+    : B_(B),
+      T_(T),
+      rank_(rank),
+      world_size_(world_size),
+      stride_(int64_t{world_size} * B * T),
+      accumulation_steps_(accumulation_steps),
+      host_(Place::kHost, tracker) {}
+
+StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source, Split split,
+                                                       int B, int T, int rank, int world_size,
+                                                       int vocab_size, MemoryTracker* tracker,
+                                                       int accumulation_steps) {
+  const std::string where = "data source '" + source + "': ";
+  if (source.empty()) return InvalidArgumentError("the data source is empty; give a shard path");
+  if (B <= 0) {
+    return InvalidArgumentError(where + "micro-batch B must be positive, got " + std::to_string(B));
+  }
+  if (T <= 0) {
+    return InvalidArgumentError(where + "sequence length T must be positive, got " +
+                                std::to_string(T));
+  }
+  if (world_size <= 0) {
+    return InvalidArgumentError(where + "world_size must be positive, got " +
+                                std::to_string(world_size));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return InvalidArgumentError(where + "rank " + std::to_string(rank) + " is outside 0.." +
+                                std::to_string(world_size - 1));
+  }
+  if (accumulation_steps <= 0) {
+    return InvalidArgumentError(where + "gradient_accumulation_steps must be positive, got " +
+                                std::to_string(accumulation_steps));
+  }
+  if (vocab_size <= 0) {
+    return InvalidArgumentError(where + "vocab_size must be positive, got " +
+                                std::to_string(vocab_size));
+  }
+
+  std::unique_ptr<DataLoader> loader(
+      new DataLoader(B, T, rank, world_size, accumulation_steps, tracker));
+  loader->vocab_size_ = vocab_size;
+  if (source.starts_with("builtin:")) {
+    if (source != kBuiltinDemo) {
+      return NotFoundError("unknown built-in data source '" + source + "'; the only one is '" +
+                           kBuiltinDemo + "'");
+    }
+    HOIST_RETURN_IF_ERROR(loader->LoadBuiltinDemo(split, vocab_size));
+  } else {
+    HOIST_RETURN_IF_ERROR(loader->LoadFiles(source, vocab_size));
+  }
+
+  const int64_t window = loader->stride_ * accumulation_steps + 1;
+  for (const ShardView& shard : loader->shards_) {
+    const int64_t n = shard.size;
+    if (n < window) {
+      return InvalidArgumentError(
+          "token shard '" + shard.name + "' has " + std::to_string(n) + " tokens, fewer than the " +
+          std::to_string(window) + " one optimizer step reads (gradient_accumulation_steps " +
+          std::to_string(accumulation_steps) + " x world_size " + std::to_string(world_size) +
+          " x B " + std::to_string(B) + " x T " + std::to_string(T) +
+          " + 1); use a smaller batch or sequence length, or a bigger shard");
+    }
+  }
+  return loader;
+}
+
+namespace {
+
+// The built-in corpus's tokens of `split`: the first 90% train, the rest validation.
+std::pair<int64_t, int64_t> BuiltinRange(Split split) {
+  const int64_t total = static_cast<int64_t>(kDemoCorpus_size);
+  const int64_t train = total * 9 / 10;
+  return split == Split::kTrain ? std::pair{int64_t{0}, train} : std::pair{train, total};
+}
+
+}  // namespace
+
+int64_t DataLoader::TrackedHostBytes(const std::string& source, Split split) {
+  if (source != kBuiltinDemo) return 0;
+  const auto [begin, end] = BuiltinRange(split);
+  return (end - begin) * int64_t{sizeof(uint16_t)};
+}
+
+Status DataLoader::LoadBuiltinDemo(Split split, int vocab_size) {
+  const auto [begin, end] = BuiltinRange(split);
+  HOIST_ASSIGN_OR_RETURN(builtin_tokens_, host_.Allocate((end - begin) * int64_t{sizeof(uint16_t)},
+                                                         Category::kWorkspace));
+  uint16_t* tokens = builtin_tokens_.as<uint16_t>();
+  const std::string name =
+      std::string(kBuiltinDemo) + (split == Split::kTrain ? " (train)" : " (val)");
+  for (int64_t i = begin; i < end; ++i) {
+    tokens[i - begin] = kDemoCorpus[i];
+    if (tokens[i - begin] >= vocab_size) {
+      return InvalidArgumentError(
+          "data source '" + name + "': token at index " + std::to_string(i - begin) + " is " +
+          std::to_string(tokens[i - begin]) + ", not below the model's vocab_size " +
+          std::to_string(vocab_size) +
+          "; the built-in corpus is byte-tokenized and needs vocab_size "
+          ">= 256");
+    }
+  }
+  shards_.push_back(ShardView{
+      name, end - begin, std::span<const uint16_t>(tokens, static_cast<size_t>(end - begin)), -1});
+  return Status::Ok();
+}
+
+Status DataLoader::LoadFiles(const std::string& source, int vocab_size) {
+  std::vector<std::string> paths;
+  if (IsPattern(source)) {
+    HOIST_ASSIGN_OR_RETURN(paths, ExpandPattern(source));
+  } else {
+    paths.push_back(source);
+  }
+  files_.reserve(paths.size());
+  for (const std::string& path : paths) {
+    HOIST_ASSIGN_OR_RETURN(TokenShard shard, ReadTokenShard(path));
+    HOIST_RETURN_IF_ERROR(shard.CheckTokensBelow(vocab_size));
+    files_.push_back(std::move(shard));
+  }
+  for (size_t i = 0; i < files_.size(); ++i) {
+    shards_.push_back(ShardView{files_[i].path(), files_[i].size(), {}, static_cast<int64_t>(i)});
+  }
+  buffer_.resize(static_cast<size_t>(std::max(int64_t{B_} * T_ + 1, kReadAheadTokens)));
+  return Status::Ok();
+}
+
+Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
+  HOIST_CHECK(inputs != nullptr && targets != nullptr);
+  const ShardView& shard = shards_[state_.shard_index];
+  HOIST_CHECK_LE(state_.position + stride_ + 1, shard.size);
+  const int64_t n = int64_t{B_} * T_;
+  const int64_t first = state_.position + rank_ * n;
+  if (shard.file < 0) {
+    const uint16_t* window = shard.tokens.data() + first;
+    for (int64_t i = 0; i < n; ++i) {
+      inputs[i] = window[i];
+      targets[i] = window[i + 1];
+    }
+  } else {
+    // Read ahead in chunks: one pread serves many micro-steps' windows.
+    const bool buffered = shard.file == buffered_file_ && first >= buffered_first_ &&
+                          first + n + 1 <= buffered_first_ + buffered_count_;
+    Status read = Status::Ok();
+    if (!buffered) {
+      buffered_file_ = -1;
+      const int64_t count =
+          std::min<int64_t>(static_cast<int64_t>(buffer_.size()), shard.size - first);
+      read = files_[shard.file].Read(first, count, buffer_.data());
+      if (read.ok()) {
+        buffered_file_ = shard.file;
+        buffered_first_ = first;
+        buffered_count_ = count;
+      }
+    }
+    const uint32_t* window = buffer_.data() + (first - buffered_first_);
+    const uint32_t vocab = static_cast<uint32_t>(vocab_size_);
+    // Checked again here: the file was validated at Open, but it may have been changed since.
+    uint32_t window_max = 0;
+    for (int64_t i = 0; read.ok() && i <= n; ++i) window_max = std::max(window_max, window[i]);
+    if (read.ok() && window_max >= vocab) {
+      const int64_t at =
+          std::find_if(window, window + n + 1, [&](uint32_t t) { return t >= vocab; }) - window;
+      read = DataLossError("token shard '" + shard.name + "': token at index " +
+                           std::to_string(first + at) + " is now " + std::to_string(window[at]) +
+                           ", not below vocab_size " + std::to_string(vocab_size_) +
+                           "; the file was changed while training: put the original back and "
+                           "resume from the last checkpoint");
+    }
+    if (!read.ok()) {
+      buffered_file_ = -1;
+      std::fill(inputs, inputs + n, 0);
+      std::fill(targets, targets + n, 0);
+      return read;
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      inputs[i] = static_cast<int32_t>(window[i]);
+      targets[i] = static_cast<int32_t>(window[i + 1]);
+    }
+  }
+  state_.position += stride_;
+  // Between optimizer steps only: a step never spans two shards, whatever its split.
+  if (++micro_step_ == accumulation_steps_) {
+    micro_step_ = 0;
+    SkipExhaustedShard();
+  }
+  return Status::Ok();
+}
+
+void DataLoader::SkipExhaustedShard() {
+  const int64_t size = shards_[state_.shard_index].size;
+  if (state_.position + stride_ * accumulation_steps_ + 1 <= size) return;
+  state_.shard_index = (state_.shard_index + 1) % num_shards();
+  state_.position = 0;
+}
+
+Status DataLoader::Restore(const LoaderState& state) {
+  if (state.shard_index < 0 || state.shard_index >= num_shards()) {
+    return InvalidArgumentError(
+        "data loader state: shard_index " + std::to_string(state.shard_index) + " is outside 0.." +
+        std::to_string(num_shards() - 1) + " (this source has " + std::to_string(num_shards()) +
+        " shards); the checkpoint was written for other data");
+  }
+  const ShardView& shard = shards_[state.shard_index];
+  const int64_t size = shard.size;
+  if (state.position < 0 || state.position > size) {
+    return InvalidArgumentError("data loader state: position " + std::to_string(state.position) +
+                                " is outside 0.." + std::to_string(size) + " of shard '" +
+                                shard.name + "'; the checkpoint was written for other data");
+  }
+  state_ = state;
+  micro_step_ = 0;
+  SkipExhaustedShard();
+  return Status::Ok();
+}
+
+const std::string& DataLoader::shard_name(int64_t index) const {
+  HOIST_CHECK(index >= 0 && index < num_shards()) << index;
+  return shards_[index].name;
+}
+
+int64_t DataLoader::shard_tokens(int64_t index) const {
+  HOIST_CHECK(index >= 0 && index < num_shards()) << index;
+  return shards_[index].size;
+}
+
+}  // namespace hoist::runtime
