@@ -66,7 +66,7 @@ void StepTimes(const ModelConfig& m, int B, int rounds) {
   for (const PolicyCase& p : policies) {
     models.push_back(
         std::move(Gpt2Model::Create(m, B, T, &device, nullptr, DType::kFloat32, p.ac)).value());
-    models.back()->InitializeWeights(1);
+    HOIST_CHECK_OK(models.back()->InitializeWeights(1));
   }
   Rng rng(3);
   std::vector<int32_t> inputs(size_t(B) * T), targets(size_t(B) * T);
@@ -79,8 +79,8 @@ void StepTimes(const ModelConfig& m, int B, int rounds) {
   for (int round = -1; round < rounds; ++round) {
     for (size_t i = 0; i < policies.size(); ++i) {
       const auto start = std::chrono::steady_clock::now();
-      models[i]->Forward(inputs.data(), targets.data(), B, T, 1.0f);
-      models[i]->Backward();
+      models[i]->Forward(inputs.data(), targets.data(), B, T, 1.0f).value();
+      HOIST_CHECK_OK(models[i]->Backward());
       const double s =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (round >= 0) times[i].push_back(s);  // round -1 warms up

@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   hoist::runtime::DecoderModel& model = **created;
-  model.InitializeWeights(1);
+  HOIST_CHECK_OK(model.InitializeWeights(1));
   std::printf("%s: %s; Llama %.1fM params, B=%d T=%d, fp32, %d timed passes\n", gpu ? "GPU" : "CPU",
               gpu ? "CUDA backend" : hoist::GetCpuFeatures().model_name.c_str(),
               model.num_parameters() * 1e-6, B, T, steps);
@@ -215,16 +215,12 @@ int main(int argc, char** argv) {
   std::vector<double> times;
   for (int s = 0; s <= steps; ++s) {
     const auto start = Clock::now();
-    model.ZeroGradients();
-    model.Forward(inputs.data(), targets.data(), B, T, 1.0f);
-    model.Backward();
+    HOIST_CHECK_OK(model.ZeroGradients());
+    model.Forward(inputs.data(), targets.data(), B, T, 1.0f).value();
+    HOIST_CHECK_OK(model.Backward());
     // The GPU's work is queued: the pass ends when its stream is done.
     if (backend != nullptr && !backend->compute_stream().Synchronize().ok()) {
       std::fprintf(stderr, "llama_bench: the GPU's stream failed\n");
-      return 1;
-    }
-    if (!model.status().ok()) {
-      std::fprintf(stderr, "llama_bench: %s\n", model.status().ToString().c_str());
       return 1;
     }
     if (s > 0) times.push_back(std::chrono::duration<double>(Clock::now() - start).count());

@@ -173,11 +173,10 @@ Measurement MeasureModel(const char* name, const ModelConfig& m, int B, int T, i
     const auto start = Clock::now();
     CheckOk(engine->ZeroGrads(), "ZeroEngine::ZeroGrads");
     const auto zeroed = Clock::now();
-    model->Forward(inputs.data(), targets.data(), B, T, 1.0f);
+    CheckOk(model->Forward(inputs.data(), targets.data(), B, T, 1.0f).status(), "the forward pass");
     const auto forwarded = Clock::now();
-    model->Backward();
+    CheckOk(model->Backward(), "the backward pass");
     const auto backwarded = Clock::now();
-    CheckOk(model->status(), "the model's passes");
     CheckOk(engine->status(), "the engine during the passes");
     const hoist::zero::StepResult result = ValueOrExit(
         engine->Step(1e-4f, /*loss_scale=*/1.0f, /*max_norm=*/1.0f), "ZeroEngine::Step");

@@ -124,3 +124,11 @@ class [[nodiscard]] StatusOr {
   auto tmp = (expr);                                \
   if (!tmp.ok()) return tmp.status();               \
   lhs = std::move(tmp).value()
+
+// Stops the process with the error when `expr` (a Status) is not OK: for code in which an error
+// is a bug (tests, benchmarks, examples), never for what a user or a file gave.
+#define HOIST_CHECK_OK(expr)                                                 \
+  do {                                                                       \
+    const ::hoist::Status hoist_check_status_ = (expr);                      \
+    HOIST_CHECK(hoist_check_status_.ok()) << hoist_check_status_.ToString(); \
+  } while (0)

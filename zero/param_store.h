@@ -18,11 +18,12 @@
 // be acquired once and released once; a store may return a buffer that already holds earlier
 // micro-batches' gradients, so the model must only ever add to it.
 //
-// Calls come from the one thread that drives the model. Errors inside a store (a collective
-// that failed, memory that ran out) cannot be returned through these calls; the store keeps the
-// first one and reports it through status(), which the caller checks after each forward and
-// backward pass. An Acquire that cannot be served returns null, and the model abandons the pass
-// there (the store is failed; nothing more is asked of it).
+// Calls come from the one thread that drives the model. An Acquire that cannot be served (a
+// collective that failed, memory that ran out) returns the error, and the model abandons the pass
+// there (nothing more is asked of the store). What goes wrong in work the store runs in the
+// background after a Release or a Prefetch (a reduction, a read ahead) cannot be returned by
+// those calls: the store keeps the first such error, returns it from the next Acquire and
+// reports it through status(), which the caller checks after each pass.
 #pragma once
 
 #include <cstdint>
@@ -57,17 +58,17 @@ class ParamStore {
 
   // The unit's weights in param_type() (a 4-bit store's: a handle for Weight()), valid until
   // ReleaseParams(unit) and ordered before the work the caller enqueues after this call on the
-  // compute stream; null when the store failed.
-  virtual const void* AcquireParams(int unit) = 0;
+  // compute stream; the store's error when it cannot serve them.
+  virtual StatusOr<const void*> AcquireParams(int unit) = 0;
   // The element type of every unit AcquireParams hands out; fixed for the store's life.
   virtual DType param_type() const { return DType::kFloat32; }
   virtual void ReleaseParams(int unit) = 0;
   // The model will acquire `unit` soon; a store may start fetching it. Never required.
   virtual void Prefetch(int unit) = 0;
 
-  // An fp32 buffer of the unit's size that the backward pass adds this unit's gradient to; null
-  // when the store failed.
-  virtual float* AcquireGrads(int unit) = 0;
+  // An fp32 buffer of the unit's size that the backward pass adds this unit's gradient to; the
+  // store's error when it cannot serve it.
+  virtual StatusOr<float*> AcquireGrads(int unit) = 0;
   virtual void ReleaseGrads(int unit) = 0;
 
   // The first error the store met, or Ok.
@@ -95,7 +96,7 @@ class JoinedParamStore final : public ParamStore {
         << DTypeName(second->param_type());
   }
 
-  const void* AcquireParams(int unit) override {
+  StatusOr<const void*> AcquireParams(int unit) override {
     return unit < first_units_ ? first_->AcquireParams(unit)
                                : second_->AcquireParams(unit - first_units_);
   }
@@ -106,7 +107,7 @@ class JoinedParamStore final : public ParamStore {
   void Prefetch(int unit) override {
     unit < first_units_ ? first_->Prefetch(unit) : second_->Prefetch(unit - first_units_);
   }
-  float* AcquireGrads(int unit) override {
+  StatusOr<float*> AcquireGrads(int unit) override {
     return unit < first_units_ ? first_->AcquireGrads(unit)
                                : second_->AcquireGrads(unit - first_units_);
   }

@@ -197,10 +197,10 @@ Status QuantizedStore::Initialize(const RangeFill& fill) {
   return Status::Ok();
 }
 
-const void* QuantizedStore::AcquireParams(int unit) {
-  if (!status_.ok()) return nullptr;
+StatusOr<const void*> QuantizedStore::AcquireParams(int unit) {
+  if (!status_.ok()) return status_;
   ++acquire_count_[static_cast<size_t>(unit)];
-  return resident_[static_cast<size_t>(unit)].data();
+  return static_cast<const void*>(resident_[static_cast<size_t>(unit)].data());
 }
 
 StoredWeight QuantizedStore::Weight(int unit, const void* acquired, int64_t offset) const {
@@ -248,10 +248,10 @@ void QuantizedStore::ReleaseParams(int unit) {
   if (count > 0) --count;
 }
 
-float* QuantizedStore::AcquireGrads(int unit) {
+StatusOr<float*> QuantizedStore::AcquireGrads(int unit) {
   Fail(FailedPreconditionError("the gradient of unit " + units_[static_cast<size_t>(unit)].name +
                                " was asked of a frozen 4-bit base (it gets no gradients)"));
-  return nullptr;
+  return status_;
 }
 
 }  // namespace hoist::zero

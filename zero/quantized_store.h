@@ -67,12 +67,12 @@ class QuantizedStore final : public ParamStore {
   Status Initialize(const std::function<void(int unit, float* out)>& fill);
 
   // A quantized unit's handle is not its values: read it through Weight().
-  const void* AcquireParams(int unit) override;
+  StatusOr<const void*> AcquireParams(int unit) override;
   StoredWeight Weight(int unit, const void* acquired, int64_t offset) const override;
   DType param_type() const override { return compute_type_; }
   void ReleaseParams(int unit) override;
   void Prefetch(int) override {}
-  float* AcquireGrads(int unit) override;
+  StatusOr<float*> AcquireGrads(int unit) override;
   void ReleaseGrads(int) override {}
   Status status() const override { return status_; }
 

@@ -190,11 +190,11 @@ class ZeroEngine final : public ParamStore {
   // ParamStore.
   // The weights in the compute type (ZeroOptions::compute_type): the engine's own 16-bit copy,
   // or a gathered unit in stage 3.
-  const void* AcquireParams(int unit) override;
+  StatusOr<const void*> AcquireParams(int unit) override;
   DType param_type() const override { return options_.compute_type; }
   void ReleaseParams(int unit) override;
   void Prefetch(int unit) override;
-  float* AcquireGrads(int unit) override;
+  StatusOr<float*> AcquireGrads(int unit) override;
   void ReleaseGrads(int unit) override;
   Status status() const override { return status_; }
 

@@ -135,20 +135,21 @@ Status ZeroEngine::FinishPending(Pending& pending) {
 // memory estimate (class Replay in zero/memory_estimate.cc) mirrors those decisions to predict
 // the bytes, and its tests compare it with the tracker to the byte. A change to when buffers
 // come and go here must change Replay too.
-const void* ZeroEngine::AcquireParams(int unit) {
+StatusOr<const void*> ZeroEngine::AcquireParams(int unit) {
   const auto u = static_cast<size_t>(unit);
   if (acquire_count_[u]++ > 0) return acquired_params_[u];
   const void* source = whole_params(unit);
-  if (!status_.ok()) return nullptr;
+  if (!status_.ok()) return status_;
   if (source == nullptr) {  // stage 3, sharded: gather it (unless a prefetch already started)
     if (gathers_[u] == nullptr) Fail(StartGather(unit));
-    if (!status_.ok()) return nullptr;
+    if (!status_.ok()) return status_;
     Fail(FinishPending(*gathers_[u]));
     if (param_shards_ != nullptr) Fail(EndShardUse(unit));
     source = gathers_[u]->gathered.data();
   }
   acquired_params_[u] = source;
-  return status_.ok() ? acquired_params_[u] : nullptr;
+  if (!status_.ok()) return status_;
+  return acquired_params_[u];
 }
 
 void ZeroEngine::ReleaseParams(int unit) {
@@ -187,23 +188,23 @@ void ZeroEngine::Prefetch(int unit) {
   Fail(StartGather(unit));
 }
 
-float* ZeroEngine::AcquireGrads(int unit) {
+StatusOr<float*> ZeroEngine::AcquireGrads(int unit) {
   const auto u = static_cast<size_t>(unit);
   if (options_.frozen) {
     Fail(FailedPreconditionError("the gradient of unit " + plan_.spec(unit).name +
                                  " was asked of frozen weights (they get no gradients)"));
-    return nullptr;
+    return status_;
   }
   HOIST_CHECK(work_grads_[u].data() == nullptr)
       << "gradients of unit " << unit << " acquired twice in one micro-batch";
-  if (!status_.ok()) return nullptr;
+  if (!status_.ok()) return status_;
   if (!UsesWorkingGrads(options_)) {
     // Accumulates in place across micro-batches: the host writes it, after a download of the
     // last step's value is done.
     if (host_update_ && grads_queued_[u]) {
       Fail(AwaitGradDownload(unit));
       Fail(Sync());
-      if (!status_.ok()) return nullptr;
+      if (!status_.ok()) return status_;
     }
     return static_cast<float*>(whole_grads(unit));
   }
@@ -212,7 +213,7 @@ float* ZeroEngine::AcquireGrads(int unit) {
                         "the fp32 working gradient of unit " + plan_.spec(unit).name, "");
   if (!work.ok()) {
     Fail(work.status());
-    return nullptr;
+    return status_;
   }
   work_grads_[u] = std::move(work).value();
   return work_grads_[u].as<float>();

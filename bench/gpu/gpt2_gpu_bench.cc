@@ -106,9 +106,8 @@ hoist::StatusOr<Measured> RunHoist(const hoist::runtime::ModelConfig& config, in
     // One micro-batch a step: its backward is the last, whose gradients the host optimizer
     // takes as they are reduced.
     engine->SetAccumulationBoundary(true);
-    (void)model->Forward(inputs.data(), targets.data(), B, o.seq, 1.0f);
-    model->Backward();
-    HOIST_RETURN_IF_ERROR(model->status());
+    HOIST_RETURN_IF_ERROR(model->Forward(inputs.data(), targets.data(), B, o.seq, 1.0f).status());
+    HOIST_RETURN_IF_ERROR(model->Backward());
     HOIST_RETURN_IF_ERROR(engine->status());
     HOIST_ASSIGN_OR_RETURN(hoist::zero::StepResult r, engine->Step(3e-4f, 1.0f, 1.0f));
     (void)r;

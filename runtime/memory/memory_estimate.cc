@@ -39,13 +39,13 @@ class RecordingStore final : public zero::ParamStore {
     HOIST_ASSIGN_OR_RETURN(store->grads_, device->Allocate(bytes, Category::kGrad));
     return store;
   }
-  const void* AcquireParams(int unit) override {
+  StatusOr<const void*> AcquireParams(int unit) override {
     calls_->push_back({Op::kAcquireParams, unit});
-    return params_.as<float>() + offsets_[static_cast<size_t>(unit)];
+    return static_cast<const void*>(params_.as<float>() + offsets_[static_cast<size_t>(unit)]);
   }
   void ReleaseParams(int unit) override { calls_->push_back({Op::kReleaseParams, unit}); }
   void Prefetch(int unit) override { calls_->push_back({Op::kPrefetch, unit}); }
-  float* AcquireGrads(int unit) override {
+  StatusOr<float*> AcquireGrads(int unit) override {
     calls_->push_back({Op::kAcquireGrads, unit});
     return grads_.as<float>() + offsets_[static_cast<size_t>(unit)];
   }
@@ -98,9 +98,9 @@ StatusOr<zero::ModelPasses> ModelStorePasses(const ModelConfig& config) {
   zero::ModelPasses passes;
   const int32_t token = 1;
   store->RecordInto(&passes.forward);
-  model->Forward(&token, &token, 1, 1, 1.0f);
+  HOIST_RETURN_IF_ERROR(model->Forward(&token, &token, 1, 1, 1.0f).status());
   store->RecordInto(&passes.backward);
-  model->Backward();
+  HOIST_RETURN_IF_ERROR(model->Backward());
   store->RecordInto(nullptr);
   return passes;
 }

@@ -200,11 +200,6 @@ void* BlockModel::At(int s, int l) const {
   return ElementPtr(stack_[i], type, index * SavedCount(s, last_B_, last_T_));
 }
 
-bool BlockModel::Ok(const Status& op) {
-  if (status_.ok() && !op.ok()) status_ = op;
-  return status_.ok();
-}
-
 Status BlockModel::Zero(void* p, int64_t count) {
   return backend_->Zero(p, count * static_cast<int64_t>(DTypeSize(activation_type_)), stream());
 }
@@ -236,33 +231,39 @@ const float* BlockModel::logits() const {
   return static_cast<const float*>(logits_);
 }
 
-void BlockModel::InitializeWeights(uint64_t seed) {
+Status BlockModel::InitializeWeights(uint64_t seed) {
   const std::vector<int64_t>& offsets = declaration_.unit_offsets;
   std::vector<float> unit;
   for (size_t u = 0; u + 1 < offsets.size(); ++u) {
     const int64_t size = offsets[u + 1] - offsets[u];
     unit.resize(static_cast<size_t>(size));
     InitializeUnit(static_cast<int>(u), seed, unit.data());
-    if (!Ok(backend_->Copy(params() + offsets[u], unit.data(), size * int64_t{sizeof(float)},
-                           kernels::CopyDirection::kHostToDevice, stream())) ||
-        !Ok(stream().Synchronize())) {
-      return;
-    }
+    HOIST_RETURN_IF_ERROR(backend_->Copy(params() + offsets[u], unit.data(),
+                                         size * int64_t{sizeof(float)},
+                                         kernels::CopyDirection::kHostToDevice, stream()));
+    HOIST_RETURN_IF_ERROR(stream().Synchronize());
   }
+  return Status::Ok();
 }
 
-void BlockModel::ZeroGradients() {
-  if (own_store_ == nullptr) return;
-  if (Ok(backend_->Zero(grads(), own_store_->elements() * int64_t{sizeof(float)}, stream()))) {
-    (void)Ok(stream().Synchronize());
-  }
+Status BlockModel::ZeroGradients() {
+  if (own_store_ == nullptr) return Status::Ok();
+  HOIST_RETURN_IF_ERROR(
+      backend_->Zero(grads(), own_store_->elements() * int64_t{sizeof(float)}, stream()));
+  return stream().Synchronize();
 }
 
-float BlockModel::Forward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                          float dloss) {
+StatusOr<float> BlockModel::Forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                    float dloss) {
   HOIST_CHECK(B > 0 && B <= max_B_ && T > 0 && T <= max_T_)
       << "batch (" << B << ", " << T << ") exceeds (" << max_B_ << ", " << max_T_ << ")";
   HOIST_CHECK(dloss == 0.0f || targets != nullptr) << "a backward pass needs targets";
+  if (inputs == nullptr) {
+    return InvalidArgumentError(std::string(declaration_.name) + "::Forward: inputs is null");
+  }
+  // A pass that failed midway left units acquired from the store and buffers half written: the
+  // model computes nothing more (its error again).
+  HOIST_RETURN_IF_ERROR(failed_);
   const int head_unit = declaration_.tied_head ? 0 : config_.n_layer + 1;
   if (backward_ready_) {  // a training forward whose backward never came: hand back the head
     store_->ReleaseParams(head_unit);
@@ -270,16 +271,12 @@ float BlockModel::Forward(const int32_t* inputs, const int32_t* targets, int B, 
   }
   last_B_ = B;
   last_T_ = T;
-  // A store that cannot serve a unit (its memory ran out, a collective failed) hands out null and
-  // keeps the error in its status(), which the caller checks after the pass: the pass stops there.
-  const float kFailed = std::numeric_limits<float>::quiet_NaN();
-  if (!store_->status().ok() || !status_.ok()) return kFailed;
-  float loss = 0.0f;
-  return RunForward(inputs, targets, dloss, &loss) ? loss : kFailed;
+  StatusOr<float> loss = RunForward(inputs, targets, dloss);
+  if (!loss.ok()) failed_ = loss.status();
+  return loss;
 }
 
-bool BlockModel::RunForward(const int32_t* inputs, const int32_t* targets, float dloss,
-                            float* loss) {
+StatusOr<float> BlockModel::RunForward(const int32_t* inputs, const int32_t* targets, float dloss) {
   const int B = last_B_, T = last_T_, L = config_.n_layer, C = config_.n_embd;
   const int V = config_.vocab_size, Vp = config_.padded_vocab_size();
   const int64_t BT = int64_t{B} * T;
@@ -292,114 +289,98 @@ bool BlockModel::RunForward(const int32_t* inputs, const int32_t* targets, float
   // Through the model's own host copy: a pass that stops early returns without waiting for the
   // stream, and the caller's arrays may be gone before a queued copy reads them. (The last pass
   // ended with a wait, or failed for good, so nothing queued reads host_tokens_ now.)
-  if (inputs == nullptr) {
-    return Ok(InvalidArgumentError(std::string(declaration_.name) + "::Forward: inputs is null"));
-  }
   const size_t positions = static_cast<size_t>(BT);
   std::memcpy(host_tokens_.data(), inputs, positions * sizeof(int32_t));
   if (targets != nullptr) {
     std::memcpy(host_tokens_.data() + positions, targets, positions * sizeof(int32_t));
   }
-  if (!Ok(backend_->Copy(inputs_, host_tokens_.data(), BT * int64_t{sizeof(int32_t)},
-                         kernels::CopyDirection::kHostToDevice, st))) {
-    return false;
+  HOIST_RETURN_IF_ERROR(backend_->Copy(inputs_, host_tokens_.data(), BT * int64_t{sizeof(int32_t)},
+                                       kernels::CopyDirection::kHostToDevice, st));
+  if (targets != nullptr) {
+    HOIST_RETURN_IF_ERROR(backend_->Copy(targets_, host_tokens_.data() + positions,
+                                         BT * int64_t{sizeof(int32_t)},
+                                         kernels::CopyDirection::kHostToDevice, st));
   }
-  if (targets != nullptr &&
-      !Ok(backend_->Copy(targets_, host_tokens_.data() + positions, BT * int64_t{sizeof(int32_t)},
-                         kernels::CopyDirection::kHostToDevice, st))) {
-    return false;
-  }
-  const void* embedding = store_->AcquireParams(kEmbedding);
-  if (embedding == nullptr) return false;
+  HOIST_ASSIGN_OR_RETURN(const void* embedding, store_->AcquireParams(kEmbedding));
   store_->Prefetch(1);
-  if (!Ok(EmbedForward(embedding))) return false;
+  HOIST_RETURN_IF_ERROR(EmbedForward(embedding));
   store_->ReleaseParams(kEmbedding);
 
   const uint64_t all = Bit(static_cast<int>(declaration_.saved.size())) - 1;
   const void* residual = encoded_;
   for (int l = 0; l < L; ++l) {
     EnterPhase(Phase::kForward, l);
-    const void* weights = store_->AcquireParams(1 + l);
-    if (weights == nullptr) return false;
+    HOIST_ASSIGN_OR_RETURN(const void* weights, store_->AcquireParams(1 + l));
     const void* adapters = nullptr;
-    if (lora_ != nullptr && (adapters = store_->AcquireParams(lora_->unit(l))) == nullptr) {
-      return false;
+    if (lora_ != nullptr) {
+      HOIST_ASSIGN_OR_RETURN(adapters, store_->AcquireParams(lora_->unit(l)));
     }
     store_->Prefetch(l + 1 < L ? 2 + l : kFinal);
     // dresidual_ is free during forward: it holds the projections' outputs.
-    if (!Ok(BlockForward(l, residual, weights, adapters, dresidual_, all))) return false;
+    HOIST_RETURN_IF_ERROR(BlockForward(l, residual, weights, adapters, dresidual_, all));
     if (adapters != nullptr) store_->ReleaseParams(lora_->unit(l));
     store_->ReleaseParams(1 + l);
     residual = At(output_, l);
   }
 
   EnterPhase(Phase::kLoss, -1);
-  const void* final_unit = store_->AcquireParams(kFinal);
-  if (final_unit == nullptr) return false;
+  HOIST_ASSIGN_OR_RETURN(const void* final_unit, store_->AcquireParams(kFinal));
   if (tied) store_->Prefetch(kEmbedding);
-  if (!Ok(FinalNormForward(final_unit, residual))) return false;
+  HOIST_RETURN_IF_ERROR(FinalNormForward(final_unit, residual));
   // The head: logits = lnf @ W^T, W the token embedding (tied) or the final unit's own matrix.
   // A training forward keeps the head's unit until Backward has used it.
   const void* head = final_unit;
   if (tied) {
     store_->ReleaseParams(kFinal);
-    head = store_->AcquireParams(kEmbedding);
-    if (head == nullptr) return false;
+    HOIST_ASSIGN_OR_RETURN(head, store_->AcquireParams(kEmbedding));
   }
-  if (!Ok(backend_->MatmulForward(logits_, lnf_, Weight(head, declaration_.head_offset), nullptr, N,
-                                  C, Vp, activation_type_, nullptr, st))) {
-    return false;
-  }
+  HOIST_RETURN_IF_ERROR(backend_->MatmulForward(logits_, lnf_,
+                                                Weight(head, declaration_.head_offset), nullptr, N,
+                                                C, Vp, activation_type_, nullptr, st));
   // Soft-capped logits (Gemma 2): the logits a caller reads are the capped ones; a training
   // forward leaves them raw and the cross-entropy caps them and differentiates through the cap.
   const bool training = targets != nullptr && dloss > 0.0f;
   const float cap = config_.final_logit_softcapping;
-  if (cap > 0.0f && !training &&
-      !Ok(backend_->SoftcapForward(logits_, int64_t{N} * Vp, cap, activation_type_, st))) {
-    return false;
+  if (cap > 0.0f && !training) {
+    HOIST_RETURN_IF_ERROR(
+        backend_->SoftcapForward(logits_, int64_t{N} * Vp, cap, activation_type_, st));
   }
   if (!training) store_->ReleaseParams(tied ? kEmbedding : kFinal);
   if (targets == nullptr) {
-    *loss = 0.0f;
-    return Ok(st.Synchronize());
+    HOIST_RETURN_IF_ERROR(st.Synchronize());
+    return 0.0f;
   }
-  if (!Ok(backend_->SoftmaxCrossEntropy(losses_, training ? logits_ : nullptr, logits_, targets_,
-                                        dloss / static_cast<float>(BT), N, V, Vp,
-                                        training ? cap : 0.0f, activation_type_, st)) ||
-      !Ok(backend_->Copy(host_losses_.data(), losses_, BT * int64_t{sizeof(float)},
-                         kernels::CopyDirection::kDeviceToHost, st)) ||
-      !Ok(st.Synchronize())) {
-    return false;
-  }
+  HOIST_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
+      losses_, training ? logits_ : nullptr, logits_, targets_, dloss / static_cast<float>(BT), N,
+      V, Vp, training ? cap : 0.0f, activation_type_, st));
+  HOIST_RETURN_IF_ERROR(backend_->Copy(host_losses_.data(), losses_, BT * int64_t{sizeof(float)},
+                                       kernels::CopyDirection::kDeviceToHost, st));
+  HOIST_RETURN_IF_ERROR(st.Synchronize());
   double sum = 0.0;
   for (int64_t i = 0; i < BT; ++i) sum += host_losses_[static_cast<size_t>(i)];
   backward_ready_ = dloss > 0.0f;
-  *loss = static_cast<float>(sum / static_cast<double>(BT));
-  return true;
+  return static_cast<float>(sum / static_cast<double>(BT));
 }
 
-void BlockModel::Backward() {
-  // After a store failure (see Forward) the pass is abandoned: the caller reads status().
-  if (!store_->status().ok() || !status_.ok()) {
-    backward_ready_ = false;
-    return;
-  }
+Status BlockModel::Backward() {
+  HOIST_RETURN_IF_ERROR(failed_);  // see Forward
   HOIST_CHECK(backward_ready_) << "Backward without a Forward that had targets and dloss";
   backward_ready_ = false;
-  (void)RunBackward();
+  Status done = RunBackward();
+  if (!done.ok()) failed_ = done;
+  return done;
 }
 
-bool BlockModel::HeadBackward(const void* head, float* head_grads) {
+Status BlockModel::HeadBackward(const void* head, float* head_grads) {
   const int64_t BT = int64_t{last_B_} * last_T_;
   const int64_t offset = declaration_.head_offset;
-  return Ok(Zero(dln_, BT * config_.n_embd)) &&
-         Ok(backend_->MatmulBackward(dln_, head_grads == nullptr ? nullptr : head_grads + offset,
-                                     nullptr, logits_, lnf_, Weight(head, offset),
-                                     static_cast<int>(BT), config_.n_embd, Vp(), activation_type_,
-                                     stream()));
+  HOIST_RETURN_IF_ERROR(Zero(dln_, BT * config_.n_embd));
+  return backend_->MatmulBackward(
+      dln_, head_grads == nullptr ? nullptr : head_grads + offset, nullptr, logits_, lnf_,
+      Weight(head, offset), static_cast<int>(BT), config_.n_embd, Vp(), activation_type_, stream());
 }
 
-bool BlockModel::RunBackward() {
+Status BlockModel::RunBackward() {
   const int L = config_.n_layer;
   const int64_t BT = int64_t{last_B_} * last_T_;
   const int kEmbedding = 0, kFinal = L + 1;
@@ -415,51 +396,49 @@ bool BlockModel::RunBackward() {
   float* final_grads = nullptr;
   const void* final_unit = nullptr;
   if (tied) {
-    embedding_grads = frozen ? nullptr : store_->AcquireGrads(kEmbedding);
-    if (!frozen && embedding_grads == nullptr) return false;
-    const void* head = store_->AcquireParams(kEmbedding);  // still held since Forward
-    if (head == nullptr) return false;
+    if (!frozen) {
+      HOIST_ASSIGN_OR_RETURN(embedding_grads, store_->AcquireGrads(kEmbedding));
+    }
+    HOIST_ASSIGN_OR_RETURN(const void* head,
+                           store_->AcquireParams(kEmbedding));  // still held since Forward
     store_->Prefetch(kFinal);
-    if (!HeadBackward(head, embedding_grads)) return false;
+    HOIST_RETURN_IF_ERROR(HeadBackward(head, embedding_grads));
     store_->ReleaseParams(kEmbedding);
     store_->ReleaseParams(kEmbedding);
-    final_unit = store_->AcquireParams(kFinal);
-    if (final_unit == nullptr) return false;
+    HOIST_ASSIGN_OR_RETURN(final_unit, store_->AcquireParams(kFinal));
     if (L > 0) store_->Prefetch(L);
-    final_grads = frozen ? nullptr : store_->AcquireGrads(kFinal);
-    if (!frozen && final_grads == nullptr) return false;
+    if (!frozen) {
+      HOIST_ASSIGN_OR_RETURN(final_grads, store_->AcquireGrads(kFinal));
+    }
   } else {
-    final_unit = store_->AcquireParams(kFinal);  // still held since Forward
-    if (final_unit == nullptr) return false;
-    final_grads = frozen ? nullptr : store_->AcquireGrads(kFinal);
-    if (!frozen && final_grads == nullptr) return false;
-    if (!HeadBackward(final_unit, final_grads)) return false;
+    HOIST_ASSIGN_OR_RETURN(final_unit, store_->AcquireParams(kFinal));  // still held since Forward
+    if (!frozen) {
+      HOIST_ASSIGN_OR_RETURN(final_grads, store_->AcquireGrads(kFinal));
+    }
+    HOIST_RETURN_IF_ERROR(HeadBackward(final_unit, final_grads));
     store_->ReleaseParams(kFinal);
     if (L > 0) store_->Prefetch(L);
   }
   const void* last_residual = L > 0 ? At(output_, L - 1) : encoded_;
-  if (!Ok(Zero(dresidual_, BT * config_.n_embd)) ||
-      !Ok(FinalNormBackward(final_unit, final_grads, last_residual))) {
-    return false;
-  }
+  HOIST_RETURN_IF_ERROR(Zero(dresidual_, BT * config_.n_embd));
+  HOIST_RETURN_IF_ERROR(FinalNormBackward(final_unit, final_grads, last_residual));
   if (!frozen) store_->ReleaseGrads(kFinal);
   store_->ReleaseParams(kFinal);
 
   for (int l = L - 1; l >= 0; --l) {
     EnterPhase(Phase::kBackward, l);
-    const void* weights = store_->AcquireParams(1 + l);
-    if (weights == nullptr) return false;
+    HOIST_ASSIGN_OR_RETURN(const void* weights, store_->AcquireParams(1 + l));
     if (l > 0) store_->Prefetch(l);
     const void* adapters = nullptr;
     float* adapter_grads = nullptr;
     if (lora_ != nullptr) {
-      adapters = store_->AcquireParams(lora_->unit(l));
-      if (adapters == nullptr) return false;
-      adapter_grads = store_->AcquireGrads(lora_->unit(l));
-      if (adapter_grads == nullptr) return false;
+      HOIST_ASSIGN_OR_RETURN(adapters, store_->AcquireParams(lora_->unit(l)));
+      HOIST_ASSIGN_OR_RETURN(adapter_grads, store_->AcquireGrads(lora_->unit(l)));
     }
-    float* grads = frozen ? nullptr : store_->AcquireGrads(1 + l);
-    if (!frozen && grads == nullptr) return false;
+    float* grads = nullptr;
+    if (!frozen) {
+      HOIST_ASSIGN_OR_RETURN(grads, store_->AcquireGrads(1 + l));
+    }
     // The layer's input is the previous layer's output; what this layer did not keep is
     // recomputed from it first. dln_ is free until the block's backward: it holds the
     // projections' outputs.
@@ -470,13 +449,13 @@ bool BlockModel::RunBackward() {
     }
     if (recompute != 0) {
       const auto start = std::chrono::steady_clock::now();
-      const bool ok = Ok(BlockForward(l, residual, weights, adapters, dln_, recompute));
+      const Status recomputed = BlockForward(l, residual, weights, adapters, dln_, recompute);
       ++recomputed_blocks_;
       recompute_s_ +=
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      if (!ok) return false;
+      HOIST_RETURN_IF_ERROR(recomputed);
     }
-    if (!Ok(BlockBackward(l, residual, weights, grads, adapters, adapter_grads))) return false;
+    HOIST_RETURN_IF_ERROR(BlockBackward(l, residual, weights, grads, adapters, adapter_grads));
     if (!frozen) store_->ReleaseGrads(1 + l);
     if (lora_ != nullptr) {
       store_->ReleaseGrads(lora_->unit(l));
@@ -488,15 +467,14 @@ bool BlockModel::RunBackward() {
   EnterPhase(Phase::kBackward, -1);
   if (!frozen) {
     if (!tied) {
-      embedding_grads = store_->AcquireGrads(kEmbedding);
-      if (embedding_grads == nullptr) return false;
+      HOIST_ASSIGN_OR_RETURN(embedding_grads, store_->AcquireGrads(kEmbedding));
     }
-    if (!Ok(EmbedBackward(embedding_grads))) return false;
+    HOIST_RETURN_IF_ERROR(EmbedBackward(embedding_grads));
     store_->ReleaseGrads(kEmbedding);
   }
   // A model with its own store is read by the caller (grads()) right after: wait for the work.
-  if (own_store_ != nullptr) return Ok(stream().Synchronize());
-  return true;
+  if (own_store_ != nullptr) return stream().Synchronize();
+  return Status::Ok();
 }
 
 }  // namespace hoist::runtime

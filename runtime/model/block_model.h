@@ -21,8 +21,8 @@
 //  - token staging (through a host copy the model owns), the cross-entropy and its read-back, the
 //    LoRA adapters' dispatch, the model's own flat store when it is given none.
 //
-// A family's hooks return Status; the first error stops the pass and is kept in status(), as the
-// Model interface says. Not thread-safe: one model is driven by one thread.
+// A family's hooks return Status; the first error stops the pass, which returns it, as the Model
+// interface says. Not thread-safe: one model is driven by one thread.
 #pragma once
 
 #include <cstdint>
@@ -46,11 +46,10 @@ class BlockModel : public Model {
  public:
   ~BlockModel() override;
 
-  float Forward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                float dloss = 0.0f) override;
-  void Backward() override;
-  const Status& status() const override { return status_; }
-  void ZeroGradients() override;
+  StatusOr<float> Forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                          float dloss = 0.0f) override;
+  Status Backward() override;
+  Status ZeroGradients() override;
   float* params() override;
   float* grads() override;
   const float* params() const { return const_cast<BlockModel*>(this)->params(); }
@@ -70,8 +69,8 @@ class BlockModel : public Model {
     declaration_.initialize_range(config_, unit, seed, begin, count, out);
   }
   // InitializeUnit for every unit of the model's own flat store, drawn on the host a unit at a
-  // time and copied to the backend's device (a failed copy shows in status()).
-  void InitializeWeights(uint64_t seed);
+  // time and copied to the backend's device.
+  Status InitializeWeights(uint64_t seed);
 
   const ActivationCheckpointingConfig& checkpointing() const { return checkpointing_; }
   kernels::Backend& backend() { return *backend_; }
@@ -238,18 +237,17 @@ class BlockModel : public Model {
   Status AttachTo(kernels::Backend* backend, zero::ParamStore* store);
   Status Allocate(Device* device);
   Status AllocateActivations(Device* device, ActivationBytes* bytes);
-  // The passes after the entry checks: false when one stops (the error is in status_, or in the
-  // store's status when it handed out null).
-  bool RunForward(const int32_t* inputs, const int32_t* targets, float dloss, float* loss);
-  bool RunBackward();
-  bool HeadBackward(const void* head, float* head_grads);
-  bool Ok(const Status& op);
+  // The passes after the entry checks.
+  StatusOr<float> RunForward(const int32_t* inputs, const int32_t* targets, float dloss);
+  Status RunBackward();
+  Status HeadBackward(const void* head, float* head_grads);
   int kept_layers(int s) const { return kept_layers_[static_cast<size_t>(s)]; }
 
   Declaration declaration_;
   int output_ = 0;  // the block's output among the saved tensors (the last one)
   DeviceKind footprint_device_ = DeviceKind::kCpu;
-  Status status_;
+  // The error of a pass that failed after it began to acquire units: no pass runs after it.
+  Status failed_;
   std::unique_ptr<FlatParamStore> own_store_;
   // kept_index_[s][l]: layer l's place among the layers that keep s, or -1 when it does not.
   std::vector<std::vector<int>> kept_index_;

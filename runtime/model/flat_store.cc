@@ -25,19 +25,19 @@ StatusOr<std::unique_ptr<FlatParamStore>> FlatParamStore::Create(std::vector<int
   return store;
 }
 
-const void* FlatParamStore::AcquireParams(int unit) {
+StatusOr<const void*> FlatParamStore::AcquireParams(int unit) {
   const int64_t offset = unit_offsets_[static_cast<size_t>(unit)];
-  float* weights = params() + offset;
-  if (type_ == DType::kFloat32) return weights;
+  const float* weights = params() + offset;
+  if (type_ == DType::kFloat32) return static_cast<const void*>(weights);
   void* typed = ElementPtr(typed_.data(), type_, offset);
   const Status cast = backend_->Cast(typed, type_, weights, DType::kFloat32,
                                      unit_offsets_[static_cast<size_t>(unit) + 1] - offset,
                                      backend_->compute_stream());
   if (!cast.ok()) {
     if (status_.ok()) status_ = cast;
-    return nullptr;
+    return cast;
   }
-  return typed;
+  return static_cast<const void*>(typed);
 }
 
 }  // namespace hoist::runtime

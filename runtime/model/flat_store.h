@@ -25,11 +25,11 @@ class FlatParamStore final : public zero::ParamStore {
   static StatusOr<std::unique_ptr<FlatParamStore>> Create(std::vector<int64_t> unit_offsets,
                                                           kernels::Backend* backend, DType type);
 
-  const void* AcquireParams(int unit) override;
+  StatusOr<const void*> AcquireParams(int unit) override;
   DType param_type() const override { return type_; }
   void ReleaseParams(int) override {}
   void Prefetch(int) override {}
-  float* AcquireGrads(int unit) override { return grads() + unit_offsets_[unit]; }
+  StatusOr<float*> AcquireGrads(int unit) override { return grads() + unit_offsets_[unit]; }
   void ReleaseGrads(int) override {}
   Status status() const override { return status_; }
 

@@ -52,14 +52,14 @@ class Model {
   // positions; when `dloss` > 0 it also leaves dloss * dLoss/dlogits ready for Backward (dloss is
   // the weight of this micro-batch's mean in the optimised loss: 1/accumulation_steps, times the
   // loss scale in fp16). Without targets (nullptr) it returns 0 and only the logits are computed.
-  // A pass that fails returns NaN; status() says why.
-  virtual float Forward(const int32_t* inputs, const int32_t* targets, int B, int T,
-                        float dloss = 0.0f) = 0;
+  // A pass returns the first error of the backend's ops or of the store (a unit it could not
+  // serve: a collective that failed, memory that ran out); a pass that fails after it began
+  // leaves units acquired and buffers half written, so every pass after it returns its error.
+  virtual StatusOr<float> Forward(const int32_t* inputs, const int32_t* targets, int B, int T,
+                                  float dloss = 0.0f) = 0;
   // Adds to the store's gradients the backward pass of the last Forward (which must have had
   // targets and dloss > 0).
-  virtual void Backward() = 0;
-  // The first error an op of the backend or the store returned; Ok otherwise.
-  virtual const Status& status() const = 0;
+  virtual Status Backward() = 0;
 
   // The family's initialisation of unit `unit` (its fp32 values into `out`, unit-size
   // elements); a unit's values depend on (seed, unit) alone.
@@ -70,7 +70,7 @@ class Model {
                                float* out) const = 0;
 
   // Zeroes the model's own flat gradients (a model with an external store leaves that to it).
-  virtual void ZeroGradients() = 0;
+  virtual Status ZeroGradients() = 0;
   // A model created without a store owns a flat one: the units back to back in one fp32 buffer
   // each for the weights and the gradients. Checked: only for such a model.
   virtual float* params() = 0;

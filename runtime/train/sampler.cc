@@ -82,7 +82,7 @@ StatusOr<std::vector<int32_t>> SampleWith(const SampleOptions& options,
   for (int i = 0; i < options.max_new_tokens; ++i) {
     const int T = static_cast<int>(std::min<size_t>(context.size(), m.seq_len));
     const int32_t* window = context.data() + context.size() - T;
-    model->Forward(window, nullptr, 1, T);
+    HOIST_RETURN_IF_ERROR(model->Forward(window, nullptr, 1, T).status());
     const float* last = model->logits() + int64_t{T - 1} * m.padded_vocab_size();
     int32_t token =
         PickToken(last, m.vocab_size, options.temperature, options.top_k, rng.Uniform());

@@ -294,6 +294,7 @@ Status Trainer::Initialize() {
     control_->Publish(status);
     control_->SetHyperparams(lr_override_, clip_);
   }
+  MakeSinks();
   return Status::Ok();
 }
 
@@ -323,16 +324,21 @@ StatusOr<StepRecord> Trainer::Step() {
     model_->set_lora_seed(
         config_.train.seed ^ (static_cast<uint64_t>(record.step) * 0x9E3779B97F4A7C15ull),
         (micro * comm_->world_size() + comm_->rank()) * int64_t{B});
-    loss_sum += model_->Forward(inputs, targets, B, T, dloss);
+    const StatusOr<float> loss = model_->Forward(inputs, targets, B, T, dloss);
     const auto t2 = Clock::now();
     // The last micro-batch's gradients are final as the backward reduces them: an offloaded
     // optimizer's come down to the host during it.
     engine_->SetAccumulationBoundary(micro + 1 == accumulation);
-    model_->Backward();
+    Status passes = loss.status();
+    if (passes.ok()) {
+      loss_sum += *loss;
+      passes = model_->Backward();
+    }
     // The reductions the backward left for the compute stream to wait on, waited for within the
-    // timeout before the next forward pass reads its loss off that stream.
+    // timeout before the next forward pass reads its loss off that stream (and before a failed
+    // pass's error is returned, so that nothing is in flight after it).
     HOIST_RETURN_IF_ERROR(engine_->Settle());
-    HOIST_RETURN_IF_ERROR(model_->status());
+    HOIST_RETURN_IF_ERROR(passes);
     HOIST_RETURN_IF_ERROR(engine_->status());
     if (joined_store_ != nullptr) HOIST_RETURN_IF_ERROR(joined_store_->status());
     phase_s[int(Phase::kData)] += std::chrono::duration<double>(t1 - t0).count();
@@ -417,8 +423,8 @@ StatusOr<float> Trainer::Evaluate() {
   Status data = Status::Ok();
   for (int64_t i = 0; i < steps; ++i) {
     if (Status read = val_loader_->Next(inputs, targets); data.ok()) data = read;
-    sum += model_->Forward(inputs, targets, B, T);
-    HOIST_RETURN_IF_ERROR(model_->status());
+    HOIST_ASSIGN_OR_RETURN(const float loss, model_->Forward(inputs, targets, B, T));
+    sum += loss;
     HOIST_RETURN_IF_ERROR(engine_->status());
     if (joined_store_ != nullptr) HOIST_RETURN_IF_ERROR(joined_store_->status());
   }
@@ -431,22 +437,39 @@ StatusOr<float> Trainer::Evaluate() {
   return loss;
 }
 
-void Trainer::PrintProgress(const StepRecord& r) {
-  if (options_.out == nullptr) return;
-  const MemorySnapshot memory = options_.tracker->Snapshot();
-  char line[320];
-  int n = std::snprintf(line, sizeof(line),
-                        "step %6lld/%lld | loss %.4f | lr %.3e | norm %.3f | %8.0f tok/s | "
-                        "%7.1f ms | mem %s (peak %s)",
-                        static_cast<long long>(r.step), static_cast<long long>(config_.train.steps),
-                        r.loss, r.lr, r.grad_norm, r.tokens_per_s, r.step_s * 1e3,
-                        FormatBytes(memory.CurrentTotal(Place::kDevice)).c_str(),
-                        FormatBytes(memory.peak_total[int(Place::kDevice)]).c_str());
-  if (scaler_ != nullptr && n > 0 && n < static_cast<int>(sizeof(line))) {
-    std::snprintf(line + n, sizeof(line) - static_cast<size_t>(n), " | scale %g%s",
-                  static_cast<double>(r.loss_scale), r.skipped ? " (skipped)" : "");
+void Trainer::MakeSinks() {
+  sinks_.clear();
+  if (options_.out != nullptr)
+    sinks_.push_back(ProgressSink(options_.out, config_.steps_per_print));
+  sinks_.push_back(JsonlSink(log_.get()));
+  if (metrics_ != nullptr) sinks_.push_back(MetricsSink(metrics_.get()));
+  sinks_.push_back(ControlStatusSink(comm_, control_));
+}
+
+StatusOr<StepReport> Trainer::Report(const StepRecord& record) {
+  StepReport report;
+  report.record = record;
+  report.total_steps = config_.train.steps;
+  report.last = step_ == config_.train.steps;
+  report.rank = comm_->rank();
+  report.memory = options_.tracker->Snapshot();
+  if (val_loader_ != nullptr && (step_ % config_.train.eval_interval == 0 || report.last)) {
+    HOIST_ASSIGN_OR_RETURN(report.val_loss, Evaluate());
   }
-  *options_.out << line << "\n" << std::flush;
+  report.skipped_steps = scaler_ != nullptr ? scaler_->skipped_steps() : bf16_skipped_steps_;
+  report.loss_scaled = scaler_ != nullptr;
+  report.recompute_timed = config_.activation_checkpointing.profile;
+  for (int op = 0; op < comm::kNumCollectiveOps; ++op) {
+    const auto collective = static_cast<comm::CollectiveOp>(op);
+    report.comm_bytes[op] = counting_->bytes(collective) +
+                            (device_counting_ != nullptr ? device_counting_->bytes(collective) : 0);
+  }
+  const zero::OffloadStats offload = engine_->offload_stats();
+  report.offload_bytes[0][0] = offload.from_host_bytes;  // read from host memory
+  report.offload_bytes[1][0] = offload.to_host_bytes;
+  report.offload_bytes[0][1] = offload.nvme_read_bytes;
+  report.offload_bytes[1][1] = offload.nvme_write_bytes;
+  return report;
 }
 
 Status Trainer::Run() {
@@ -475,70 +498,14 @@ Status Trainer::RunSteps() {
   while (step_ < total) {
     HOIST_ASSIGN_OR_RETURN(StepRecord record, Step());
     const bool last = step_ == total;
-    const MemorySnapshot memory = options_.tracker->Snapshot();
-    nlohmann::json phases = nlohmann::json::object();
-    for (int p = 0; p < kNumTimedPhases; ++p) {
-      phases[PhaseName(static_cast<Phase>(p))] = record.phase_s[p];
-    }
-    nlohmann::json line = {{"step", record.step},
-                           {"rank", rank},
-                           {"loss", record.loss},
-                           {"lr", record.lr},
-                           {"grad_norm", record.grad_norm},
-                           {"loss_scale", record.loss_scale},
-                           {"skipped", record.skipped},
-                           {"tokens_per_s", record.tokens_per_s},
-                           {"step_s", record.step_s},
-                           {"phase_s", std::move(phases)},
-                           {"memory", MemoryTableJson(memory.current)},
-                           {"peak", MemoryTableJson(memory.peak)}};
-    if (!std::isfinite(record.grad_norm)) line["grad_norm"] = nullptr;
-    if (config_.activation_checkpointing.profile) line["recompute_s"] = record.recompute_s;
-    if (val_loader_ != nullptr && (step_ % config_.train.eval_interval == 0 || last)) {
-      HOIST_ASSIGN_OR_RETURN(float val_loss, Evaluate());
-      line["val_loss"] = val_loss;
-      if (out != nullptr) {
-        char text[96];
-        std::snprintf(text, sizeof(text), "step %6lld/%lld | val loss %.4f\n",
-                      static_cast<long long>(step_), static_cast<long long>(total), val_loss);
-        *out << text;
-      }
-    }
-    const int64_t print_every = config_.steps_per_print;
-    if (print_every > 0 && (step_ % print_every == 0 || step_ == 1 || last)) {
-      PrintProgress(record);
-    }
-    HOIST_RETURN_IF_ERROR(log_->Write(line));
-    if (metrics_ != nullptr) {
-      StepMetrics metrics;
-      metrics.steps = record.step;
-      metrics.skipped_steps = scaler_ != nullptr ? scaler_->skipped_steps() : bf16_skipped_steps_;
-      metrics.loss = record.loss;
-      metrics.lr = record.lr;
-      metrics.grad_norm = record.grad_norm;
-      metrics.loss_scale = record.loss_scale;
-      metrics.tokens_per_s = record.tokens_per_s;
-      metrics.step_s = record.step_s;
-      metrics.phase_s = record.phase_s;
-      for (int op = 0; op < comm::kNumCollectiveOps; ++op) {
-        const auto collective = static_cast<comm::CollectiveOp>(op);
-        metrics.comm_bytes[op] =
-            counting_->bytes(collective) +
-            (device_counting_ != nullptr ? device_counting_->bytes(collective) : 0);
-      }
-      const zero::OffloadStats offload = engine_->offload_stats();
-      metrics.offload_bytes[0][0] = offload.from_host_bytes;  // read from host memory
-      metrics.offload_bytes[1][0] = offload.to_host_bytes;
-      metrics.offload_bytes[0][1] = offload.nvme_read_bytes;
-      metrics.offload_bytes[1][1] = offload.nvme_write_bytes;
-      metrics_->RecordStep(metrics);
-      metrics_->RecordMemory(memory);
+    HOIST_ASSIGN_OR_RETURN(const StepReport report, Report(record));
+    for (const std::unique_ptr<StepSink>& sink : sinks_) {
+      HOIST_RETURN_IF_ERROR(sink->Take(report));
     }
     const int64_t interval = config_.checkpoint.interval_steps;
     const bool checkpoint_due =
         !config_.checkpoint.dir.empty() && ((interval > 0 && step_ % interval == 0) || last);
     if (checkpoint_due) HOIST_RETURN_IF_ERROR(SaveCheckpoint());
-    HOIST_RETURN_IF_ERROR(PublishStatus(record, memory));
     HOIST_ASSIGN_OR_RETURN(const bool stop, HandleControl(checkpoint_due));
     if (stop) {
       stopped_ = true;
@@ -624,39 +591,6 @@ Status Trainer::FinishMemoryProfile() {
   }
   HOIST_LOG(INFO) << "memory profile: " << profile_path_ << " (Chrome trace; open in Perfetto) and "
                   << svg;
-  return Status::Ok();
-}
-
-Status Trainer::PublishStatus(const StepRecord& record, const MemorySnapshot& memory) {
-  // Every rank's memory tables travel bit for bit as fp32 words through an all-gather (a copy,
-  // no arithmetic), so that rank 0 can answer GetStatus with the whole job's memory.
-  constexpr size_t kTableBytes = sizeof(MemorySnapshot::Table);
-  constexpr int64_t kWords = 2 * kTableBytes / sizeof(float);
-  const int world_size = comm_->world_size();
-  gathered_memory_.resize(static_cast<size_t>(kWords * (world_size + 1)));
-  float* mine = gathered_memory_.data() + kWords * world_size;
-  std::memcpy(mine, &memory.current, kTableBytes);
-  std::memcpy(reinterpret_cast<char*>(mine) + kTableBytes, &memory.peak, kTableBytes);
-  HOIST_RETURN_IF_ERROR(comm_->AllGather(mine, gathered_memory_.data(), kWords, DType::kFloat32));
-  if (control_ == nullptr) return Status::Ok();
-  JobStatus status;
-  status.step = record.step;
-  status.loss = record.loss;
-  status.lr = record.lr;
-  status.grad_norm = record.grad_norm;
-  status.loss_scale = record.loss_scale;
-  status.tokens_per_s = record.tokens_per_s;
-  status.step_s = record.step_s;
-  status.skipped_steps = scaler_ != nullptr ? scaler_->skipped_steps() : bf16_skipped_steps_;
-  status.memory.resize(static_cast<size_t>(world_size));
-  for (int r = 0; r < world_size; ++r) {
-    const char* words = reinterpret_cast<const char*>(gathered_memory_.data() + kWords * r);
-    RankMemory& rank_memory = status.memory[static_cast<size_t>(r)];
-    rank_memory.rank = r;
-    std::memcpy(&rank_memory.current, words, kTableBytes);
-    std::memcpy(&rank_memory.peak, words + kTableBytes, kTableBytes);
-  }
-  control_->Publish(status);
   return Status::Ok();
 }
 

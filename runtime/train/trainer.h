@@ -39,10 +39,13 @@
 #include "runtime/observe/metrics.h"
 #include "runtime/train/accelerator.h"
 #include "runtime/train/loss_scaler.h"
+#include "runtime/train/step_sinks.h"
 #include "zero/quantized_store.h"
 #include "zero/zero_engine.h"
 
 namespace hoist::runtime {
+
+struct ResumeSource;  // a checkpoint being resumed from (runtime/train/trainer_checkpoint.cc)
 
 struct TrainerOptions {
   // Resume from the latest checkpoint in config.checkpoint.dir; with none there yet, start fresh
@@ -79,21 +82,6 @@ struct TrainerOptions {
   // Host-side buffers (the batch, the loaders) count as kHost beside a device with memory of its
   // own, as the device's for the CPU.
   AcceleratorFactory accelerator;
-};
-
-// What one optimizer step did.
-struct StepRecord {
-  int64_t step = 0;  // 1-based count of optimizer steps taken
-  float loss = 0;    // mean over the whole global batch
-  float lr = 0;
-  double grad_norm = 0;  // before clipping
-  float loss_scale = 1;  // the scale this step's gradients were computed with
-  bool skipped = false;  // fp16 overflow: no update this step
-  double step_s = 0;
-  double tokens_per_s = 0;
-  std::array<double, kNumTimedPhases> phase_s{};  // by Phase
-  // Of phase_s's backward: recomputing checkpointed activations (activation_checkpointing).
-  double recompute_s = 0;
 };
 
 class Trainer {
@@ -149,8 +137,17 @@ class Trainer {
   Status OpenAccelerator();
   // The optimizer steps taken.
   int64_t optimizer_steps() const { return engine_->step_count(); }
-  // Restores the state saved in `step_dir`; returns the JSONL log's size at that checkpoint.
+  // Restores the state saved in `step_dir`; returns the JSONL log's size at that checkpoint. In
+  // steps (runtime/train/trainer_checkpoint.cc): open the manifest and check that it is this
+  // run's; check the base, the data position, every blob of every shard and the states' new
+  // partition, agreed by all ranks; restore the optimizer states; the run's counters; the log's
+  // length.
   StatusOr<int64_t> LoadCheckpoint(const std::string& step_dir);
+  StatusOr<ResumeSource> OpenResume(const std::string& step_dir);
+  Status PrepareResume(ResumeSource* source);
+  Status RestoreStates(ResumeSource* source);
+  Status RestoreCounters(const ResumeSource& source);
+  StatusOr<int64_t> ResumedLogLength(const ResumeSource& source);
   // Sets the weights of a fresh run from model.init_from (a Hugging Face directory or an llm.c
   // file), each rank reading a unit at a time; a rank that fails to read stops every rank.
   Status InitializeFrom(const std::string& path);
@@ -162,15 +159,15 @@ class Trainer {
   // With LoRA, the adapters of a fresh run: from lora.init_from (a PEFT adapter), or PEFT's
   // initialisation drawn from train.seed.
   Status InitializeAdapters();
-  void PrintProgress(const StepRecord& record);
   Status RunSteps();
+  // The sinks every step is reported to (runtime/train/step_sinks.h), in their order.
+  void MakeSinks();
+  // The report of the step just taken; evaluates when the step is due for it.
+  StatusOr<StepReport> Report(const StepRecord& record);
   // The memory profile (monitor.memory_profile): marks the start of a phase of the step being
   // taken, and closes the profile and writes its files once its steps are done (or the run ends).
   void EnterPhase(Phase kind, int block = -1);
   Status FinishMemoryProfile();
-  // Rank 0 publishes the status of the step just taken (every rank takes part: the per-rank
-  // memory tables are gathered).
-  Status PublishStatus(const StepRecord& record, const MemorySnapshot& memory);
   // The step boundary's control exchange, looping while paused. `checkpointed`: this boundary
   // already wrote a checkpoint (due by interval). Returns whether the job stops here.
   StatusOr<bool> HandleControl(bool checkpointed);
@@ -245,7 +242,7 @@ class Trainer {
   bool stopped_ = false;
   int stop_signal_ = 0;
   std::string stop_reason_;
-  std::vector<float> gathered_memory_;  // the AllGather buffer of PublishStatus
+  std::vector<std::unique_ptr<StepSink>> sinks_;
 };
 
 }  // namespace hoist::runtime

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "comm/agree.h"
 #include "core/check.h"
@@ -142,17 +145,77 @@ Status Trainer::SaveCheckpoint() {
   return Status::Ok();
 }
 
+// A checkpoint being resumed from: its manifest (in rank 0's shard, which every checkpoint has),
+// this rank's own shard where the saved job had this rank, and how the saved optimizer states
+// map onto this job's partition.
+struct ResumeSource {
+  ResumeSource(std::string dir_in, CheckpointReader first_in)
+      : dir(std::move(dir_in)), first(std::move(first_in)) {}
+
+  std::string dir;
+  CheckpointReader first;
+  std::optional<CheckpointReader> own;
+  int saved_world = 0;
+  int64_t saved_stage = 0;
+  int64_t optimizer_steps = 0;  // skipped steps do not count
+  // The states' partition is a function of the model (pinned by the run identity) and of how
+  // many ranks they were split over. The same split reads each shard whole; another one (another
+  // world size, or stage 0 against 1-3) reads the ranges of the saved shards that overlap this
+  // rank's, after the saved shards' checksums were checked (StateReshard).
+  bool same_partition = true;
+  std::optional<StateReshard> reshard;
+
+  const nlohmann::json& metadata() const { return first.metadata(); }
+  CheckpointMetadata fields() const { return CheckpointMetadata(first.metadata(), dir); }
+  // This rank's shard: rank 0's is `first`; null where the saved job had fewer ranks.
+  const CheckpointReader* mine(int rank) const {
+    return rank == 0 ? &first : (own ? &*own : nullptr);
+  }
+};
+
 StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
-  const int rank = comm_->rank(), world_size = comm_->world_size();
-  // Rank 0's shard: every checkpoint has one, with the manifest and what the ranks share.
+  HOIST_ASSIGN_OR_RETURN(ResumeSource source, OpenResume(step_dir));
+  HOIST_RETURN_IF_ERROR(PrepareResume(&source));
+  HOIST_RETURN_IF_ERROR(RestoreStates(&source));
+  HOIST_RETURN_IF_ERROR(RestoreCounters(source));
+  HOIST_ASSIGN_OR_RETURN(const int64_t log_bytes, ResumedLogLength(source));
+  if (comm_->rank() == 0) {
+    HOIST_LOG(INFO) << "resumed from " << step_dir << " at step " << step_;
+    if (!source.same_partition) {
+      HOIST_LOG(INFO) << "  written by " << source.saved_world << " rank(s) at ZeRO stage "
+                      << source.saved_stage << "; its states were repartitioned for "
+                      << comm_->world_size() << " rank(s) at stage " << config_.zero.stage;
+    }
+  }
+  return log_bytes;
+}
+
+StatusOr<ResumeSource> Trainer::OpenResume(const std::string& step_dir) {
   HOIST_ASSIGN_OR_RETURN(CheckpointReader first,
                          CheckpointReader::Open(step_dir, 0, checkpoint_fs()));
-  const int saved_world = first.world_size();
-  const nlohmann::json& metadata = first.metadata();
+  ResumeSource source(step_dir, std::move(first));
+  source.saved_world = source.first.world_size();
+  const nlohmann::json& metadata = source.metadata();
   if (!metadata.contains("run")) {
     return DataLossError("checkpoint " + step_dir + " has no run identity in its manifest");
   }
-  HOIST_RETURN_IF_ERROR(CheckSameRun(metadata["run"], config_, step_dir, saved_world));
+  HOIST_RETURN_IF_ERROR(CheckSameRun(metadata["run"], config_, step_dir, source.saved_world));
+  // Every value read from the manifest is range-checked before it steers training.
+  const CheckpointMetadata fields = source.fields();
+  HOIST_ASSIGN_OR_RETURN(source.saved_stage, fields.Integer("zero_stage", 0, 3));
+  // At most one optimizer step per step.
+  HOIST_ASSIGN_OR_RETURN(source.optimizer_steps,
+                         fields.Integer("optimizer_step_count", 0, source.first.step()));
+  source.same_partition =
+      StatePartitionWorld(source.saved_world, static_cast<int>(source.saved_stage)) ==
+      engine_->state_plan().world_size();
+  return source;
+}
+
+Status Trainer::PrepareResume(ResumeSource* source) {
+  const int rank = comm_->rank(), world_size = comm_->world_size();
+  const nlohmann::json& metadata = source->metadata();
+  const std::string& step_dir = source->dir;
   // What this rank checks and reads before the collective restore; every rank stops if one fails.
   Status prepared = Status::Ok();
   // A LoRA checkpoint holds the adapters alone: the base read again from model.init_from must be
@@ -172,65 +235,56 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
                          "were trained on";
     }
   }
-  // Every value read from the manifest is range-checked before it steers training.
-  const CheckpointMetadata fields(metadata, step_dir);
-  HOIST_ASSIGN_OR_RETURN(int64_t saved_stage, fields.Integer("zero_stage", 0, 3));
-  // Skipped steps do not count: at most one optimizer step per step.
-  HOIST_ASSIGN_OR_RETURN(int64_t optimizer_steps,
-                         fields.Integer("optimizer_step_count", 0, first.step()));
-  const int64_t elements = engine_->state_elements();
-  const int64_t bytes = elements * int64_t{sizeof(float)};
-  // The states' partition is a function of the model (pinned by the run identity) and of how
-  // many ranks they were split over. The same split reads each shard whole; another one (another
-  // world size, or stage 0 against 1-3) reads the ranges of the saved shards that overlap this
-  // rank's, after the saved shards' checksums were checked (StateReshard).
-  const zero::PartitionPlan& plan = engine_->state_plan();
-  const bool same_partition =
-      StatePartitionWorld(saved_world, static_cast<int>(saved_stage)) == plan.world_size();
-
   int64_t loader_words[2];
-  if (prepared.ok()) prepared = first.Read("train_loader", loader_words, sizeof(loader_words));
+  if (prepared.ok()) {
+    prepared = source->first.Read("train_loader", loader_words, sizeof(loader_words));
+  }
   if (prepared.ok()) {
     // The data position is global: the same sequence of global batches continues on any split.
     prepared = train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]});
   }
-  // This rank's own shard, if the saved job had this rank.
-  std::optional<CheckpointReader> own;
-  if (prepared.ok() && rank != 0 && rank < saved_world) {
+  if (prepared.ok() && rank != 0 && rank < source->saved_world) {
     StatusOr<CheckpointReader> opened = CheckpointReader::Open(step_dir, rank, checkpoint_fs());
     if (opened.ok()) {
-      own.emplace(std::move(opened).value());
+      source->own.emplace(std::move(opened).value());
     } else {
       prepared = opened.status();
     }
   }
-  const CheckpointReader* mine = rank == 0 ? &first : (own ? &*own : nullptr);
+  const CheckpointReader* mine = source->mine(rank);
   // Every blob of every saved shard is checked on resume, whoever reads it, on any world size:
-  // the states' by the restore below, the others here, rank r taking the saved shards r,
+  // the states' by the restore, the others here, rank r taking the saved shards r,
   // r + world_size, ..., so that a damaged blob no rank reads (another rank's data position or
   // log length) stops the job, named, instead of resuming from it.
-  for (int k = rank; prepared.ok() && k < saved_world; k += world_size) {
+  for (int k = rank; prepared.ok() && k < source->saved_world; k += world_size) {
     if (k == 0 || k == rank) {
-      prepared = VerifyOtherBlobs(k == 0 ? first : *mine);
+      prepared = VerifyOtherBlobs(k == 0 ? source->first : *mine);
       continue;
     }
     StatusOr<CheckpointReader> shard = CheckpointReader::Open(step_dir, k, checkpoint_fs());
     prepared = shard.ok() ? VerifyOtherBlobs(*shard) : shard.status();
   }
-  std::optional<StateReshard> reshard;
-  if (prepared.ok() && !same_partition) {
-    StatusOr<StateReshard> created = StateReshard::Create(
-        step_dir, saved_world, static_cast<int>(saved_stage), plan, checkpoint_fs());
+  if (prepared.ok() && !source->same_partition) {
+    StatusOr<StateReshard> created =
+        StateReshard::Create(step_dir, source->saved_world, static_cast<int>(source->saved_stage),
+                             engine_->state_plan(), checkpoint_fs());
     if (created.ok()) {
-      reshard.emplace(std::move(created).value());
-      prepared = reshard->VerifyShare(rank, world_size);
+      source->reshard.emplace(std::move(created).value());
+      prepared = source->reshard->VerifyShare(rank, world_size);
     } else {
       prepared = created.status();
     }
   }
-  HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, prepared));
+  return comm::AgreeOnStatus(*comm_, prepared);
+}
+
+Status Trainer::RestoreStates(ResumeSource* source) {
+  const int64_t elements = engine_->state_elements();
+  const int64_t bytes = elements * int64_t{sizeof(float)};
+  std::optional<StateReshard>& reshard = source->reshard;
   // The same partition: states whole in rank 0's shard (one partition of all), else each rank's.
-  const CheckpointReader* states = plan.world_size() == 1 ? &first : mine;
+  const CheckpointReader* states =
+      engine_->state_plan().world_size() == 1 ? &source->first : source->mine(comm_->rank());
   HOIST_CHECK(reshard || states != nullptr) << "the same partition, so the same world size";
 
   if (engine_->states_on_nvme()) {
@@ -257,30 +311,33 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
           HOIST_RETURN_IF_ERROR(blobs[1].Read(m_piece, piece));
           return blobs[2].Read(v_piece, piece);
         },
-        optimizer_steps));
+        source->optimizer_steps));
     // The checksums are known only now: every rank stops if any rank's blobs were damaged.
     Status intact = Status::Ok();
     for (const BlobReader& blob : blobs) {
       if (intact.ok()) intact = blob.Finish();
     }
-    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, intact));
-  } else {
-    std::vector<float> master(static_cast<size_t>(elements)), m(master.size()), v(master.size());
-    Status read = Status::Ok();
-    if (reshard) {
-      read = reshard->Fill(0, elements, master.data(), m.data(), v.data());
-    } else {
-      read = states->Read("master", master.data(), bytes);
-      if (read.ok()) read = states->Read("adam_m", m.data(), bytes);
-      if (read.ok()) read = states->Read("adam_v", v.data(), bytes);
-    }
-    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, read));
-    HOIST_RETURN_IF_ERROR(
-        engine_->RestoreState(master.data(), m.data(), v.data(), optimizer_steps));
+    return comm::AgreeOnStatus(*comm_, intact);
   }
+  std::vector<float> master(static_cast<size_t>(elements)), m(master.size()), v(master.size());
+  Status read = Status::Ok();
+  if (reshard) {
+    read = reshard->Fill(0, elements, master.data(), m.data(), v.data());
+  } else {
+    read = states->Read("master", master.data(), bytes);
+    if (read.ok()) read = states->Read("adam_m", m.data(), bytes);
+    if (read.ok()) read = states->Read("adam_v", v.data(), bytes);
+  }
+  HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, read));
+  return engine_->RestoreState(master.data(), m.data(), v.data(), source->optimizer_steps);
+}
+
+Status Trainer::RestoreCounters(const ResumeSource& source) {
+  const nlohmann::json& metadata = source.metadata();
+  const CheckpointMetadata fields = source.fields();
   if (scaler_ != nullptr) {
     if (!metadata.contains("loss_scaler")) {
-      return FailedPreconditionError("checkpoint " + step_dir +
+      return FailedPreconditionError("checkpoint " + source.dir +
                                      " has no fp16 loss scaler state; it was written by a job "
                                      "without fp16, resume with the same precision");
     }
@@ -292,7 +349,7 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
                                                               std::numeric_limits<int>::max()));
     HOIST_ASSIGN_OR_RETURN(state.clean_steps, fields.Integer("loss_scaler.clean_steps", 0));
     HOIST_ASSIGN_OR_RETURN(state.skipped_steps,
-                           fields.Integer("loss_scaler.skipped_steps", 0, first.step()));
+                           fields.Integer("loss_scaler.skipped_steps", 0, source.first.step()));
     state.scale = static_cast<float>(scale);
     state.hysteresis_left = static_cast<int>(hysteresis);
     HOIST_RETURN_IF_ERROR(scaler_->Restore(state));
@@ -314,35 +371,33 @@ StatusOr<int64_t> Trainer::LoadCheckpoint(const std::string& step_dir) {
   if (metadata.contains("hf_config") && metadata["hf_config"].is_object()) {
     hf_config_ = metadata["hf_config"];
   }
-  step_ = first.step();
+  step_ = source.first.step();
   HOIST_ASSIGN_OR_RETURN(tokens_seen_, fields.Integer("tokens", 0));
-  HOIST_ASSIGN_OR_RETURN(int64_t log_bytes, fields.Integer("jsonl_bytes", 0));
+  if (metadata.contains("train_s")) {
+    HOIST_ASSIGN_OR_RETURN(train_seconds_,
+                           fields.Number("train_s", 0.0, std::numeric_limits<double>::max()));
+  }
+  return Status::Ok();
+}
+
+StatusOr<int64_t> Trainer::ResumedLogLength(const ResumeSource& source) {
+  const int rank = comm_->rank();
+  HOIST_ASSIGN_OR_RETURN(int64_t log_bytes, source.fields().Integer("jsonl_bytes", 0));
+  const CheckpointReader* mine = source.mine(rank);
   if (mine != nullptr &&
       std::any_of(mine->blobs().begin(), mine->blobs().end(),
                   [](const ShardBlobEntry& blob) { return blob.name == kJsonlBytesBlob; })) {
     HOIST_RETURN_IF_ERROR(mine->Read(kJsonlBytesBlob, &log_bytes, sizeof(log_bytes)));
     if (log_bytes < 0) {
-      return DataLossError("checkpoint " + step_dir + ": rank " + std::to_string(rank) +
+      return DataLossError("checkpoint " + source.dir + ": rank " + std::to_string(rank) +
                            "'s shard holds a negative JSONL log length (" +
                            std::to_string(log_bytes) + "); resume from another step directory");
     }
   } else if (rank != 0) {
     // Written before each rank kept its own length (rank 0's would cut this rank's log anywhere),
     // or by a job without this rank: the log, if any, is cut after its record of the step.
-    HOIST_ASSIGN_OR_RETURN(log_bytes,
-                           JsonlBytesThroughStep(config_.monitor.jsonl_path, rank, first.step()));
-  }
-  if (metadata.contains("train_s")) {
-    HOIST_ASSIGN_OR_RETURN(train_seconds_,
-                           fields.Number("train_s", 0.0, std::numeric_limits<double>::max()));
-  }
-  if (rank == 0) {
-    HOIST_LOG(INFO) << "resumed from " << step_dir << " at step " << step_;
-    if (!same_partition) {
-      HOIST_LOG(INFO) << "  written by " << saved_world << " rank(s) at ZeRO stage " << saved_stage
-                      << "; its states were repartitioned for " << world_size
-                      << " rank(s) at stage " << config_.zero.stage;
-    }
+    HOIST_ASSIGN_OR_RETURN(
+        log_bytes, JsonlBytesThroughStep(config_.monitor.jsonl_path, rank, source.first.step()));
   }
   return log_bytes;
 }

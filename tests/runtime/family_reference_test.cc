@@ -74,8 +74,7 @@ TEST_P(FamilyReference, LogitsLossAndGradientsMatchTransformers) {
   CpuDevice device(Place::kDevice);
   std::unique_ptr<DecoderModel> model = Load(f, m, &device);
 
-  model->Forward(inputs.data(), nullptr, kB, kT);
-  ASSERT_TRUE(model->status().ok()) << model->status().ToString();
+  model->Forward(inputs.data(), nullptr, kB, kT).value();
   const int V = m.vocab_size, Vp = m.padded_vocab_size();
   std::vector<float> logits(static_cast<size_t>(kB * kT * V));
   for (int i = 0; i < kB * kT; ++i) {
@@ -85,12 +84,11 @@ TEST_P(FamilyReference, LogitsLossAndGradientsMatchTransformers) {
   std::printf("%s %s: worst logits error %.3g\n", f.family, f.weights,
               ExpectClose(logits, ref.Floats("logits"), 1e-5, "logits"));
 
-  model->ZeroGradients();
-  const float loss = model->Forward(inputs.data(), targets.data(), kB, kT, 1.0f);
+  HOIST_CHECK_OK(model->ZeroGradients());
+  const float loss = model->Forward(inputs.data(), targets.data(), kB, kT, 1.0f).value();
   const float want = ref.Floats("loss")[0];
   EXPECT_NEAR(loss, want, 1e-5 * want);
-  model->Backward();
-  ASSERT_TRUE(model->status().ok()) << model->status().ToString();
+  HOIST_CHECK_OK(model->Backward());
   double worst = 0;
   std::string worst_name;
   for (const DecoderHfTensor& spec : DecoderHfTensors(m)) {
@@ -126,10 +124,9 @@ Pass TrainingPass(const Fixture& f, AttentionKind attention, DType type,
   CpuDevice device(Place::kDevice);
   std::unique_ptr<DecoderModel> model = Load(f, m, &device, type, checkpointing);
   Pass pass;
-  model->ZeroGradients();
-  pass.loss = model->Forward(inputs.data(), targets.data(), kB, kT, 1.0f);
-  model->Backward();
-  EXPECT_TRUE(model->status().ok()) << model->status().ToString();
+  HOIST_CHECK_OK(model->ZeroGradients());
+  pass.loss = model->Forward(inputs.data(), targets.data(), kB, kT, 1.0f).value();
+  HOIST_CHECK_OK(model->Backward());
   pass.grads.assign(model->grads(), model->grads() + model->num_parameters());
   return pass;
 }

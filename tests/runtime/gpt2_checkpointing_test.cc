@@ -60,7 +60,7 @@ Result Train(const ModelConfig& m, DType type, const ActivationCheckpointingConf
   MemoryTracker tracker;
   CpuDevice device(Place::kDevice, &tracker);
   auto model = std::move(Gpt2Model::Create(m, max_B, max_T, &device, nullptr, type, ac)).value();
-  model->InitializeWeights(5);
+  HOIST_CHECK_OK(model->InitializeWeights(5));
   Rng rng(17);
   for (int64_t i = 0; i < model->num_parameters(); ++i) {
     model->params()[i] += static_cast<float>(0.05 * rng.Normal());
@@ -69,15 +69,15 @@ Result Train(const ModelConfig& m, DType type, const ActivationCheckpointingConf
   const MemorySnapshot snapshot = tracker.Snapshot();
   result.device_activation = snapshot.Current(Place::kDevice, Category::kActivation);
   result.pinned_activation = snapshot.Current(Place::kHostPinned, Category::kActivation);
-  model->ZeroGradients();
+  HOIST_CHECK_OK(model->ZeroGradients());
   for (auto [B, T] : {std::pair{2, 12}, std::pair{1, 7}}) {
     std::vector<int32_t> inputs, targets;
     for (int i = 0; i < B * T; ++i) {
       inputs.push_back(int32_t(rng.NextU64() % uint64_t(m.vocab_size)));
       targets.push_back(int32_t(rng.NextU64() % uint64_t(m.vocab_size)));
     }
-    result.loss += model->Forward(inputs.data(), targets.data(), B, T, 0.5f);
-    model->Backward();
+    result.loss += model->Forward(inputs.data(), targets.data(), B, T, 0.5f).value();
+    HOIST_CHECK_OK(model->Backward());
   }
   result.grads.assign(model->grads(), model->grads() + model->num_parameters());
   return result;
@@ -175,7 +175,7 @@ TEST(Gpt2Checkpointing, PhasesAreReportedInOrderAndCheckpointedBlocksRecompute) 
     auto model =
         std::move(Gpt2Model::Create(m, 1, 4, &device, nullptr, DType::kFloat32, Policy(policy)))
             .value();
-    model->InitializeWeights(1);
+    HOIST_CHECK_OK(model->InitializeWeights(1));
     std::vector<std::string> phases;
     model->set_phase_hook([&](Phase phase, int block) {
       std::string name = PhaseName(phase);
@@ -183,8 +183,8 @@ TEST(Gpt2Checkpointing, PhasesAreReportedInOrderAndCheckpointedBlocksRecompute) 
       phases.push_back(std::move(name));
     });
     const int32_t tokens[] = {1, 2, 3, 4};
-    model->Forward(tokens, tokens, 1, 4, 1.0f);
-    model->Backward();
+    model->Forward(tokens, tokens, 1, 4, 1.0f).value();
+    HOIST_CHECK_OK(model->Backward());
     EXPECT_THAT(phases,
                 ElementsAreArray<std::string>(
                     {"forward", "forward 0", "forward 1", "forward 2", "forward 3", "loss", "loss",

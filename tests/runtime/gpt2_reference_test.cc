@@ -241,7 +241,7 @@ class Gpt2ReferenceTest : public ::testing::Test {
 };
 
 TEST_F(Gpt2ReferenceTest, ForwardLogitsAndLossMatchFloat64Reference) {
-  const float loss = model_->Forward(batch_.inputs.data(), batch_.targets.data(), kB, kT);
+  const float loss = model_->Forward(batch_.inputs.data(), batch_.targets.data(), kB, kT).value();
   std::vector<double> ref_logits;
   const double ref_loss = ReferenceForward(config_, ParamsAsDouble(*model_), batch_.inputs.data(),
                                            batch_.targets.data(), kB, kT, &ref_logits);
@@ -254,7 +254,7 @@ TEST_F(Gpt2ReferenceTest, ForwardLogitsAndLossMatchFloat64Reference) {
 }
 
 TEST_F(Gpt2ReferenceTest, ForwardWithoutTargetsGivesTheSameLogits) {
-  const float none = model_->Forward(batch_.inputs.data(), nullptr, kB, kT);
+  const float none = model_->Forward(batch_.inputs.data(), nullptr, kB, kT).value();
   EXPECT_EQ(none, 0.0f);
   std::vector<double> ref_logits;
   ReferenceForward(config_, ParamsAsDouble(*model_), batch_.inputs.data(), nullptr, kB, kT,
@@ -268,16 +268,16 @@ TEST_F(Gpt2ReferenceTest, PaddedVocabularyColumnsDoNotAffectLossOrGradients) {
   const int64_t pad_count = int64_t{Vp - V} * C;
 
   std::fill(pad_rows, pad_rows + pad_count, 0.0f);
-  model_->ZeroGradients();
+  HOIST_CHECK_OK(model_->ZeroGradients());
   const float loss_zero_pad =
-      model_->Forward(batch_.inputs.data(), batch_.targets.data(), kB, kT, 1.0f);
-  model_->Backward();
+      model_->Forward(batch_.inputs.data(), batch_.targets.data(), kB, kT, 1.0f).value();
+  HOIST_CHECK_OK(model_->Backward());
   std::vector<float> grads_zero_pad(model_->grads(), model_->grads() + model_->num_parameters());
 
   // Padded rows large enough that their logits would swamp the softmax if counted.
   Rng rng(29);
   for (int64_t i = 0; i < pad_count; ++i) pad_rows[i] = static_cast<float>(20.0 * rng.Normal());
-  model_->Forward(batch_.inputs.data(), nullptr, kB, kT);
+  model_->Forward(batch_.inputs.data(), nullptr, kB, kT).value();
   float max_pad_logit = 0.0f;
   for (int n = 0; n < kB * kT; ++n) {
     for (int v = V; v < Vp; ++v)
@@ -285,10 +285,10 @@ TEST_F(Gpt2ReferenceTest, PaddedVocabularyColumnsDoNotAffectLossOrGradients) {
   }
   ASSERT_GT(max_pad_logit, 50.0f);
 
-  model_->ZeroGradients();
+  HOIST_CHECK_OK(model_->ZeroGradients());
   const float loss_big_pad =
-      model_->Forward(batch_.inputs.data(), batch_.targets.data(), kB, kT, 1.0f);
-  model_->Backward();
+      model_->Forward(batch_.inputs.data(), batch_.targets.data(), kB, kT, 1.0f).value();
+  HOIST_CHECK_OK(model_->Backward());
   EXPECT_EQ(loss_big_pad, loss_zero_pad);
   const double ref_loss = ReferenceForward(config_, ParamsAsDouble(*model_), batch_.inputs.data(),
                                            batch_.targets.data(), kB, kT, nullptr);
@@ -302,13 +302,13 @@ TEST_F(Gpt2ReferenceTest, PaddedVocabularyColumnsDoNotAffectLossOrGradients) {
 TEST_F(Gpt2ReferenceTest, ChangingAFutureTokenLeavesEarlierLogitsUnchanged) {
   const int Vp = model_->Vp();
   const int row = 1, changed_t = 4;
-  model_->Forward(batch_.inputs.data(), nullptr, kB, kT);
+  model_->Forward(batch_.inputs.data(), nullptr, kB, kT).value();
   const std::vector<float> before(model_->logits(), model_->logits() + kB * kT * Vp);
 
   std::vector<int32_t> inputs = batch_.inputs;
   int32_t& token = inputs[row * kT + changed_t];
   token = (token + 1) % config_.vocab_size;
-  model_->Forward(inputs.data(), nullptr, kB, kT);
+  model_->Forward(inputs.data(), nullptr, kB, kT).value();
   const float* after = model_->logits();
 
   for (int b = 0; b < kB; ++b) {
@@ -329,10 +329,10 @@ TEST_F(Gpt2ReferenceTest, ChangingAFutureTokenLeavesEarlierLogitsUnchanged) {
 
 TEST_F(Gpt2ReferenceTest, ShorterSequenceMatchesReferenceAtThatLength) {
   // A full-size forward first, so stale activations from it would show.
-  model_->Forward(batch_.inputs.data(), batch_.targets.data(), kB, kT);
+  model_->Forward(batch_.inputs.data(), batch_.targets.data(), kB, kT).value();
   const int B = 2, T = 4;
   Batch batch = RandomBatch(B, T, config_.vocab_size, 31);
-  const float loss = model_->Forward(batch.inputs.data(), batch.targets.data(), B, T);
+  const float loss = model_->Forward(batch.inputs.data(), batch.targets.data(), B, T).value();
   std::vector<double> ref_logits;
   const double ref_loss = ReferenceForward(config_, ParamsAsDouble(*model_), batch.inputs.data(),
                                            batch.targets.data(), B, T, &ref_logits);
@@ -346,9 +346,9 @@ TEST_F(Gpt2ReferenceTest, ShorterSequenceMatchesReferenceAtThatLength) {
 // O(1e-2) means over 21 positions, and the tolerance sits about 10x above their observed error.
 TEST_F(Gpt2ReferenceTest, BackwardMatchesFiniteDifferencesOfReference) {
   const int C = config_.n_embd, V = config_.vocab_size;
-  model_->ZeroGradients();
-  model_->Forward(batch_.inputs.data(), batch_.targets.data(), kB, kT, 1.0f);
-  model_->Backward();
+  HOIST_CHECK_OK(model_->ZeroGradients());
+  model_->Forward(batch_.inputs.data(), batch_.targets.data(), kB, kT, 1.0f).value();
+  HOIST_CHECK_OK(model_->Backward());
   std::vector<double> p = ParamsAsDouble(*model_);
   auto ref_loss = [&] {
     return ReferenceForward(config_, p, batch_.inputs.data(), batch_.targets.data(), kB, kT,

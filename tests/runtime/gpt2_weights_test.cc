@@ -133,7 +133,7 @@ TEST(Gpt2Weights, TheImportedModelComputesWhatTransformersComputes) {
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   std::memcpy((*model)->params(), weights.data(), weights.size() * sizeof(float));
 
-  (*model)->Forward(inputs.data(), nullptr, kB, kT);
+  (*model)->Forward(inputs.data(), nullptr, kB, kT).value();
   const int V = m.vocab_size, Vp = m.padded_vocab_size();
   std::vector<float> logits(static_cast<size_t>(kB * kT * V));
   for (int i = 0; i < kB * kT; ++i) {
@@ -142,11 +142,10 @@ TEST(Gpt2Weights, TheImportedModelComputesWhatTransformersComputes) {
   }
   ExpectClose(logits, ref.Floats("logits"), 1e-5, "logits");
 
-  (*model)->ZeroGradients();
-  const float loss = (*model)->Forward(inputs.data(), targets.data(), kB, kT, 1.0f);
+  HOIST_CHECK_OK((*model)->ZeroGradients());
+  const float loss = (*model)->Forward(inputs.data(), targets.data(), kB, kT, 1.0f).value();
   EXPECT_NEAR(loss, ref.Floats("loss")[0], 1e-5 * ref.Floats("loss")[0]);
-  (*model)->Backward();
-  ASSERT_TRUE((*model)->status().ok());
+  HOIST_CHECK_OK((*model)->Backward());
   // Each gradient, in transformers' layout (Conv1D weights (in, out); wte without padding).
   const ParamLayout& layout = (*model)->layout();
   for (const HfGpt2Tensor& spec : HfGpt2Tensors(m)) {

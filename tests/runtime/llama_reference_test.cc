@@ -56,18 +56,16 @@ TEST_P(LlamaReference, LogitsLossAndGradientsMatchTransformers) {
   const std::vector<float> weights = ReadCheckpoint(kData + (tied ? "/tied" : "/fp32"), m);
   std::memcpy(model.params(), weights.data(), weights.size() * sizeof(float));
 
-  model.Forward(inputs.data(), nullptr, kB, kT);
-  ASSERT_TRUE(model.status().ok()) << model.status().ToString();
+  model.Forward(inputs.data(), nullptr, kB, kT).value();
   double worst = ExpectClose(Logits(model, kB, kT), ref.Floats("logits"), 1e-5, "logits");
   std::printf("worst logits error %.3g\n", worst);
 
-  model.ZeroGradients();
-  const float loss = model.Forward(inputs.data(), targets.data(), kB, kT, 1.0f);
+  HOIST_CHECK_OK(model.ZeroGradients());
+  const float loss = model.Forward(inputs.data(), targets.data(), kB, kT, 1.0f).value();
   const float want = ref.Floats("loss")[0];
   EXPECT_NEAR(loss, want, 1e-5 * want);
   std::printf("loss %.9g vs %.9g (relative %.3g)\n", loss, want, std::abs(loss - want) / want);
-  model.Backward();
-  ASSERT_TRUE(model.status().ok()) << model.status().ToString();
+  HOIST_CHECK_OK(model.Backward());
   worst = 0;
   std::string worst_name;
   for (const DecoderHfTensor& spec : DecoderHfTensors(m)) {
@@ -102,13 +100,12 @@ Pass TrainingPass(AttentionKind attention, DType type) {
   std::memcpy(model->params(), weights.data(), weights.size() * sizeof(float));
   Pass pass;
   if (type == DType::kFloat32) {
-    model->Forward(inputs.data(), nullptr, kB, kT);
+    model->Forward(inputs.data(), nullptr, kB, kT).value();
     pass.logits = Logits(*model, kB, kT);
   }
-  model->ZeroGradients();
-  pass.loss = model->Forward(inputs.data(), targets.data(), kB, kT, 1.0f);
-  model->Backward();
-  EXPECT_TRUE(model->status().ok()) << model->status().ToString();
+  HOIST_CHECK_OK(model->ZeroGradients());
+  pass.loss = model->Forward(inputs.data(), targets.data(), kB, kT, 1.0f).value();
+  HOIST_CHECK_OK(model->Backward());
   pass.grads.assign(model->grads(), model->grads() + model->num_parameters());
   return pass;
 }

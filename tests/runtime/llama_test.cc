@@ -137,7 +137,7 @@ Result Train(const ModelConfig& m, DType type, const ActivationCheckpointingConf
   MemoryTracker tracker;
   CpuDevice device(Place::kDevice, &tracker);
   auto model = std::move(DecoderModel::Create(m, 2, 12, &device, nullptr, type, ac)).value();
-  model->InitializeWeights(5);
+  HOIST_CHECK_OK(model->InitializeWeights(5));
   Rng rng(17);
   for (int64_t i = 0; i < model->num_parameters(); ++i) {
     model->params()[i] += static_cast<float>(0.05 * rng.Normal());
@@ -146,16 +146,15 @@ Result Train(const ModelConfig& m, DType type, const ActivationCheckpointingConf
   const MemorySnapshot snapshot = tracker.Snapshot();
   result.device_activation = snapshot.Current(Place::kDevice, Category::kActivation);
   result.pinned_activation = snapshot.Current(Place::kHostPinned, Category::kActivation);
-  model->ZeroGradients();
+  HOIST_CHECK_OK(model->ZeroGradients());
   for (auto [B, T] : {std::pair{2, 12}, std::pair{1, 7}}) {
     std::vector<int32_t> inputs, targets;
     for (int i = 0; i < B * T; ++i) {
       inputs.push_back(int32_t(rng.NextU64() % uint64_t(m.vocab_size)));
       targets.push_back(int32_t(rng.NextU64() % uint64_t(m.vocab_size)));
     }
-    result.loss += model->Forward(inputs.data(), targets.data(), B, T, 0.5f);
-    model->Backward();
-    EXPECT_TRUE(model->status().ok()) << model->status().ToString();
+    result.loss += model->Forward(inputs.data(), targets.data(), B, T, 0.5f).value();
+    HOIST_CHECK_OK(model->Backward());
   }
   result.grads.assign(model->grads(), model->grads() + model->num_parameters());
   result.recomputed = model->recomputed_blocks();
@@ -202,14 +201,13 @@ TEST(LlamaCheckpointing, PhasesAreReportedInOrderAndCheckpointedBlocksRecompute)
     auto model =
         std::move(DecoderModel::Create(m, 1, 4, &device, nullptr, DType::kFloat32, Policy(policy)))
             .value();
-    model->InitializeWeights(1);
+    HOIST_CHECK_OK(model->InitializeWeights(1));
     using P = Phase;
     std::vector<std::pair<P, int>> phases;
     model->set_phase_hook([&](P phase, int block) { phases.emplace_back(phase, block); });
     const int32_t tokens[] = {1, 2, 3, 4};
-    model->Forward(tokens, tokens, 1, 4, 1.0f);
-    model->Backward();
-    ASSERT_TRUE(model->status().ok()) << model->status().ToString();
+    model->Forward(tokens, tokens, 1, 4, 1.0f).value();
+    HOIST_CHECK_OK(model->Backward());
     const std::vector<std::pair<P, int>> want = {
         {P::kForward, -1}, {P::kForward, 0},  {P::kForward, 1},  {P::kForward, 2},
         {P::kForward, 3},  {P::kLoss, -1},    {P::kLoss, -1},    {P::kBackward, 3},
@@ -228,16 +226,18 @@ class FailingStore final : public zero::ParamStore {
     params_.resize(static_cast<size_t>(layout.total), 0.01f);
     grads_.resize(static_cast<size_t>(layout.total), 0.0f);
   }
-  const void* AcquireParams(int unit) override {
+  StatusOr<const void*> AcquireParams(int unit) override {
     if (acquires_++ == fail_at_) {
       status_ = UnavailableError("all-gather of unit " + std::to_string(unit) + " failed");
-      return nullptr;
+      return status_;
     }
-    return params_.data() + layout_.unit_offsets[unit];
+    return static_cast<const void*>(params_.data() + layout_.unit_offsets[unit]);
   }
   void ReleaseParams(int) override {}
   void Prefetch(int) override {}
-  float* AcquireGrads(int unit) override { return grads_.data() + layout_.unit_offsets[unit]; }
+  StatusOr<float*> AcquireGrads(int unit) override {
+    return grads_.data() + layout_.unit_offsets[unit];
+  }
   void ReleaseGrads(int) override {}
   Status status() const override { return status_; }
   int acquires() const { return acquires_; }
@@ -254,26 +254,32 @@ TEST(LlamaModelStore, AStoreThatFailsStopsThePass) {
   const ModelConfig m = SmallConfig();
   const DecoderLayout layout = DecoderLayout::For(m);
   const std::vector<int32_t> tokens(8, 3);
-  // Forward acquires units 0, 1..L, L+1; a failure at any of them stops it with NaN.
+  // Forward acquires units 0, 1..L, L+1; a failure at any of them stops it with the store's error.
   for (int fail_at = 0; fail_at < m.n_layer + 2; ++fail_at) {
     FailingStore store(layout, fail_at);
     CpuDevice device;
     auto model = std::move(DecoderModel::Create(m, 1, 8, &device, &store)).value();
-    const float loss = model->Forward(tokens.data(), tokens.data(), 1, 8, 1.0f);
-    EXPECT_TRUE(std::isnan(loss)) << fail_at;
+    const StatusOr<float> loss = model->Forward(tokens.data(), tokens.data(), 1, 8, 1.0f);
+    ASSERT_FALSE(loss.ok()) << fail_at;
+    EXPECT_EQ(loss.status().code(), StatusCode::kUnavailable) << fail_at;
+    EXPECT_NE(loss.status().message().find("all-gather of unit " + std::to_string(fail_at)),
+              std::string::npos)
+        << loss.status().ToString();
     EXPECT_EQ(store.acquires(), fail_at + 1);
-    model->Backward();  // abandoned: asks nothing more of the store
+    // The model asks nothing more of the store: every later pass returns the same error.
+    EXPECT_EQ(model->Backward().message(), loss.status().message());
+    EXPECT_EQ(model->Forward(tokens.data(), tokens.data(), 1, 8, 1.0f).status().message(),
+              loss.status().message());
     EXPECT_EQ(store.acquires(), fail_at + 1);
-    EXPECT_FALSE(store.status().ok());
   }
-  // Failing in backward stops it there, with the error in the store.
+  // Failing in backward stops it there, with the store's error.
   FailingStore store(layout, m.n_layer + 3);
   CpuDevice device;
   auto model = std::move(DecoderModel::Create(m, 1, 8, &device, &store)).value();
-  EXPECT_FALSE(std::isnan(model->Forward(tokens.data(), tokens.data(), 1, 8, 1.0f)));
-  model->Backward();
+  EXPECT_FALSE(std::isnan(model->Forward(tokens.data(), tokens.data(), 1, 8, 1.0f).value()));
+  const Status backward = model->Backward();
+  EXPECT_EQ(backward.code(), StatusCode::kUnavailable) << backward.ToString();
   EXPECT_EQ(store.acquires(), m.n_layer + 4);
-  EXPECT_FALSE(store.status().ok());
 }
 
 }  // namespace

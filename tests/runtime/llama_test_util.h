@@ -168,11 +168,12 @@ inline double ExpectAdamWLosses(DecoderModel& model, const std::vector<int32_t>&
   double worst = 0;
   for (int step = 0; step < static_cast<int>(want.size()); ++step) {
     const int32_t* window = tokens.data() + int64_t{step} * kB * kT;
-    model.ZeroGradients();
-    const float loss = model.Forward(window, window + 1, kB, kT, 1.0f);
-    model.Backward();
-    EXPECT_TRUE(model.status().ok()) << model.status().ToString();
-    if (!model.status().ok()) return 1e30;
+    HOIST_CHECK_OK(model.ZeroGradients());
+    const StatusOr<float> forward = model.Forward(window, window + 1, kB, kT, 1.0f);
+    const Status passes = forward.ok() ? model.Backward() : forward.status();
+    EXPECT_TRUE(passes.ok()) << passes.ToString();
+    if (!passes.ok()) return 1e30;
+    const float loss = *forward;
     scalars.step = step + 1;
     EXPECT_TRUE(model.backend()
                     .AdamW(refs, DType::kFloat32, DType::kFloat32, scalars,

@@ -68,9 +68,8 @@ std::vector<float> Train(const Job& run, int steps) {
     for (int step = 0; step < steps; ++step) {
       const int32_t* window = tokens.data() + int64_t{step} * kB * kT + int64_t{rank} * B * kT;
       ASSERT_TRUE((*engine)->ZeroGrads().ok());
-      const float loss = (*model)->Forward(window, window + 1, B, kT, 1.0f);
-      (*model)->Backward();
-      ASSERT_TRUE((*model)->status().ok()) << (*model)->status().ToString();
+      const float loss = (*model)->Forward(window, window + 1, B, kT, 1.0f).value();
+      HOIST_CHECK_OK((*model)->Backward());
       ASSERT_TRUE((*engine)->status().ok()) << (*engine)->status().ToString();
       auto stepped = (*engine)->Step(1e-2f, 1.0f, 0.0f);
       ASSERT_TRUE(stepped.ok()) << stepped.status().ToString();

@@ -277,7 +277,7 @@ TEST_P(LoraExport, SampleUsesTheMergedWeights) {
   std::vector<int32_t> context = {'A', 'B'}, greedy;
   for (int i = 0; i < sample.max_new_tokens; ++i) {
     const int T = std::min<int>(static_cast<int>(context.size()), m.seq_len);
-    (*model)->Forward(context.data() + context.size() - T, nullptr, 1, T);
+    (*model)->Forward(context.data() + context.size() - T, nullptr, 1, T).value();
     const float* last = (*model)->logits() + int64_t{T - 1} * m.padded_vocab_size();
     const int32_t token = static_cast<int32_t>(std::max_element(last, last + m.vocab_size) - last);
     context.push_back(token);

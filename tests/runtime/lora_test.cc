@@ -110,8 +110,7 @@ TEST_P(LoraPeft, LogitsLossAndAdapterGradientsMatchPeft) {
   std::copy(adapters.begin(), adapters.end(), m.params() + base_total);
 
   // Logits and loss.
-  m.Forward(inputs.data(), nullptr, B, T);
-  ASSERT_TRUE(m.status().ok()) << m.status().ToString();
+  m.Forward(inputs.data(), nullptr, B, T).value();
   const std::vector<float> logits = Tensor(*reference, "logits");
   const int V = model.vocab_size, Vp = model.padded_vocab_size();
   std::vector<float> got(logits.size());
@@ -119,10 +118,9 @@ TEST_P(LoraPeft, LogitsLossAndAdapterGradientsMatchPeft) {
     std::copy_n(m.logits() + row * Vp, V, got.begin() + row * V);
   }
   ExpectClose(got.data(), logits, 1e-5, "logits");
-  m.ZeroGradients();
-  const float loss = m.Forward(inputs.data(), targets.data(), B, T, 1.0f);
-  m.Backward();
-  ASSERT_TRUE(m.status().ok()) << m.status().ToString();
+  HOIST_CHECK_OK(m.ZeroGradients());
+  const float loss = m.Forward(inputs.data(), targets.data(), B, T, 1.0f).value();
+  HOIST_CHECK_OK(m.Backward());
   const float want_loss = Tensor(*reference, "loss")[0];
   EXPECT_NEAR(loss, want_loss, 1e-5 * std::abs(want_loss));
 
@@ -182,11 +180,10 @@ TEST_P(LoraPeft, EveryCheckpointingPolicyGivesTheGradientsOfNoneWithDropout) {
     // PEFT's fixture adapter may hold B = 0; a nonzero B makes dA (and dx through A) nonzero.
     for (size_t i = 0; i < adapters.size(); ++i) adapters[i] += 0.01f * float((i % 7) + 1);
     std::copy(adapters.begin(), adapters.end(), m.params() + at);
-    m.ZeroGradients();
+    HOIST_CHECK_OK(m.ZeroGradients());
     m.set_lora_seed(1234, 6);
-    *loss = m.Forward(inputs.data(), targets.data(), B, T, 1.0f);
-    m.Backward();
-    HOIST_CHECK(m.status().ok()) << m.status().ToString();
+    *loss = m.Forward(inputs.data(), targets.data(), B, T, 1.0f).value();
+    HOIST_CHECK_OK(m.Backward());
     return std::vector<float>(m.grads() + at, m.grads() + at + adapters.size());
   };
   float want_loss = 0;

@@ -427,7 +427,7 @@ TEST(TrainerInitFrom, ALlamaCheckpointResumesExportsAndSamples) {
   std::vector<int32_t> context = {'a', 'b'}, greedy;
   for (int i = 0; i < sample.max_new_tokens; ++i) {
     const int T = std::min<int>(static_cast<int>(context.size()), whole.model.seq_len);
-    (*model)->Forward(context.data() + context.size() - T, nullptr, 1, T);
+    (*model)->Forward(context.data() + context.size() - T, nullptr, 1, T).value();
     const float* last = (*model)->logits() + int64_t{T - 1} * whole.model.padded_vocab_size();
     const int32_t token =
         static_cast<int32_t>(std::max_element(last, last + whole.model.vocab_size) - last);

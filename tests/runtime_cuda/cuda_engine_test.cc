@@ -138,10 +138,13 @@ Outcome Train(const Job& job, bool gpu) {
           const int micro = r + i * job.world;
           const std::vector<int32_t> inputs = Tokens(step, micro, 1);
           const std::vector<int32_t> targets = Tokens(step, micro, 2);
-          const float loss = m.Forward(inputs.data(), targets.data(), kB, kT, 1.0f / per_rank);
-          m.Backward();
-          status = !m.status().ok() ? m.status() : e.status();
-          outcome.losses[static_cast<size_t>(step * kMicroBatches + micro)] = loss;
+          const StatusOr<float> loss =
+              m.Forward(inputs.data(), targets.data(), kB, kT, 1.0f / per_rank);
+          status = loss.status();
+          if (status.ok()) status = m.Backward();
+          if (status.ok()) status = e.status();
+          if (!status.ok()) break;
+          outcome.losses[static_cast<size_t>(step * kMicroBatches + micro)] = *loss;
         }
         if (!status.ok()) break;
         auto result = e.Step(1e-3f, 1.0f, 1.0f);

@@ -88,9 +88,13 @@ Outcome Train(const Job& job, bool gpu, int steps) {
     const int32_t* window = tokens.data() + int64_t{step} * kB * kT;
     outcome.status = (*engine)->ZeroGrads();
     if (!outcome.status.ok()) break;
-    outcome.losses.push_back((*model)->Forward(window, window + 1, kB, kT, 1.0f));
-    (*model)->Backward();
-    outcome.status = !(*model)->status().ok() ? (*model)->status() : (*engine)->status();
+    const StatusOr<float> loss = (*model)->Forward(window, window + 1, kB, kT, 1.0f);
+    outcome.status = loss.status();
+    if (outcome.status.ok()) {
+      outcome.losses.push_back(*loss);
+      outcome.status = (*model)->Backward();
+    }
+    if (outcome.status.ok()) outcome.status = (*engine)->status();
     if (!outcome.status.ok()) break;
     auto stepped = (*engine)->Step(1e-2f, 1.0f, 0.0f);
     if (!stepped.ok()) outcome.status = stepped.status();

@@ -113,7 +113,7 @@ class ParamOffloadedEngine {
   // Unit u's weights as AcquireParams serves them, widened (zeros where it served none).
   std::vector<float> Weights(int u) {
     std::vector<float> w(static_cast<size_t>(units_[static_cast<size_t>(u)].size));
-    const void* weights = engine_->AcquireParams(u);
+    const void* weights = engine_->AcquireParams(u).value();
     EXPECT_NE(weights, nullptr) << "unit " << u;
     EXPECT_TRUE(stream().Synchronize().ok());
     if (weights != nullptr)

@@ -108,7 +108,7 @@ TEST(QuantizedStore, ServesNf4WeightsAndTheRestInTheComputeType) {
       const UnitSpec& spec = units[static_cast<size_t>(u)];
       std::vector<float> values(static_cast<size_t>(spec.size));
       for (int64_t i = 0; i < spec.size; ++i) values[static_cast<size_t>(i)] = Value(u, i);
-      const void* params = (*store)->AcquireParams(u);
+      const void* params = (*store)->AcquireParams(u).value();
       ASSERT_NE(params, nullptr);
       for (const ParamSegment& segment : spec.segments) {
         // From the segment's first element, and from one in its middle (mid-block, mid-byte).
@@ -133,13 +133,13 @@ TEST(QuantizedStore, ServesNf4WeightsAndTheRestInTheComputeType) {
       }
       // Nothing is dequantized ahead of use: acquiring holds no memory, even two units at once.
       if (u == 1) {
-        ASSERT_NE((*store)->AcquireParams(2), nullptr);
+        ASSERT_TRUE((*store)->AcquireParams(2).ok());
       }
       EXPECT_EQ(current(Category::kParam), resident) << spec.name;
       if (u == 1) (*store)->ReleaseParams(2);
       (*store)->ReleaseParams(u);
     }
-    EXPECT_EQ((*store)->AcquireGrads(1), nullptr);
+    EXPECT_FALSE((*store)->AcquireGrads(1).ok());
     EXPECT_EQ((*store)->status().code(), StatusCode::kFailedPrecondition);
   }
 }
@@ -186,8 +186,8 @@ TEST(QuantizedStore, DoubleQuantizedAbsmaxesCostAByteAndMoveTheWeightsLittle) {
             2 * Nf4WorkspaceBytes(units));
   for (int u : {1, 2}) {
     const UnitSpec& spec = units[static_cast<size_t>(u)];
-    const void* pa = (*single)->AcquireParams(u);
-    const void* pb = (*dq)->AcquireParams(u);
+    const void* pa = (*single)->AcquireParams(u).value();
+    const void* pb = (*dq)->AcquireParams(u).value();
     ASSERT_TRUE(pa != nullptr && pb != nullptr);
     // Segment by segment: a weight is asked for by its first element.
     std::vector<float> a, b;
@@ -291,7 +291,7 @@ TEST(QuantizedStore, SetsALargeSegmentAChunkAtATimeAsTheWholeOfIt) {
     }
     std::vector<float> want(static_cast<size_t>(n));
     kernels::cpu::DequantizeNf4Rect(whole, n, 0, 1, 0, n, DType::kBFloat16, false, want.data());
-    const void* params = (*store)->AcquireParams(0);
+    const void* params = (*store)->AcquireParams(0).value();
     ASSERT_NE(params, nullptr);
     const StoredWeight stored = (*store)->Weight(0, params, 3);
     ASSERT_EQ(stored.dense, nullptr);
@@ -376,10 +376,10 @@ TEST_P(QuantizedStoreEstimate, BesideTheAdaptersEngineMatchesTheTracker) {
     for (const auto* pass : {&passes.forward, &passes.backward}) {
       for (const StoreCall& call : *pass) {
         switch (call.op) {
-          case Op::kAcquireParams: ASSERT_NE(joined.AcquireParams(call.unit), nullptr); break;
+          case Op::kAcquireParams: ASSERT_TRUE(joined.AcquireParams(call.unit).ok()); break;
           case Op::kReleaseParams: joined.ReleaseParams(call.unit); break;
           case Op::kPrefetch: joined.Prefetch(call.unit); break;
-          case Op::kAcquireGrads: ASSERT_NE(joined.AcquireGrads(call.unit), nullptr); break;
+          case Op::kAcquireGrads: ASSERT_TRUE(joined.AcquireGrads(call.unit).ok()); break;
           case Op::kReleaseGrads: joined.ReleaseGrads(call.unit); break;
         }
       }

@@ -265,7 +265,7 @@ std::vector<Outcome> RunSteps(const std::vector<UnitSpec>& units, const Sharding
         ASSERT_TRUE(engine.ZeroGrads().ok());
         int64_t unit_begin = 0;
         for (int u = 0; u < static_cast<int>(units.size()); ++u) {
-          float* g = engine.AcquireGrads(u);
+          float* g = engine.AcquireGrads(u).value();
           for (int64_t i = 0; i < units[u].size; ++i) {
             const int64_t flat = unit_begin + i;
             g[i] = flat % world == rank ? static_cast<float>(world) * (*step.grads)[flat] : 0.0f;

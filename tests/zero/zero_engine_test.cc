@@ -204,12 +204,12 @@ TEST(ZeroEngine, RunningOutOfDeviceMemoryIsAnErrorNamingWhatToChange) {
     ASSERT_TRUE(e.Initialize([](int, float* values) { values[0] = 1.0f; }).ok());
     ASSERT_TRUE(e.ZeroGrads().ok());
     // The embeddings fit; then the device is full.
-    ASSERT_NE(e.AcquireParams(0), nullptr);
+    ASSERT_TRUE(e.AcquireParams(0).ok());
     device.set_capacity_bytes(tracker.Snapshot().CurrentTotal(Place::kDevice));
     if (c.gradients) {
-      EXPECT_EQ(e.AcquireGrads(1), nullptr);
+      EXPECT_FALSE(e.AcquireGrads(1).ok());
     } else {
-      EXPECT_EQ(e.AcquireParams(1), nullptr);
+      EXPECT_FALSE(e.AcquireParams(1).ok());
     }
     const Status status = e.status();
     EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
@@ -218,8 +218,8 @@ TEST(ZeroEngine, RunningOutOfDeviceMemoryIsAnErrorNamingWhatToChange) {
     }
     EXPECT_NE(status.message().find(" free)"), std::string::npos) << status.message();
     // Failed: nothing more is handed out, and a step reports the same error.
-    EXPECT_EQ(e.AcquireParams(2), nullptr);
-    EXPECT_EQ(e.AcquireGrads(0), nullptr);
+    EXPECT_FALSE(e.AcquireParams(2).ok());
+    EXPECT_FALSE(e.AcquireGrads(0).ok());
     EXPECT_EQ(e.Step(0.1f, 1.0f, 0.0f).status().message(), status.message());
   }
 }

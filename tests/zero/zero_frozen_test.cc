@@ -139,7 +139,8 @@ TEST(FrozenEngine, KeepsTheWeightsAloneAndRefusesGradientsAndSteps) {
             // Every unit comes back as it went in, rounded to the compute type.
             for (int u = 0; u < static_cast<int>(units.size()); ++u) {
               std::vector<float> got(static_cast<size_t>(units[u].size));
-              kernels::cpu::ToFloat(e.AcquireParams(u), e.param_type(), got.data(), units[u].size);
+              kernels::cpu::ToFloat(e.AcquireParams(u).value(), e.param_type(), got.data(),
+                                    units[u].size);
               for (int64_t i = 0; i < units[u].size; ++i) {
                 // The value rounded to the compute type and widened back.
                 const float value = zero_test::InitialValue(u, i);
@@ -160,8 +161,7 @@ TEST(FrozenEngine, KeepsTheWeightsAloneAndRefusesGradientsAndSteps) {
             if (e.ZeroGrads().code() != StatusCode::kFailedPrecondition) {
               failure += " ZeroGrads on frozen weights did not fail";
             }
-            if (e.AcquireGrads(1) != nullptr ||
-                e.status().code() != StatusCode::kFailedPrecondition ||
+            if (e.AcquireGrads(1).ok() || e.status().code() != StatusCode::kFailedPrecondition ||
                 e.status().message().find("block0") == std::string::npos) {
               failure += " AcquireGrads: " + e.status().ToString();
             }
@@ -236,11 +236,11 @@ void ExpectJoinedEstimateIsExact(const Case& c) {
       auto drive = [&](const std::vector<StoreCall>& calls, int step) {
         for (const StoreCall& call : calls) {
           switch (call.op) {
-            case StoreCall::Op::kAcquireParams: (void)store.AcquireParams(call.unit); break;
+            case StoreCall::Op::kAcquireParams: (void)store.AcquireParams(call.unit).value(); break;
             case StoreCall::Op::kReleaseParams: store.ReleaseParams(call.unit); break;
             case StoreCall::Op::kPrefetch: store.Prefetch(call.unit); break;
             case StoreCall::Op::kAcquireGrads: {
-              float* g = store.AcquireGrads(call.unit);
+              float* g = store.AcquireGrads(call.unit).value();
               const int u = call.unit - static_cast<int>(base.size());
               for (int64_t i = 0; g != nullptr && i < adapters[u].size; ++i) {
                 g[i] += zero_test::Target(step, 0, u, i);

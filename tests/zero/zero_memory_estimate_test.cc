@@ -120,13 +120,13 @@ void Drive(ZeroEngine& engine, const std::vector<UnitSpec>& units,
     switch (call.op) {
       case StoreCall::Op::kAcquireParams:
         weights[u].resize(static_cast<size_t>(units[u].size));
-        kernels::cpu::ToFloat(engine.AcquireParams(u), engine.param_type(), weights[u].data(),
-                              units[u].size);
+        kernels::cpu::ToFloat(engine.AcquireParams(u).value(), engine.param_type(),
+                              weights[u].data(), units[u].size);
         break;
       case StoreCall::Op::kReleaseParams: engine.ReleaseParams(u); break;
       case StoreCall::Op::kPrefetch: engine.Prefetch(u); break;
       case StoreCall::Op::kAcquireGrads: {
-        float* g = engine.AcquireGrads(u);
+        float* g = engine.AcquireGrads(u).value();
         for (int64_t i = 0; i < units[u].size; ++i) {
           g[i] += 0.5f * (weights[u][i] - zero_test::Target(step, 0, u, i));
         }

@@ -111,10 +111,10 @@ TEST(ZeroParamOffload, ShardsInHostMemoryAreGatheredAhead) {
       EXPECT_EQ(gathered(), resident + (ahead ? unit_bytes(1) : 0) +
                                 (ahead && !accelerator ? unit_bytes(2) : 0))
           << what;
-      ASSERT_NE(e.AcquireParams(1), nullptr);
+      ASSERT_TRUE(e.AcquireParams(1).ok());
       e.Prefetch(2);  // the staging is free again
       EXPECT_EQ(gathered(), resident + unit_bytes(1) + (ahead ? unit_bytes(2) : 0)) << what;
-      ASSERT_NE(e.AcquireParams(2), nullptr);
+      ASSERT_TRUE(e.AcquireParams(2).ok());
       e.ReleaseParams(2);
       e.ReleaseParams(1);
       EXPECT_EQ(gathered(), resident) << what;
@@ -281,7 +281,7 @@ TEST(ZeroParamOffload, AReadFaultInAPassWithoutAStepIsAgreedOnByEveryRank) {
                       })
                       .ok());
       for (int u = 0; u < 4; ++u) {
-        (*engine)->AcquireParams(u);
+        (void)(*engine)->AcquireParams(u).value();
         (*engine)->ReleaseParams(u);
       }
       EXPECT_TRUE((*engine)->status().ok());  // the pass itself goes on

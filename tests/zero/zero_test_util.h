@@ -86,13 +86,13 @@ inline void MicroBatch(ParamStore& store, const std::vector<UnitSpec>& units, in
     w.resize(static_cast<size_t>(units[u].size));
     // The next unit asked for before this one's weights are read, as a model asks before it
     // computes: the store may start on it while this unit's work is still queued.
-    const void* weights = store.AcquireParams(u);
+    const void* weights = store.AcquireParams(u).value();
     if (u + 1 < static_cast<int>(units.size())) store.Prefetch(u + 1);
     if (stream != nullptr) {
       EXPECT_TRUE(stream->Synchronize().ok());
     }
     kernels::cpu::ToFloat(weights, store.param_type(), w.data(), units[u].size);
-    float* g = store.AcquireGrads(u);
+    float* g = store.AcquireGrads(u).value();
     for (int64_t i = 0; i < units[u].size; ++i) g[i] += dloss * (w[i] - Target(step, k, u, i));
     if (poison && u == 1) g[5] = std::numeric_limits<float>::infinity();
     store.ReleaseGrads(u);
