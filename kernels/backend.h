@@ -316,7 +316,9 @@ class Backend {
   // fp32, as SoftcapForward computes them but not rounded to `type`). dlogits (may be null, may
   // alias logits) is OVERWRITTEN with the gradient with respect to the raw logits: dloss *
   // (softmax(z) - onehot), times 1 - tanh^2(logits / softcap) when capped; 0 in the padding
-  // columns. softcap 0: no cap, the logits as they are; otherwise softcap > 0 and finite.
+  // columns. softcap 0: no cap, the logits as they are; otherwise softcap > 0 and finite. A
+  // negative target (-1, or transformers' -100) is an ignored position, a token the loss is
+  // masked off: its loss is 0 and its dlogits row 0. Targets are < V.
   virtual Status SoftmaxCrossEntropy(float* losses, void* dlogits, const void* logits,
                                      const int32_t* targets, float dloss, int N, int V, int Vp,
                                      float softcap, DType type, const Stream& stream) = 0;

@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/convert.h"
@@ -8,6 +9,16 @@
 #include "kernels/cpu/vector_kernels.h"
 
 namespace hoist::kernels::cpu {
+namespace {
+
+// A position whose target is negative (ignored, as a masked prompt token): no loss, and a zero
+// gradient row (Vp elements of `type`; null: loss only).
+void IgnoredRow(float* loss, void* dlogits, DType type, int Vp) {
+  *loss = 0.0f;
+  if (dlogits != nullptr) std::memset(dlogits, 0, static_cast<size_t>(Vp) * DTypeSize(type));
+}
+
+}  // namespace
 
 void SoftmaxCrossEntropyAt(SimdLevel level, float* losses, float* dlogits, const float* logits,
                            const int32_t* targets, float dloss, int N, int V, int Vp) {
@@ -15,6 +26,10 @@ void SoftmaxCrossEntropyAt(SimdLevel level, float* losses, float* dlogits, const
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; ++i) {
     const size_t row = static_cast<size_t>(i) * Vp;
+    if (targets[i] < 0) {
+      IgnoredRow(&losses[i], dlogits == nullptr ? nullptr : dlogits + row, DType::kFloat32, Vp);
+      continue;
+    }
     losses[i] = k.softmax_xent_row(dlogits == nullptr ? nullptr : dlogits + row, logits + row,
                                    targets[i], dloss, V, Vp);
   }
@@ -58,6 +73,10 @@ void SoftmaxCrossEntropy(float* losses, float* dlogits, const float* logits, con
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
       const size_t row = static_cast<size_t>(i) * Vp;
+      if (targets[i] < 0) {
+        IgnoredRow(&losses[i], dlogits == nullptr ? nullptr : dlogits + row, DType::kFloat32, Vp);
+        continue;
+      }
       losses[i] = CappedXentRow(k, dlogits == nullptr ? nullptr : dlogits + row, logits + row,
                                 targets[i], dloss, V, Vp, softcap, scratch.data());
     }
@@ -76,6 +95,11 @@ void SoftmaxCrossEntropy16(float* losses, void* dlogits, const void* logits, con
 #pragma omp for schedule(static)
     for (int i = 0; i < N; ++i) {
       const int64_t offset = int64_t{i} * Vp;
+      if (targets[i] < 0) {
+        IgnoredRow(&losses[i], dlogits == nullptr ? nullptr : ElementPtr(dlogits, type, offset),
+                   type, Vp);
+        continue;
+      }
       ToFloat(ElementPtr(logits, type, offset), type, row.data(), Vp);
       float* d = dlogits == nullptr ? nullptr : row.data();
       losses[i] = softcap == 0.0f ? k.softmax_xent_row(d, row.data(), targets[i], dloss, V, Vp)

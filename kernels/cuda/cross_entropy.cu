@@ -50,6 +50,14 @@ __global__ void SoftmaxCrossEntropyKernel(float* losses, T* dlogits, const T* lo
   const int64_t row = blockIdx.x;
   const T* x = logits + row * Vp;
   const int target = targets[row];
+  if (target < 0) {  // an ignored position: no loss, no gradient (every thread of the row leaves)
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    if (dlogits != nullptr) {
+      T* dx = dlogits + row * Vp;
+      for (int c = threadIdx.x; c < Vp; c += blockDim.x) dx[c] = FromFloat<T>(0.0f);
+    }
+    return;
+  }
   const float target_logit = Logit<kCapped>(ToFloat(x[target]), softcap);
 
   float row_max = -INFINITY;
@@ -99,6 +107,14 @@ __global__ void SoftmaxCrossEntropyVectorKernel(float* losses, T* dlogits, const
   const int64_t row = blockIdx.x;
   const T* x = logits + row * Vp;
   const int target = targets[row];
+  if (target < 0) {  // an ignored position: no loss, no gradient (every thread of the row leaves)
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    if (dlogits != nullptr) {
+      T* dx = dlogits + row * Vp;
+      for (int c = threadIdx.x; c < Vp; c += blockDim.x) dx[c] = FromFloat<T>(0.0f);
+    }
+    return;
+  }
   const float target_logit = Logit<kCapped>(ToFloat(x[target]), softcap);
   const uint4* in = reinterpret_cast<const uint4*>(x);
   const int vectors = Vp / kWidth;

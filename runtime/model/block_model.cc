@@ -2,6 +2,7 @@
 // protocol of the passes and the token and loss staging that every family shares.
 #include "runtime/model/block_model.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -350,16 +351,22 @@ StatusOr<float> BlockModel::RunForward(const int32_t* inputs, const int32_t* tar
     HOIST_RETURN_IF_ERROR(st.Synchronize());
     return 0.0f;
   }
-  HOIST_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(
-      losses_, training ? logits_ : nullptr, logits_, targets_, dloss / static_cast<float>(BT), N,
-      V, Vp, training ? cap : 0.0f, activation_type_, st));
+  // The mean is over the positions whose target counts: a negative target is a position the loss
+  // is masked off (a prompt token), which the cross-entropy gives no loss and no gradient.
+  const int32_t* host_targets = host_tokens_.data() + positions;
+  const int64_t counted =
+      std::count_if(host_targets, host_targets + BT, [](int32_t target) { return target >= 0; });
+  const float weight = counted > 0 ? dloss / static_cast<float>(counted) : 0.0f;
+  HOIST_RETURN_IF_ERROR(backend_->SoftmaxCrossEntropy(losses_, training ? logits_ : nullptr,
+                                                      logits_, targets_, weight, N, V, Vp,
+                                                      training ? cap : 0.0f, activation_type_, st));
   HOIST_RETURN_IF_ERROR(backend_->Copy(host_losses_.data(), losses_, BT * int64_t{sizeof(float)},
                                        kernels::CopyDirection::kDeviceToHost, st));
   HOIST_RETURN_IF_ERROR(st.Synchronize());
   double sum = 0.0;
   for (int64_t i = 0; i < BT; ++i) sum += host_losses_[static_cast<size_t>(i)];
   backward_ready_ = dloss > 0.0f;
-  return static_cast<float>(sum / static_cast<double>(BT));
+  return counted > 0 ? static_cast<float>(sum / static_cast<double>(counted)) : 0.0f;
 }
 
 Status BlockModel::Backward() {

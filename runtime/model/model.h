@@ -48,10 +48,12 @@ class Model {
     int64_t host_pinned = 0;
   };
 
-  // Forward pass over inputs (B,T). With targets, returns the mean cross-entropy over the B*T
-  // positions; when `dloss` > 0 it also leaves dloss * dLoss/dlogits ready for Backward (dloss is
-  // the weight of this micro-batch's mean in the optimised loss: 1/accumulation_steps, times the
-  // loss scale in fp16). Without targets (nullptr) it returns 0 and only the logits are computed.
+  // Forward pass over inputs (B,T). With targets, returns the mean cross-entropy over the
+  // positions whose target is not negative (a negative target masks its position off the loss:
+  // no loss, no gradient; all B*T positions when none is), 0 when no position counts; when
+  // `dloss` > 0 it also leaves dloss * dLoss/dlogits ready for Backward (dloss is the weight of
+  // this micro-batch's mean in the optimised loss: 1/accumulation_steps, times the loss scale in
+  // fp16). Without targets (nullptr) it returns 0 and only the logits are computed.
   // A pass returns the first error of the backend's ops or of the store (a unit it could not
   // serve: a collective that failed, memory that ran out); a pass that fails after it began
   // leaves units acquired and buffers half written, so every pass after it returns its error.

@@ -283,6 +283,26 @@ TEST_P(CudaBackendModel, SoftmaxCrossEntropy) {
   ExpectAgree(*dlogits, "dlogits", t);
 }
 
+// Negative targets are ignored positions (a masked loss): a 0 loss and a zero gradient row on the
+// GPU as on the CPU, with and without the soft cap.
+TEST_P(CudaBackendModel, SoftmaxCrossEntropyIgnoresNegativeTargets) {
+  const DType t = GetParam();
+  std::vector<int32_t> targets = RandomInts(N, V, 5);
+  for (int i = 0; i < N; i += 3) targets[static_cast<size_t>(i)] = i % 2 == 0 ? -1 : -100;
+  DeviceInts d_targets(targets);
+  for (const float cap : {0.0f, 30.0f}) {
+    auto logits = In(t, size_t{N} * Vp, -4.0f, 4.0f);
+    auto losses = Out(DType::kFloat32, N), dlogits = Out(t, size_t{N} * Vp);
+    BOTH(SoftmaxCrossEntropy(losses->cpu_f(), dlogits->cpu(), logits->cpu(), targets.data(),
+                             1.0f / N, N, V, Vp, cap, t, cs()),
+         SoftmaxCrossEntropy(losses->gpu_f(), dlogits->gpu(), logits->gpu(), d_targets.data(),
+                             1.0f / N, N, V, Vp, cap, t, gs()));
+    Finish();
+    ExpectAgree(*losses, "losses", t);
+    ExpectAgree(*dlogits, "dlogits", t);
+  }
+}
+
 // The Llama family's ops: grouped-query heads (3 query heads per key/value head), RMSNorm, the
 // rotary embedding with Llama 3 scaling, SwiGLU.
 constexpr int kNH = 6, kNKV = 2, kHd = 16, kW = (kNH + 2 * kNKV) * kHd, kI = 80;
