@@ -20,6 +20,8 @@
 #include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/blas_info.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/device_facts.h"
+#include "runtime/train/device_registry.h"
 
 #if defined(__has_include)
 #if __has_include(<linux/io_uring.h>)
@@ -30,10 +32,6 @@
 
 #if defined(_OPENMP)
 #include <omp.h>
-#endif
-
-#if defined(HOIST_HAVE_CUDA)
-#include "core/cuda/cuda_device.h"
 #endif
 
 #if defined(HOIST_HAVE_NCCL)
@@ -183,26 +181,6 @@ std::string IoUringAvailability() {
 #endif
 }
 
-std::string Gpus() {
-#if defined(HOIST_HAVE_CUDA)
-  int count = CudaDeviceCount();
-  if (count == 0) {
-    std::string driver = CudaDriverVersionString();
-    if (driver.rfind("none", 0) == 0) return driver;  // already "none (<why>)"
-    return "none (CUDA driver " + driver + " sees no GPU; check CUDA_VISIBLE_DEVICES)";
-  }
-  std::string text = std::to_string(count) + ":";
-  for (int i = 0; i < count; ++i) {
-    StatusOr<std::string> name = CudaDeviceName(i);
-    text += (i == 0 ? " " : ", ") + std::to_string(i) + " " +
-            (name.ok() ? *name : "(" + name.status().message() + ")");
-  }
-  return text;
-#else
-  return "none (this build has no CUDA)";
-#endif
-}
-
 // Which path bf16 products take in this process and why, with the rates the choice measured.
 std::string Bf16GemmLine() {
   const kernels::cpu::GemmChoice& c = kernels::cpu::ActiveGemmPath();
@@ -280,12 +258,6 @@ void PrintReport(std::ostream& out) {
       std::to_string(NLOHMANN_JSON_VERSION_MAJOR) + "." +
           std::to_string(NLOHMANN_JSON_VERSION_MINOR) + "." +
           std::to_string(NLOHMANN_JSON_VERSION_PATCH));
-#if defined(HOIST_HAVE_CUDA)
-  Row(out, "CUDA runtime", CudaRuntimeVersionString());
-  Row(out, "CUDA driver", CudaDriverVersionString());
-#else
-  Row(out, "CUDA runtime", "not in this build");
-#endif
   Row(out, "NCCL", NcclVersion());
 
   Heading(out, "machine");
@@ -304,7 +276,21 @@ void PrintReport(std::ostream& out) {
   Row(out, "locked memory limit", LockedMemoryLimit());
   Row(out, "kernel", KernelRelease());
   Row(out, "io_uring", IoUringAvailability());
-  Row(out, "GPUs", Gpus());
+
+  // Every device there are facts for (kernels/device_facts.h): what this process sees of those
+  // the binary trains on, as each says (runtime/train/device_registry.h), and what a build needs
+  // for the others.
+  Heading(out, "devices");
+  for (const std::string& name : kernels::DeviceFactNames()) {
+    const runtime::AcceleratorDevice* device = runtime::FindAcceleratorDevice(name);
+    if (device == nullptr) {
+      Row(out, name, kernels::FindDeviceFacts(name)->build_requirement);
+      continue;
+    }
+    Row(out, name, "trains here (--device " + name + ")");
+    if (!device->report) continue;
+    for (const auto& [key, value] : device->report()) Row(out, key, value);
+  }
 }
 
 }  // namespace hoist::launcher

@@ -22,8 +22,9 @@
 // collective that failed, memory that ran out) returns the error, and the model abandons the pass
 // there (nothing more is asked of the store). What goes wrong in work the store runs in the
 // background after a Release or a Prefetch (a reduction, a read ahead) cannot be returned by
-// those calls: the store keeps the first such error, returns it from the next Acquire and
-// reports it through status(), which the caller checks after each pass.
+// those calls: the store keeps the first such error, returns it from the next Acquire that has to
+// fetch a unit (one already held is handed out again as it is) and reports it through status(),
+// which the caller checks after each pass.
 #pragma once
 
 #include <cstdint>

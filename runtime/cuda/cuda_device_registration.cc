@@ -7,6 +7,8 @@
 
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/cuda/cuda_device.h"
 #include "runtime/cuda/cuda_accelerator.h"
@@ -54,6 +56,29 @@ AcceleratorFactory GpuAccelerator(const DeviceUse& use, std::ostream* out) {
   return CudaAccelerator(options);
 }
 
+// What `hoist report` shows of the GPUs: their number and names as the driver sees them (or why
+// there are none), and the versions of the driver and of the runtime this hoist was built with.
+std::vector<std::pair<std::string, std::string>> GpuReport() {
+  std::string gpus;
+  const int count = CudaDeviceCount();
+  if (count == 0) {
+    const std::string driver = CudaDriverVersionString();
+    gpus = driver.rfind("none", 0) == 0
+               ? driver  // already "none (<why>)"
+               : "none (CUDA driver " + driver + " sees no GPU; check CUDA_VISIBLE_DEVICES)";
+  } else {
+    gpus = std::to_string(count) + ":";
+    for (int i = 0; i < count; ++i) {
+      const StatusOr<std::string> name = CudaDeviceName(i);
+      gpus += (i == 0 ? " " : ", ") + std::to_string(i) + " " +
+              (name.ok() ? *name : "(" + name.status().message() + ")");
+    }
+  }
+  return {{"GPUs", gpus},
+          {"CUDA runtime", CudaRuntimeVersionString()},
+          {"CUDA driver", CudaDriverVersionString()}};
+}
+
 [[maybe_unused]] const bool kRegistered = [] {
   AcceleratorDevice gpu;
   gpu.name = "cuda";
@@ -63,6 +88,7 @@ AcceleratorFactory GpuAccelerator(const DeviceUse& use, std::ostream* out) {
   gpu.probe = VisibleGpu;
   gpu.identity = GpuIdentity;
   gpu.factory = GpuAccelerator;
+  gpu.report = GpuReport;
   return RegisterAcceleratorDevice(std::move(gpu));
 }();
 

@@ -16,6 +16,7 @@
 #include <functional>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/communicator.h"
@@ -53,6 +54,10 @@ struct AcceleratorDevice {
   // The factory of the ranks' accelerators for `use`. It may say on `out` (rank 0's; null on the
   // others) that a slower path was taken.
   std::function<AcceleratorFactory(const DeviceUse& use, std::ostream* out)> factory;
+  // For `hoist report`: what this process sees of the device, as (key, value) rows (a GPU: how
+  // many are visible and their names, the driver's and the runtime's versions). Empty: nothing
+  // beyond its name.
+  std::function<std::vector<std::pair<std::string, std::string>>()> report;
 };
 
 // Adds `device` to the process's list (a static initializer's call): false, and nothing added,

@@ -72,8 +72,21 @@ TEST(Report, SaysWhetherIoUringIsUsable) {
 TEST(Report, GpuLineSaysNoneWithoutGpus) {
 #if defined(HOIST_HAVE_CUDA)
   if (CudaDeviceCount() > 0) GTEST_SKIP() << "GPUs are visible; the none case cannot be seen here";
-#endif
   EXPECT_EQ(ValueOf(Report(), "GPUs").rfind("none", 0), 0u) << Report();
+#else
+  EXPECT_EQ(ValueOf(Report(), "cuda").rfind("this build of hoist has no CUDA", 0), 0u) << Report();
+#endif
+}
+
+// Every device there are facts for has a row: the CPU trains in every build.
+TEST(Report, NamesTheDevices) {
+  const std::string report = Report();
+  EXPECT_EQ(ValueOf(report, "cpu"), "trains here (--device cpu)") << report;
+  EXPECT_FALSE(ValueOf(report, "cuda").empty()) << report;
+#if defined(HOIST_HAVE_CUDA)
+  EXPECT_EQ(ValueOf(report, "cuda"), "trains here (--device cuda)") << report;
+  EXPECT_FALSE(ValueOf(report, "CUDA driver").empty()) << report;
+#endif
 }
 
 TEST(Report, GpuLineCountsVisibleGpus) {
