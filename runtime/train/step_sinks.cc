@@ -24,7 +24,7 @@ class Progress final : public StepSink {
                     static_cast<double>(*report.val_loss));
       *out_ << text;
     }
-    if (print_every_ <= 0 || !(r.step % print_every_ == 0 || r.step == 1 || report.last)) {
+    if (print_every_ <= 0 || !(r.step % print_every_ == 0 || r.step == 1 || report.last())) {
       return Status::Ok();
     }
     const MemorySnapshot& memory = report.memory;

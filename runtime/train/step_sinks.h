@@ -41,7 +41,6 @@ struct StepRecord {
 struct StepReport {
   StepRecord record;
   int64_t total_steps = 0;  // train.steps
-  bool last = false;        // the run's last step
   int rank = 0;
   MemorySnapshot memory;          // this rank's, right after the step
   std::optional<float> val_loss;  // when this step evaluated
@@ -52,6 +51,9 @@ struct StepReport {
   // offloading moved (by direction, then host or NVMe), as the metrics count them.
   std::array<int64_t, comm::kNumCollectiveOps> comm_bytes{};
   std::array<std::array<int64_t, kNumOffloadTargets>, kNumOffloadDirections> offload_bytes{};
+
+  // The run's last step.
+  bool last() const { return record.step == total_steps; }
 };
 
 class StepSink {

@@ -450,10 +450,9 @@ StatusOr<StepReport> Trainer::Report(const StepRecord& record) {
   StepReport report;
   report.record = record;
   report.total_steps = config_.train.steps;
-  report.last = step_ == config_.train.steps;
   report.rank = comm_->rank();
   report.memory = options_.tracker->Snapshot();
-  if (val_loader_ != nullptr && (step_ % config_.train.eval_interval == 0 || report.last)) {
+  if (val_loader_ != nullptr && (step_ % config_.train.eval_interval == 0 || report.last())) {
     HOIST_ASSIGN_OR_RETURN(report.val_loss, Evaluate());
   }
   report.skipped_steps = scaler_ != nullptr ? scaler_->skipped_steps() : bf16_skipped_steps_;
