@@ -8,6 +8,8 @@
 
 #include "core/check.h"
 #include "offload/pinned_pool.h"
+#include "zero/gather_book.h"
+#include "zero/optimizer_states.h"
 #include "zero/param_shards.h"
 #include "zero/quantized_store.h"
 
@@ -109,22 +111,7 @@ ModelStateBytes ModelStateBytesFor(const PartitionPlan& plan, const PartitionPla
   bytes.params = ParamBufferBytes(plan, options) + PersistentBufferBytes(plan, options);
   if (options.frozen) return bytes;  // the weights alone
   bytes.grads = GradBufferBytes(plan, options);
-  const int64_t on_device = DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
-  if (options.adam.eight_bit) {
-    // The master where separate (for the device part of a split, as on the device).
-    bytes.optimizer =
-        (StateArrayBytes(state_plan) - on_device) * (HasSeparateMaster(options) ? 1 : 0) +
-        on_device * (DevicePartHasSeparateMaster(options) ? 1 : 0);
-    for (bool offloaded : {false, true}) {
-      for (int64_t array : Moment8bitArrayBytes(state_plan, options, offloaded)) {
-        bytes.optimizer += array;
-      }
-    }
-    return bytes;
-  }
-  bytes.optimizer =
-      (StateArrayBytes(state_plan) - on_device) * (HasSeparateMaster(options) ? 3 : 2) +
-      on_device * (DevicePartHasSeparateMaster(options) ? 3 : 2);
+  bytes.optimizer = OptimizerStates::Bytes(state_plan, options);
   return bytes;
 }
 
@@ -295,72 +282,8 @@ void AddResident(const PartitionPlan& plan, const PartitionPlan& state_plan,
   tracker.Add(kCompute, Category::kGrad, GradBufferBytes(plan, options));
   tracker.Add(kCompute, Category::kWorkspace, EngineWorkspaceBytes());
 
-  const int64_t state_bytes = StateArrayBytes(state_plan);
-  const OptimizerOffload& optimizer = options.offload_optimizer;
-  if (options.adam.eight_bit && optimizer.place != Placement::kNvme) {
-    // Each part (the device's, the offloaded one's): the master where separate, then
-    // ZeroEngine's 8-bit arrays, each its own allocation.
-    const int64_t on_device =
-        optimizer.place == Placement::kDevice
-            ? state_bytes
-            : DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
-    for (bool offloaded : {false, true}) {
-      std::vector<int64_t> arrays = Moment8bitArrayBytes(state_plan, options, offloaded);
-      if (offloaded && on_device < state_bytes) {
-        arrays.insert(arrays.begin(), state_bytes - on_device);  // always separate
-      } else if (!offloaded && on_device > 0 &&
-                 (optimizer.place == Placement::kDevice ? HasSeparateMaster(options)
-                                                        : DevicePartHasSeparateMaster(options))) {
-        arrays.insert(arrays.begin(), on_device);
-      }
-      for (int64_t array : arrays) {
-        if (array == 0) continue;
-        if (!offloaded) {
-          tracker.Add(kCompute, Category::kOptimizer, array);
-        } else if (optimizer.pin_memory) {
-          tracker.Add(Place::kHostPinned, Category::kOptimizer,
-                      PinnedHostPool::AllocationBytes(array));
-        } else {
-          tracker.Add(Place::kHost, Category::kOptimizer, array);
-        }
-      }
-    }
-  } else {
-    switch (optimizer.place) {
-      case Placement::kDevice:
-        tracker.Add(kCompute, Category::kOptimizer,
-                    state_bytes * (HasSeparateMaster(options) ? 3 : 2));
-        break;
-      case Placement::kHost: {
-        // Partial offload: the device part's arrays, then the host part's (none if empty).
-        const int64_t on_device = DeviceStateElements(state_plan, options) * int64_t{sizeof(float)};
-        tracker.Add(kCompute, Category::kOptimizer,
-                    on_device * (DevicePartHasSeparateMaster(options) ? 3 : 2));
-        const int64_t on_host = state_bytes - on_device;
-        if (on_host == 0) break;
-        if (optimizer.pin_memory) {
-          tracker.Add(Place::kHostPinned, Category::kOptimizer,
-                      3 * PinnedHostPool::AllocationBytes(on_host));
-        } else {
-          tracker.Add(Place::kHost, Category::kOptimizer, 3 * on_host);
-        }
-        break;
-      }
-      case Placement::kNvme: {
-        const offload::StateSwapper::Layout layout =
-            offload::StateSwapper::LayoutFor(OptimizerSwapOptions(state_plan, options));
-        tracker.Add(Place::kNvme, Category::kOptimizer, layout.file_bytes);
-        tracker.Add(Place::kHostPinned, Category::kOptimizer, layout.slot_bytes);
-        break;
-      }
-    }
-  }
-  if (accelerator && optimizer.place != Placement::kDevice) {
-    tracker.Add(Place::kHostPinned, Category::kGrad,
-                PinnedHostPool::AllocationBytes(HostGradBytes(state_plan, options)));
-    tracker.Add(Place::kHostPinned, Category::kOptimizer,
-                HostUpdateStagingBuffers(options) *
-                    PinnedHostPool::AllocationBytes(HostUpdateStagingBytes(state_plan, options)));
+  for (const ResidentBytes& array : OptimizerStates::Footprint(state_plan, options, accelerator)) {
+    tracker.Add(array.place, array.category, array.bytes);
   }
 }
 
@@ -426,14 +349,15 @@ class Replay final : public StoreReplay {
  public:
   Replay(const PartitionPlan& plan, const ZeroOptions& options, MemoryTracker& tracker,
          bool accelerator)
-      : plan_(plan), options_(options), tracker_(tracker) {
+      : plan_(plan),
+        options_(options),
+        tracker_(tracker),
+        book_(plan, options,
+              options.offload_param.place == Placement::kDevice
+                  ? std::vector<bool>()
+                  : ParamShards::UnitsOnNvme(plan, options.offload_param)),
+        staged_(options.offload_param.place != Placement::kDevice && accelerator) {
     const auto n = static_cast<size_t>(plan.num_units());
-    offloaded_ = options.offload_param.place != Placement::kDevice;
-    staged_ = offloaded_ && accelerator;
-    on_nvme_ = offloaded_ ? ParamShards::UnitsOnNvme(plan, options.offload_param)
-                          : std::vector<bool>(n, false);
-    acquire_count_.assign(n, 0);
-    gathering_.assign(n, false);
     gathered_bytes_.assign(n, 0);
     grads_acquired_.assign(n, false);
     work_grads_.assign(n, 0);
@@ -446,7 +370,7 @@ class Replay final : public StoreReplay {
 
   Status CheckBalanced() const override {
     for (int u = 0; u < plan_.num_units(); ++u) {
-      if (acquire_count_[static_cast<size_t>(u)] > 0 || grads_acquired_[static_cast<size_t>(u)]) {
+      if (book_.holds(u) > 0 || grads_acquired_[static_cast<size_t>(u)]) {
         return InvalidArgumentError("the model's passes leave unit " + std::to_string(u) +
                                     " acquired at the end of the backward pass");
       }
@@ -459,12 +383,10 @@ class Replay final : public StoreReplay {
   void Step() override {
     if (options_.frozen) return;
     // Gathers prefetched and not acquired are dropped (their weights are about to change).
-    for (int u = 0; u < plan_.num_units(); ++u) {
-      if (gathering_[static_cast<size_t>(u)] && acquire_count_[static_cast<size_t>(u)] == 0) {
-        DropGather(u);
-      }
+    for (int u : book_.PrefetchedNotHeld()) {
+      DropGather(u);
+      book_.Unstaged(u);
     }
-    stage_unit_ = -1;
     if (options_.stage >= 2) {
       Drain(0);
       return;
@@ -497,7 +419,7 @@ class Replay final : public StoreReplay {
     switch (call.op) {
       case Op::kAcquireParams: AcquireParams(call.unit); break;
       case Op::kReleaseParams:
-        if (acquire_count_[u] == 0) {
+        if (book_.holds(call.unit) == 0) {
           return InvalidArgumentError("the model's passes release unit " +
                                       std::to_string(call.unit) + " without acquiring it");
         }
@@ -526,10 +448,6 @@ class Replay final : public StoreReplay {
     return Status::Ok();
   }
 
-  bool Sharded(int unit) const {
-    return options_.stage == 3 && !IsPersistentUnit(plan_.unit(unit), options_);
-  }
-
   void Add(Category category, int64_t bytes) { tracker_.Add(kCompute, category, bytes); }
   void Remove(Category category, int64_t bytes) { tracker_.Remove(kCompute, category, bytes); }
 
@@ -537,41 +455,30 @@ class Replay final : public StoreReplay {
     const auto u = static_cast<size_t>(unit);
     gathered_bytes_[u] = GatheredUnitBytes(plan_.unit(unit), options_);
     Add(Category::kParam, gathered_bytes_[u]);
-    gathering_[u] = true;
-    live_gathered_ += plan_.unit(unit).padded;
-    if (staged_) stage_unit_ = unit;  // its shard in the device staging until it is waited for
+    if (staged_) book_.Staged(unit);  // its shard in the device staging until waited for
+    book_.Started(unit);
   }
 
   void DropGather(int unit) {
     const auto u = static_cast<size_t>(unit);
-    live_gathered_ -= plan_.unit(unit).padded;
     Remove(Category::kParam, gathered_bytes_[u]);
     gathered_bytes_[u] = 0;
-    gathering_[u] = false;
+    book_.Dropped(unit);
   }
 
   void AcquireParams(int unit) {
-    const auto u = static_cast<size_t>(unit);
-    if (acquire_count_[u]++ > 0) return;
-    if (Sharded(unit) && !gathering_[u]) StartGather(unit);
-    if (stage_unit_ == unit) stage_unit_ = -1;  // the gather is waited for here
+    if (!book_.Hold(unit)) return;
+    if (book_.sharded(unit) && !book_.gathering(unit)) StartGather(unit);
+    book_.Unstaged(unit);  // the gather is waited for here
   }
 
   void ReleaseParams(int unit) {
-    const auto u = static_cast<size_t>(unit);
-    if (--acquire_count_[u] > 0) return;
-    if (gathering_[u]) DropGather(unit);
+    if (!book_.Unhold(unit)) return;
+    if (book_.gathering(unit)) DropGather(unit);
   }
 
   void Prefetch(int unit) {
-    const auto u = static_cast<size_t>(unit);
-    if (!Sharded(unit) || gathering_[u] || acquire_count_[u] > 0) return;
-    // An offloaded shard on NVMe is read into the (resident) staging buffers and gathered at
-    // AcquireParams; one in host memory is gathered ahead, unless the device staging still
-    // holds another's for a gather not yet waited for.
-    if (on_nvme_[u] || stage_unit_ >= 0) return;
-    if (!PrefetchGathers(plan_.unit(unit), live_gathered_, options_)) return;
-    StartGather(unit);
+    if (book_.PrefetchAction(unit) == GatherBook::Prefetch::kGather) StartGather(unit);
   }
 
   void AcquireGrads(int unit) {
@@ -623,19 +530,14 @@ class Replay final : public StoreReplay {
   const PartitionPlan& plan_;
   const ZeroOptions& options_;
   MemoryTracker& tracker_;
-  std::vector<int> acquire_count_;
-  std::vector<bool> gathering_;          // a gather started and not yet released
-  std::vector<int64_t> gathered_bytes_;  // its buffer, while held
+  GatherBook book_;
+  // Parameter offload on an accelerator: offloaded shards go up through the device staging.
+  bool staged_ = false;
+  std::vector<int64_t> gathered_bytes_;  // per unit, its gathered buffer while held
   std::vector<bool> grads_acquired_;
   std::vector<int64_t> work_grads_;  // fp32 working gradients held
   std::deque<Reduction> reductions_;
-  int64_t in_flight_ = 0;      // elements
-  int64_t live_gathered_ = 0;  // elements
-  // Parameter offload: whether shards are offloaded, go up through the device staging (on an
-  // accelerator), and which are in the file; the unit whose gather the staging serves (-1: none).
-  bool offloaded_ = false, staged_ = false;
-  std::vector<bool> on_nvme_;
-  int stage_unit_ = -1;
+  int64_t in_flight_ = 0;  // elements
 };
 
 }  // namespace

@@ -9,13 +9,16 @@
 //   transient  allocated and freed while the model runs through the ParamStore calls and during
 //              Step: gathered units (stage 3), fp32 working gradients,
 //              gradient reductions in flight, the all-reduce staging buffer.
-// The transients depend on the order in which the model calls the ParamStore, so the estimate
-// replays that order (ModelPasses: the calls of one micro-batch's forward and backward) through
-// the engine's bookkeeping, with the engine's own sizing rules (below), and records each phase's
-// largest bytes. LayerwisePasses is the plain layer-by-layer order; a model with another order
-// (GPT-2's tied embedding, held from the head's forward to the end of backward) describes its own.
-// Given the calls the model really makes, the estimate equals the tracker's numbers; Create and
-// Initialize allocate nothing transient.
+// The resident bytes are the sum of the parts' footprints (the optimizer states' and the host
+// update's, OptimizerStates::Footprint; parameter offload's, ParamShards::Footprint; the buffers
+// sized by the rules below). The transients depend on the order in which the model calls the
+// ParamStore, so the estimate replays that order (ModelPasses: the calls of one micro-batch's
+// forward and backward) through the gatherer's own rules (GatherBook, the object the engine
+// decides by) and the reductions' sizing rules (below), and records each phase's largest bytes.
+// LayerwisePasses is the plain layer-by-layer order; a model with another order (GPT-2's tied
+// embedding, held from the head's forward to the end of backward) describes its own. Given the
+// calls the model really makes, the estimate equals the tracker's numbers; Create and Initialize
+// allocate nothing transient.
 //
 // Place kDevice is the engine's compute device (the CPU on a CPU run). The estimate covers the
 // engine alone: the model's activations and whatever the trainer allocates are added by the

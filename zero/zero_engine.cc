@@ -78,7 +78,11 @@ ZeroEngine::ZeroEngine(const ZeroOptions& options, comm::Communicator* comm,
       device_(&backend->device()),
       plan_(std::move(plan)),
       state_plan_(std::move(state_plan)),
-      csize_(DTypeSize(options.compute_type)) {}
+      csize_(DTypeSize(options.compute_type)),
+      book_(plan_, options_,
+            options.offload_param.place == Placement::kDevice
+                ? std::vector<bool>()
+                : ParamShards::UnitsOnNvme(plan_, options.offload_param)) {}
 
 ZeroEngine::~ZeroEngine() {
   // Collectives in flight, and work still queued on the streams, use buffers of ours: let them
@@ -139,6 +143,9 @@ Status ZeroEngine::Allocate() {
     HOIST_ASSIGN_OR_RETURN(
         persistent_, device_->Allocate(PersistentBufferBytes(plan_, options_), Category::kParam));
   }
+  for (int u = 0; u < n && param_shards_ != nullptr; ++u) {
+    HOIST_CHECK_EQ(param_shards_->on_nvme(u), book_.on_nvme(u)) << "unit " << u;
+  }
   if (param_shards_ != nullptr && !backend_->OperatesOnHostMemory()) {
     // The shards are host memory the device's ops and collectives cannot take: each goes up
     // through this buffer for its gather, and comes down through it after an update.
@@ -154,19 +161,29 @@ Status ZeroEngine::Allocate() {
   shard_held_.assign(static_cast<size_t>(n), 0);
   work_grads_.resize(static_cast<size_t>(n));
   acquired_params_.assign(static_cast<size_t>(n), nullptr);
-  acquire_count_.assign(static_cast<size_t>(n), 0);
   gathers_.resize(static_cast<size_t>(n));
   if (options_.frozen) return Status::Ok();  // the weights alone
   HOIST_ASSIGN_OR_RETURN(grads_,
                          device_->Allocate(GradBufferBytes(plan_, options_), Category::kGrad));
-  HOIST_RETURN_IF_ERROR(AllocateStates());
-  HOIST_ASSIGN_OR_RETURN(norm_, device_->Allocate(EngineWorkspaceBytes(), Category::kWorkspace));
-  if (options_.offload_optimizer.place != Placement::kDevice && !backend_->OperatesOnHostMemory()) {
-    // The host update's buffers: the offloaded part's owned gradients, and two slots of the
-    // largest owned range for the updated 16-bit copy.
-    host_update_ = true;
+  const OptimizerOffload& offload = options_.offload_optimizer;
+  if (offload.place != Placement::kDevice) {
+    offload::PinnedHostPoolOptions pool_options;
+    pool_options.lock_pages = offload.pin_memory;
+    pool_ = std::make_unique<offload::PinnedHostPool>(*device_->tracker(), pool_options);
+  }
+  // Optimizer states in host memory the backend cannot reach (a GPU's) are updated by the CPU.
+  host_update_ = offload.place != Placement::kDevice && !backend_->OperatesOnHostMemory();
+  if (host_update_) {
     host_ops_device_ = std::make_unique<CpuDevice>(Place::kHost, device_->tracker());
     host_backend_ = std::make_unique<kernels::CpuBackend>(host_ops_device_.get());
+  }
+  HOIST_ASSIGN_OR_RETURN(
+      states_, OptimizerStates::Create(state_plan_, options_, *device_, pool_.get(), *backend_,
+                                       host_backend_.get()));
+  HOIST_ASSIGN_OR_RETURN(norm_, device_->Allocate(EngineWorkspaceBytes(), Category::kWorkspace));
+  if (host_update_) {
+    // The host update's buffers: the offloaded part's owned gradients, and two slots of the
+    // largest owned range for the updated 16-bit copy.
     HOIST_ASSIGN_OR_RETURN(host_grads_,
                            pool_->Allocate(HostGradBytes(state_plan_, options_), Category::kGrad));
     host_grad_at_.assign(static_cast<size_t>(n), -1);
@@ -197,116 +214,8 @@ Status ZeroEngine::Allocate() {
   return Status::Ok();
 }
 
-Status ZeroEngine::AllocateStates() {
-  const OptimizerOffload& offload = options_.offload_optimizer;
-  const int64_t state_bytes = StateArrayBytes(state_plan_);
-  MemoryTracker& tracker = *device_->tracker();
-  if (offload.place != Placement::kDevice) {
-    offload::PinnedHostPoolOptions pool_options;
-    pool_options.lock_pages = offload.pin_memory;
-    pool_ = std::make_unique<offload::PinnedHostPool>(tracker, pool_options);
-  }
-  switch (offload.place) {
-    case Placement::kDevice: {
-      // fp32 keeps no separate master unless the model's copy is elsewhere (parameter offload).
-      if (HasSeparateMaster(options_)) {
-        HOIST_ASSIGN_OR_RETURN(master_, device_->Allocate(state_bytes, Category::kOptimizer));
-        state_master_ = master_.as<float>();
-      }
-      if (options_.adam.eight_bit) break;  // the moments below
-      HOIST_ASSIGN_OR_RETURN(m_, device_->Allocate(state_bytes, Category::kOptimizer));
-      HOIST_ASSIGN_OR_RETURN(v_, device_->Allocate(state_bytes, Category::kOptimizer));
-      state_m_ = m_.as<float>();
-      state_v_ = v_.as<float>();
-      break;
-    }
-    case Placement::kHost: {
-      // Partial offload: the leading units' states on the device first, as without offload.
-      split_ = DeviceStateElements(state_plan_, options_);
-      if (split_ > 0) {
-        const int64_t split_bytes = split_ * static_cast<int64_t>(sizeof(float));
-        if (DevicePartHasSeparateMaster(options_)) {
-          HOIST_ASSIGN_OR_RETURN(split_master_,
-                                 device_->Allocate(split_bytes, Category::kOptimizer));
-        }
-        if (!options_.adam.eight_bit) {  // else the 8-bit arrays below
-          HOIST_ASSIGN_OR_RETURN(split_m_, device_->Allocate(split_bytes, Category::kOptimizer));
-          HOIST_ASSIGN_OR_RETURN(split_v_, device_->Allocate(split_bytes, Category::kOptimizer));
-        }
-      }
-      const int64_t host_bytes = state_bytes - split_ * static_cast<int64_t>(sizeof(float));
-      if (host_bytes == 0) break;  // everything stayed on the device
-      // The master copy is always separate here: the compute copy stays with the model.
-      if (offload.pin_memory) {
-        HOIST_ASSIGN_OR_RETURN(pinned_master_, pool_->Allocate(host_bytes, Category::kOptimizer));
-        state_master_ = pinned_master_.as<float>();
-        if (options_.adam.eight_bit) break;
-        HOIST_ASSIGN_OR_RETURN(pinned_m_, pool_->Allocate(host_bytes, Category::kOptimizer));
-        HOIST_ASSIGN_OR_RETURN(pinned_v_, pool_->Allocate(host_bytes, Category::kOptimizer));
-        state_m_ = pinned_m_.as<float>();
-        state_v_ = pinned_v_.as<float>();
-      } else {
-        host_device_ = std::make_unique<CpuDevice>(Place::kHost, &tracker);
-        HOIST_ASSIGN_OR_RETURN(master_, host_device_->Allocate(host_bytes, Category::kOptimizer));
-        state_master_ = master_.as<float>();
-        if (options_.adam.eight_bit) break;
-        HOIST_ASSIGN_OR_RETURN(m_, host_device_->Allocate(host_bytes, Category::kOptimizer));
-        HOIST_ASSIGN_OR_RETURN(v_, host_device_->Allocate(host_bytes, Category::kOptimizer));
-        state_m_ = m_.as<float>();
-        state_v_ = v_.as<float>();
-      }
-      break;
-    }
-    case Placement::kNvme: {
-      if (offload.nvme_file.empty()) {
-        return InvalidArgumentError("offloading the optimizer to nvme needs a scratch file path");
-      }
-      offload::StateSwapperOptions swap = OptimizerSwapOptions(state_plan_, options_);
-      swap.path = offload.nvme_file;
-      HOIST_ASSIGN_OR_RETURN(
-          swapper_, offload::StateSwapper::Create(swap, offload.open_storage, *pool_, tracker));
-      break;
-    }
-  }
-  if (!options_.adam.eight_bit) return Status::Ok();
-  moments8_ = Moments8bitLayoutFor(state_plan_, options_.adam.min_8bit_size);
-  if (swapper_ != nullptr) return Status::Ok();  // in the swapper's file (Moments8bitSwapArrays)
-  // The 8-bit moments, in the order the estimate counts them (AddResident): the device part's
-  // arrays (all of them without offload), then the offloaded part's.
-  const int64_t split = states_on_device() ? state_plan_.total_shard() : split_;
-  const Moments8bitIndex before = Moments8bitBefore(state_plan_, moments8_, split);
-  parts8_[1].first = before;
-  const Moments8bitIndex sizes[2] = {
-      before,
-      {moments8_.code_elements - before.code, moments8_.absmax_blocks - before.absmax,
-       moments8_.fp32_elements - before.fp32}};
-  for (int part = 0; part < 2; ++part) {
-    const bool offloaded = part == 1;
-    const int64_t absmax_bytes = sizes[part].absmax * static_cast<int64_t>(sizeof(float));
-    const int64_t fp32_bytes = sizes[part].fp32 * static_cast<int64_t>(sizeof(float));
-    Moments8bitPart& arrays = parts8_[part];
-    HOIST_ASSIGN_OR_RETURN(void* qm, AllocateStateArray(sizes[part].code, offloaded));
-    HOIST_ASSIGN_OR_RETURN(void* qv, AllocateStateArray(sizes[part].code, offloaded));
-    HOIST_ASSIGN_OR_RETURN(void* am, AllocateStateArray(absmax_bytes, offloaded));
-    HOIST_ASSIGN_OR_RETURN(void* av, AllocateStateArray(absmax_bytes, offloaded));
-    HOIST_ASSIGN_OR_RETURN(void* m, AllocateStateArray(fp32_bytes, offloaded));
-    HOIST_ASSIGN_OR_RETURN(void* v, AllocateStateArray(fp32_bytes, offloaded));
-    arrays.qm = static_cast<uint8_t*>(qm);
-    arrays.qv = static_cast<uint8_t*>(qv);
-    arrays.absmax_m = static_cast<float*>(am);
-    arrays.absmax_v = static_cast<float*>(av);
-    arrays.m = static_cast<float*>(m);
-    arrays.v = static_cast<float*>(v);
-  }
-  return Status::Ok();
-}
-
 void ZeroEngine::Fail(const Status& status) {
   if (status_.ok() && !status.ok()) status_ = status;
-}
-
-bool ZeroEngine::stage3_sharded(int unit) const {
-  return options_.stage == 3 && persistent_offset_[static_cast<size_t>(unit)] < 0;
 }
 
 void* ZeroEngine::whole_params(int unit) const {
@@ -323,16 +232,10 @@ void* ZeroEngine::whole_grads(int unit) {
 }
 
 float* ZeroEngine::master(int unit) const {
-  const UnitPartition& owned = state_plan_.unit(unit);
-  HOIST_CHECK(swapper_ == nullptr) << "the master weights are on NVMe";
-  if (owned.shard_offset < split_) {  // the device part of a partial offload
-    if (split_master_.data() != nullptr) return split_master_.as<float>() + owned.shard_offset;
-  } else if (state_master_ != nullptr) {
-    return state_master_ + (owned.shard_offset - split_);
-  }
+  if (float* separate = states_->master(unit); separate != nullptr) return separate;
   // fp32 on the device: the compute copy is the master copy.
   if (options_.stage == 3) return params_.as<float>() + plan_.unit(unit).shard_offset;
-  return params_.as<float>() + plan_.unit(unit).full_offset + owned.owned_begin;
+  return params_.as<float>() + plan_.unit(unit).full_offset + state_plan_.unit(unit).owned_begin;
 }
 
 Status ZeroEngine::StoreFromHost(void* dst, DType type, const float* src, int64_t n) {
@@ -393,12 +296,11 @@ Status ZeroEngine::Initialize(const RangeFill& fill) {
     if (whole != nullptr) {
       HOIST_RETURN_IF_ERROR(StoreFromHost(whole, type, values.data(), part.padded));
     }
-    const bool separate_master =
-        owned.shard_offset < split_ ? split_master_.data() != nullptr : state_master_ != nullptr;
-    if (to_master && separate_master) {
+    // The master weights, where they are an array of their own (not the compute copy).
+    if (to_master && states_ != nullptr && states_->master(u) != nullptr) {
       HOIST_RETURN_IF_ERROR(StateCopy(master(u), at(owned.owned_begin),
                                       owned.owned_real * static_cast<int64_t>(sizeof(float)),
-                                      PartFromHost(host_part(u)), host_part(u)));
+                                      /*to_host=*/false, u));
     }
     if (options_.stage == 3) {
       // Ended whatever the store returned: a write left open would hold the staging.
@@ -410,41 +312,24 @@ Status ZeroEngine::Initialize(const RangeFill& fill) {
     return Sync();
   };
   step_count_ = 0;
-  if (swapper_ == nullptr) {
+  if (swapper() == nullptr) {
     for (int u = 0; u < plan_.num_units(); ++u) HOIST_RETURN_IF_ERROR(init_unit(u, true));
     if (options_.frozen)
       return param_shards_ == nullptr ? Status::Ok() : AgreeOnFailure(FinishOwnedWrites());
-    const int64_t split_bytes = split_ * static_cast<int64_t>(sizeof(float));
-    const int64_t state_bytes =
-        state_plan_.total_shard() * static_cast<int64_t>(sizeof(float)) - split_bytes;
-    kernels::Backend& states = host_update_ ? *host_backend_ : *backend_;
-    const Stream& state_stream = host_update_ ? host_backend_->compute_stream() : stream();
-    if (options_.adam.eight_bit) {
-      HOIST_RETURN_IF_ERROR(ZeroMoments8bit());
-    } else {
-      if (split_ > 0) {
-        HOIST_RETURN_IF_ERROR(backend_->Zero(split_m_.data(), split_bytes, stream()));
-        HOIST_RETURN_IF_ERROR(backend_->Zero(split_v_.data(), split_bytes, stream()));
-      }
-      if (state_bytes > 0) {
-        HOIST_RETURN_IF_ERROR(states.Zero(state_m_, state_bytes, state_stream));
-        HOIST_RETURN_IF_ERROR(states.Zero(state_v_, state_bytes, state_stream));
-      }
-    }
-    HOIST_RETURN_IF_ERROR(Sync());
+    HOIST_RETURN_IF_ERROR(states_->ZeroMoments([this] { return Sync(); }));
     if (param_shards_ == nullptr) return Status::Ok();
     return AgreeOnFailure(FinishOwnedWrites());
   }
   // NVMe: the master weights go straight to the file, a sub-group at a time. Units are visited
   // in order (the shard keeps unit order), each filled once even when it spans sub-groups.
   int filled = -1;
-  Status written = swapper_->ForEachSubGroupView(
+  Status written = swapper()->ForEachSubGroupView(
       offload::StateSwapper::Access::kWrite,
       [&](int64_t, std::span<const offload::SwapPiece> pieces) {
         const int64_t begin = pieces[0].first, count = pieces[0].count;
         float* master = pieces[0].floats();
         std::memset(master, 0, static_cast<size_t>(pieces[0].bytes()));
-        ZeroSwappedMoments(pieces);
+        states_->ZeroSwappedMoments(pieces);
         for (int u = 0; u < plan_.num_units(); ++u) {
           const UnitPartition& owned = state_plan_.unit(u);
           const int64_t lo = std::max(begin, owned.shard_offset);
@@ -486,19 +371,6 @@ Status ZeroEngine::Sync() const {
   const Status settled = Settle();
   const Status synced = backend_->compute_stream().Synchronize();
   return settled.ok() ? synced : settled;
-}
-
-float* ZeroEngine::moment_at(float* offloaded, const Buffer& on_device, int unit) const {
-  const int64_t at = state_plan_.unit(unit).shard_offset;
-  return at < split_ ? on_device.as<float>() + at : offloaded + (at - split_);
-}
-
-Status ZeroEngine::StateCopy(void* dst, const void* src, int64_t bytes,
-                             kernels::CopyDirection direction, bool host_part) const {
-  if (!host_update_ || !host_part) return backend_->Copy(dst, src, bytes, direction, stream());
-  // Host memory on both sides: the CPU's copy, done when it returns.
-  return host_backend_->Copy(dst, src, bytes, kernels::CopyDirection::kHostToHost,
-                             host_backend_->compute_stream());
 }
 
 kernels::CopyDirection ZeroEngine::StateToModel() const {

@@ -59,66 +59,15 @@
 #include "kernels/backend.h"
 #include "offload/pinned_pool.h"
 #include "offload/state_swapper.h"
+#include "zero/gather_book.h"
 #include "zero/moments_8bit.h"
+#include "zero/optimizer_states.h"
 #include "zero/param_shards.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
+#include "zero/zero_options.h"
 
 namespace hoist::zero {
-
-struct AdamWParams {
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;
-  // bitsandbytes' AdamW8bit: m and v of this rank's shard as block-wise 8-bit codes with fp32
-  // absmaxes (zero/moments_8bit.h), the update computed in fp32 from the dequantized values.
-  // Units smaller than min_8bit_size elements keep fp32 moments.
-  bool eight_bit = false;
-  int64_t min_8bit_size = 4096;
-};
-
-// Where the optimizer states (fp32 master weights and the two moments) of this rank's shard live.
-struct OptimizerOffload {
-  Placement place = Placement::kDevice;
-  // Host buffers page-locked (kHostPinned in the tracker); false: pageable (kHost). The NVMe
-  // swapper's buffers are always page-aligned and counted as kHostPinned.
-  bool pin_memory = true;
-  std::string nvme_file;  // kNvme: this rank's scratch file, created here and removed at the end
-  int64_t sub_group_size = tunables::kSubGroupSize.default_value;
-  int buffer_count = static_cast<int>(tunables::kOptimizerBufferCount.default_value);  // kNvme
-  offload::StorageFactory open_storage;  // kNvme; empty: OpenBlockStorage with its defaults
-  // kHost: the share of the owned shard whose optimizer states (and update) are offloaded, in
-  // (0, 1] (DeepSpeed's offload_optimizer.ratio). Below 1 the shard splits at a unit boundary
-  // (DeviceStateElements in zero/memory_estimate.h): the leading units keep their states on the
-  // device and are updated there as without offload, the rest are offloaded as with ratio 1; on
-  // an accelerator the device part's update runs while the host part's gradients come down.
-  // Stages 1-3 (DeepSpeed: 3 only); not with NVMe. With AdamW8bit the 8-bit arrays split the
-  // same way (parts8_).
-  double ratio = 1.0;
-};
-
-struct ZeroOptions {
-  int stage = 0;  // 0..3
-  DType compute_type = DType::kFloat32;
-  DType comm_type = DType::kFloat32;
-  // The tunables (core/tunables.h says what each counts), in elements.
-  int64_t reduce_bucket_size = tunables::kReduceBucketSize.default_value;
-  int64_t allgather_bucket_size = tunables::kAllgatherBucketSize.default_value;
-  bool overlap_comm = false;
-  bool reduce_scatter = true;
-  int64_t stage3_prefetch_bucket_size = tunables::kPrefetchBucketSize.default_value;
-  int64_t stage3_param_persistence_threshold = tunables::kParamPersistenceThreshold.default_value;
-  int64_t stage3_max_live_parameters = tunables::kMaxLiveParameters.default_value;
-  AdamWParams adam;
-  OptimizerOffload offload_optimizer;
-  ParamOffload offload_param;  // stage 3 only
-  // Frozen weights (a LoRA fine-tune's base): the engine keeps the compute-type copy alone,
-  // partitioned and gathered as the stage says, and no gradients, master weights or optimizer
-  // states; it serves AcquireParams and refuses AcquireGrads, ZeroGrads, Step and the state
-  // calls. The optimizer options are then unused (offload_optimizer must stay on the device).
-  bool frozen = false;
-};
 
 // The refusals Create gives for `options` alone (a stage or bucket size out of range, an offload
 // the stage cannot take), before anything is allocated; Ok otherwise.
@@ -246,7 +195,7 @@ class ZeroEngine final : public ParamStore {
 
   // Whether the optimizer states are in an NVMe file, too large perhaps to copy whole: then the
   // checkpoint goes through the piecewise forms below.
-  bool states_on_nvme() const { return swapper_ != nullptr; }
+  bool states_on_nvme() const { return swapper() != nullptr; }
   // ReadState and RestoreState a sub-group at a time, for states on NVMe (checked): `visit` sees
   // elements [begin, begin + count) of the flat master, m and v shards in order; `fill` must
   // write them. Collective in the same way as the whole forms.
@@ -289,41 +238,20 @@ class ZeroEngine final : public ParamStore {
   // How bytes move between the optimizer states' place and the model's (device) memory, and
   // between the states' place and the host.
   kernels::CopyDirection StateToModel() const;
-  kernels::CopyDirection StateToHost() const {
-    return states_on_device() ? kernels::CopyDirection::kDeviceToHost
-                              : kernels::CopyDirection::kHostToHost;
-  }
-  kernels::CopyDirection StateFromHost() const {
-    return states_on_device() ? kernels::CopyDirection::kHostToDevice
-                              : kernels::CopyDirection::kHostToHost;
-  }
   bool states_on_device() const { return options_.offload_optimizer.place == Placement::kDevice; }
   // Whether the unit's optimizer states are offloaded: all units under kHost/kNvme, except the
   // leading ones a partial offload (ratio < 1) keeps on the device.
-  bool host_part(int unit) const {
-    return !states_on_device() && state_plan_.unit(unit).shard_offset >= split_;
+  bool host_part(int unit) const { return states_ != nullptr && states_->offloaded(unit); }
+  offload::StateSwapper* swapper() const {
+    return states_ != nullptr ? states_->swapper() : nullptr;
   }
-  // The same directions for one part of a split.
-  static kernels::CopyDirection PartToHost(bool host) {
-    return host ? kernels::CopyDirection::kHostToHost : kernels::CopyDirection::kDeviceToHost;
+  // Copies to or from optimizer-state memory of the unit's part (OptimizerStates::Copy).
+  Status StateCopy(void* dst, const void* src, int64_t bytes, bool to_host, int unit) const {
+    const bool off = host_part(unit);
+    return states_->Copy(dst, src, bytes,
+                         to_host ? OptimizerStates::ToHost(off) : OptimizerStates::FromHost(off),
+                         off);
   }
-  static kernels::CopyDirection PartFromHost(bool host) {
-    return host ? kernels::CopyDirection::kHostToHost : kernels::CopyDirection::kHostToDevice;
-  }
-  // The unit's m or v (owned element 0), in the split's device arrays or the offloaded ones.
-  float* moment_at(float* offloaded, const Buffer& on_device, int unit) const;
-  // Copies to or from optimizer-state memory: on the engine's backend (its stream), or on the
-  // CPU's where the states are host memory the backend cannot reach (host_update_).
-  Status StateCopy(void* dst, const void* src, int64_t bytes,
-                   kernels::CopyDirection direction) const {
-    return StateCopy(dst, src, bytes, direction, !states_on_device());
-  }
-  // The same for memory of the device part (host_part false) or the offloaded part of a split.
-  Status StateCopy(void* dst, const void* src, int64_t bytes, kernels::CopyDirection direction,
-                   bool host_part) const;
-  // The flat m and v arrays over both parts, copied to (down) or from host memory `m`, `v`
-  // (state plan shard layout).
-  Status CopyMoments(float* m, float* v, bool down) const;
   // dst (n elements of `type`: device memory, or the page-locked home of offloaded parameters)
   // = the fp32 values at `src`, pageable host memory (the initial weights, a checkpoint's), which
   // no backend op may read: they are rounded here on the host and copied up, with the same bits
@@ -331,7 +259,6 @@ class ZeroEngine final : public ParamStore {
   Status StoreFromHost(void* dst, DType type, const float* src, int64_t n);
   Status Allocate();
   void Fail(const Status& status);
-  bool stage3_sharded(int unit) const;
   // Where the compute-type copy of the unit lives when it is whole on this rank (stages 0-2, and
   // persistent units in stage 3); nullptr otherwise.
   void* whole_params(int unit) const;
@@ -359,7 +286,6 @@ class ZeroEngine final : public ParamStore {
   Status DrainReductions(int64_t keep_elements);
   Status ReduceFullGrads();
   Status GatherUpdatedParams();
-  Status AllocateStates();
   // This rank's owned gradients of `unit` (state plan coordinates), in the compute type.
   const void* owned_grads(int unit);
   // Where the compute-type copy of the unit's owned range is written after an update.
@@ -399,61 +325,17 @@ class ZeroEngine final : public ParamStore {
   std::vector<kernels::AdamWTensorRef> AdamWPieces(int unit, int64_t lo, int64_t hi, float* master,
                                                    float* m, float* v, const void* grads,
                                                    void* copies, int64_t origin) const;
-  // Where one unit's moments are, from some owned element lo on: fp32 m and v, or (8-bit units)
-  // codes from lo and absmaxes from lo's block, lo not cutting a block.
-  struct MomentsAt {
-    float* m = nullptr;
-    float* v = nullptr;
-    uint8_t* qm = nullptr;
-    uint8_t* qv = nullptr;
-    float* absmax_m = nullptr;
-    float* absmax_v = nullptr;
-  };
-  // The unit's moments from owned element 0, in the resident arrays (not under kNvme).
-  MomentsAt ResidentMoments(int unit) const;
   // The 8-bit step's update of owned elements [lo, hi) of the unit with `ops` on `ops_stream`:
   // the master and `moments` at lo, grads and copies at owned element `origin`; a unit below
   // min_8bit_size takes the 32-bit AdamW over its fp32 moments.
   Status Update8bit(kernels::Backend* ops, const Stream& ops_stream, int unit, int64_t lo,
-                    int64_t hi, float* master, const MomentsAt& moments, const void* grads,
+                    int64_t hi, float* master, const StateMoments& moments, const void* grads,
                     void* copies, int64_t origin, const kernels::AdamWStepScalars& h);
-  // Allocates `bytes` of optimizer state on the device, or `offloaded` where kHost puts it.
-  StatusOr<void*> AllocateStateArray(int64_t bytes, bool offloaded);
-  // The 8-bit moments whole, in host memory, in moments8_'s coordinates (zero-filled).
-  struct Moments8bitCopy {
-    explicit Moments8bitCopy(const Moments8bitLayout& layout);
-    std::vector<uint8_t> qm, qv;
-    std::vector<float> absmax_m, absmax_v, m, v;
-  };
-  // Copies `copy` (sized for moments8_) into both parts' arrays, or (down) the parts' arrays
-  // into it.
-  Status TransferMoments8bit(Moments8bitCopy& copy, bool down) const;
-  // The 8-bit moments of Initialize: zero codes and absmaxes, zero fp32 moments.
-  Status ZeroMoments8bit();
-  Status ReadMoments8bit(float* m_out, float* v_out) const;
-  Status RestoreMoments8bit(const float* m_in, const float* v_in);
-  Status UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, const MomentsAt& moments,
+  Status UpdatePiece(int unit, int64_t lo, int64_t hi, float* master, const StateMoments& moments,
                      void* compute, const kernels::AdamWStepScalars& h);
-  // The optimizer states on NVMe, a swapped-in sub-group at a time (its pieces of the swapper's
-  // arrays: master, m and v, or the 8-bit layout's seven, zero/moments_8bit.h).
-  // visit(unit, lo, hi, moments) for each unit whose shard overlaps the sub-group: [lo, hi) the
-  // overlap in the unit's owned coordinates (its padding included), `moments` from lo on.
-  using UnitInSubGroup =
-      std::function<Status(int unit, int64_t lo, int64_t hi, const MomentsAt& moments)>;
-  Status ForEachUnitInSubGroup(std::span<const offload::SwapPiece> pieces,
-                               const UnitInSubGroup& visit) const;
-  // The step's update of the sub-group.
+  // The step's update of a swapped-in sub-group (kNvme): its pieces of the swapper's arrays.
   Status UpdateSubGroup(std::span<const offload::SwapPiece> pieces,
                         const kernels::AdamWStepScalars& h);
-  // The moments of a fresh start: fp32 zeros, or the 8-bit zero codes and absmaxes.
-  void ZeroSwappedMoments(std::span<const offload::SwapPiece> pieces) const;
-  // The sub-group's m and v as fp32 (`m`, `v`: its elements [begin, begin + count) of the flat
-  // shard; zeros in the padding), and back (8-bit: requantized, reproducing the values bit for
-  // bit where they came from 8-bit moments).
-  Status SwappedMomentsToFloat(std::span<const offload::SwapPiece> pieces, float* m,
-                               float* v) const;
-  Status SwappedMomentsFromFloat(std::span<const offload::SwapPiece> pieces, const float* m,
-                                 const float* v) const;
   // The compute-type copy of the unit's owned range, to be rewritten: in place, or (parameter
   // offload) a zero-filled buffer that EndOwnedWrite stores; FinishOwnedWrites waits for the
   // stores and returns the first error. `by_host`: the host writes it (host_writes), not the
@@ -478,10 +360,9 @@ class ZeroEngine final : public ParamStore {
   Status status_;
   int64_t step_count_ = 0;
 
-  // Host-side homes of offloaded states; declared before the buffers they own so they outlive
-  // them.
+  // The pinned home of offloaded optimizer states and of the host update's buffers; declared
+  // before what it holds, so that it outlives it.
   std::unique_ptr<offload::PinnedHostPool> pool_;
-  std::unique_ptr<Device> host_device_;  // pageable host memory (pin_memory false)
   // Optimizer states in host memory (offloaded to the host or NVMe) that the backend cannot
   // reach (a GPU's): the owned gradients come down into host_grads_ (during the last backward,
   // or at Step), the CPU's AdamW runs on the states (host_backend_), and the updated
@@ -522,10 +403,9 @@ class ZeroEngine final : public ParamStore {
   Buffer param_stage_;
   int param_write_unit_ = -1;
   void* param_write_ = nullptr;
-  // The unit whose shard is in param_stage_ for a gather not yet waited for (-1: none), and the
-  // event after its upload on the copy stream; per unit, whether its offloaded shard is held
-  // (acquired from the store for a gather).
-  int stage_unit_ = -1;
+  // The event after the upload of the staged unit's shard (GatherBook::staged_unit) on the copy
+  // stream; per unit, whether its offloaded shard is held (acquired from the store for a
+  // gather).
   std::unique_ptr<Event> param_uploaded_;
   std::vector<char> shard_held_;
 
@@ -533,57 +413,24 @@ class ZeroEngine final : public ParamStore {
   Buffer persistent_;  // stage 3: compute-type copies of the persistent units
   std::vector<int64_t> persistent_offset_;  // per unit, in persistent_ (-1: not persistent)
   Buffer grads_;   // compute type: whole padded model (stages 0/1) or shards (2/3)
-  Buffer master_;  // fp32 owned shard (mixed precision only)
-  Buffer m_, v_;   // fp32 owned shard
   Buffer norm_;    // one double: the step's sum of squares (EngineWorkspaceBytes)
-  // Offloaded to pinned host memory instead (Placement::kHost with pin_memory).
-  offload::PinnedBuffer pinned_master_, pinned_m_, pinned_v_;
-  // The resident flat state arrays (state plan shard layout), wherever they are; null under
-  // Placement::kNvme. state_master_ is null too in fp32 on the device, where the compute copy
-  // is the master copy.
-  float* state_master_ = nullptr;
-  float* state_m_ = nullptr;
-  float* state_v_ = nullptr;
-  // Partial offload (OptimizerOffload::ratio < 1): the first split_ elements of the flat owned
-  // shard keep their states on the device in these arrays (the master only where
-  // DevicePartHasSeparateMaster); state_master_, state_m_ and state_v_ then hold the rest, their
-  // element 0 being shard element split_. 0 without a split.
-  int64_t split_ = 0;
-  Buffer split_master_, split_m_, split_v_;
-  std::unique_ptr<offload::StateSwapper> swapper_;  // Placement::kNvme
-  // options_.adam.eight_bit: the layout and the arrays of the 8-bit moments (codes of m and v,
-  // their absmaxes, and the fp32 moments of the small units), wherever the states live: part 0
-  // on the device (all units without offload, the leading ones of a partial offload), part 1
-  // offloaded; each part's arrays start at its first unit's (`first`: the part's element 0 in
-  // moments8_'s coordinates). Null arrays where a part has none; unused under kNvme.
-  struct Moments8bitPart {
-    uint8_t* qm = nullptr;
-    uint8_t* qv = nullptr;
-    float* absmax_m = nullptr;
-    float* absmax_v = nullptr;
-    float* m = nullptr;
-    float* v = nullptr;
-    Moments8bitIndex first;
-  };
-  Moments8bitLayout moments8_;
-  Moments8bitPart parts8_[2];
-  std::vector<Buffer> buffers8_;
-  std::vector<offload::PinnedBuffer> pinned8_;
+  // The optimizer states' placement and encoding (null when frozen).
+  std::unique_ptr<OptimizerStates> states_;
   OffloadStats offload_stats_;
 
   // Per unit: the fp32 working gradient handed to the model, if any, and the weights it holds.
   std::vector<Buffer> work_grads_;
   std::vector<const void*> acquired_params_;
-  std::vector<int> acquire_count_;
-  // Stage 3: gathered compute-type copies, ready or in flight.
+  // Stage 3: gathered compute-type copies, ready or in flight, and the gatherer's bookkeeping
+  // (holds, gathers started, elements alive, the staged unit) by whose rules they come and go.
   std::vector<std::unique_ptr<Pending>> gathers_;
+  GatherBook book_;
   std::deque<std::unique_ptr<Pending>> reductions_;
   // Reductions the compute stream waits on (DrainReductions) that the host has not yet waited
   // for (Settle). Mutable: the const waits settle them.
   mutable std::vector<comm::CommHandle> settling_;
   const ZeroEngine* settle_first_ = nullptr;  // SettleFirst
   int64_t reductions_in_flight_ = 0;          // elements
-  int64_t live_gathered_ = 0;                 // elements of gathered units alive (stage 3)
 };
 
 }  // namespace hoist::zero

@@ -57,7 +57,7 @@ Status ZeroEngine::StartGather(int unit) {
   }
   pending->handle =
       comm_->AllGatherAsync(shard, pending->gathered.data(), part.shard, options_.compute_type);
-  live_gathered_ += part.padded;
+  book_.Started(unit);
   gathers_[static_cast<size_t>(unit)] = std::move(pending);
   return Status::Ok();
 }
@@ -80,7 +80,7 @@ StatusOr<const void*> ZeroEngine::UploadShard(int unit, const void* shard) {
     (void)copy.Synchronize();
     return recorded;
   }
-  stage_unit_ = unit;
+  book_.Staged(unit);
   return static_cast<const void*>(param_stage_.data());
 }
 
@@ -88,9 +88,9 @@ Status ZeroEngine::EndShardUse(int unit) {
   const auto u = static_cast<size_t>(unit);
   if (!shard_held_[u]) return Status::Ok();
   Status uploaded = Status::Ok();
-  if (stage_unit_ == unit) {
+  if (book_.staged_unit() == unit) {
     uploaded = param_uploaded_->Synchronize();
-    stage_unit_ = -1;
+    book_.Unstaged(unit);
   }
   shard_held_[u] = 0;
   param_shards_->Release(unit);
@@ -98,8 +98,8 @@ Status ZeroEngine::EndShardUse(int unit) {
 }
 
 Status ZeroEngine::FreeParamStage() {
-  if (stage_unit_ < 0) return Status::Ok();
-  const int unit = stage_unit_;
+  const int unit = book_.staged_unit();
+  if (unit < 0) return Status::Ok();
   Pending* gather = gathers_[static_cast<size_t>(unit)].get();
   const Status gathered = gather != nullptr ? FinishPending(*gather) : Status::Ok();
   const Status ended = EndShardUse(unit);
@@ -108,16 +108,15 @@ Status ZeroEngine::FreeParamStage() {
 
 Status ZeroEngine::DropPrefetchedGathers() {
   Status first = Status::Ok();
-  for (int u = 0; u < plan_.num_units(); ++u) {
+  for (int u : book_.PrefetchedNotHeld()) {
     const auto at = static_cast<size_t>(u);
-    if (gathers_[at] == nullptr || acquire_count_[at] > 0) continue;
     Status status = FinishPending(*gathers_[at]);
     if (param_shards_ != nullptr) {
       const Status ended = EndShardUse(u);
       if (status.ok()) status = ended;
     }
     if (first.ok()) first = status;
-    live_gathered_ -= plan_.unit(u).padded;
+    book_.Dropped(u);
     gathers_[at].reset();  // back to the device in the stream's order
   }
   return first;
@@ -131,13 +130,13 @@ Status ZeroEngine::FinishPending(Pending& pending) {
   return status;
 }
 
-// The ParamStore calls below decide what is gathered, prefetched, held and reduced when; the
-// memory estimate (class Replay in zero/memory_estimate.cc) mirrors those decisions to predict
-// the bytes, and its tests compare it with the tracker to the byte. A change to when buffers
-// come and go here must change Replay too.
+// The ParamStore calls below gather, prefetch, hold and free by GatherBook's rules, which the
+// memory estimate (class Replay in zero/memory_estimate.cc) replays to predict the bytes; its
+// tests compare it with the tracker to the byte. The reductions' buffers follow ReleaseGrads and
+// DrainReductions, which Replay mirrors.
 StatusOr<const void*> ZeroEngine::AcquireParams(int unit) {
   const auto u = static_cast<size_t>(unit);
-  if (acquire_count_[u]++ > 0) return acquired_params_[u];
+  if (!book_.Hold(unit)) return acquired_params_[u];
   const void* source = whole_params(unit);
   if (!status_.ok()) return status_;
   if (source == nullptr) {  // stage 3, sharded: gather it (unless a prefetch already started)
@@ -154,8 +153,7 @@ StatusOr<const void*> ZeroEngine::AcquireParams(int unit) {
 
 void ZeroEngine::ReleaseParams(int unit) {
   const auto u = static_cast<size_t>(unit);
-  HOIST_CHECK_GT(acquire_count_[u], 0) << "unit " << unit << " released but not acquired";
-  if (--acquire_count_[u] > 0) return;
+  if (!book_.Unhold(unit)) return;
   acquired_params_[u] = nullptr;
   // The model's ops on the stream may still read the gathered unit: the device takes its memory
   // back in the stream's order (Device), and the gather was waited for at AcquireParams (unless
@@ -165,27 +163,21 @@ void ZeroEngine::ReleaseParams(int unit) {
       (void)FinishPending(*gathers_[u]);
       (void)EndShardUse(unit);
     }
-    live_gathered_ -= plan_.unit(unit).padded;
+    book_.Dropped(unit);
     gathers_[u].reset();
   }
 }
 
 void ZeroEngine::Prefetch(int unit) {
-  if (!stage3_sharded(unit) || !status_.ok()) return;
-  const auto u = static_cast<size_t>(unit);
-  if (gathers_[u] != nullptr || acquire_count_[u] > 0) return;
-  if (param_shards_ != nullptr) {
-    if (param_shards_->on_nvme(unit)) {
+  if (!status_.ok()) return;
+  switch (book_.PrefetchAction(unit)) {
+    case GatherBook::Prefetch::kNothing: return;
+    case GatherBook::Prefetch::kReadAhead:
       // Bring the shard in from NVMe in the background; the gather starts at AcquireParams.
       param_shards_->Prefetch(unit);
       return;
-    }
-    // A shard in host memory: gathered ahead as on the device, unless the device staging still
-    // holds another unit's shard for a gather not yet waited for.
-    if (stage_unit_ >= 0) return;
+    case GatherBook::Prefetch::kGather: Fail(StartGather(unit)); return;
   }
-  if (!PrefetchGathers(plan_.unit(unit), live_gathered_, options_)) return;
-  Fail(StartGather(unit));
 }
 
 StatusOr<float*> ZeroEngine::AcquireGrads(int unit) {

@@ -21,9 +21,9 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
   }
   // NVMe: this rank's master shard read back first (flat, state plan layout).
   std::vector<float> swapped;
-  if (swapper_ != nullptr) {
+  if (swapper() != nullptr) {
     swapped.resize(static_cast<size_t>(state_plan_.total_shard()));
-    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroupView(
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper()->ForEachSubGroupView(
         offload::StateSwapper::Access::kRead,
         [&](int64_t, std::span<const offload::SwapPiece> pieces) {
           std::memcpy(swapped.data() + pieces[0].first, pieces[0].data,
@@ -33,13 +33,13 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
   }
   // Otherwise the master shard is read down from where it lives, unit by unit.
   auto read_master = [&](int u, float* out, int64_t count) -> Status {
-    if (swapper_ != nullptr) {
+    if (swapper() != nullptr) {
       std::memcpy(out, swapped.data() + state_plan_.unit(u).shard_offset,
                   static_cast<size_t>(count) * sizeof(float));
       return Status::Ok();
     }
     HOIST_RETURN_IF_ERROR(StateCopy(out, master(u), count * static_cast<int64_t>(sizeof(float)),
-                                    PartToHost(host_part(u)), host_part(u)));
+                                    /*to_host=*/true, u));
     return Sync();
   };
   std::vector<float> out;
@@ -63,14 +63,14 @@ StatusOr<std::vector<float>> ZeroEngine::GatherFullParams() {
 
 Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) const {
   if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
-  if (swapper_ != nullptr) {
+  if (swapper() != nullptr) {
     // The file holds zeros in the padding, as the outputs must.
-    return AgreeOnFailure(swapper_->ForEachSubGroupView(
+    return AgreeOnFailure(swapper()->ForEachSubGroupView(
         offload::StateSwapper::Access::kRead,
         [&](int64_t, std::span<const offload::SwapPiece> pieces) {
           const int64_t begin = pieces[0].first;
           std::memcpy(master_out + begin, pieces[0].data, static_cast<size_t>(pieces[0].bytes()));
-          return SwappedMomentsToFloat(pieces, m_out + begin, v_out + begin);
+          return states_->SwappedMomentsToFloat(pieces, m_out + begin, v_out + begin);
         }));
   }
   for (int u = 0; u < plan_.num_units(); ++u) {
@@ -79,11 +79,9 @@ Status ZeroEngine::ReadState(float* master_out, float* m_out, float* v_out) cons
     std::memset(dst, 0, static_cast<size_t>(owned.shard) * sizeof(float));
     HOIST_RETURN_IF_ERROR(StateCopy(dst, master(u),
                                     owned.owned_real * static_cast<int64_t>(sizeof(float)),
-                                    PartToHost(host_part(u)), host_part(u)));
+                                    /*to_host=*/true, u));
   }
-  if (options_.adam.eight_bit) return ReadMoments8bit(m_out, v_out);
-  // The same flat layout whatever the split (a checkpoint resumes at any ratio).
-  return CopyMoments(m_out, v_out, /*down=*/true);
+  return states_->ReadMoments(m_out, v_out, [this] { return Sync(); });
 }
 
 Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const float* v_in,
@@ -95,9 +93,8 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
     const UnitPartition& owned = state_plan_.unit(u);
     const float* weights = master_in + owned.shard_offset;
     const int64_t bytes = owned.owned_real * static_cast<int64_t>(sizeof(float));
-    if (swapper_ == nullptr && (param_shards_ != nullptr || master(u) != owned_params(u))) {
-      HOIST_RETURN_IF_ERROR(
-          StateCopy(master(u), weights, bytes, PartFromHost(host_part(u)), host_part(u)));
+    if (swapper() == nullptr && (param_shards_ != nullptr || master(u) != owned_params(u))) {
+      HOIST_RETURN_IF_ERROR(StateCopy(master(u), weights, bytes, /*to_host=*/false, u));
     }
     // The model's copy of the owned range (for fp32 on the device, the master itself).
     const Status stored = StoreFromHost(BeginOwnedWrite(u), type, weights, owned.owned_real);
@@ -106,47 +103,27 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
   }
   HOIST_RETURN_IF_ERROR(Sync());
   HOIST_RETURN_IF_ERROR(AgreeOnFailure(FinishOwnedWrites()));
-  if (swapper_ != nullptr) {
-    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper_->ForEachSubGroupView(
+  if (swapper() != nullptr) {
+    HOIST_RETURN_IF_ERROR(AgreeOnFailure(swapper()->ForEachSubGroupView(
         offload::StateSwapper::Access::kWrite,
         [&](int64_t, std::span<const offload::SwapPiece> pieces) {
           const int64_t begin = pieces[0].first;
           std::memcpy(pieces[0].data, master_in + begin, static_cast<size_t>(pieces[0].bytes()));
-          return SwappedMomentsFromFloat(pieces, m_in + begin, v_in + begin);
+          return states_->SwappedMomentsFromFloat(pieces, m_in + begin, v_in + begin);
         })));
-  } else if (options_.adam.eight_bit) {
-    HOIST_RETURN_IF_ERROR(RestoreMoments8bit(m_in, v_in));
   } else {
-    HOIST_RETURN_IF_ERROR(
-        CopyMoments(const_cast<float*>(m_in), const_cast<float*>(v_in), /*down=*/false));
+    HOIST_RETURN_IF_ERROR(states_->WriteMoments(m_in, v_in, [this] { return Sync(); }));
   }
   step_count_ = step_count;
   HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
   return AgreeOnDeferredErrors();
 }
 
-Status ZeroEngine::CopyMoments(float* m, float* v, bool down) const {
-  const int64_t split_bytes = split_ * static_cast<int64_t>(sizeof(float));
-  const int64_t rest =
-      state_plan_.total_shard() * static_cast<int64_t>(sizeof(float)) - split_bytes;
-  const bool host = !states_on_device();
-  auto copy = [&](float* host_side, float* state, int64_t bytes, bool host_part) -> Status {
-    if (bytes == 0) return Status::Ok();
-    return down ? StateCopy(host_side, state, bytes, PartToHost(host_part), host_part)
-                : StateCopy(state, host_side, bytes, PartFromHost(host_part), host_part);
-  };
-  HOIST_RETURN_IF_ERROR(copy(m, split_m_.as<float>(), split_bytes, false));
-  HOIST_RETURN_IF_ERROR(copy(v, split_v_.as<float>(), split_bytes, false));
-  HOIST_RETURN_IF_ERROR(copy(m + split_, state_m_, rest, host));
-  HOIST_RETURN_IF_ERROR(copy(v + split_, state_v_, rest, host));
-  return Sync();
-}
-
 Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
   if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
-  HOIST_CHECK(swapper_ != nullptr) << "ReadStateInPieces needs the optimizer states on NVMe";
+  HOIST_CHECK(swapper() != nullptr) << "ReadStateInPieces needs the optimizer states on NVMe";
   std::vector<float> m, v;  // 8-bit: the sub-group's moments as fp32
-  return AgreeOnFailure(swapper_->ForEachSubGroupView(
+  return AgreeOnFailure(swapper()->ForEachSubGroupView(
       offload::StateSwapper::Access::kRead,
       [&](int64_t, std::span<const offload::SwapPiece> pieces) {
         const int64_t begin = pieces[0].first, count = pieces[0].count;
@@ -155,17 +132,17 @@ Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
         }
         m.resize(static_cast<size_t>(count));
         v.resize(static_cast<size_t>(count));
-        HOIST_RETURN_IF_ERROR(SwappedMomentsToFloat(pieces, m.data(), v.data()));
+        HOIST_RETURN_IF_ERROR(states_->SwappedMomentsToFloat(pieces, m.data(), v.data()));
         return visit(begin, count, pieces[0].floats(), m.data(), v.data());
       }));
 }
 
 Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_count) {
-  HOIST_CHECK(swapper_ != nullptr) << "RestoreStateInPieces needs the optimizer states on NVMe";
+  HOIST_CHECK(swapper() != nullptr) << "RestoreStateInPieces needs the optimizer states on NVMe";
   HOIST_RETURN_IF_ERROR(DropPrefetchedGathers());  // of the weights replaced here
   const DType type = options_.compute_type;
   std::vector<float> m, v;  // 8-bit: the sub-group's moments as fp32, requantized after
-  Status written = swapper_->ForEachSubGroupView(
+  Status written = swapper()->ForEachSubGroupView(
       offload::StateSwapper::Access::kWrite,
       [&](int64_t, std::span<const offload::SwapPiece> pieces) {
         const int64_t begin = pieces[0].first, count = pieces[0].count;
@@ -176,7 +153,7 @@ Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_cou
           m.resize(static_cast<size_t>(count));
           v.resize(static_cast<size_t>(count));
           HOIST_RETURN_IF_ERROR(fill(begin, count, master, m.data(), v.data()));
-          HOIST_RETURN_IF_ERROR(SwappedMomentsFromFloat(pieces, m.data(), v.data()));
+          HOIST_RETURN_IF_ERROR(states_->SwappedMomentsFromFloat(pieces, m.data(), v.data()));
         }
         // The model's copy of every unit whose shard overlaps this piece.
         for (int u = 0; u < plan_.num_units(); ++u) {
@@ -199,78 +176,6 @@ Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_cou
   step_count_ = step_count;
   HOIST_RETURN_IF_ERROR(GatherUpdatedParams());
   return AgreeOnDeferredErrors();
-}
-
-void ZeroEngine::ZeroSwappedMoments(std::span<const offload::SwapPiece> pieces) const {
-  using kernels::cpu::QuantizeNearest;
-  for (size_t a = 1; a < pieces.size(); ++a) {
-    int fill = 0;
-    // The zero of m's signed map is its middle code; v's is code 0.
-    if (options_.adam.eight_bit && a == kSwapCodesM) {
-      fill = QuantizeNearest(kernels::cpu::SignedDynamicMap(), 0.0f);
-    } else if (options_.adam.eight_bit && a == kSwapCodesV) {
-      fill = QuantizeNearest(kernels::cpu::UnsignedDynamicMap(), 0.0f);
-    }
-    std::memset(pieces[a].data, fill, static_cast<size_t>(pieces[a].bytes()));
-  }
-}
-
-Status ZeroEngine::SwappedMomentsToFloat(std::span<const offload::SwapPiece> pieces, float* m,
-                                         float* v) const {
-  const int64_t begin = pieces[0].first;
-  if (!options_.adam.eight_bit) {
-    std::memcpy(m, pieces[1].data, static_cast<size_t>(pieces[1].bytes()));
-    std::memcpy(v, pieces[2].data, static_cast<size_t>(pieces[2].bytes()));
-    return Status::Ok();
-  }
-  std::memset(m, 0, static_cast<size_t>(pieces[0].bytes()));
-  std::memset(v, 0, static_cast<size_t>(pieces[0].bytes()));
-  return ForEachUnitInSubGroup(
-      pieces, [&](int u, int64_t lo, int64_t hi, const MomentsAt& at) -> Status {
-        const int64_t x = state_plan_.unit(u).shard_offset + lo - begin;  // lo in the sub-group
-        if (at.m != nullptr) {                                            // fp32 moments
-          std::memcpy(m + x, at.m, static_cast<size_t>(hi - lo) * sizeof(float));
-          std::memcpy(v + x, at.v, static_cast<size_t>(hi - lo) * sizeof(float));
-          return Status::Ok();
-        }
-        for (const OwnedPieceFrom& piece : OwnedPiecesFrom(state_plan_, u, lo, hi)) {
-          const int64_t at_piece = piece.begin - lo, n = piece.end - piece.begin;
-          kernels::cpu::DequantizeBlockwise(kernels::cpu::SignedDynamicMap(), at.qm + at_piece,
-                                            at.absmax_m + piece.block, n, m + x + at_piece);
-          kernels::cpu::DequantizeBlockwise(kernels::cpu::UnsignedDynamicMap(), at.qv + at_piece,
-                                            at.absmax_v + piece.block, n, v + x + at_piece);
-        }
-        return Status::Ok();
-      });
-}
-
-Status ZeroEngine::SwappedMomentsFromFloat(std::span<const offload::SwapPiece> pieces,
-                                           const float* m, const float* v) const {
-  const int64_t begin = pieces[0].first;
-  if (!options_.adam.eight_bit) {
-    std::memcpy(pieces[1].data, m, static_cast<size_t>(pieces[1].bytes()));
-    std::memcpy(pieces[2].data, v, static_cast<size_t>(pieces[2].bytes()));
-    return Status::Ok();
-  }
-  // Zero codes and absmaxes first: the padding's stay so (never read).
-  ZeroSwappedMoments(pieces);
-  return ForEachUnitInSubGroup(
-      pieces, [&](int u, int64_t lo, int64_t hi, const MomentsAt& at) -> Status {
-        const int64_t x = state_plan_.unit(u).shard_offset + lo - begin;
-        if (at.m != nullptr) {
-          std::memcpy(at.m, m + x, static_cast<size_t>(hi - lo) * sizeof(float));
-          std::memcpy(at.v, v + x, static_cast<size_t>(hi - lo) * sizeof(float));
-          return Status::Ok();
-        }
-        for (const OwnedPieceFrom& piece : OwnedPiecesFrom(state_plan_, u, lo, hi)) {
-          const int64_t at_piece = piece.begin - lo, n = piece.end - piece.begin;
-          kernels::cpu::RequantizeBlockwise(kernels::cpu::SignedDynamicMap(), m + x + at_piece, n,
-                                            at.qm + at_piece, at.absmax_m + piece.block);
-          kernels::cpu::RequantizeBlockwise(kernels::cpu::UnsignedDynamicMap(), v + x + at_piece, n,
-                                            at.qv + at_piece, at.absmax_v + piece.block);
-        }
-        return Status::Ok();
-      });
 }
 
 }  // namespace hoist::zero

@@ -78,24 +78,24 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   h.step = ++step_count_;
   Status updated = Status::Ok();
   const auto update_started = Clock::now();
-  const double wait_before = swapper_ != nullptr ? swapper_->io_wait_seconds() : 0.0;
+  const double wait_before = swapper() != nullptr ? swapper()->io_wait_seconds() : 0.0;
   // The host update's pipeline: states in host memory, weights on the device.
-  const bool pipelined = host_update_ && swapper_ == nullptr && param_shards_ == nullptr;
+  const bool pipelined = host_update_ && swapper() == nullptr && param_shards_ == nullptr;
   if (pipelined) {
     updated = HostUpdate(h);
-  } else if (swapper_ == nullptr) {
+  } else if (swapper() == nullptr) {
     // (With a host update, in the order the gradients were sent down.)
     for (int u : UnitsBySentDown()) {
       const UnitPartition& owned = state_plan_.unit(u);
       if (owned.owned_real == 0) continue;
       void* compute = BeginOwnedWrite(u, host_writes(u));
-      updated = UpdatePiece(u, 0, owned.owned_real, master(u), ResidentMoments(u), compute, h);
+      updated = UpdatePiece(u, 0, owned.owned_real, master(u), states_->moments(u), compute, h);
       EndOwnedWrite(u);
       if (!updated.ok()) break;
     }
     if (updated.ok()) updated = Sync();
   } else {
-    updated = swapper_->ForEachSubGroupView(
+    updated = swapper()->ForEachSubGroupView(
         offload::StateSwapper::Access::kReadWrite,
         [&](int64_t, std::span<const offload::SwapPiece> pieces) {
           HOIST_RETURN_IF_ERROR(UpdateSubGroup(pieces, h));
@@ -114,11 +114,11 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   }
   if (options_.offload_optimizer.place != Placement::kDevice) {
     const double update_s = std::chrono::duration<double>(Clock::now() - update_started).count();
-    if (swapper_ != nullptr) {
-      offload_stats_.nvme_wait_s += swapper_->io_wait_seconds() - wait_before;
-      offload_stats_.update_s += update_s - (swapper_->io_wait_seconds() - wait_before);
-      offload_stats_.nvme_read_bytes = swapper_->bytes_read();
-      offload_stats_.nvme_write_bytes = swapper_->bytes_written();
+    if (swapper() != nullptr) {
+      offload_stats_.nvme_wait_s += swapper()->io_wait_seconds() - wait_before;
+      offload_stats_.update_s += update_s - (swapper()->io_wait_seconds() - wait_before);
+      offload_stats_.nvme_read_bytes = swapper()->bytes_read();
+      offload_stats_.nvme_write_bytes = swapper()->bytes_written();
     } else {
       offload_stats_.update_s += update_s;
     }
@@ -162,7 +162,7 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
     const UnitPartition& owned = state_plan_.unit(u);
     if (owned.owned_real == 0 || host_part(u)) continue;
     HOIST_RETURN_IF_ERROR(
-        UpdatePiece(u, 0, owned.owned_real, master(u), ResidentMoments(u), owned_params(u), h));
+        UpdatePiece(u, 0, owned.owned_real, master(u), states_->moments(u), owned_params(u), h));
   }
   // The offloaded units in the order their gradients were sent down (the backward's, for those
   // it sent), each as soon as they are; the i-th unit's 16-bit copy goes up from slot i % 2,
@@ -176,14 +176,14 @@ Status ZeroEngine::HostUpdateUnits(const kernels::AdamWStepScalars& h) {
     if (IsHalf(type) && i >= 2) HOIST_RETURN_IF_ERROR(copied_up_[slot]->Synchronize());
     // The whole owned range, the copy slot holding exactly its 16-bit copy.
     float* master_u = master(u);
+    const StateMoments moments = states_->moments(u);
     void* copies = stage_copy_[slot].data();  // null in fp32
     if (options_.adam.eight_bit) {
       HOIST_RETURN_IF_ERROR(Update8bit(host_backend_.get(), host, u, 0, owned.owned_real, master_u,
-                                       ResidentMoments(u), host_grads(u), copies, 0, h));
+                                       moments, host_grads(u), copies, 0, h));
     } else {
-      const std::vector<kernels::AdamWTensorRef> pieces =
-          AdamWPieces(u, 0, owned.owned_real, master_u, moment_at(state_m_, split_m_, u),
-                      moment_at(state_v_, split_v_, u), host_grads(u), copies, 0);
+      const std::vector<kernels::AdamWTensorRef> pieces = AdamWPieces(
+          u, 0, owned.owned_real, master_u, moments.m, moments.v, host_grads(u), copies, 0);
       HOIST_RETURN_IF_ERROR(host_backend_->AdamW(pieces, type, type, h, host));
     }
     HOIST_RETURN_IF_ERROR(host.Synchronize());
@@ -285,8 +285,34 @@ void* ZeroEngine::owned_params(int unit) {
   return ElementPtr(whole_params(unit), type, state_plan_.unit(unit).owned_begin);
 }
 
+Status ZeroEngine::Update8bit(kernels::Backend* ops, const Stream& ops_stream, int unit, int64_t lo,
+                              int64_t hi, float* master, const StateMoments& moments,
+                              const void* grads, void* copies, int64_t origin,
+                              const kernels::AdamWStepScalars& h) {
+  const DType type = options_.compute_type;
+  if (!states_->eight_bit(unit)) {
+    return ops->AdamW(
+        AdamWPieces(unit, lo, hi, master, moments.m, moments.v, grads, copies, origin), type, type,
+        h, ops_stream);
+  }
+  std::vector<kernels::AdamW8bitTensorRef> refs;
+  for (const OwnedPieceFrom& piece : OwnedPiecesFrom(state_plan_, unit, lo, hi)) {
+    kernels::AdamW8bitTensorRef& ref = refs.emplace_back();
+    ref.param = master + (piece.begin - lo);
+    ref.m = moments.qm + (piece.begin - lo);
+    ref.v = moments.qv + (piece.begin - lo);
+    ref.absmax_m = moments.absmax_m + piece.block;
+    ref.absmax_v = moments.absmax_v + piece.block;
+    ref.grad = ElementPtr(grads, type, piece.begin - origin);
+    if (IsHalf(type)) ref.copy = ElementPtr(copies, type, piece.begin - origin);
+    ref.n = piece.end - piece.begin;
+    ref.weight_decay = piece.decay ? options_.adam.weight_decay : 0.0f;
+  }
+  return ops->AdamW8bit(refs, type, type, h, ops_stream);
+}
+
 Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master,
-                               const MomentsAt& moments, void* compute,
+                               const StateMoments& moments, void* compute,
                                const kernels::AdamWStepScalars& h) {
   const DType type = options_.compute_type;
   const int64_t bytes = (hi - lo) * static_cast<int64_t>(csize_);
@@ -345,48 +371,12 @@ Status ZeroEngine::UpdatePiece(int unit, int64_t lo, int64_t hi, float* master,
   return Status::Ok();
 }
 
-Status ZeroEngine::ForEachUnitInSubGroup(std::span<const offload::SwapPiece> pieces,
-                                         const UnitInSubGroup& visit) const {
-  const int64_t begin = pieces[0].first;
-  const int64_t end = begin + pieces[0].count;
-  for (int u = 0; u < plan_.num_units(); ++u) {
-    const UnitPartition& owned = state_plan_.unit(u);
-    const int64_t lo = std::max(begin, owned.shard_offset) - owned.shard_offset;
-    const int64_t hi = std::min(end, owned.shard_offset + owned.shard) - owned.shard_offset;
-    if (lo >= hi) continue;
-    MomentsAt at;
-    if (!options_.adam.eight_bit) {
-      const int64_t x = owned.shard_offset + lo - begin;  // in the sub-group
-      at.m = pieces[1].floats() + x;
-      at.v = pieces[2].floats() + x;
-    } else {
-      const Moments8bitIndex index = Moments8bitIndexAt(state_plan_, moments8_, u, lo);
-      auto in = [&](int array, int64_t first) {
-        return pieces[static_cast<size_t>(array)].data +
-               (first - pieces[static_cast<size_t>(array)].first) *
-                   pieces[static_cast<size_t>(array)].element_bytes;
-      };
-      if (moments8_.code_offset[static_cast<size_t>(u)] < 0) {
-        at.m = reinterpret_cast<float*>(in(kSwapM32, index.fp32));
-        at.v = reinterpret_cast<float*>(in(kSwapV32, index.fp32));
-      } else {
-        at.qm = reinterpret_cast<uint8_t*>(in(kSwapCodesM, index.code));
-        at.qv = reinterpret_cast<uint8_t*>(in(kSwapCodesV, index.code));
-        at.absmax_m = reinterpret_cast<float*>(in(kSwapAbsmaxM, index.absmax));
-        at.absmax_v = reinterpret_cast<float*>(in(kSwapAbsmaxV, index.absmax));
-      }
-    }
-    HOIST_RETURN_IF_ERROR(visit(u, lo, hi, at));
-  }
-  return Status::Ok();
-}
-
 Status ZeroEngine::UpdateSubGroup(std::span<const offload::SwapPiece> pieces,
                                   const kernels::AdamWStepScalars& h) {
   float* master = pieces[0].floats();
   const int64_t begin = pieces[0].first;
-  return ForEachUnitInSubGroup(
-      pieces, [&](int u, int64_t lo, int64_t hi, const MomentsAt& moments) -> Status {
+  return states_->ForEachUnitInSubGroup(
+      pieces, [&](int u, int64_t lo, int64_t hi, const StateMoments& moments) -> Status {
         const UnitPartition& owned = state_plan_.unit(u);
         hi = std::min(hi, owned.owned_real);
         if (lo >= hi) return Status::Ok();  // padding only
