@@ -356,7 +356,8 @@ class Replay final : public StoreReplay {
               options.offload_param.place == Placement::kDevice
                   ? std::vector<bool>()
                   : ParamShards::UnitsOnNvme(plan, options.offload_param)),
-        staged_(options.offload_param.place != Placement::kDevice && accelerator) {
+        staged_(options.offload_param.place != Placement::kDevice && accelerator),
+        reductions_(plan) {
     const auto n = static_cast<size_t>(plan.num_units());
     gathered_bytes_.assign(n, 0);
     grads_acquired_.assign(n, false);
@@ -399,7 +400,6 @@ class Replay final : public StoreReplay {
 
  private:
   struct Reduction {
-    int64_t padded = 0;
     Category send_category = Category::kComm;
     int64_t send_bytes = 0, recv_bytes = 0;
   };
@@ -499,7 +499,6 @@ class Replay final : public StoreReplay {
       return;
     }
     Reduction reduction;
-    reduction.padded = part.padded;
     const int64_t send = ReductionSendBytes(part, options_);
     if (send == 0) {  // the working gradient goes on the wire as it is
       reduction.send_category = Category::kGrad;
@@ -512,16 +511,13 @@ class Replay final : public StoreReplay {
     work_grads_[u] = 0;
     reduction.recv_bytes = ReductionRecvBytes(part, options_);
     Add(Category::kComm, reduction.recv_bytes);
-    reductions_.push_back(reduction);
-    in_flight_ += part.padded;
+    reductions_.Push(unit, reduction);
     Drain(ReductionsKeptElements(options_));
   }
 
   void Drain(int64_t keep_elements) {
-    while (!reductions_.empty() && in_flight_ > keep_elements) {
-      const Reduction reduction = reductions_.front();
-      reductions_.pop_front();
-      in_flight_ -= reduction.padded;
+    while (auto due = reductions_.PopDue(keep_elements)) {
+      const Reduction& reduction = due->payload;
       Remove(reduction.send_category, reduction.send_bytes);
       Remove(Category::kComm, reduction.recv_bytes);
     }
@@ -536,8 +532,7 @@ class Replay final : public StoreReplay {
   std::vector<int64_t> gathered_bytes_;  // per unit, its gathered buffer while held
   std::vector<bool> grads_acquired_;
   std::vector<int64_t> work_grads_;  // fp32 working gradients held
-  std::deque<Reduction> reductions_;
-  int64_t in_flight_ = 0;  // elements
+  ReductionQueue<Reduction> reductions_;
 };
 
 }  // namespace

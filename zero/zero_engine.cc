@@ -82,13 +82,14 @@ ZeroEngine::ZeroEngine(const ZeroOptions& options, comm::Communicator* comm,
       book_(plan_, options_,
             options.offload_param.place == Placement::kDevice
                 ? std::vector<bool>()
-                : ParamShards::UnitsOnNvme(plan_, options.offload_param)) {}
+                : ParamShards::UnitsOnNvme(plan_, options.offload_param)),
+      reductions_(plan_) {}
 
 ZeroEngine::~ZeroEngine() {
   // Collectives in flight, and work still queued on the streams, use buffers of ours: let them
   // finish before the buffers go.
-  for (auto& pending : reductions_) {
-    if (pending->handle) (void)pending->handle->Wait();
+  for (auto& reduction : reductions_) {
+    if (reduction.payload->handle) (void)reduction.payload->handle->Wait();
   }
   for (auto& pending : gathers_) {
     if (pending && pending->handle) (void)pending->handle->Wait();

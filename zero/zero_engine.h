@@ -65,6 +65,7 @@
 #include "zero/param_shards.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
+#include "zero/reduction_queue.h"
 #include "zero/zero_options.h"
 
 namespace hoist::zero {
@@ -225,8 +226,6 @@ class ZeroEngine final : public ParamStore {
   Status Sync() const;
   // Waits for the settling reductions that are complete and drops them; the first failure.
   Status SettleDone();
-  // Per unit, whether a reduction of its gradient is in flight (not yet accumulated).
-  std::vector<char> UnitsReducing() const;
   // Every reduction in flight accumulated, and all of them waited for on the host (at the end of
   // the passes: whatever follows, an error return included, may wait for the stream).
   Status DrainAndSettle();
@@ -425,12 +424,12 @@ class ZeroEngine final : public ParamStore {
   // (holds, gathers started, elements alive, the staged unit) by whose rules they come and go.
   std::vector<std::unique_ptr<Pending>> gathers_;
   GatherBook book_;
-  std::deque<std::unique_ptr<Pending>> reductions_;
+  // Stages 2/3: the gradient reductions in flight, oldest first.
+  ReductionQueue<std::unique_ptr<Pending>> reductions_;
   // Reductions the compute stream waits on (DrainReductions) that the host has not yet waited
   // for (Settle). Mutable: the const waits settle them.
   mutable std::vector<comm::CommHandle> settling_;
   const ZeroEngine* settle_first_ = nullptr;  // SettleFirst
-  int64_t reductions_in_flight_ = 0;          // elements
 };
 
 }  // namespace hoist::zero

@@ -274,21 +274,18 @@ void ZeroEngine::ReleaseGrads(int unit) {
         comm_->AllReduceAsync(pending->send.data(), part.padded, wire, comm::ReduceOp::kAvg);
     pending->result = ElementPtr(pending->send.data(), wire, part.owned_begin);
   }
-  reductions_in_flight_ += part.padded;
-  reductions_.push_back(std::move(pending));
+  reductions_.Push(unit, std::move(pending));
   Fail(DrainReductions(ReductionsKeptElements(options_)));
 }
 
 Status ZeroEngine::DrainReductions(int64_t keep_elements) {
   Status first = SettleDone();
-  while (!reductions_.empty() && reductions_in_flight_ > keep_elements) {
-    std::unique_ptr<Pending> pending = std::move(reductions_.front());
-    reductions_.pop_front();
-    const UnitPartition& part = plan_.unit(pending->unit);
-    reductions_in_flight_ -= part.padded;
+  while (auto due = reductions_.PopDue(keep_elements)) {
+    const int u = due->unit;
+    std::unique_ptr<Pending> pending = std::move(due->payload);
+    const UnitPartition& part = plan_.unit(u);
     // The accumulation waits for the reduction on the stream, not on the host (and for a
     // download that still reads the shard's last value).
-    const int u = pending->unit;
     Status status = pending->handle->StreamWait(stream());
     // (Only a unit reduced again after the boundary's pass has a download still queued.)
     if (status.ok()) status = AwaitGradDownload(u);
@@ -314,14 +311,6 @@ Status ZeroEngine::DrainReductions(int64_t keep_elements) {
     settling_.push_back(std::move(pending->handle));
   }
   return first;
-}
-
-std::vector<char> ZeroEngine::UnitsReducing() const {
-  std::vector<char> reducing(static_cast<size_t>(plan_.num_units()), 0);
-  for (const std::unique_ptr<Pending>& pending : reductions_) {
-    reducing[static_cast<size_t>(pending->unit)] = 1;
-  }
-  return reducing;
 }
 
 Status ZeroEngine::DrainAndSettle() {

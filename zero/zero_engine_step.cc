@@ -22,7 +22,7 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   // reductions it finished. Those still in flight (up to reduce_bucket_size with overlap_comm)
   // go down, again if they went before, as they are drained here.
   int64_t came_early = 0;  // elements
-  const std::vector<char> reducing = UnitsReducing();
+  const std::vector<char> reducing = reductions_.Reducing();
   for (size_t u = 0; u < grads_queued_.size(); ++u) {
     if (grads_queued_[u] && !reducing[u]) {
       came_early += state_plan_.unit(static_cast<int>(u)).owned_real;
