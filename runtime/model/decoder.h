@@ -54,6 +54,7 @@
 #include "kernels/backend.h"
 #include "runtime/model/block_model.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/unit_layout.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
 
@@ -90,16 +91,11 @@ enum DecoderTensor {
 };
 
 // Where each tensor sits: the units and each tensor's place and shape in its unit.
-struct DecoderLayout {
-  int n_layer = 0;
+struct DecoderLayout : UnitLayout<kNumDecoderTensors> {
   bool tied = false;
   // The tensor's shape within one unit (one layer's slice for the per-block tensors); lm_head's
   // is {0, C} when tied.
   std::array<std::vector<int64_t>, kNumDecoderTensors> shapes;
-  std::array<int64_t, kNumDecoderTensors> unit_sizes{};     // elements of shapes[t]
-  std::array<int64_t, kNumDecoderTensors> local_offsets{};  // offset of the tensor in its unit
-  std::vector<int64_t> unit_offsets;  // num_units() + 1 entries: unit u is [u, u+1) of the flat
-  int64_t total = 0;
 
   static DecoderLayout For(const ModelConfig& config);
   // "embed_tokens", "input_layernorm", "qkv", "qkv_bias", "q_norm", "k_norm", "o_proj",
@@ -111,11 +107,6 @@ struct DecoderLayout {
   static bool Decayed(int tensor);
   static bool PerBlock(int tensor);
 
-  int num_units() const { return n_layer + 2; }
-  int unit_of(int tensor, int layer = 0) const;
-  int64_t unit_size(int unit) const { return unit_offsets[unit + 1] - unit_offsets[unit]; }
-  // Offset in the flat (unit-major) buffer of `layer`'s slice of `tensor`.
-  int64_t Offset(int tensor, int layer = 0) const;
   // The units with their weight-decay segments, for the ZeRO engine.
   std::vector<zero::UnitSpec> Units() const;
 };

@@ -63,24 +63,7 @@ DecoderLayout DecoderLayout::For(const ModelConfig& m) {
     for (int64_t d : layout.shapes[t]) n *= d;
     layout.unit_sizes[t] = n;
   }
-  auto place = [&](const auto& tensors) {
-    int64_t offset = 0;
-    for (int t : tensors) {
-      layout.local_offsets[t] = offset;
-      offset += layout.unit_sizes[t];
-    }
-    return offset;
-  };
-  const int64_t embedding = place(kEmbeddingTensors);
-  const int64_t block = place(kBlockTensors);
-  const int64_t final_unit = place(kFinalTensors);
-  layout.unit_offsets.push_back(0);
-  layout.unit_offsets.push_back(embedding);
-  for (int l = 0; l < m.n_layer; ++l) {
-    layout.unit_offsets.push_back(layout.unit_offsets.back() + block);
-  }
-  layout.unit_offsets.push_back(layout.unit_offsets.back() + final_unit);
-  layout.total = layout.unit_offsets.back();
+  layout.Place(kEmbeddingTensors, kBlockTensors, kFinalTensors);
   return layout;
 }
 
@@ -107,16 +90,6 @@ bool DecoderLayout::Decayed(int tensor) {
 
 bool DecoderLayout::PerBlock(int tensor) {
   return tensor >= kDecoderInputNorm && tensor <= kDecoderMlpOutNorm;
-}
-
-int DecoderLayout::unit_of(int tensor, int layer) const {
-  if (tensor == kDecoderEmbedTokens) return 0;
-  if (PerBlock(tensor)) return 1 + layer;
-  return n_layer + 1;
-}
-
-int64_t DecoderLayout::Offset(int tensor, int layer) const {
-  return unit_offsets[unit_of(tensor, layer)] + local_offsets[tensor];
 }
 
 std::vector<zero::UnitSpec> DecoderLayout::Units() const {

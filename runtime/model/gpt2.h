@@ -36,6 +36,7 @@
 #include "kernels/backend.h"
 #include "runtime/model/block_model.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/unit_layout.h"
 #include "zero/param_store.h"
 #include "zero/partition.h"
 
@@ -62,19 +63,11 @@ enum ParamTensor {
 };
 
 // Where each parameter tensor sits: the units and each tensor's place in its unit.
-struct ParamLayout {
-  int n_layer = 0;
+struct ParamLayout : UnitLayout<kNumParamTensors> {
   // Elements of the whole tensor (all layers for the per-block tensors), as llm.c counts them.
   std::array<int64_t, kNumParamTensors> sizes{};
-  // Elements of the tensor within one unit (one layer's slice for the per-block tensors).
-  std::array<int64_t, kNumParamTensors> unit_sizes{};
-  // Offset of the tensor within its unit.
-  std::array<int64_t, kNumParamTensors> local_offsets{};
   // Offset of each tensor in llm.c's tensor-major order (every layer of a tensor together).
   std::array<int64_t, kNumParamTensors> llmc_offsets{};
-  std::vector<int64_t>
-      unit_offsets;  // num_units() + 1 entries: unit u is [u, u+1) of the flat buffer
-  int64_t total = 0;
 
   static ParamLayout For(const ModelConfig& config);
   static const char* Name(int tensor);
@@ -84,11 +77,6 @@ struct ParamLayout {
   // The tensors repeated once per transformer block.
   static bool PerBlock(int tensor);
 
-  int num_units() const { return n_layer + 2; }
-  int unit_of(int tensor, int layer = 0) const;
-  int64_t unit_size(int unit) const { return unit_offsets[unit + 1] - unit_offsets[unit]; }
-  // Offset in the flat (unit-major) buffer of `layer`'s slice of `tensor`.
-  int64_t Offset(int tensor, int layer = 0) const;
   // The flat index of element i of `tensor` counted in llm.c's order.
   int64_t FlatIndex(int tensor, int64_t i) const;
   // The units with their weight-decay segments, for the ZeRO engine.

@@ -33,22 +33,7 @@ ParamLayout ParamLayout::For(const ModelConfig& m) {
     layout.llmc_offsets[t] = llmc;
     llmc += layout.sizes[t];
   }
-  auto place = [&](const auto& tensors) {
-    int64_t offset = 0;
-    for (int t : tensors) {
-      layout.local_offsets[t] = offset;
-      offset += layout.unit_sizes[t];
-    }
-    return offset;
-  };
-  const int64_t embedding = place(kEmbeddingTensors);
-  const int64_t block = place(kBlockTensors);
-  const int64_t final_norm = place(kFinalTensors);
-  layout.unit_offsets.push_back(0);
-  layout.unit_offsets.push_back(embedding);
-  for (int l = 0; l < L; ++l) layout.unit_offsets.push_back(layout.unit_offsets.back() + block);
-  layout.unit_offsets.push_back(layout.unit_offsets.back() + final_norm);
-  layout.total = layout.unit_offsets.back();
+  layout.Place(kEmbeddingTensors, kBlockTensors, kFinalTensors);
   return layout;
 }
 
@@ -72,16 +57,6 @@ bool ParamLayout::Decayed(int tensor) {
 }
 
 bool ParamLayout::PerBlock(int tensor) { return tensor >= kLn1W && tensor <= kFcProjB; }
-
-int ParamLayout::unit_of(int tensor, int layer) const {
-  if (tensor == kWte || tensor == kWpe) return 0;
-  if (PerBlock(tensor)) return 1 + layer;
-  return n_layer + 1;
-}
-
-int64_t ParamLayout::Offset(int tensor, int layer) const {
-  return unit_offsets[unit_of(tensor, layer)] + local_offsets[tensor];
-}
 
 int64_t ParamLayout::FlatIndex(int tensor, int64_t i) const {
   const int64_t slice = unit_sizes[tensor];
