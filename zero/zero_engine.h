@@ -194,12 +194,13 @@ class ZeroEngine final : public ParamStore {
   // parameters are offloaded; Ok at once otherwise.
   Status AgreeOnDeferredErrors();
 
-  // Whether the optimizer states are in an NVMe file, too large perhaps to copy whole: then the
-  // checkpoint goes through the piecewise forms below.
+  // Whether the optimizer states are in an NVMe file, too large perhaps to copy whole.
   bool states_on_nvme() const { return swapper() != nullptr; }
-  // ReadState and RestoreState a sub-group at a time, for states on NVMe (checked): `visit` sees
-  // elements [begin, begin + count) of the flat master, m and v shards in order; `fill` must
-  // write them. Collective in the same way as the whole forms.
+  // ReadState and RestoreState in pieces, wherever the states live: `visit` sees elements
+  // [begin, begin + count) of the flat master, m and v shards in order; `fill` must write them.
+  // From NVMe a sub-group at a time (collective, as the whole forms on NVMe are); otherwise the
+  // shard in one piece, read out as ReadState does (not collective) and restored as
+  // RestoreState does after the ranks agree on whether every fill succeeded (collective).
   using StatePiece =
       std::function<Status(int64_t begin, int64_t count, float* master, float* m, float* v)>;
   Status ReadStateInPieces(const StatePiece& visit) const;
@@ -296,6 +297,17 @@ class ZeroEngine final : public ParamStore {
   // unit by unit as the gradients arrive, the updated 16-bit copies going up through the two
   // staging slots.
   Status HostUpdate(const kernels::AdamWStepScalars& h);
+  // How Step updates the owned shard, from where the states and the weights live:
+  //   kPipelined  the host update's pipeline (HostUpdate): states in host memory the backend
+  //               cannot reach, weights on the device; the CPU updates each unit as its
+  //               gradients come down, its 16-bit copy going up through the copy slots;
+  //   kByUnit     unit by unit where the states are (device, host, split), through UpdatePiece;
+  //   kBySubGroup the states on NVMe, a swapped-in sub-group at a time (UpdateSubGroup).
+  enum class UpdatePath { kPipelined, kByUnit, kBySubGroup };
+  UpdatePath update_path() const {
+    if (swapper() != nullptr) return UpdatePath::kBySubGroup;
+    return host_update_ && param_shards_ == nullptr ? UpdatePath::kPipelined : UpdatePath::kByUnit;
+  }
   // The host update's gradients (host_update_): the unit's owned range in host_grads_.
   void* host_grads(int unit) const;
   // Queues the copy of the unit's owned gradients into host_grads() on the copy stream, after

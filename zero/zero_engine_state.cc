@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "core/check.h"
-#include "kernels/cpu/blockwise_quant.h"
 #include "zero/zero_engine.h"
 
 namespace hoist::zero {
@@ -121,7 +120,13 @@ Status ZeroEngine::RestoreState(const float* master_in, const float* m_in, const
 
 Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
   if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
-  HOIST_CHECK(swapper() != nullptr) << "ReadStateInPieces needs the optimizer states on NVMe";
+  if (swapper() == nullptr) {
+    // Resident states: the shard in one piece.
+    const auto n = static_cast<size_t>(state_elements());
+    std::vector<float> master(n), m(n), v(n);
+    HOIST_RETURN_IF_ERROR(ReadState(master.data(), m.data(), v.data()));
+    return visit(0, state_elements(), master.data(), m.data(), v.data());
+  }
   std::vector<float> m, v;  // 8-bit: the sub-group's moments as fp32
   return AgreeOnFailure(swapper()->ForEachSubGroupView(
       offload::StateSwapper::Access::kRead,
@@ -138,7 +143,15 @@ Status ZeroEngine::ReadStateInPieces(const StatePiece& visit) const {
 }
 
 Status ZeroEngine::RestoreStateInPieces(const StatePiece& fill, int64_t step_count) {
-  HOIST_CHECK(swapper() != nullptr) << "RestoreStateInPieces needs the optimizer states on NVMe";
+  if (options_.frozen) return FailedPreconditionError("frozen weights have no optimizer states");
+  if (swapper() == nullptr) {
+    // Resident states: the shard in one piece, restored once every rank has its own.
+    const auto n = static_cast<size_t>(state_elements());
+    std::vector<float> master(n), m(n), v(n);
+    HOIST_RETURN_IF_ERROR(
+        AgreeOnFailure(fill(0, state_elements(), master.data(), m.data(), v.data())));
+    return RestoreState(master.data(), m.data(), v.data(), step_count);
+  }
   HOIST_RETURN_IF_ERROR(DropPrefetchedGathers());  // of the weights replaced here
   const DType type = options_.compute_type;
   std::vector<float> m, v;  // 8-bit: the sub-group's moments as fp32, requantized after

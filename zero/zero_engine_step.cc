@@ -79,11 +79,10 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   Status updated = Status::Ok();
   const auto update_started = Clock::now();
   const double wait_before = swapper() != nullptr ? swapper()->io_wait_seconds() : 0.0;
-  // The host update's pipeline: states in host memory, weights on the device.
-  const bool pipelined = host_update_ && swapper() == nullptr && param_shards_ == nullptr;
-  if (pipelined) {
+  const UpdatePath path = update_path();
+  if (path == UpdatePath::kPipelined) {
     updated = HostUpdate(h);
-  } else if (swapper() == nullptr) {
+  } else if (path == UpdatePath::kByUnit) {
     // (With a host update, in the order the gradients were sent down.)
     for (int u : UnitsBySentDown()) {
       const UnitPartition& owned = state_plan_.unit(u);
@@ -105,7 +104,7 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   }
   HOIST_RETURN_IF_ERROR(status_);
   // The other paths waited for each download they read (HostUpdate clears the flags itself).
-  if (updated.ok() && !pipelined) {
+  if (updated.ok() && path != UpdatePath::kPipelined) {
     std::fill(grads_queued_.begin(), grads_queued_.end(), 0);
   }
   if (param_shards_ != nullptr) {

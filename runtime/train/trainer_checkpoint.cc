@@ -54,11 +54,10 @@ Status Trainer::SaveCheckpoint() {
       {kJsonlBytesBlob, &log_bytes, int64_t{sizeof(log_bytes)}}};
   // Stage 0 keeps the whole optimizer state on every rank: rank 0 writes it for all. Otherwise
   // each rank writes the shard it owns.
-  std::vector<float> master, m, v;
   StreamedBlobs streamed;
-  const bool on_nvme = engine_->states_on_nvme();
-  if (on_nvme) {
-    // Too large, perhaps, to hold in memory: written a sub-group at a time as they are read.
+  if (config_.zero.stage > 0 || rank == 0) {
+    // Written as the engine hands the states out: from NVMe a sub-group at a time (too large,
+    // perhaps, to hold in memory), else the shard in one piece.
     const int64_t bytes = engine_->state_elements() * int64_t{sizeof(float)};
     streamed.names = {"master", "adam_m", "adam_v"};
     streamed.bytes = {bytes, bytes, bytes};
@@ -71,16 +70,6 @@ Status Trainer::SaveCheckpoint() {
             return emit(2, v, piece);
           });
     };
-  } else if (config_.zero.stage > 0 || rank == 0) {
-    const int64_t elements = engine_->state_elements();
-    master.resize(static_cast<size_t>(elements));
-    m.resize(static_cast<size_t>(elements));
-    v.resize(static_cast<size_t>(elements));
-    HOIST_RETURN_IF_ERROR(engine_->ReadState(master.data(), m.data(), v.data()));
-    const int64_t bytes = elements * int64_t{sizeof(float)};
-    blobs.push_back({"master", master.data(), bytes});
-    blobs.push_back({"adam_m", m.data(), bytes});
-    blobs.push_back({"adam_v", v.data(), bytes});
   }
   Status written = WriteRankShard(dir, step_, rank, blobs, streamed, checkpoint_fs());
   // Every rank learns whether every shard was written before rank 0 commits.
@@ -287,49 +276,36 @@ Status Trainer::RestoreStates(ResumeSource* source) {
       engine_->state_plan().world_size() == 1 ? &source->first : source->mine(comm_->rank());
   HOIST_CHECK(reshard || states != nullptr) << "the same partition, so the same world size";
 
-  if (engine_->states_on_nvme()) {
-    // Straight into the NVMe states, a sub-group at a time (no stage 0 here: its states cannot be
-    // offloaded). The restore is collective: a rank whose shard fails to read says so inside it,
-    // so that every rank stops together.
-    std::vector<BlobReader> blobs;
-    Status opened = Status::Ok();
-    for (const char* name : {"master", "adam_m", "adam_v"}) {
-      if (reshard || !opened.ok()) break;
-      StatusOr<BlobReader> blob = states->OpenBlob(name, bytes);
-      if (!blob.ok()) {
-        opened = blob.status();
-      } else {
-        blobs.push_back(std::move(blob).value());
-      }
+  // Straight into the states as the engine takes them: on NVMe a sub-group at a time, else the
+  // shard in one piece. The restore is collective: a rank whose shard fails to read says so
+  // inside it, so that every rank stops together.
+  std::vector<BlobReader> blobs;
+  Status opened = Status::Ok();
+  for (const char* name : {"master", "adam_m", "adam_v"}) {
+    if (reshard || !opened.ok()) break;
+    StatusOr<BlobReader> blob = states->OpenBlob(name, bytes);
+    if (!blob.ok()) {
+      opened = blob.status();
+    } else {
+      blobs.push_back(std::move(blob).value());
     }
-    HOIST_RETURN_IF_ERROR(engine_->RestoreStateInPieces(
-        [&](int64_t begin, int64_t count, float* master_piece, float* m_piece, float* v_piece) {
-          if (reshard) return reshard->Fill(begin, count, master_piece, m_piece, v_piece);
-          HOIST_RETURN_IF_ERROR(opened);
-          const int64_t piece = count * int64_t{sizeof(float)};
-          HOIST_RETURN_IF_ERROR(blobs[0].Read(master_piece, piece));
-          HOIST_RETURN_IF_ERROR(blobs[1].Read(m_piece, piece));
-          return blobs[2].Read(v_piece, piece);
-        },
-        source->optimizer_steps));
-    // The checksums are known only now: every rank stops if any rank's blobs were damaged.
-    Status intact = Status::Ok();
-    for (const BlobReader& blob : blobs) {
-      if (intact.ok()) intact = blob.Finish();
-    }
-    return comm::AgreeOnStatus(*comm_, intact);
   }
-  std::vector<float> master(static_cast<size_t>(elements)), m(master.size()), v(master.size());
-  Status read = Status::Ok();
-  if (reshard) {
-    read = reshard->Fill(0, elements, master.data(), m.data(), v.data());
-  } else {
-    read = states->Read("master", master.data(), bytes);
-    if (read.ok()) read = states->Read("adam_m", m.data(), bytes);
-    if (read.ok()) read = states->Read("adam_v", v.data(), bytes);
+  HOIST_RETURN_IF_ERROR(engine_->RestoreStateInPieces(
+      [&](int64_t begin, int64_t count, float* master_piece, float* m_piece, float* v_piece) {
+        if (reshard) return reshard->Fill(begin, count, master_piece, m_piece, v_piece);
+        HOIST_RETURN_IF_ERROR(opened);
+        const int64_t piece = count * int64_t{sizeof(float)};
+        HOIST_RETURN_IF_ERROR(blobs[0].Read(master_piece, piece));
+        HOIST_RETURN_IF_ERROR(blobs[1].Read(m_piece, piece));
+        return blobs[2].Read(v_piece, piece);
+      },
+      source->optimizer_steps));
+  // The checksums are known only now: every rank stops if any rank's blobs were damaged.
+  Status intact = Status::Ok();
+  for (const BlobReader& blob : blobs) {
+    if (intact.ok()) intact = blob.Finish();
   }
-  HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, read));
-  return engine_->RestoreState(master.data(), m.data(), v.data(), source->optimizer_steps);
+  return comm::AgreeOnStatus(*comm_, intact);
 }
 
 Status Trainer::RestoreCounters(const ResumeSource& source) {

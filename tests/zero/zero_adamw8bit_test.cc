@@ -442,5 +442,76 @@ TEST(ZeroAdamW8bit, NvmeStatesInPiecesEqualTheDeviceEnginesState) {
   EXPECT_EQ(*a->GatherFullParams(), *c->GatherFullParams());
 }
 
+// Resident states go to and from a checkpoint in pieces too, in one piece: the same values as
+// the whole forms, a run restored from them goes on with the same bits, and a piece that cannot
+// be filled stops the restore with its error.
+TEST(ZeroAdamW8bit, ResidentStatesInPiecesAreTheWholeState) {
+  auto group = comm::ThreadGroup::Create(1, 30.0);
+  ASSERT_TRUE(group.ok());
+  MemoryTracker tracker;
+  CpuDevice device(Place::kDevice, &tracker);
+  kernels::CpuBackend backend(&device);
+  const std::vector<UnitSpec> units = LongUnits();
+  for (Placement place : {Placement::kDevice, Placement::kHost}) {
+    ZeroOptions options = EightBit(2, 1, /*min_8bit_size=*/50).zero;
+    options.compute_type = DType::kBFloat16;
+    options.comm_type = DType::kBFloat16;
+    options.offload_optimizer.place = place;
+    auto create = [&] {
+      auto engine = ZeroEngine::Create(units, options, &(*group)->comm(0), &backend);
+      EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+      EXPECT_TRUE((*engine)
+                      ->Initialize([&](int u, float* values) {
+                        for (int64_t i = 0; i < units[u].size; ++i) values[i] = InitialValue(u, i);
+                      })
+                      .ok());
+      return std::move(*engine);
+    };
+    auto train = [&](ZeroEngine& e, int from, int to) {
+      for (int step = from; step < to; ++step) {
+        ASSERT_TRUE(e.ZeroGrads().ok());
+        MicroBatch(e, units, step, 0, 1.0f, false);
+        ASSERT_TRUE(e.Step(0.05f, 1.0f, 1.0f).ok());
+      }
+    };
+    std::unique_ptr<ZeroEngine> a = create();
+    train(*a, 0, 3);
+    const auto n = static_cast<size_t>(a->state_elements());
+    Saved want{std::vector<float>(n), std::vector<float>(n), std::vector<float>(n)};
+    ASSERT_TRUE(a->ReadState(want.master.data(), want.m.data(), want.v.data()).ok());
+    int visits = 0;
+    ASSERT_TRUE(
+        a->ReadStateInPieces([&](int64_t begin, int64_t count, float* master, float* m, float* v) {
+           ++visits;
+           EXPECT_EQ(begin, 0);
+           EXPECT_EQ(count, a->state_elements());
+           EXPECT_TRUE(std::equal(master, master + count, want.master.begin()));
+           EXPECT_TRUE(std::equal(m, m + count, want.m.begin()));
+           EXPECT_TRUE(std::equal(v, v + count, want.v.begin()));
+           return Status::Ok();
+         }).ok());
+    EXPECT_EQ(visits, 1);
+
+    std::unique_ptr<ZeroEngine> b = create();
+    const Status refused = b->RestoreStateInPieces(
+        [](int64_t, int64_t, float*, float*, float*) { return DataLossError("blob adam_m"); },
+        a->step_count());
+    EXPECT_EQ(refused.code(), StatusCode::kDataLoss);
+    EXPECT_NE(refused.message().find("adam_m"), std::string::npos) << refused.ToString();
+    ASSERT_TRUE(b->RestoreStateInPieces(
+                     [&](int64_t begin, int64_t count, float* master, float* m, float* v) {
+                       std::copy_n(want.master.begin() + begin, count, master);
+                       std::copy_n(want.m.begin() + begin, count, m);
+                       std::copy_n(want.v.begin() + begin, count, v);
+                       return Status::Ok();
+                     },
+                     a->step_count())
+                    .ok());
+    train(*a, 3, 5);
+    train(*b, 3, 5);
+    EXPECT_EQ(*a->GatherFullParams(), *b->GatherFullParams()) << OffloadDeviceName(place);
+  }
+}
+
 }  // namespace
 }  // namespace hoist::zero
