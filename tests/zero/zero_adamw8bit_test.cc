@@ -368,6 +368,30 @@ TEST(ZeroAdamW8bit, CheckpointsRoundTripAndResumeBitIdentically) {
   CheckpointRoundTrip(1, 1, Placement::kNvme);
 }
 
+// A one-rank engine over `units` with `options`, initialized to InitialValue.
+std::unique_ptr<ZeroEngine> InitializedEngine(const std::vector<UnitSpec>& units,
+                                              const ZeroOptions& options, comm::Communicator* comm,
+                                              kernels::Backend* backend) {
+  auto engine = ZeroEngine::Create(units, options, comm, backend);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  if (!engine.ok()) return nullptr;
+  EXPECT_TRUE((*engine)
+                  ->Initialize([&](int u, float* values) {
+                    for (int64_t i = 0; i < units[u].size; ++i) values[i] = InitialValue(u, i);
+                  })
+                  .ok());
+  return std::move(*engine);
+}
+
+// Steps [from, to) of one micro-batch each.
+void TrainSteps(ZeroEngine& e, const std::vector<UnitSpec>& units, int from, int to) {
+  for (int step = from; step < to; ++step) {
+    ASSERT_TRUE(e.ZeroGrads().ok());
+    MicroBatch(e, units, step, 0, 1.0f, false);
+    ASSERT_TRUE(e.Step(0.05f, 1.0f, 1.0f).ok());
+  }
+}
+
 // States on NVMe go to a checkpoint and come back a sub-group at a time: the pieces read equal
 // the device engine's whole state (the same trajectory, above), and an NVMe engine restored from
 // the device engine's state piece by piece goes on with the same bits.
@@ -386,22 +410,9 @@ TEST(ZeroAdamW8bit, NvmeStatesInPiecesEqualTheDeviceEnginesState) {
   on_nvme.offload_optimizer.place = Placement::kNvme;
   on_nvme.offload_optimizer.sub_group_size = 333;
   auto create = [&](const ZeroOptions& options) {
-    auto engine = ZeroEngine::Create(units, options, &(*group)->comm(0), &backend);
-    EXPECT_TRUE(engine.ok()) << engine.status().ToString();
-    EXPECT_TRUE((*engine)
-                    ->Initialize([&](int u, float* values) {
-                      for (int64_t i = 0; i < units[u].size; ++i) values[i] = InitialValue(u, i);
-                    })
-                    .ok());
-    return std::move(*engine);
+    return InitializedEngine(units, options, &(*group)->comm(0), &backend);
   };
-  auto train = [&](ZeroEngine& e, int from, int to) {
-    for (int step = from; step < to; ++step) {
-      ASSERT_TRUE(e.ZeroGrads().ok());
-      MicroBatch(e, units, step, 0, 1.0f, false);
-      ASSERT_TRUE(e.Step(0.05f, 1.0f, 1.0f).ok());
-    }
-  };
+  auto train = [&](ZeroEngine& e, int from, int to) { TrainSteps(e, units, from, to); };
   std::unique_ptr<ZeroEngine> a = create(on_device);
   on_nvme.offload_optimizer.nvme_file = dir.File("b", 0);
   std::unique_ptr<ZeroEngine> b = create(on_nvme);
@@ -457,23 +468,8 @@ TEST(ZeroAdamW8bit, ResidentStatesInPiecesAreTheWholeState) {
     options.compute_type = DType::kBFloat16;
     options.comm_type = DType::kBFloat16;
     options.offload_optimizer.place = place;
-    auto create = [&] {
-      auto engine = ZeroEngine::Create(units, options, &(*group)->comm(0), &backend);
-      EXPECT_TRUE(engine.ok()) << engine.status().ToString();
-      EXPECT_TRUE((*engine)
-                      ->Initialize([&](int u, float* values) {
-                        for (int64_t i = 0; i < units[u].size; ++i) values[i] = InitialValue(u, i);
-                      })
-                      .ok());
-      return std::move(*engine);
-    };
-    auto train = [&](ZeroEngine& e, int from, int to) {
-      for (int step = from; step < to; ++step) {
-        ASSERT_TRUE(e.ZeroGrads().ok());
-        MicroBatch(e, units, step, 0, 1.0f, false);
-        ASSERT_TRUE(e.Step(0.05f, 1.0f, 1.0f).ok());
-      }
-    };
+    auto create = [&] { return InitializedEngine(units, options, &(*group)->comm(0), &backend); };
+    auto train = [&](ZeroEngine& e, int from, int to) { TrainSteps(e, units, from, to); };
     std::unique_ptr<ZeroEngine> a = create();
     train(*a, 0, 3);
     const auto n = static_cast<size_t>(a->state_elements());
