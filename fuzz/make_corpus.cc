@@ -7,6 +7,7 @@
 
 #include "core/file_system.h"
 #include "fuzz/fuzz_util.h"
+#include "runtime/data/prepared_shard.h"
 #include "runtime/data/token_shard.h"
 
 namespace {
@@ -38,6 +39,18 @@ int main(int argc, char** argv) {
   const std::vector<uint32_t> wide = {1, 70000, 2};
   if (s.ok()) {
     s = hoist::runtime::WriteTokenShard(out + "/fuzz_token_shard/three_wide_tokens.bin", wide);
+  }
+  // A prepared shard of two documents, a prompt and an answer each.
+  for (int token_bytes : {2, 4}) {
+    if (!s.ok()) break;
+    auto writer = hoist::runtime::PreparedShardWriter::Create(
+        out + "/fuzz_prepared_shard/two_documents_" + std::to_string(token_bytes) + ".prepared",
+        token_bytes);
+    s = writer.status();
+    if (s.ok()) s = writer->Append(wide, std::vector<uint8_t>{0, 1, 1});
+    if (s.ok()) s = writer->Append(wide, std::vector<uint8_t>{0, 0, 1});
+    if (s.ok()) s = writer->Finish();
+    if (token_bytes == 2 && !s.ok()) break;
   }
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());
