@@ -40,17 +40,18 @@ int main(int argc, char** argv) {
   if (s.ok()) {
     s = hoist::runtime::WriteTokenShard(out + "/fuzz_token_shard/three_wide_tokens.bin", wide);
   }
-  // A prepared shard of two documents, a prompt and an answer each.
+  // A prepared shard of two documents, a prompt and an answer each, in either token width.
+  const std::vector<uint32_t> narrow = {50256, 15496, 11};
   for (int token_bytes : {2, 4}) {
     if (!s.ok()) break;
+    const std::vector<uint32_t>& ids = token_bytes == 2 ? narrow : wide;
     auto writer = hoist::runtime::PreparedShardWriter::Create(
         out + "/fuzz_prepared_shard/two_documents_" + std::to_string(token_bytes) + ".prepared",
         token_bytes);
     s = writer.status();
-    if (s.ok()) s = writer->Append(wide, std::vector<uint8_t>{0, 1, 1});
-    if (s.ok()) s = writer->Append(wide, std::vector<uint8_t>{0, 0, 1});
+    if (s.ok()) s = writer->Append(ids, std::vector<uint8_t>{0, 1, 1});
+    if (s.ok()) s = writer->Append(ids, std::vector<uint8_t>{0, 0, 1});
     if (s.ok()) s = writer->Finish();
-    if (token_bytes == 2 && !s.ok()) break;
   }
   if (!s.ok()) {
     std::fprintf(stderr, "%s\n", s.ToString().c_str());

@@ -68,7 +68,8 @@ struct SchedulerConfig {
   float cos_min_ratio = 1e-4f;      // Cosine: the decay ends at this fraction of lr
 };
 
-// `data`: a path or glob of llm.c token shards; "builtin:demo" is the embedded demo corpus.
+// `data`: a path or glob of llm.c token shards or of prepared shards (documents with loss masks,
+// runtime/data/prepared_shard.h); "builtin:demo" is the embedded demo corpus.
 // `train` has no default: a DeepSpeed config names its data in the training script, so a
 // default here would quietly train such a config on the demo corpus.
 struct DataConfig {

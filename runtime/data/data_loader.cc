@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <utility>
 
 extern const unsigned char kDemoCorpus[];
@@ -40,6 +41,17 @@ StatusOr<std::vector<std::string>> ExpandPattern(const std::string& pattern) {
   }
   std::sort(paths.begin(), paths.end());
   return paths;
+}
+
+// Whether the file at `path` starts as a prepared shard does (else it is read as a token shard,
+// whose reader names what is wrong with it).
+StatusOr<bool> IsPreparedShard(const std::string& path) {
+  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file,
+                         FileSystem::Posix().NewRandomAccessFile(path));
+  char magic[sizeof(kPreparedShardMagic)] = {};
+  HOIST_ASSIGN_OR_RETURN(const int64_t got, file->Read(0, magic, sizeof(magic)));
+  return got == static_cast<int64_t>(sizeof(magic)) &&
+         std::memcmp(magic, kPreparedShardMagic, sizeof(magic)) == 0;
 }
 
 }  // namespace
@@ -159,6 +171,18 @@ Status DataLoader::LoadFiles(const std::string& source, int vocab_size) {
   } else {
     paths.push_back(source);
   }
+  // Prepared shards or token shards, by their first bytes; one kind per source.
+  std::vector<std::string> prepared, plain;
+  for (const std::string& path : paths) {
+    HOIST_ASSIGN_OR_RETURN(const bool is_prepared, IsPreparedShard(path));
+    (is_prepared ? prepared : plain).push_back(path);
+  }
+  if (!prepared.empty() && !plain.empty()) {
+    return InvalidArgumentError("data source '" + source + "' mixes token shards ('" + plain[0] +
+                                "') and prepared shards ('" + prepared[0] +
+                                "'); give one kind per source");
+  }
+  if (!prepared.empty()) return LoadPrepared(prepared, vocab_size);
   files_.reserve(paths.size());
   for (const std::string& path : paths) {
     HOIST_ASSIGN_OR_RETURN(TokenShard shard, ReadTokenShard(path));
@@ -170,6 +194,54 @@ Status DataLoader::LoadFiles(const std::string& source, int vocab_size) {
   }
   buffer_.resize(static_cast<size_t>(std::max(int64_t{B_} * T_ + 1, kReadAheadTokens)));
   return Status::Ok();
+}
+
+Status DataLoader::LoadPrepared(const std::vector<std::string>& paths, int vocab_size) {
+  int64_t trainable = 0;
+  for (const std::string& path : paths) {
+    HOIST_ASSIGN_OR_RETURN(PreparedShard shard, PreparedShard::Open(path));
+    HOIST_RETURN_IF_ERROR(shard.Verify(vocab_size));
+    std::vector<int64_t> starts(static_cast<size_t>(shard.documents()));
+    HOIST_RETURN_IF_ERROR(shard.ReadDocuments(0, shard.documents(), starts.data()));
+    trainable += shard.header().trainable;
+    shards_.push_back(ShardView{path,
+                                shard.tokens(),
+                                {},
+                                static_cast<int64_t>(prepared_.size()),
+                                /*prepared=*/true});
+    starts_.push_back(std::move(starts));
+    prepared_.push_back(std::move(shard));
+  }
+  if (trainable == 0) {
+    return InvalidArgumentError("prepared shard" + std::string(paths.size() > 1 ? "s" : "") + " '" +
+                                paths[0] + "'" + (paths.size() > 1 ? " and the others" : "") +
+                                ": no token counts in the loss (every loss mask is 0); prepare "
+                                "the data with the answers unmasked");
+  }
+  buffer_.resize(static_cast<size_t>(std::max(int64_t{B_} * T_ + 1, kReadAheadTokens)));
+  mask_buffer_.resize(buffer_.size());
+  return Status::Ok();
+}
+
+Status DataLoader::ReadAhead(const ShardView& shard, int64_t first, int64_t count) {
+  if (!shard.prepared) return files_[shard.file].Read(first, count, buffer_.data());
+  const PreparedShard& prepared = prepared_[shard.file];
+  HOIST_RETURN_IF_ERROR(prepared.ReadTokens(first, count, buffer_.data()));
+  return prepared.ReadMask(first, count, mask_buffer_.data());
+}
+
+void DataLoader::MaskTargets(const ShardView& shard, int64_t first, int32_t* targets) const {
+  const int64_t n = int64_t{B_} * T_;
+  const uint8_t* mask = mask_buffer_.data() + (first - buffered_first_);
+  for (int64_t i = 0; i < n; ++i) {
+    if (mask[i + 1] == 0) targets[i] = -1;
+  }
+  // The documents starting inside the window after its first token.
+  const std::vector<int64_t>& starts = starts_[shard.file];
+  for (auto it = std::upper_bound(starts.begin(), starts.end(), first);
+       it != starts.end() && *it <= first + n; ++it) {
+    targets[*it - first - 1] = -1;
+  }
 }
 
 Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
@@ -193,7 +265,7 @@ Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
       buffered_file_ = -1;
       const int64_t count =
           std::min<int64_t>(static_cast<int64_t>(buffer_.size()), shard.size - first);
-      read = files_[shard.file].Read(first, count, buffer_.data());
+      read = ReadAhead(shard, first, count);
       if (read.ok()) {
         buffered_file_ = shard.file;
         buffered_first_ = first;
@@ -208,9 +280,10 @@ Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
     if (read.ok() && window_max >= vocab) {
       const int64_t at =
           std::find_if(window, window + n + 1, [&](uint32_t t) { return t >= vocab; }) - window;
-      read = DataLossError("token shard '" + shard.name + "': token at index " +
-                           std::to_string(first + at) + " is now " + std::to_string(window[at]) +
-                           ", not below vocab_size " + std::to_string(vocab_size_) +
+      read = DataLossError(std::string(shard.prepared ? "prepared" : "token") + " shard '" +
+                           shard.name + "': token at index " + std::to_string(first + at) +
+                           " is now " + std::to_string(window[at]) + ", not below vocab_size " +
+                           std::to_string(vocab_size_) +
                            "; the file was changed while training: put the original back and "
                            "resume from the last checkpoint");
     }
@@ -224,6 +297,7 @@ Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
       inputs[i] = static_cast<int32_t>(window[i]);
       targets[i] = static_cast<int32_t>(window[i + 1]);
     }
+    if (shard.prepared) MaskTargets(shard, first, targets);
   }
   state_.position += stride_;
   // Between optimizer steps only: a step never spans two shards, whatever its split.

@@ -17,7 +17,11 @@
 // (every match, sorted by name bytewise); or "builtin:demo", the corpus embedded in the binary,
 // byte-tokenized, of which Split::kTrain is the first 90% of tokens and Split::kVal the last 10%.
 // For file sources the split is ignored: train and validation data are configured as separate
-// sources.
+// sources. A file source may instead be prepared shards (runtime/data/prepared_shard.h; all of
+// its files one kind or the other): their documents follow one another as a token shard's tokens
+// do, and a target is -1, off the loss, where the token's loss mask is 0 and where it is a
+// document's first token (the previous document does not predict it), as transformers' packing
+// collator labels them. Attention is not yet confined to a document.
 //
 // Open validates every shard up front (header, size, every token below vocab_size, room for one
 // window); this reads each shard once. Shard files stay open for the loader's life and Next reads
@@ -35,6 +39,7 @@
 
 #include "core/device.h"
 #include "core/status.h"
+#include "runtime/data/prepared_shard.h"
 #include "runtime/data/token_shard.h"
 
 namespace hoist::runtime {
@@ -90,7 +95,8 @@ class DataLoader {
   int T() const { return T_; }
   // The tracked host bytes a loader of `source` holds (the built-in data's tokens, as
   // Place::kHost workspace; token shard files are read ahead into a buffer of 512 KiB or one
-  // window, untracked): what the memory estimate counts for it.
+  // window, untracked, and prepared shards besides into 128 Ki mask bytes, with their documents'
+  // offsets, 8 bytes a document, untracked too): what the memory estimate counts for it.
   static int64_t TrackedHostBytes(const std::string& source, Split split);
 
   int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
@@ -99,19 +105,28 @@ class DataLoader {
   int64_t shard_tokens(int64_t index) const;
   // Tokens all ranks together consume per micro-step: world_size * B * T.
   int64_t tokens_per_step() const { return stride_; }
+  // Whether targets may be -1 (prepared shards).
+  bool masked() const { return !prepared_.empty(); }
 
  private:
   struct ShardView {
     std::string name;
     int64_t size = 0;                  // tokens
     std::span<const uint16_t> tokens;  // builtin:demo, in memory
-    int64_t file = -1;                 // else: index into files_
+    int64_t file = -1;                 // else: index into files_, or prepared_ where prepared
+    bool prepared = false;
   };
 
   DataLoader(int B, int T, int rank, int world_size, int accumulation_steps,
              MemoryTracker* tracker);
   Status LoadBuiltinDemo(Split split, int vocab_size);
   Status LoadFiles(const std::string& source, int vocab_size);
+  Status LoadPrepared(const std::vector<std::string>& paths, int vocab_size);
+  // Reads tokens (and for a prepared shard mask bytes) [first, first + count) of the shard into
+  // the buffers.
+  Status ReadAhead(const ShardView& shard, int64_t first, int64_t count);
+  // targets[i] = -1 where the token after position first + i is masked or starts a document.
+  void MaskTargets(const ShardView& shard, int64_t first, int32_t* targets) const;
   // Moves to the next shard (wrapping) when the current one cannot supply a step's window at
   // state_.
   void SkipExhaustedShard();
@@ -126,11 +141,14 @@ class DataLoader {
   CpuDevice host_;
   Buffer builtin_tokens_;  // (corpus bytes,) uint16; only for builtin:demo
   std::vector<TokenShard> files_;
+  std::vector<PreparedShard> prepared_;
+  std::vector<std::vector<int64_t>> starts_;  // per prepared shard, its documents' first tokens
   std::vector<ShardView> shards_;
   int vocab_size_ = 0;
   // Tokens read ahead from a shard file: [buffered_first_, + buffered_count_) of files_ entry
   // buffered_file_ (-1: none). At least B*T + 1 tokens, so that a window always fits.
   std::vector<uint32_t> buffer_;  // widened from uint16 shards
+  std::vector<uint8_t> mask_buffer_;  // prepared shards: the same tokens' loss mask
   int64_t buffered_file_ = -1;
   int64_t buffered_first_ = 0;
   int64_t buffered_count_ = 0;

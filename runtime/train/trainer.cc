@@ -50,6 +50,23 @@ Status CheckProfileDirectory(const std::string& path) {
   return Status::Ok();
 }
 
+// The sum over the ranks of every rank's `value`, exactly and the same on every rank: the
+// values travel as their bits (gathered, never added on the wire) and are added in rank order.
+template <typename T>
+StatusOr<T> SumOverRanks(comm::Communicator& comm, T value) {
+  static_assert(sizeof(T) == 8, "sent as two 4-byte words");
+  std::vector<T> all(static_cast<size_t>(comm.world_size()));
+  HOIST_RETURN_IF_ERROR(comm.AllGather(&value, all.data(), 2, DType::kFloat32));
+  T sum = 0;
+  for (T v : all) sum += v;
+  return sum;
+}
+
+// Targets of a micro-batch that count in the loss (a negative one is masked off).
+int64_t CountedTargets(const int32_t* targets, int64_t n) {
+  return std::count_if(targets, targets + n, [](int32_t target) { return target >= 0; });
+}
+
 }  // namespace
 
 Trainer::Trainer(const Config& config, const TrainerOptions& options)
@@ -311,14 +328,51 @@ StatusOr<StepRecord> Trainer::Step() {
   record.loss_scale = scaler_ != nullptr ? scaler_->scale() : 1.0f;
   HOIST_RETURN_IF_ERROR(engine_->ZeroGrads());
   double loss_sum = 0.0;
-  const float dloss = record.loss_scale / static_cast<float>(accumulation);
   auto& phase_s = record.phase_s;
   const double recompute_before = model_->recompute_seconds();
   Status data = Status::Ok();
+  // Every target counts (token shards): each micro-batch's mean loss weighs 1/accumulation, its
+  // gradient averaged over the ranks. With loss masks (prepared shards) the loss is the mean over
+  // the counted targets of the whole global batch (transformers' num_items_in_batch, averaged
+  // across devices): a micro-batch's mean weighs its share of them, so they are counted first,
+  // on every rank, before the first forward pass (the loader then reads the step again).
+  const bool masked = train_loader_->masked();
+  std::vector<int64_t> counted(static_cast<size_t>(accumulation), int64_t{B} * T);
+  int64_t global_counted = 0;
+  if (masked) {
+    const auto t0 = Clock::now();
+    const LoaderState step_start = train_loader_->state();
+    int64_t local = 0;
+    for (int64_t micro = 0; micro < accumulation; ++micro) {
+      if (Status read = train_loader_->Next(inputs, targets); data.ok()) data = read;
+      counted[static_cast<size_t>(micro)] = CountedTargets(targets, int64_t{B} * T);
+      local += counted[static_cast<size_t>(micro)];
+    }
+    HOIST_RETURN_IF_ERROR(train_loader_->Restore(step_start));
+    // A shard one rank could not read stops every rank before any pass.
+    HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
+    HOIST_ASSIGN_OR_RETURN(global_counted, SumOverRanks(*comm_, local));
+    if (global_counted == 0) {
+      return FailedPreconditionError(
+          "step " + std::to_string(record.step) +
+          ": no target of the global batch counts in the loss (every loss mask of its windows "
+          "is 0); use longer sequences or a larger batch, or prepare the data with fewer "
+          "tokens masked");
+    }
+    phase_s[int(Phase::kData)] += SecondsSince(t0);
+  }
   for (int64_t micro = 0; micro < accumulation; ++micro) {
     const auto t0 = Clock::now();
     if (Status read = train_loader_->Next(inputs, targets); data.ok()) data = read;
     const auto t1 = Clock::now();
+    // A micro-batch with no counted target still runs its passes, its gradient zero.
+    const int64_t share = counted[static_cast<size_t>(micro)];
+    const float dloss =
+        !masked ? record.loss_scale / static_cast<float>(accumulation)
+        : share > 0
+            ? static_cast<float>(static_cast<double>(record.loss_scale) * comm_->world_size() *
+                                 static_cast<double>(share) / static_cast<double>(global_counted))
+            : record.loss_scale;
     // The adapters' dropout masks: each sequence's drawn from (seed, step, its place in the
     // step's global batch), the same whether the run was resumed, on any number of ranks.
     model_->set_lora_seed(
@@ -331,7 +385,7 @@ StatusOr<StepRecord> Trainer::Step() {
     engine_->SetAccumulationBoundary(micro + 1 == accumulation);
     Status passes = loss.status();
     if (passes.ok()) {
-      loss_sum += *loss;
+      loss_sum += masked ? static_cast<double>(*loss) * static_cast<double>(share) : *loss;
       passes = model_->Backward();
     }
     // The reductions the backward left for the compute stream to wait on, waited for within the
@@ -352,10 +406,17 @@ StatusOr<StepRecord> Trainer::Step() {
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
   // A frozen base's shard that could not be read from NVMe was served as zeros: the step is void.
   if (base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(base_engine_->AgreeOnDeferredErrors());
-  // The loss of the whole global batch: every rank's mean, averaged over the ranks.
-  float loss = static_cast<float>(loss_sum / static_cast<double>(accumulation));
-  HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat32, comm::ReduceOp::kAvg));
-  record.loss = loss;
+  // The loss of the whole global batch: every rank's mean, averaged over the ranks; with loss
+  // masks, the sum over its counted targets over their count.
+  if (masked) {
+    HOIST_ASSIGN_OR_RETURN(const double sum, SumOverRanks(*comm_, loss_sum));
+    record.loss =
+        global_counted > 0 ? static_cast<float>(sum / static_cast<double>(global_counted)) : 0.0f;
+  } else {
+    float loss = static_cast<float>(loss_sum / static_cast<double>(accumulation));
+    HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat32, comm::ReduceOp::kAvg));
+    record.loss = loss;
+  }
   if (!std::isfinite(record.loss) && scaler_ == nullptr) {
     return FailedPreconditionError("the loss became " + std::to_string(record.loss) + " at step " +
                                    std::to_string(record.step) +
@@ -419,12 +480,16 @@ StatusOr<float> Trainer::Evaluate() {
     ~Done() { *flag = false; }
   } done{&evaluating_};
   double sum = 0.0;
+  int64_t counted = 0;  // with loss masks: the targets that count, over which the mean is
+  const bool masked = val_loader_->masked();
   const int64_t steps = std::max<int64_t>(1, config_.train.eval_steps);
   Status data = Status::Ok();
   for (int64_t i = 0; i < steps; ++i) {
     if (Status read = val_loader_->Next(inputs, targets); data.ok()) data = read;
+    const int64_t share = masked ? CountedTargets(targets, int64_t{B} * T) : 0;
     HOIST_ASSIGN_OR_RETURN(const float loss, model_->Forward(inputs, targets, B, T));
-    sum += loss;
+    sum += masked ? static_cast<double>(loss) * static_cast<double>(share) : loss;
+    counted += share;
     HOIST_RETURN_IF_ERROR(engine_->status());
     if (joined_store_ != nullptr) HOIST_RETURN_IF_ERROR(joined_store_->status());
   }
@@ -432,6 +497,17 @@ StatusOr<float> Trainer::Evaluate() {
   HOIST_RETURN_IF_ERROR(engine_->AgreeOnDeferredErrors());
   if (base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(base_engine_->AgreeOnDeferredErrors());
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
+  if (masked) {
+    HOIST_ASSIGN_OR_RETURN(const double total, SumOverRanks(*comm_, sum));
+    HOIST_ASSIGN_OR_RETURN(const int64_t targets_counted, SumOverRanks(*comm_, counted));
+    if (targets_counted == 0) {
+      return FailedPreconditionError(
+          "the validation batches hold no target that counts in the loss (every loss mask of "
+          "their windows is 0); raise train.eval_steps or prepare the held-out data with fewer "
+          "tokens masked");
+    }
+    return static_cast<float>(total / static_cast<double>(targets_counted));
+  }
   float loss = static_cast<float>(sum / static_cast<double>(steps));
   HOIST_RETURN_IF_ERROR(comm_->AllReduce(&loss, 1, DType::kFloat32, comm::ReduceOp::kAvg));
   return loss;
