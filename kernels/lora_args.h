@@ -59,12 +59,11 @@ inline Status CheckGemm(const char* op, bool trans_a, bool trans_b, int M, int N
     return InvalidArgumentError(std::string(op) + ": c_type " + DTypeName(c_type) +
                                 " is neither fp32 nor the operands' type " + DTypeName(type));
   }
-  Status status = CheckLeadingDimension(op, "lda", lda, trans_a ? "M" : "K", trans_a ? M : K);
-  if (!status.ok()) return status;
-  status = CheckLeadingDimension(op, "ldb", ldb, trans_b ? "K" : "N", trans_b ? K : N);
-  if (!status.ok()) return status;
-  status = CheckLeadingDimension(op, "ldc", ldc, "N", N);
-  if (!status.ok()) return status;
+  HOIST_RETURN_IF_ERROR(
+      CheckLeadingDimension(op, "lda", lda, trans_a ? "M" : "K", trans_a ? M : K));
+  HOIST_RETURN_IF_ERROR(
+      CheckLeadingDimension(op, "ldb", ldb, trans_b ? "K" : "N", trans_b ? K : N));
+  HOIST_RETURN_IF_ERROR(CheckLeadingDimension(op, "ldc", ldc, "N", N));
   const auto null = [op](const char* name) {
     return InvalidArgumentError(std::string(op) + ": " + name + " is null");
   };
