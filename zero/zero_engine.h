@@ -423,8 +423,8 @@ class ZeroEngine final : public ParamStore {
   Buffer params_;      // compute type: whole padded model (stages 0-2) or this rank's shards (3)
   Buffer persistent_;  // stage 3: compute-type copies of the persistent units
   std::vector<int64_t> persistent_offset_;  // per unit, in persistent_ (-1: not persistent)
-  Buffer grads_;   // compute type: whole padded model (stages 0/1) or shards (2/3)
-  Buffer norm_;    // one double: the step's sum of squares (EngineWorkspaceBytes)
+  Buffer grads_;  // compute type: whole padded model (stages 0/1) or shards (2/3)
+  Buffer norm_;   // one double: the step's sum of squares (EngineWorkspaceBytes)
   // The optimizer states' placement and encoding (null when frozen).
   std::unique_ptr<OptimizerStates> states_;
   OffloadStats offload_stats_;

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "comm/sum_over_ranks.h"
 #include "zero/zero_engine.h"
 
 namespace hoist::zero {
@@ -52,15 +53,11 @@ StatusOr<StepResult> ZeroEngine::Step(float lr, float loss_scale, float max_norm
   HOIST_RETURN_IF_ERROR(backend_->Copy(&local, norm, sizeof(double),
                                        kernels::CopyDirection::kDeviceToHost, stream()));
   HOIST_RETURN_IF_ERROR(Sync());
+  // Each rank's sum of squares over its shard (stage 0: every rank holds the whole gradient),
+  // summed in float64 and the same everywhere.
   double total = local;
   if (state_plan_.world_size() > 1) {
-    // Each rank's double travels as its bits (two fp32 words, copied, never added) and every
-    // rank sums them in rank order: the norm keeps float64 precision and is the same everywhere.
-    // Summing an fp32 split (hi + lo) would round the sum of the high words to fp32.
-    std::vector<double> sums(static_cast<size_t>(state_plan_.world_size()));
-    HOIST_RETURN_IF_ERROR(comm_->AllGather(&local, sums.data(), 2, DType::kFloat32));
-    total = 0.0;
-    for (double sum : sums) total += sum;
+    HOIST_ASSIGN_OR_RETURN(total, comm::SumOverRanks(*comm_, local));
   }
   StepResult result;
   result.grad_norm = std::sqrt(total);

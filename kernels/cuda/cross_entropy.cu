@@ -38,6 +38,15 @@ __device__ __forceinline__ float RawGradient(float g, float x, float softcap) {
   }
 }
 
+// An ignored position (a negative target): no loss, and a zero gradient where one is written.
+template <typename T>
+__device__ __forceinline__ void IgnoreRow(float* losses, T* dlogits, int64_t row, int Vp) {
+  if (threadIdx.x == 0) losses[row] = 0.0f;
+  if (dlogits == nullptr) return;
+  T* dx = dlogits + row * Vp;
+  for (int c = threadIdx.x; c < Vp; c += blockDim.x) dx[c] = FromFloat<T>(0.0f);
+}
+
 // One block per row, three passes over it: the max, the sum of e^(x - max), then the gradient.
 // dlogits may alias logits: every thread reads and writes only the columns c = threadIdx.x +
 // k * blockDim.x in every pass, and the one value read across threads (the target's logit) is
@@ -50,12 +59,8 @@ __global__ void SoftmaxCrossEntropyKernel(float* losses, T* dlogits, const T* lo
   const int64_t row = blockIdx.x;
   const T* x = logits + row * Vp;
   const int target = targets[row];
-  if (target < 0) {  // an ignored position: no loss, no gradient (every thread of the row leaves)
-    if (threadIdx.x == 0) losses[row] = 0.0f;
-    if (dlogits != nullptr) {
-      T* dx = dlogits + row * Vp;
-      for (int c = threadIdx.x; c < Vp; c += blockDim.x) dx[c] = FromFloat<T>(0.0f);
-    }
+  if (target < 0) {  // every thread of the row leaves
+    IgnoreRow(losses, dlogits, row, Vp);
     return;
   }
   const float target_logit = Logit<kCapped>(ToFloat(x[target]), softcap);
@@ -107,12 +112,8 @@ __global__ void SoftmaxCrossEntropyVectorKernel(float* losses, T* dlogits, const
   const int64_t row = blockIdx.x;
   const T* x = logits + row * Vp;
   const int target = targets[row];
-  if (target < 0) {  // an ignored position: no loss, no gradient (every thread of the row leaves)
-    if (threadIdx.x == 0) losses[row] = 0.0f;
-    if (dlogits != nullptr) {
-      T* dx = dlogits + row * Vp;
-      for (int c = threadIdx.x; c < Vp; c += blockDim.x) dx[c] = FromFloat<T>(0.0f);
-    }
+  if (target < 0) {  // every thread of the row leaves
+    IgnoreRow(losses, dlogits, row, Vp);
     return;
   }
   const float target_logit = Logit<kCapped>(ToFloat(x[target]), softcap);

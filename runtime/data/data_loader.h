@@ -147,7 +147,7 @@ class DataLoader {
   int vocab_size_ = 0;
   // Tokens read ahead from a shard file: [buffered_first_, + buffered_count_) of files_ entry
   // buffered_file_ (-1: none). At least B*T + 1 tokens, so that a window always fits.
-  std::vector<uint32_t> buffer_;  // widened from uint16 shards
+  std::vector<uint32_t> buffer_;      // widened from uint16 shards
   std::vector<uint8_t> mask_buffer_;  // prepared shards: the same tokens' loss mask
   int64_t buffered_file_ = -1;
   int64_t buffered_first_ = 0;

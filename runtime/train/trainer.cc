@@ -15,6 +15,7 @@
 
 #include "comm/agree.h"
 #include "comm/node.h"
+#include "comm/sum_over_ranks.h"
 #include "core/logging.h"
 #include "core/posix_error.h"
 #include "offload/open_storage.h"
@@ -48,18 +49,6 @@ Status CheckProfileDirectory(const std::string& path) {
         .WithContext("monitor.memory_profile.path");
   }
   return Status::Ok();
-}
-
-// The sum over the ranks of every rank's `value`, exactly and the same on every rank: the
-// values travel as their bits (gathered, never added on the wire) and are added in rank order.
-template <typename T>
-StatusOr<T> SumOverRanks(comm::Communicator& comm, T value) {
-  static_assert(sizeof(T) == 8, "sent as two 4-byte words");
-  std::vector<T> all(static_cast<size_t>(comm.world_size()));
-  HOIST_RETURN_IF_ERROR(comm.AllGather(&value, all.data(), 2, DType::kFloat32));
-  T sum = 0;
-  for (T v : all) sum += v;
-  return sum;
 }
 
 // Targets of a micro-batch that count in the loss (a negative one is masked off).
@@ -351,7 +340,7 @@ StatusOr<StepRecord> Trainer::Step() {
     HOIST_RETURN_IF_ERROR(train_loader_->Restore(step_start));
     // A shard one rank could not read stops every rank before any pass.
     HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
-    HOIST_ASSIGN_OR_RETURN(global_counted, SumOverRanks(*comm_, local));
+    HOIST_ASSIGN_OR_RETURN(global_counted, comm::SumOverRanks(*comm_, local));
     if (global_counted == 0) {
       return FailedPreconditionError(
           "step " + std::to_string(record.step) +
@@ -409,7 +398,7 @@ StatusOr<StepRecord> Trainer::Step() {
   // The loss of the whole global batch: every rank's mean, averaged over the ranks; with loss
   // masks, the sum over its counted targets over their count.
   if (masked) {
-    HOIST_ASSIGN_OR_RETURN(const double sum, SumOverRanks(*comm_, loss_sum));
+    HOIST_ASSIGN_OR_RETURN(const double sum, comm::SumOverRanks(*comm_, loss_sum));
     record.loss =
         global_counted > 0 ? static_cast<float>(sum / static_cast<double>(global_counted)) : 0.0f;
   } else {
@@ -498,8 +487,8 @@ StatusOr<float> Trainer::Evaluate() {
   if (base_engine_ != nullptr) HOIST_RETURN_IF_ERROR(base_engine_->AgreeOnDeferredErrors());
   HOIST_RETURN_IF_ERROR(comm::AgreeOnStatus(*comm_, data));
   if (masked) {
-    HOIST_ASSIGN_OR_RETURN(const double total, SumOverRanks(*comm_, sum));
-    HOIST_ASSIGN_OR_RETURN(const int64_t targets_counted, SumOverRanks(*comm_, counted));
+    HOIST_ASSIGN_OR_RETURN(const double total, comm::SumOverRanks(*comm_, sum));
+    HOIST_ASSIGN_OR_RETURN(const int64_t targets_counted, comm::SumOverRanks(*comm_, counted));
     if (targets_counted == 0) {
       return FailedPreconditionError(
           "the validation batches hold no target that counts in the loss (every loss mask of "

@@ -5,6 +5,7 @@
 #include "zero/optimizer_states.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <random>

@@ -368,6 +368,16 @@ TEST(ZeroAdamW8bit, CheckpointsRoundTripAndResumeBitIdentically) {
   CheckpointRoundTrip(1, 1, Placement::kNvme);
 }
 
+// RestoreStateInPieces's fill from a whole saved state.
+ZeroEngine::StatePiece FillFrom(const Saved& saved) {
+  return [&saved](int64_t begin, int64_t count, float* master, float* m, float* v) {
+    std::copy_n(saved.master.begin() + begin, count, master);
+    std::copy_n(saved.m.begin() + begin, count, m);
+    std::copy_n(saved.v.begin() + begin, count, v);
+    return Status::Ok();
+  };
+}
+
 // A one-rank engine over `units` with `options`, initialized to InitialValue.
 std::unique_ptr<ZeroEngine> InitializedEngine(const std::vector<UnitSpec>& units,
                                               const ZeroOptions& options, comm::Communicator* comm,
@@ -439,15 +449,7 @@ TEST(ZeroAdamW8bit, NvmeStatesInPiecesEqualTheDeviceEnginesState) {
 
   on_nvme.offload_optimizer.nvme_file = dir.File("c", 0);
   std::unique_ptr<ZeroEngine> c = create(on_nvme);
-  ASSERT_TRUE(c->RestoreStateInPieces(
-                   [&](int64_t begin, int64_t count, float* master, float* m, float* v) {
-                     std::copy_n(want.master.begin() + begin, count, master);
-                     std::copy_n(want.m.begin() + begin, count, m);
-                     std::copy_n(want.v.begin() + begin, count, v);
-                     return Status::Ok();
-                   },
-                   a->step_count())
-                  .ok());
+  ASSERT_TRUE(c->RestoreStateInPieces(FillFrom(want), a->step_count()).ok());
   train(*a, 4, 8);
   train(*c, 4, 8);
   EXPECT_EQ(*a->GatherFullParams(), *c->GatherFullParams());
@@ -494,15 +496,7 @@ TEST(ZeroAdamW8bit, ResidentStatesInPiecesAreTheWholeState) {
         a->step_count());
     EXPECT_EQ(refused.code(), StatusCode::kDataLoss);
     EXPECT_NE(refused.message().find("adam_m"), std::string::npos) << refused.ToString();
-    ASSERT_TRUE(b->RestoreStateInPieces(
-                     [&](int64_t begin, int64_t count, float* master, float* m, float* v) {
-                       std::copy_n(want.master.begin() + begin, count, master);
-                       std::copy_n(want.m.begin() + begin, count, m);
-                       std::copy_n(want.v.begin() + begin, count, v);
-                       return Status::Ok();
-                     },
-                     a->step_count())
-                    .ok());
+    ASSERT_TRUE(b->RestoreStateInPieces(FillFrom(want), a->step_count()).ok());
     train(*a, 3, 5);
     train(*b, 3, 5);
     EXPECT_EQ(*a->GatherFullParams(), *b->GatherFullParams()) << OffloadDeviceName(place);
