@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_threads.h"
 #include "launcher/report.h"
 #include "runtime/config/config.h"
+#include "runtime/data/prepare.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/memory/memory_estimate.h"
 #include "runtime/train/device_registry.h"
@@ -192,6 +193,90 @@ void AddTrainCommand(CLI::App& app, int* exit_code) {
   });
 }
 
+namespace {
+
+// `hoist data prepare`: JSONL rows into prepared shards (runtime/data/prepare.h).
+void AddDataPrepareCommand(CLI::App& data, int* exit_code) {
+  struct Args {
+    runtime::PrepareOptions options;
+    std::string shape = "auto", loss = "auto", overflow = "truncate";
+    std::vector<std::string> variables;
+    bool no_eos = false;
+  };
+  auto args = std::make_shared<Args>();
+  runtime::PrepareOptions& o = args->options;
+  CLI::App* cmd = data.add_subcommand(
+      "prepare",
+      "Tokenize, template and mask a fine-tuning dataset (JSONL of text, prompt/completion or "
+      "messages rows) once, into prepared shards that `data.train` may name");
+  cmd->add_option("files", o.inputs, "JSONL files of training rows")->required();
+  cmd->add_option("-o,--output", o.output_dir,
+                  "Directory for train_*.bin, val_*.bin and prepare.json")
+      ->required();
+  cmd->add_option("--tokenizer", o.tokenizer,
+                  "The model's tokenizer directory (tokenizer.json, tokenizer_config.json) or a "
+                  "tokenizer.json; without it, one token per byte");
+  cmd->add_option("--chat-template", o.chat_template,
+                  "A Jinja chat template file to use instead of tokenizer_config.json's");
+  cmd->add_option("--template-name", o.template_name,
+                  "Which of tokenizer_config.json's named chat templates to use");
+  cmd->add_option("--template-var", args->variables,
+                  "KEY=VALUE for the chat template (VALUE as JSON, else a string), e.g. "
+                  "enable_thinking=false");
+  cmd->add_option("--shape", args->shape,
+                  "The rows' shape: auto (from the first row), text, prompt_completion, messages");
+  cmd->add_option("--loss", args->loss,
+                  "Tokens the loss counts: auto (text: all, prompt_completion: completion, "
+                  "messages: assistant), assistant, completion, all");
+  cmd->add_option("--eos-token", o.encoder.eos_token,
+                  "End-of-sequence text put after plain texts and completions (default: the "
+                  "tokenizer_config.json's eos_token)");
+  cmd->add_flag("--no-eos", args->no_eos, "Put no end-of-sequence text after them");
+  cmd->add_option("--max-length", o.max_length, "Longest example in tokens (0: no limit)");
+  cmd->add_option("--overflow", args->overflow,
+                  "A longer example is cut (truncate) or split into pieces (split)");
+  cmd->add_option("--val", o.val_inputs, "JSONL files of held-out rows");
+  cmd->add_option("--val-fraction", o.val_fraction,
+                  "Hold out this fraction of the rows (chosen by --seed)");
+  cmd->add_option("--seed", o.seed, "Seed of the held-out choice");
+  cmd->add_option("--shard-tokens", o.shard_tokens, "Tokens per shard before the next starts");
+  cmd->add_flag("--skip-malformed", o.rows.skip_malformed,
+                "Skip and count malformed rows instead of stopping at the first");
+  cmd->add_flag("--overwrite", o.overwrite, "Replace a prepared dataset already in the directory");
+  cmd->callback([args, exit_code] {
+    runtime::PrepareOptions options = args->options;
+    Status status = [&]() -> Status {
+      if (args->shape != "auto") {
+        HOIST_ASSIGN_OR_RETURN(options.rows.shape, runtime::RowShapeNamed(args->shape));
+      }
+      HOIST_ASSIGN_OR_RETURN(options.encoder.loss, runtime::LossTokensNamed(args->loss));
+      HOIST_ASSIGN_OR_RETURN(options.overflow, runtime::OverflowNamed(args->overflow));
+      options.encoder.append_eos = !args->no_eos;
+      for (const std::string& variable : args->variables) {
+        const size_t eq = variable.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          return InvalidArgumentError("--template-var '" + variable + "' is not KEY=VALUE");
+        }
+        const std::string value = variable.substr(eq + 1);
+        nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(value, nullptr, false);
+        options.encoder.render.variables[variable.substr(0, eq)] =
+            parsed.is_discarded() ? nlohmann::ordered_json(value) : parsed;
+      }
+      options.progress = &std::cerr;
+      HOIST_ASSIGN_OR_RETURN(runtime::PrepareSummary summary, runtime::PrepareDataset(options));
+      std::cout << runtime::DescribePrepareSummary(summary) << "hoist: wrote " << options.output_dir
+                << " (train with data.train = \"" << options.output_dir << "/train_*.bin\"";
+      if (summary.val.examples > 0) {
+        std::cout << ", data.val = \"" << options.output_dir << "/val_*.bin\"";
+      }
+      std::cout << ")\n";
+      return Status::Ok();
+    }();
+    *exit_code = status.ok() ? 0 : ReportError(status);
+  });
+}
+}  // namespace
+
 void AddDataCommand(CLI::App& app, int* exit_code) {
   CLI::App* data = app.add_subcommand("data", "Prepare training data");
   data->require_subcommand(1);
@@ -215,6 +300,7 @@ void AddDataCommand(CLI::App& app, int* exit_code) {
     if (status.ok()) std::cout << "hoist: wrote " << args->output << "\n";
     *exit_code = status.ok() ? 0 : ReportError(status);
   });
+  AddDataPrepareCommand(*data, exit_code);
 }
 
 void AddSampleCommand(CLI::App& app, int* exit_code) {

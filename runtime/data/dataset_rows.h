@@ -84,6 +84,8 @@ class JsonlRowReader {
   // The shape of the rows: the one named, or found from the first row once Next has read it.
   std::optional<RowShape> shape() const { return shape_; }
   const RowReaderSummary& summary() const { return summary_; }
+  // The bytes of the file handed out so far, as lines (for a progress line).
+  int64_t bytes_read() const { return offset_ + static_cast<int64_t>(chunk_start_); }
   const std::string& path() const { return path_; }
 
  private:

@@ -121,6 +121,71 @@ StatusOr<std::pair<std::string, std::string>> ReadMerge(const std::string& name,
   return Malformed(name, field, "expected \"a b\" or [\"a\", \"b\"]");
 }
 
+// The ids of the post-processor `config` at `field` around a single text, appended to *prefix
+// and *suffix. TemplateProcessing's "single" template gives them (its SpecialToken entries before
+// and after the sequence "A", their ids from "special_tokens"); ByteLevel adds none; Sequence
+// applies its processors in order.
+Status ReadPostProcessor(const std::string& name, const json& config, const std::string& field,
+                         std::vector<int32_t>* prefix, std::vector<int32_t>* suffix) {
+  if (!config.is_object() || !config.contains("type") || !config["type"].is_string()) {
+    return Malformed(name, field, "expected an object with a \"type\"");
+  }
+  const std::string type = config["type"];
+  if (type == "ByteLevel") return Status::Ok();
+  if (type == "Sequence") {
+    if (!config.contains("processors") || !config["processors"].is_array()) {
+      return Malformed(name, field + ".processors", "expected an array");
+    }
+    const json& list = config["processors"];
+    for (size_t i = 0; i < list.size(); ++i) {
+      HOIST_RETURN_IF_ERROR(ReadPostProcessor(
+          name, list[i], field + ".processors[" + std::to_string(i) + "]", prefix, suffix));
+    }
+    return Status::Ok();
+  }
+  if (type != "TemplateProcessing") {
+    return Unsupported(name, field + ".type", "post-processor '" + type + "'");
+  }
+  if (!config.contains("single") || !config["single"].is_array()) {
+    return Malformed(name, field + ".single", "expected an array of template pieces");
+  }
+  const json& single = config["single"];
+  const json* specials = config.contains("special_tokens") && config["special_tokens"].is_object()
+                             ? &config["special_tokens"]
+                             : nullptr;
+  bool after = false;
+  for (size_t i = 0; i < single.size(); ++i) {
+    const std::string piece_field = field + ".single[" + std::to_string(i) + "]";
+    const json& piece = single[i];
+    if (piece.is_object() && piece.contains("Sequence")) {
+      if (after) return Malformed(name, piece_field, "a second sequence in a single template");
+      after = true;
+      continue;
+    }
+    if (!piece.is_object() || !piece.contains("SpecialToken") ||
+        !piece["SpecialToken"].is_object() || !piece["SpecialToken"].contains("id") ||
+        !piece["SpecialToken"]["id"].is_string()) {
+      return Malformed(name, piece_field,
+                       "expected {\"Sequence\": ...} or {\"SpecialToken\": {\"id\": ...}}");
+    }
+    const std::string token = piece["SpecialToken"]["id"];
+    if (specials == nullptr || !specials->contains(token) || !(*specials)[token].is_object() ||
+        !(*specials)[token].contains("ids") || !(*specials)[token]["ids"].is_array()) {
+      return Malformed(name, field + ".special_tokens",
+                       "the template's special token '" + token + "' has no \"ids\"");
+    }
+    for (const json& id : (*specials)[token]["ids"]) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX - 1) {
+        return Malformed(name, field + ".special_tokens[\"" + token + "\"].ids",
+                         "expected ids in 0.." + std::to_string(INT32_MAX - 1));
+      }
+      (after ? suffix : prefix)->push_back(id.get<int32_t>());
+    }
+  }
+  if (!after) return Malformed(name, field + ".single", "no {\"Sequence\": ...} for the text");
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Load(const std::string& path,
@@ -248,6 +313,17 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(std::string_view tex
       tokenizer->added_first_byte_[static_cast<unsigned char>(token.content[0])] = true;
       tokenizer->id_limit_ = std::max(tokenizer->id_limit_, token.id + 1);
       tokenizer->added_.push_back(std::move(token));
+    }
+  }
+  if (!IsNullOrAbsent(root, "post_processor")) {
+    HOIST_RETURN_IF_ERROR(ReadPostProcessor(name, root["post_processor"], "post_processor",
+                                            &tokenizer->special_prefix_,
+                                            &tokenizer->special_suffix_));
+    for (int32_t id : tokenizer->special_prefix_) {
+      tokenizer->id_limit_ = std::max(tokenizer->id_limit_, id + 1);
+    }
+    for (int32_t id : tokenizer->special_suffix_) {
+      tokenizer->id_limit_ = std::max(tokenizer->id_limit_, id + 1);
     }
   }
   return tokenizer;
@@ -404,6 +480,27 @@ std::string BpeTokenizer::Decode(std::span<const int32_t> ids) const {
     }
   }
   return bytes;
+}
+
+std::vector<int64_t> BpeTokenizer::ByteOffsets(std::span<const int32_t> ids) const {
+  std::vector<int64_t> offsets;
+  offsets.reserve(ids.size() + 1);
+  std::vector<CodePoint> cps;
+  int64_t at = 0;
+  for (int32_t id : ids) {
+    offsets.push_back(at);
+    auto added = added_by_id_.find(id);
+    const std::string* token = added != added_by_id_.end() ? &added->second : model_->Token(id);
+    if (token == nullptr) continue;
+    // As Decode: one byte per character of the byte alphabet, else the token's own text.
+    DecodeUtf8(*token, &cps);
+    const bool all_bytes = std::all_of(cps.begin(), cps.end(), [](const CodePoint& cp) {
+      return CharToByte(cp.value).has_value();
+    });
+    at += all_bytes ? static_cast<int64_t>(cps.size()) : static_cast<int64_t>(token->size());
+  }
+  offsets.push_back(at);
+  return offsets;
 }
 
 void BpeStreamEncoder::Add(std::string_view chunk, std::vector<int32_t>* out) {

@@ -16,6 +16,10 @@
 // unknown split pattern, BPE dropout, subword prefixes, lstrip/rstrip/single_word added tokens)
 // is an error naming the file and the field, as is a malformed file. Immutable after Load and
 // thread-safe; Encode and the stream encoder allocate per call.
+//
+// The post-processor (TemplateProcessing, alone or in a Sequence with ByteLevel) is read for the
+// ids it puts around a single text, special_prefix() and special_suffix(), which
+// `tokenizer(text)` adds and Encode does not; other post-processors are refused by name.
 #pragma once
 
 #include <cstdint>
@@ -54,6 +58,16 @@ class BpeTokenizer {
   // has are skipped, as the library skips them. Unlike the library, bytes that do not form valid
   // UTF-8 are kept as they are rather than replaced by U+FFFD.
   std::string Decode(std::span<const int32_t> ids) const;
+
+  // Where each token of `ids` starts in the bytes Decode(ids) gives, and after the last one its
+  // end (ids.size() + 1 offsets). For the ids Encode(text) gave, these are offsets into `text`:
+  // every token stands for a contiguous run of it.
+  std::vector<int64_t> ByteOffsets(std::span<const int32_t> ids) const;
+
+  // The ids the post-processor adds before and after a single text (Llama 3: <|begin_of_text|>
+  // before, nothing after); empty without one.
+  const std::vector<int32_t>& special_prefix() const { return special_prefix_; }
+  const std::vector<int32_t>& special_suffix() const { return special_suffix_; }
 
   // The id of the added token whose text is `content` (a special token such as <|im_start|>,
   // which Encode gives as that one id wherever the text holds it), or nothing.
@@ -98,6 +112,7 @@ class BpeTokenizer {
   size_t max_added_bytes_ = 0;
   bool added_first_byte_[256] = {};  // whether some added token starts with the byte
   int32_t id_limit_ = 0;
+  std::vector<int32_t> special_prefix_, special_suffix_;
 };
 
 // Encodes a text that arrives in chunks, giving the same ids as BpeTokenizer::Encode of the whole

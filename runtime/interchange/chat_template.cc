@@ -224,4 +224,14 @@ StatusOr<TokenizerChatConfig> ReadTokenizerChatConfig(FileSystem& fs, const std:
   return found;
 }
 
+StatusOr<std::map<std::string, std::string>> ReadTokenizerSpecialTokens(FileSystem& fs,
+                                                                        const std::string& path) {
+  HOIST_ASSIGN_OR_RETURN(std::string text, ReadFileToString(fs, path, kJsonMaxBytes));
+  HOIST_ASSIGN_OR_RETURN(nlohmann::json root, ParseJson(text, path));
+  if (!root.is_object()) return InvalidArgumentError(path + ": expected a JSON object");
+  TokenizerChatConfig config;
+  HOIST_RETURN_IF_ERROR(ReadSpecialTokens(root, path, &config));
+  return config.special_tokens;
+}
+
 }  // namespace hoist::runtime

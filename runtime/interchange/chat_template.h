@@ -77,6 +77,9 @@ class ChatTemplate {
   StatusOr<RenderedChat> Render(const nlohmann::json& messages,
                                 const ChatRenderOptions& options) const;
 
+  // Whether the template marks the assistant's text with {% generation %} blocks.
+  bool has_generation_blocks() const { return template_->has_generation; }
+
  private:
   explicit ChatTemplate(std::shared_ptr<const jinja::Template> tmpl) : template_(std::move(tmpl)) {}
   StatusOr<RenderedChat> RenderValue(const jinja::Value& messages,
@@ -104,5 +107,10 @@ StatusOr<TokenizerChatConfig> ParseTokenizerChatConfig(
 // chat_template.jinja lies beside it (as newer transformers save one), that file is the template.
 StatusOr<TokenizerChatConfig> ReadTokenizerChatConfig(FileSystem& fs, const std::string& path,
                                                       const std::string& template_name = "default");
+
+// The named special tokens of the tokenizer_config.json at `path`, as TokenizerChatConfig has
+// them, whether or not it has a chat template.
+StatusOr<std::map<std::string, std::string>> ReadTokenizerSpecialTokens(FileSystem& fs,
+                                                                        const std::string& path);
 
 }  // namespace hoist::runtime

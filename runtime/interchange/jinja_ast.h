@@ -100,7 +100,8 @@ struct Stmt {
 
 struct Template {
   Body body;
-  std::string source;  // the normalized source the positions point into
+  std::string source;           // the normalized source the positions point into
+  bool has_generation = false;  // whether it has a {% generation %} block
 };
 
 }  // namespace hoist::runtime::jinja

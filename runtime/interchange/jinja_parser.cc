@@ -21,6 +21,8 @@ bool IsRefusedStatement(const std::string& name) {
 // The statements of a template; their expressions are ExprParser's.
 class Parser {
  public:
+  // Whether Run parsed a {% generation %} block.
+  bool has_generation() const { return has_generation_; }
   explicit Parser(std::vector<Token> tokens) : ts_(std::move(tokens)), exprs_(&ts_, &macro_names_) {
     const std::vector<Token>& t = ts_.tokens();
     for (size_t i = 0; i + 2 < t.size(); ++i) {
@@ -128,6 +130,7 @@ class Parser {
       const int loops = loop_depth_;
       loop_depth_ = 0;
       in_generation_ = true;
+      has_generation_ = true;
       Status body = ParseEnd({"endgeneration"}, &stmt->bodies.back());
       in_generation_ = false;
       loop_depth_ = loops;
@@ -338,6 +341,7 @@ class Parser {
   int loop_depth_ = 0;
   int capture_depth_ = 0;
   bool in_generation_ = false;
+  bool has_generation_ = false;  // some {% generation %} block was parsed
 };
 
 }  // namespace
@@ -362,6 +366,7 @@ StatusOr<std::unique_ptr<Template>> ParseTemplate(std::string_view source) {
   HOIST_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(tmpl->source));
   Parser parser(std::move(tokens));
   HOIST_ASSIGN_OR_RETURN(tmpl->body, parser.Run());
+  tmpl->has_generation = parser.has_generation();
   return tmpl;
 }
 

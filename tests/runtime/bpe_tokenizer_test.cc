@@ -100,6 +100,22 @@ TEST_P(FixtureTest, RoundTripsBytesThatAreNotUtf8) {
   EXPECT_EQ(StreamEncode(*tokenizer, bytes, 1), tokenizer->Encode(bytes));
 }
 
+TEST_P(FixtureTest, ByteOffsetsPlaceEachTokenInTheText) {
+  std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture(GetParam());
+  ASSERT_NE(tokenizer, nullptr);
+  std::string text = ReadFixture("text.txt") + "<|endoftext|>\xE4\xB8 cut\xF0\x9F";
+  const std::vector<int32_t> ids = tokenizer->Encode(text);
+  const std::vector<int64_t> offsets = tokenizer->ByteOffsets(ids);
+  ASSERT_EQ(offsets.size(), ids.size() + 1);
+  EXPECT_EQ(offsets.front(), 0);
+  EXPECT_EQ(offsets.back(), static_cast<int64_t>(text.size()));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto begin = static_cast<size_t>(offsets[i]);
+    const auto length = static_cast<size_t>(offsets[i + 1] - offsets[i]);
+    ASSERT_EQ(tokenizer->Decode(std::span(&ids[i], 1)), text.substr(begin, length)) << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(BpeTokenizer, FixtureTest,
                          ::testing::Values("gpt2.json", "llama3.json", "llama3_wide.json"));
 
@@ -226,6 +242,55 @@ TEST(BpeTokenizerErrors, NormalizerIsUnsupported) {
   }));
   EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
   EXPECT_THAT(status.message(), HasSubstr("normalizer"));
+}
+
+TEST(BpeTokenizer, PostProcessorGivesTheSpecialTokensAroundAText) {
+  // Llama 3's: <|begin_of_text|> before, in a Sequence after ByteLevel as Llama 3.1 writes it.
+  const nlohmann::json llama3 = {
+      {"type", "Sequence"},
+      {"processors",
+       {{{"type", "ByteLevel"}, {"trim_offsets", false}},
+        {{"type", "TemplateProcessing"},
+         {"single",
+          {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+           {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+         {"special_tokens",
+          {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {7}}}},
+           {"</s>", {{"id", "</s>"}, {"ids", {8, 9}}}}}}}}}};
+  auto tokenizer = BpeTokenizer::Parse(
+      Edited([&](nlohmann::json& c) { c["post_processor"] = llama3; }), "tok.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  EXPECT_EQ((*tokenizer)->special_prefix(), std::vector<int32_t>{7});
+  EXPECT_TRUE((*tokenizer)->special_suffix().empty());
+  // A token after the text too.
+  nlohmann::json both = llama3;
+  both["processors"][1]["single"].push_back({{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}});
+  tokenizer = BpeTokenizer::Parse(Edited([&](nlohmann::json& c) { c["post_processor"] = both; }),
+                                  "tok.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  EXPECT_EQ((*tokenizer)->special_suffix(), (std::vector<int32_t>{8, 9}));
+  // GPT-2's ByteLevel adds none.
+  tokenizer = BpeTokenizer::Parse(Edited([&](nlohmann::json& c) {
+                                    c["post_processor"] = {{"type", "ByteLevel"}};
+                                  }),
+                                  "tok.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  EXPECT_TRUE((*tokenizer)->special_prefix().empty());
+}
+
+TEST(BpeTokenizerErrors, PostProcessorsNotReadAreNamed) {
+  Status status = ParseError(Edited([](nlohmann::json& c) {
+    c["post_processor"] = {{"type", "RobertaProcessing"}};
+  }));
+  EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
+  EXPECT_THAT(status.message(), HasSubstr("post_processor.type"));
+  status = ParseError(Edited([](nlohmann::json& c) {
+    c["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single", {{{"SpecialToken", {{"id", "<s>"}}}}}}};
+  }));
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("post_processor.special_tokens"));
+  EXPECT_THAT(status.message(), HasSubstr("<s>"));
 }
 
 TEST(BpeTokenizerErrors, VocabularyWithoutEveryByteIsNamed) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "runtime/interchange/bpe_tokenizer.h"
+#include "tests/runtime/chat_fixture_util.h"
 
 namespace hoist::runtime {
 namespace {
@@ -25,34 +26,12 @@ using ::testing::HasSubstr;
 using ordered_json = nlohmann::ordered_json;
 using jinja::RenderLimits;
 
-std::string FixturePath(const std::string& name) {
-  return std::string(HOIST_SOURCE_DIR) + "/tests/data/chat_templates/" + name;
-}
+using testing::ChatFixtureNow;
 
-std::string ReadFixture(const std::string& name) {
-  std::ifstream in(FixturePath(name), std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-const ordered_json& Expected() {
-  static const ordered_json expected = ordered_json::parse(ReadFixture("expected.json"));
-  return expected;
-}
-
-// The local time the fixtures were rendered at (strftime_now).
-std::tm FixtureNow() {
-  std::tm now{};
-  now.tm_year = 2024 - 1900;
-  now.tm_mon = 8;
-  now.tm_mday = 26;
-  now.tm_hour = 10;
-  now.tm_min = 30;
-  now.tm_wday = 4;
-  now.tm_yday = 269;
-  return now;
-}
+std::string FixturePath(const std::string& name) { return testing::ChatFixturePath(name); }
+std::string ReadFixture(const std::string& name) { return testing::ReadChatFixture(name); }
+const ordered_json& Expected() { return testing::ChatExpected(); }
+std::tm FixtureNow() { return ChatFixtureNow(); }
 
 struct Family {
   ChatTemplate tmpl;
