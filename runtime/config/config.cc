@@ -68,9 +68,14 @@ std::string Canonical(std::string_view text, const std::vector<std::string_view>
 
 Status ReadData(const Section& top, DataConfig* data) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("data"));
-  HOIST_RETURN_IF_ERROR(s.AllowOnly({"train", "val"}));
+  HOIST_RETURN_IF_ERROR(s.AllowOnly({"train", "val", "shuffle"}));
   HOIST_RETURN_IF_ERROR(s.String("train", &data->train));
   HOIST_RETURN_IF_ERROR(s.String("val", &data->val));
+  if (s.Has("shuffle")) {
+    bool shuffle = true;
+    HOIST_RETURN_IF_ERROR(s.Bool("shuffle", &shuffle));
+    data->shuffle = shuffle;
+  }
   if (data->train.empty()) {
     return s.Invalid("train",
                      "must be set to a token shard path or glob (or \"builtin:demo\" for the "

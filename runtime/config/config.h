@@ -75,6 +75,10 @@ struct SchedulerConfig {
 struct DataConfig {
   std::string train;  // required, non-empty
   std::string val;    // empty: no validation (then train.eval_interval must be 0)
+  // Prepared shards' documents in a new order each epoch, drawn from train.seed (see
+  // runtime/data/data_loader.h). Unset: yes for prepared shards; true with token shards is an
+  // error (they hold no documents).
+  std::optional<bool> shuffle;
 };
 
 // `train`: the run's length, seed and evaluation cadence.

@@ -69,7 +69,8 @@ DataLoader::DataLoader(int B, int T, int rank, int world_size, int accumulation_
 StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source, Split split,
                                                        int B, int T, int rank, int world_size,
                                                        int vocab_size, MemoryTracker* tracker,
-                                                       int accumulation_steps) {
+                                                       int accumulation_steps,
+                                                       const DataOrder& order) {
   const std::string where = "data source '" + source + "': ";
   if (source.empty()) return InvalidArgumentError("the data source is empty; give a shard path");
   if (B <= 0) {
@@ -109,7 +110,36 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source
     HOIST_RETURN_IF_ERROR(loader->LoadFiles(source, vocab_size));
   }
 
+  if (loader->prepared_.empty() && order.shuffle.value_or(false)) {
+    return InvalidArgumentError(
+        where +
+        "data.shuffle is set, but token shards hold no documents to shuffle; prepare the data "
+        "into documents (hoist data prepare), or leave data.shuffle unset");
+  }
   const int64_t window = loader->stride_ * accumulation_steps + 1;
+  if (!loader->prepared_.empty() && order.shuffle.value_or(true)) {
+    loader->shuffled_ = true;
+    loader->seed_ = order.seed;
+    for (size_t s = 0; s < loader->prepared_.size(); ++s) {
+      const std::vector<int64_t>& starts = loader->starts_[s];
+      const int64_t size = loader->prepared_[s].tokens();
+      for (size_t d = 0; d < starts.size(); ++d) {
+        const int64_t end = d + 1 < starts.size() ? starts[d + 1] : size;
+        loader->documents_.push_back(Document{static_cast<int64_t>(s), starts[d], end - starts[d]});
+      }
+      loader->stream_tokens_ += size;
+    }
+    if (loader->stream_tokens_ < window) {
+      return InvalidArgumentError(
+          where + "the prepared shards hold " + std::to_string(loader->stream_tokens_) +
+          " tokens, fewer than the " + std::to_string(window) +
+          " one optimizer step reads (gradient_accumulation_steps " +
+          std::to_string(accumulation_steps) + " x world_size " + std::to_string(world_size) +
+          " x B " + std::to_string(B) + " x T " + std::to_string(T) +
+          " + 1); use a smaller batch or sequence length, or more data");
+    }
+    return loader;
+  }
   for (const ShardView& shard : loader->shards_) {
     const int64_t n = shard.size;
     if (n < window) {
@@ -246,6 +276,7 @@ void DataLoader::MaskTargets(const ShardView& shard, int64_t first, int32_t* tar
 
 Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
   HOIST_CHECK(inputs != nullptr && targets != nullptr);
+  if (shuffled_) return NextShuffled(inputs, targets);
   const ShardView& shard = shards_[state_.shard_index];
   HOIST_CHECK_LE(state_.position + stride_ + 1, shard.size);
   const int64_t n = int64_t{B_} * T_;
@@ -299,23 +330,153 @@ Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
     }
     if (shard.prepared) MaskTargets(shard, first, targets);
   }
+  Advance();
+  return Status::Ok();
+}
+
+void DataLoader::Advance() {
   state_.position += stride_;
-  // Between optimizer steps only: a step never spans two shards, whatever its split.
+  // Between optimizer steps only: a step never spans two shards or epochs, whatever its split.
   if (++micro_step_ == accumulation_steps_) {
     micro_step_ = 0;
     SkipExhaustedShard();
   }
-  return Status::Ok();
 }
 
 void DataLoader::SkipExhaustedShard() {
-  const int64_t size = shards_[state_.shard_index].size;
+  const int64_t size = shuffled_ ? stream_tokens_ : shards_[state_.shard_index].size;
   if (state_.position + stride_ * accumulation_steps_ + 1 <= size) return;
-  state_.shard_index = (state_.shard_index + 1) % num_shards();
   state_.position = 0;
+  if (shuffled_) {
+    ++state_.epoch;
+    return;
+  }
+  state_.shard_index = (state_.shard_index + 1) % num_shards();
+  if (state_.shard_index == 0) ++state_.epoch;
+}
+
+int64_t DataLoader::steps_per_epoch() const {
+  const int64_t step = stride_ * accumulation_steps_;
+  if (shuffled_) return (stream_tokens_ - 1) / step;
+  int64_t steps = 0;
+  for (const ShardView& shard : shards_) steps += (shard.size - 1) / step;
+  return steps;
+}
+
+namespace {
+
+// SplitMix64: the epoch's random numbers, the same on every machine and library.
+uint64_t NextRandom(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// A uniform draw from [0, bound), without bias (multiply, and reject the short range).
+uint64_t RandomBelow(uint64_t* state, uint64_t bound) {
+  unsigned __int128 product = static_cast<unsigned __int128>(NextRandom(state)) * bound;
+  auto low = static_cast<uint64_t>(product);
+  if (low < bound) {
+    const uint64_t threshold = (0 - bound) % bound;
+    while (low < threshold) {
+      product = static_cast<unsigned __int128>(NextRandom(state)) * bound;
+      low = static_cast<uint64_t>(product);
+    }
+  }
+  return static_cast<uint64_t>(product >> 64);
+}
+
+}  // namespace
+
+void DataLoader::OrderEpoch() {
+  if (ordered_epoch_ == state_.epoch) return;
+  const size_t n = documents_.size();
+  documents_order_.resize(n);
+  for (size_t i = 0; i < n; ++i) documents_order_[i] = static_cast<int64_t>(i);
+  // Fisher-Yates from a stream of the seed and the epoch alone.
+  uint64_t random = seed_ ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(state_.epoch + 1));
+  for (size_t i = n; i > 1; --i) {
+    std::swap(documents_order_[i - 1], documents_order_[RandomBelow(&random, i)]);
+  }
+  documents_stream_.resize(n + 1);
+  documents_stream_[0] = 0;
+  for (size_t i = 0; i < n; ++i) {
+    documents_stream_[i + 1] = documents_stream_[i] + documents_[documents_order_[i]].tokens;
+  }
+  ordered_epoch_ = state_.epoch;
+}
+
+Status DataLoader::ReadStream(int64_t first, int64_t count, std::vector<int64_t>* starts) {
+  starts->clear();
+  // The document holding `first`, then each after it until the window is full.
+  auto at_doc = std::upper_bound(documents_stream_.begin(), documents_stream_.end(), first);
+  size_t i = static_cast<size_t>(at_doc - documents_stream_.begin()) - 1;
+  for (int64_t at = first; at < first + count; ++i) {
+    const Document& doc = documents_[documents_order_[i]];
+    const int64_t offset = at - documents_stream_[i];
+    const int64_t n = std::min(doc.tokens - offset, first + count - at);
+    if (offset == 0 && at > first) starts->push_back(at);
+    const PreparedShard& shard = prepared_[doc.shard];
+    uint32_t* tokens = buffer_.data() + (at - first);
+    HOIST_RETURN_IF_ERROR(shard.ReadTokens(doc.first + offset, n, tokens));
+    HOIST_RETURN_IF_ERROR(
+        shard.ReadMask(doc.first + offset, n, mask_buffer_.data() + (at - first)));
+    // Checked again here: the file was validated at Open, but it may have been changed since.
+    const uint32_t* past = std::find_if(
+        tokens, tokens + n, [&](uint32_t t) { return t >= static_cast<uint32_t>(vocab_size_); });
+    if (past != tokens + n) {
+      return DataLossError("prepared shard '" + shard.path() + "': token at index " +
+                           std::to_string(doc.first + offset + (past - tokens)) + " is now " +
+                           std::to_string(*past) + ", not below vocab_size " +
+                           std::to_string(vocab_size_) +
+                           "; the file was changed while training: put the original back and "
+                           "resume from the last checkpoint");
+    }
+    at += n;
+  }
+  return Status::Ok();
+}
+
+Status DataLoader::NextShuffled(int32_t* inputs, int32_t* targets) {
+  HOIST_CHECK_LE(state_.position + stride_ + 1, stream_tokens_);
+  OrderEpoch();
+  const int64_t n = int64_t{B_} * T_;
+  const int64_t first = state_.position + rank_ * n;
+  Status read = ReadStream(first, n + 1, &window_starts_);
+  if (!read.ok()) {
+    std::fill(inputs, inputs + n, 0);
+    std::fill(targets, targets + n, 0);
+    return read;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    inputs[i] = static_cast<int32_t>(buffer_[i]);
+    targets[i] = mask_buffer_[i + 1] != 0 ? static_cast<int32_t>(buffer_[i + 1]) : -1;
+  }
+  // A document's first token is not predicted by the one before it.
+  for (int64_t start : window_starts_) targets[start - first - 1] = -1;
+  Advance();
+  return Status::Ok();
 }
 
 Status DataLoader::Restore(const LoaderState& state) {
+  if (state.epoch < 0) {
+    return InvalidArgumentError("data loader state: epoch " + std::to_string(state.epoch) +
+                                " is negative; the checkpoint is damaged");
+  }
+  if (shuffled_) {
+    if (state.shard_index != 0 || state.position < 0 || state.position > stream_tokens_) {
+      return InvalidArgumentError(
+          "data loader state: shard " + std::to_string(state.shard_index) + ", position " +
+          std::to_string(state.position) + " is not a place in the shuffled documents (" +
+          std::to_string(stream_tokens_) +
+          " tokens); the checkpoint was written for other data, or without data.shuffle");
+    }
+    state_ = state;
+    micro_step_ = 0;
+    SkipExhaustedShard();
+    return Status::Ok();
+  }
   if (state.shard_index < 0 || state.shard_index >= num_shards()) {
     return InvalidArgumentError(
         "data loader state: shard_index " + std::to_string(state.shard_index) + " is outside 0.." +

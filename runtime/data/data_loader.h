@@ -23,6 +23,13 @@
 // document's first token (the previous document does not predict it), as transformers' packing
 // collator labels them. Attention is not yet confined to a document.
 //
+// Shuffling (DataOrder): the documents of prepared shards are by default taken in a new order each
+// epoch, all shards' documents together, drawn from the seed and the epoch number alone, so that
+// every rank draws the same order and a resumed job the order it had. The epoch's documents follow
+// one another as one stream that the windows are cut from, as above; when the stream cannot supply
+// a whole step's window the rest is dropped and the next epoch starts. Token shards hold no
+// documents and keep their order.
+//
 // Open validates every shard up front (header, size, every token below vocab_size, room for one
 // window); this reads each shard once. Shard files stay open for the loader's life and Next reads
 // its window with pread, so a shard truncated or rewritten in place while training is an error
@@ -33,6 +40,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,9 +57,18 @@ enum class Split { kTrain, kVal };
 // Where the next micro-step's window starts; the same on every rank. What a checkpoint saves,
 // between optimizer steps: the same state serves any split of the same global batch.
 struct LoaderState {
-  int64_t shard_index = 0;  // into the sorted shard list
-  int64_t position = 0;     // token offset of the window within that shard
+  int64_t shard_index = 0;  // into the sorted shard list (0 with shuffled documents)
+  int64_t position = 0;     // token offset of the window within that shard (or the epoch's stream)
+  int64_t epoch = 0;        // passes over the data completed
   bool operator==(const LoaderState&) const = default;
+};
+
+// The order a loader reads prepared documents in.
+struct DataOrder {
+  // A new order of the documents each epoch. Unset: yes for prepared shards. Asking for it with
+  // token shards (or the built-in corpus), which hold no documents, is an error.
+  std::optional<bool> shuffle;
+  uint64_t seed = 0;
 };
 
 class DataLoader {
@@ -66,8 +83,8 @@ class DataLoader {
   // `tracker` (the trainer's).
   static StatusOr<std::unique_ptr<DataLoader>> Open(
       const std::string& source, Split split, int B, int T, int rank, int world_size,
-      int vocab_size, MemoryTracker* tracker = &MemoryTracker::Global(),
-      int accumulation_steps = 1);
+      int vocab_size, MemoryTracker* tracker = &MemoryTracker::Global(), int accumulation_steps = 1,
+      const DataOrder& order = {});
 
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;
@@ -96,7 +113,8 @@ class DataLoader {
   // The tracked host bytes a loader of `source` holds (the built-in data's tokens, as
   // Place::kHost workspace; token shard files are read ahead into a buffer of 512 KiB or one
   // window, untracked, and prepared shards besides into 128 Ki mask bytes, with their documents'
-  // offsets, 8 bytes a document, untracked too): what the memory estimate counts for it.
+  // offsets, 8 bytes a document, and when shuffled 40 bytes more a document, untracked too): what
+  // the memory estimate counts for it.
   static int64_t TrackedHostBytes(const std::string& source, Split split);
 
   int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
@@ -107,6 +125,10 @@ class DataLoader {
   int64_t tokens_per_step() const { return stride_; }
   // Whether targets may be -1 (prepared shards).
   bool masked() const { return !prepared_.empty(); }
+  // Whether the documents are shuffled each epoch.
+  bool shuffled() const { return shuffled_; }
+  // Optimizer steps an epoch holds (every shard's, or the shuffled stream's, whole step windows).
+  int64_t steps_per_epoch() const;
 
  private:
   struct ShardView {
@@ -127,9 +149,20 @@ class DataLoader {
   Status ReadAhead(const ShardView& shard, int64_t first, int64_t count);
   // targets[i] = -1 where the token after position first + i is masked or starts a document.
   void MaskTargets(const ShardView& shard, int64_t first, int32_t* targets) const;
-  // Moves to the next shard (wrapping) when the current one cannot supply a step's window at
-  // state_.
+  // Moves to the next shard (wrapping, and then counting an epoch) when the current one cannot
+  // supply a step's window at state_.
   void SkipExhaustedShard();
+  // Shuffled documents: the stream of state_.epoch's order in documents_order_ and
+  // documents_stream_ (drawn again only when the epoch changed).
+  void OrderEpoch();
+  // Reads the shuffled stream's tokens [first, first + count) and their mask into the buffers
+  // (each checked against the vocabulary), and the stream offsets of the documents starting in
+  // (first, first + count) into *starts.
+  Status ReadStream(int64_t first, int64_t count, std::vector<int64_t>* starts);
+  // Next's window from the shuffled stream.
+  Status NextShuffled(int32_t* inputs, int32_t* targets);
+  // Moves past the micro-step just read.
+  void Advance();
 
   const int B_;
   const int T_;
@@ -143,6 +176,22 @@ class DataLoader {
   std::vector<TokenShard> files_;
   std::vector<PreparedShard> prepared_;
   std::vector<std::vector<int64_t>> starts_;  // per prepared shard, its documents' first tokens
+  // Shuffled documents: every prepared document (shard, first token, tokens); the order drawn
+  // for ordered_epoch_ (indices into documents_), and where each lies in the epoch's stream
+  // (documents + 1 offsets).
+  struct Document {
+    int64_t shard = 0;
+    int64_t first = 0;
+    int64_t tokens = 0;
+  };
+  bool shuffled_ = false;
+  uint64_t seed_ = 0;
+  std::vector<Document> documents_;
+  std::vector<int64_t> documents_order_;
+  std::vector<int64_t> documents_stream_;
+  int64_t ordered_epoch_ = -1;
+  int64_t stream_tokens_ = 0;           // every document's tokens
+  std::vector<int64_t> window_starts_;  // scratch of Next
   std::vector<ShardView> shards_;
   int vocab_size_ = 0;
   // Tokens read ahead from a shard file: [buffered_first_, + buffered_count_) of files_ entry

@@ -254,11 +254,17 @@ Status Trainer::Initialize() {
   HOIST_ASSIGN_OR_RETURN(train_loader_,
                          DataLoader::Open(config_.data.train, Split::kTrain, B, T, rank, world_size,
                                           config_.model.vocab_size, options_.tracker,
-                                          static_cast<int>(config_.gradient_accumulation_steps)));
+                                          static_cast<int>(config_.gradient_accumulation_steps),
+                                          DataOrder{config_.data.shuffle, config_.train.seed}));
+  if (rank == 0 && train_loader_->shuffled()) {
+    HOIST_LOG(INFO) << "data: the documents of " << config_.data.train
+                    << " in a new order each epoch (seed " << config_.train.seed << "), "
+                    << train_loader_->steps_per_epoch() << " optimizer steps an epoch";
+  }
   if (config_.train.eval_interval > 0 && !config_.data.val.empty()) {
-    HOIST_ASSIGN_OR_RETURN(val_loader_,
-                           DataLoader::Open(config_.data.val, Split::kVal, B, T, rank, world_size,
-                                            config_.model.vocab_size, options_.tracker));
+    HOIST_ASSIGN_OR_RETURN(val_loader_, DataLoader::Open(config_.data.val, Split::kVal, B, T, rank,
+                                                         world_size, config_.model.vocab_size,
+                                                         options_.tracker, 1, DataOrder{false, 0}));
   }
   HOIST_ASSIGN_OR_RETURN(
       batch_,

@@ -46,7 +46,7 @@ Status Trainer::SaveCheckpoint() {
   const std::string& dir = config_.checkpoint.dir;
   const int rank = comm_->rank(), world_size = comm_->world_size();
   const LoaderState loader = train_loader_->state();
-  const int64_t loader_words[2] = {loader.shard_index, loader.position};
+  const int64_t loader_words[3] = {loader.shard_index, loader.position, loader.epoch};
   // Each rank's own JSONL log length: with `{rank}` in the path the ranks' logs differ.
   const int64_t log_bytes = log_->bytes();
   std::vector<CheckpointBlob> blobs = {
@@ -224,13 +224,21 @@ Status Trainer::PrepareResume(ResumeSource* source) {
                          "were trained on";
     }
   }
-  int64_t loader_words[2];
+  // Shard, position and epoch; checkpoints written before the epoch was kept have the first two.
+  int64_t loader_words[3] = {0, 0, 0};
   if (prepared.ok()) {
-    prepared = source->first.Read("train_loader", loader_words, sizeof(loader_words));
+    int64_t bytes = 3 * int64_t{sizeof(int64_t)};
+    for (const ShardBlobEntry& blob : source->first.blobs()) {
+      if (blob.name == "train_loader" && blob.bytes == 2 * int64_t{sizeof(int64_t)}) {
+        bytes = blob.bytes;
+      }
+    }
+    prepared = source->first.Read("train_loader", loader_words, bytes);
   }
   if (prepared.ok()) {
     // The data position is global: the same sequence of global batches continues on any split.
-    prepared = train_loader_->Restore(LoaderState{loader_words[0], loader_words[1]});
+    prepared =
+        train_loader_->Restore(LoaderState{loader_words[0], loader_words[1], loader_words[2]});
   }
   if (prepared.ok() && rank != 0 && rank < source->saved_world) {
     StatusOr<CheckpointReader> opened = CheckpointReader::Open(step_dir, rank, checkpoint_fs());

@@ -222,6 +222,16 @@ TEST(ConfigOverride, ValueThatIsNotJsonIsAString) {
   EXPECT_EQ(c.data.train, "/x/*.bin");
 }
 
+TEST(ConfigData, ShuffleIsUnsetUnlessGivenAndMustBeABool) {
+  EXPECT_FALSE(ParseOk(kMinimal).data.shuffle.has_value());
+  EXPECT_EQ(ParseOk(kMinimal, {"data.shuffle=false"}).data.shuffle, std::optional<bool>(false));
+  EXPECT_EQ(ParseOk(kMinimal, {"data.shuffle=true"}).data.shuffle, std::optional<bool>(true));
+  Status s = ErrorOf(kMinimal, {"data.shuffle=3"});
+  EXPECT_THAT(s.message(), HasSubstr("data.shuffle"));
+  s = ErrorOf(kMinimal, {"data.shufle=true"});
+  EXPECT_THAT(s.message(), HasSubstr("shuffle"));
+}
+
 TEST(ConfigOverride, SetsAnArray) {
   Config c = ParseOk(kMinimal, {"optimizer.params.betas=[0.9,0.95]"});
   EXPECT_FLOAT_EQ(c.optimizer.beta1, 0.9f);

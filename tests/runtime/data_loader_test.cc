@@ -219,7 +219,7 @@ TEST_F(DataLoaderTest, MovesToNextShardThenWrapsToFirst) {
   for (size_t i = 0; i < starts.size(); ++i) {
     EXPECT_EQ(Take(*loader).inputs, Iota(starts[i], 8)) << "micro-step " << i;
   }
-  EXPECT_EQ(loader->state(), (LoaderState{0, 16}));
+  EXPECT_EQ(loader->state(), (LoaderState{0, 16, /*epoch=*/1}));
 }
 
 TEST_F(DataLoaderTest, StateAfterLastWindowOfShardPointsAtNextShard) {

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -76,9 +77,11 @@ TEST_F(PreparedDataTest, TargetsAreOffTheLossWhereMaskedAndAtEachDocumentsStart)
   // Tokens 1 2 3 4 | 7 | 9 8 7 6 5, masks 0 0 1 1 | 1 | 0 1 1 0 1.
   WritePrepared(path,
                 {{{1, 2, 3, 4}, {0, 0, 1, 1}}, {{7}, {1}}, {{9, 8, 7, 6, 5}, {0, 1, 1, 0, 1}}});
-  auto loader = DataLoader::Open(path, Split::kTrain, 1, 4, 0, 1, 50257);
+  auto loader = DataLoader::Open(path, Split::kTrain, 1, 4, 0, 1, 50257, &MemoryTracker::Global(),
+                                 1, DataOrder{false, 0});
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   EXPECT_TRUE((*loader)->masked());
+  EXPECT_FALSE((*loader)->shuffled());
   std::vector<int32_t> inputs(4), targets(4);
   ASSERT_TRUE((*loader)->Next(inputs.data(), targets.data()).ok());
   EXPECT_THAT(inputs, ElementsAre(1, 2, 3, 4));
@@ -116,6 +119,155 @@ TEST_F(PreparedDataTest, BadSourcesAreRefusedByName) {
   status = DataLoader::Open(silent, Split::kTrain, 1, 4, 0, 1, 50257).status();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("no token counts in the loss"));
+}
+
+// Documents d = 0..n-1 of 3 to 7 tokens, every token of document d the value d + 1, all counted.
+std::vector<std::pair<std::vector<uint32_t>, std::vector<uint8_t>>> Numbered(int count) {
+  std::vector<std::pair<std::vector<uint32_t>, std::vector<uint8_t>>> documents;
+  for (int d = 0; d < count; ++d) {
+    const size_t n = 3 + static_cast<size_t>(d * 7 % 5);
+    documents.emplace_back(std::vector<uint32_t>(n, static_cast<uint32_t>(d + 1)),
+                           std::vector<uint8_t>(n, 1));
+  }
+  return documents;
+}
+
+struct Window {
+  std::vector<int32_t> inputs, targets;
+  bool operator==(const Window&) const = default;
+};
+
+Window Take(DataLoader& loader) {
+  Window w{std::vector<int32_t>(static_cast<size_t>(loader.B()) * loader.T()),
+           std::vector<int32_t>(static_cast<size_t>(loader.B()) * loader.T())};
+  const Status status = loader.Next(w.inputs.data(), w.targets.data());
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  return w;
+}
+
+std::unique_ptr<DataLoader> OpenShuffled(const std::string& source, int B, int T, int rank,
+                                         int world, uint64_t seed) {
+  auto loader = DataLoader::Open(source, Split::kTrain, B, T, rank, world, 50257,
+                                 &MemoryTracker::Global(), 1, DataOrder{std::nullopt, seed});
+  EXPECT_TRUE(loader.ok()) << loader.status().ToString();
+  return loader.ok() ? std::move(loader).value() : nullptr;
+}
+
+TEST_F(PreparedDataTest, ShuffledDocumentsComeWholeOnceAnEpochInANewOrderEachEpoch) {
+  // Two shards, their documents drawn together.
+  const auto documents = Numbered(40);
+  WritePrepared(PathOf("a.prepared"), {documents.begin(), documents.begin() + 25});
+  WritePrepared(PathOf("b.prepared"), {documents.begin() + 25, documents.end()});
+  std::unique_ptr<DataLoader> loader = OpenShuffled(dir_ + "/*.prepared", 1, 8, 0, 1, 5);
+  ASSERT_NE(loader, nullptr);
+  EXPECT_TRUE(loader->shuffled());
+  int64_t tokens = 0;
+  for (const auto& d : documents) tokens += static_cast<int64_t>(d.first.size());
+  EXPECT_EQ(loader->steps_per_epoch(), (tokens - 1) / 8);
+  std::vector<std::vector<int32_t>> orders;  // the documents of each epoch, in the order read
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::vector<int32_t> stream;
+    std::vector<int32_t> targets;
+    while (loader->state().epoch == epoch) {
+      Window w = Take(*loader);
+      stream.insert(stream.end(), w.inputs.begin(), w.inputs.end());
+      targets.insert(targets.end(), w.targets.begin(), w.targets.end());
+    }
+    EXPECT_EQ(static_cast<int64_t>(stream.size()), loader->steps_per_epoch() * 8);
+    // Runs of one value: each a whole document (the last perhaps cut by the epoch's end), each
+    // document once; the target is -1 exactly where the next token starts another document.
+    std::vector<int32_t> order;
+    std::vector<bool> seen(documents.size() + 1, false);
+    for (size_t i = 0; i < stream.size();) {
+      size_t j = i;
+      while (j < stream.size() && stream[j] == stream[i]) ++j;
+      const int32_t d = stream[i];
+      ASSERT_FALSE(seen[static_cast<size_t>(d)]) << "document " << d << " twice in epoch " << epoch;
+      seen[static_cast<size_t>(d)] = true;
+      if (j < stream.size()) {
+        EXPECT_EQ(j - i, documents[static_cast<size_t>(d - 1)].first.size()) << "document " << d;
+        EXPECT_EQ(targets[j - 1], -1) << "before document " << stream[j];
+      }
+      for (size_t k = i; k + 1 < j; ++k) EXPECT_EQ(targets[k], d);
+      order.push_back(d);
+      i = j;
+    }
+    EXPECT_GT(order.size(), documents.size() - 3);
+    orders.push_back(order);
+  }
+  EXPECT_NE(orders[0], orders[1]);
+  EXPECT_NE(orders[1], orders[2]);
+  std::vector<int32_t> file_order(orders[0].size());
+  std::iota(file_order.begin(), file_order.end(), 1);
+  EXPECT_NE(orders[0], file_order);
+}
+
+// Each global batch reads the same documents on any number of ranks, and a loader restored from
+// a state continues the sequence, across epochs; another seed draws another order.
+TEST_F(PreparedDataTest, ShuffledBatchesAreTheSameOnAnySplitAndAfterARestore) {
+  WritePrepared(PathOf("c.prepared"), Numbered(30));
+  const std::string source = PathOf("c.prepared");
+  std::unique_ptr<DataLoader> wide = OpenShuffled(source, 2, 4, 0, 1, 9);
+  std::unique_ptr<DataLoader> rank0 = OpenShuffled(source, 1, 4, 0, 2, 9);
+  std::unique_ptr<DataLoader> rank1 = OpenShuffled(source, 1, 4, 1, 2, 9);
+  ASSERT_TRUE(wide && rank0 && rank1);
+  std::vector<Window> straight;
+  LoaderState saved;
+  for (int step = 0; step < 40; ++step) {
+    if (step == 13) saved = wide->state();
+    Window w = Take(*wide);
+    Window a = Take(*rank0), b = Take(*rank1);
+    a.inputs.insert(a.inputs.end(), b.inputs.begin(), b.inputs.end());
+    a.targets.insert(a.targets.end(), b.targets.begin(), b.targets.end());
+    EXPECT_EQ(a, w) << "step " << step;
+    straight.push_back(w);
+  }
+  EXPECT_GE(wide->state().epoch, 2);  // the steps crossed epochs
+  std::unique_ptr<DataLoader> resumed = OpenShuffled(source, 2, 4, 0, 1, 9);
+  ASSERT_TRUE(resumed->Restore(saved).ok());
+  for (int step = 13; step < 40; ++step) EXPECT_EQ(Take(*resumed), straight[step]) << step;
+  std::unique_ptr<DataLoader> other = OpenShuffled(source, 2, 4, 0, 1, 10);
+  EXPECT_NE(Take(*other), straight[0]);
+  // A state that is no place in the stream.
+  Status bad = resumed->Restore(LoaderState{1, 0, 0});
+  EXPECT_EQ(bad.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.message(), HasSubstr("shuffled documents"));
+}
+
+TEST_F(PreparedDataTest, ShufflingTokenShardsIsRefused) {
+  const std::string plain = PathOf("plain.bin");
+  ASSERT_TRUE(WriteTokenShard(plain, std::vector<uint16_t>(40, 5)).ok());
+  Status status = DataLoader::Open(plain, Split::kTrain, 1, 4, 0, 1, 50257,
+                                   &MemoryTracker::Global(), 1, DataOrder{true, 0})
+                      .status();
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("data.shuffle"));
+  auto unshuffled = DataLoader::Open(plain, Split::kTrain, 1, 4, 0, 1, 50257);
+  ASSERT_TRUE(unshuffled.ok());
+  EXPECT_FALSE((*unshuffled)->shuffled());
+}
+
+// A job resumed mid-epoch from a checkpoint continues the straight run's losses exactly, past
+// the epochs' ends: about 6 steps an epoch here, so the checkpoint is in the second.
+TEST_F(PreparedDataTest, AResumeMidEpochContinuesTheExactLosses) {
+  const std::string path = PathOf("chat.prepared");
+  WritePrepared(path, Conversations(16));
+  const std::string ck = PathOf("ck");
+  const std::vector<std::string> job = {"data.train=\"" + path + "\"", "train_batch_size=2",
+                                        "checkpoint.dir=\"" + ck + "\"",
+                                        "checkpoint.interval_steps=8"};
+  const auto straight = testing_util::TrainOnRanks(testing_util::TinyJob(1, 16, job), 1);
+  ASSERT_TRUE(straight[0].status.ok()) << straight[0].status.ToString();
+  ASSERT_EQ(straight[0].losses.size(), 16u);
+  TrainerOptions resume;
+  resume.resume_from = ck + "/step_00000008";
+  const auto resumed = testing_util::TrainOnRanks(testing_util::TinyJob(1, 16, job), 1, resume);
+  ASSERT_TRUE(resumed[0].status.ok()) << resumed[0].status.ToString();
+  ASSERT_EQ(resumed[0].losses.size(), 8u);
+  for (size_t s = 0; s < 8; ++s) {
+    EXPECT_EQ(resumed[0].losses[s], straight[0].losses[8 + s]) << "step " << 9 + s;
+  }
+  EXPECT_EQ(resumed[0].params, straight[0].params);
 }
 
 // The same global batches split three ways: one micro-batch of 2 sequences, 2 micro-batches of
