@@ -266,7 +266,7 @@ void AddDataPrepareCommand(CLI::App& data, int* exit_code) {
       HOIST_ASSIGN_OR_RETURN(runtime::PrepareSummary summary, runtime::PrepareDataset(options));
       std::cout << runtime::DescribePrepareSummary(summary) << "hoist: wrote " << options.output_dir
                 << " (train with data.train = \"" << options.output_dir << "/train_*.bin\"";
-      if (summary.val.examples > 0) {
+      if (summary.val.documents > 0) {
         std::cout << ", data.val = \"" << options.output_dir << "/val_*.bin\"";
       }
       std::cout << ")\n";

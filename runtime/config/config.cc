@@ -86,8 +86,13 @@ Status ReadData(const Section& top, DataConfig* data) {
 
 Status ReadTrain(const Section& top, TrainConfig* train) {
   HOIST_ASSIGN_OR_RETURN(Section s, top.Child("train"));
-  HOIST_RETURN_IF_ERROR(s.AllowOnly({"steps", "seed", "eval_interval", "eval_steps"}));
+  HOIST_RETURN_IF_ERROR(s.AllowOnly({"steps", "epochs", "seed", "eval_interval", "eval_steps"}));
   HOIST_RETURN_IF_ERROR(s.Int("steps", &train->steps));
+  HOIST_RETURN_IF_ERROR(s.Int("epochs", &train->epochs));
+  if (train->epochs < 0) return s.Invalid("epochs", "must be >= 0, found " + Num(train->epochs));
+  if (train->epochs > 0 && train->steps > 0) {
+    return s.Invalid("epochs", "and train.steps are both set; give one of them");
+  }
   HOIST_RETURN_IF_ERROR(s.UInt("seed", &train->seed));
   HOIST_RETURN_IF_ERROR(s.Int("eval_interval", &train->eval_interval));
   HOIST_RETURN_IF_ERROR(s.Int("eval_steps", &train->eval_steps));
@@ -469,11 +474,12 @@ StatusOr<Config> Parse(std::string_view text, const std::vector<std::string>& ov
   HOIST_RETURN_IF_ERROR(ReadControl(top, &config.control));
   HOIST_RETURN_IF_ERROR(ReadOffloadLimits(top, &config.offload));
 
-  if (config.train.steps == 0) {
+  if (config.train.steps == 0 && config.train.epochs == 0) {
     if (config.scheduler.total_num_steps <= 0) {
       return errors.Invalid("train.steps",
                             "must be set to the number of optimizer steps to run (or set "
-                            "scheduler.params.total_num_steps, which it then defaults to)");
+                            "train.epochs, or scheduler.params.total_num_steps, which it then "
+                            "defaults to)");
     }
     config.train.steps = config.scheduler.total_num_steps;
   }

@@ -83,7 +83,10 @@ struct DataConfig {
 
 // `train`: the run's length, seed and evaluation cadence.
 struct TrainConfig {
-  int64_t steps = 0;  // resolved: > 0 (0 in the file means scheduler total_num_steps)
+  // Resolved: > 0 (0 in the file means scheduler total_num_steps), except with `epochs`, when the
+  // trainer sets it from the data: epochs x the optimizer steps an epoch holds.
+  int64_t steps = 0;
+  int64_t epochs = 0;  // > 0: passes over data.train (then train.steps is not given)
   uint64_t seed = 1337;
   int64_t eval_interval = 0;  // 0: no periodic evaluation
   int64_t eval_steps = 10;    // > 0

@@ -144,8 +144,9 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source
     const int64_t n = shard.size;
     if (n < window) {
       return InvalidArgumentError(
-          "token shard '" + shard.name + "' has " + std::to_string(n) + " tokens, fewer than the " +
-          std::to_string(window) + " one optimizer step reads (gradient_accumulation_steps " +
+          std::string(shard.prepared ? "prepared" : "token") + " shard '" + shard.name + "' has " +
+          std::to_string(n) + " tokens, fewer than the " + std::to_string(window) +
+          " one optimizer step reads (gradient_accumulation_steps " +
           std::to_string(accumulation_steps) + " x world_size " + std::to_string(world_size) +
           " x B " + std::to_string(B) + " x T " + std::to_string(T) +
           " + 1); use a smaller batch or sequence length, or a bigger shard");

@@ -72,13 +72,18 @@ int32_t ExampleEncoder::id_limit() const {
   return tokenizer_ != nullptr ? tokenizer_->id_limit() : 256;
 }
 
-void ExampleEncoder::Tokenize(std::string_view text, const std::vector<Span>& spans, bool plain,
-                              EncodedExample* out) const {
+Status ExampleEncoder::Tokenize(std::string_view text, const std::vector<Span>& spans, bool plain,
+                                EncodedExample* out) const {
   std::vector<int32_t> ids;
   std::vector<int64_t> offsets;
   if (tokenizer_ != nullptr) {
-    ids = tokenizer_->Encode(text);
-    offsets = tokenizer_->ByteOffsets(ids);
+    if (plain) HOIST_RETURN_IF_ERROR(tokenizer_->CheckPostProcessor());
+    ids = tokenizer_->Encode(text, &offsets);
+    if (offsets.back() != static_cast<int64_t>(text.size())) {
+      return InternalError("the tokenizer's tokens cover " + std::to_string(offsets.back()) +
+                           " bytes of a text of " + std::to_string(text.size()) +
+                           "; the loss mask cannot be placed");
+    }
   } else {
     ids.assign(text.begin(), text.end());
     for (int32_t& id : ids) id &= 0xff;
@@ -92,7 +97,7 @@ void ExampleEncoder::Tokenize(std::string_view text, const std::vector<Span>& sp
   for (size_t i = 0; i < ids.size(); ++i) {
     const auto begin = static_cast<size_t>(offsets[i]);
     const auto end = static_cast<size_t>(offsets[i + 1]);
-    while (s < spans.size() && spans[s].end <= begin) ++s;
+    while (s < spans.size() && (spans[s].end <= begin || spans[s].begin == spans[s].end)) ++s;
     mask[i] = s < spans.size() && spans[s].begin < end ? 1 : 0;
   }
   out->tokens.clear();
@@ -113,6 +118,7 @@ void ExampleEncoder::Tokenize(std::string_view text, const std::vector<Span>& sp
       out->mask.push_back(last_target ? 1 : 0);
     }
   }
+  return Status::Ok();
 }
 
 StatusOr<RenderedChat> ExampleEncoder::Render(const json& messages,
@@ -194,8 +200,10 @@ StatusOr<std::string> ExampleEncoder::WithEos(std::string text) const {
   if (!options_.append_eos) return text;
   if (options_.eos_token.empty()) {
     return InvalidArgumentError(
-        "no end-of-sequence token is known to end the text with (the tokenizer_config.json names "
-        "no eos_token); name it (--eos-token) or leave the texts as they are (--no-eos)");
+        std::string("no end-of-sequence token is known to end the text with (") +
+        (tokenizer_ != nullptr ? "the tokenizer's tokenizer_config.json names no eos_token"
+                               : "there is no tokenizer") +
+        "); name it (--eos-token) or leave the texts as they are (--no-eos)");
   }
   if (text.size() < options_.eos_token.size() ||
       text.compare(text.size() - options_.eos_token.size(), std::string::npos,
@@ -227,31 +235,31 @@ Status ExampleEncoder::Encode(const DatasetRow& row, EncodedExample* out) const 
       if (loss == LossTokens::kCompletion) return refuse("prompt_completion rows");
       HOIST_ASSIGN_OR_RETURN(text, WithEos(row.text));
       spans.push_back(Span{0, text.size()});
-      Tokenize(text, spans, /*plain=*/true, out);
-      return Status::Ok();
+      return Tokenize(text, spans, /*plain=*/true, out);
     }
     case RowShape::kPromptCompletion: {
       if (loss == LossTokens::kAssistant && !row.conversational) {
         return refuse("conversations (prompt and completion as messages)");
       }
       if (row.conversational) {
-        if (loss == LossTokens::kAssistant) {
-          json both = row.messages;
-          for (const json& message : row.completion_messages) both.push_back(message);
+        json both = row.messages;
+        for (const json& message : row.completion_messages) both.push_back(message);
+        if (loss == LossTokens::kAll) {
+          HOIST_ASSIGN_OR_RETURN(RenderedChat whole, Render(both, false));
+          text = std::move(whole.text);
+          spans.push_back(Span{0, text.size()});
+        } else if (loss == LossTokens::kAssistant) {
           HOIST_RETURN_IF_ERROR(RenderAssistantTurns(both, &text, &spans));
         } else {
           HOIST_RETURN_IF_ERROR(
               RenderCompletion(row.messages, row.completion_messages, &text, &spans));
         }
-        if (loss == LossTokens::kAll) spans.assign(1, Span{0, text.size()});
-        Tokenize(text, spans, /*plain=*/false, out);
-        return Status::Ok();
+        return Tokenize(text, spans, /*plain=*/false, out);
       }
       HOIST_ASSIGN_OR_RETURN(text, WithEos(row.prompt + row.completion));
       const size_t from = loss == LossTokens::kAll ? 0 : row.prompt.size();
       if (text.size() > from) spans.push_back(Span{from, text.size()});
-      Tokenize(text, spans, /*plain=*/true, out);
-      return Status::Ok();
+      return Tokenize(text, spans, /*plain=*/true, out);
     }
     case RowShape::kMessages: {
       if (loss == LossTokens::kCompletion) return refuse("prompt_completion rows");
@@ -262,8 +270,7 @@ Status ExampleEncoder::Encode(const DatasetRow& row, EncodedExample* out) const 
       } else {
         HOIST_RETURN_IF_ERROR(RenderAssistantTurns(row.messages, &text, &spans));
       }
-      Tokenize(text, spans, /*plain=*/false, out);
-      return Status::Ok();
+      return Tokenize(text, spans, /*plain=*/false, out);
     }
   }
   return InternalError("unknown row shape");

@@ -12,7 +12,10 @@
 // around it (Llama 3's <|begin_of_text|>); a rendered chat as apply_chat_template(tokenize=True)
 // does, the template writing its own. A token is a target when any of its bytes lies in a target
 // span of the text (as transformers maps the assistant's characters to tokens): a token that
-// holds the last bytes of a prompt and the first of its completion is a target.
+// holds the last bytes of a prompt and the first of its completion is a target (TRL, counting the
+// prompt's tokens alone, would leave it out). Unlike TRL, whose SFTTrainer trains on every token of
+// a conversation unless assistant_only_loss is set, the default here (kAuto) counts the
+// assistant's turns only; kAll counts every token.
 //
 // The assistant's turns: with a template that marks them with {% generation %} blocks (what TRL's
 // assistant_only_loss requires), what those blocks render. Otherwise, for each assistant message
@@ -97,8 +100,8 @@ class ExampleEncoder {
 
   // Tokenizes `text`, marking the tokens that touch `spans` (sorted, disjoint). `plain`: add the
   // post-processor's special tokens, as for a text that no template wrote.
-  void Tokenize(std::string_view text, const std::vector<Span>& spans, bool plain,
-                EncodedExample* out) const;
+  Status Tokenize(std::string_view text, const std::vector<Span>& spans, bool plain,
+                  EncodedExample* out) const;
   StatusOr<RenderedChat> Render(const nlohmann::json& messages, bool add_generation_prompt) const;
   // The rendered conversation and the byte spans of its assistant turns.
   Status RenderAssistantTurns(const nlohmann::json& messages, std::string* text,

@@ -2,8 +2,10 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -65,7 +67,7 @@ class SetWriter {
       set_->shards.push_back(shard);
     }
     HOIST_RETURN_IF_ERROR(writer_->Append(tokens, mask));
-    ++set_->examples;
+    ++set_->documents;
     set_->tokens += static_cast<int64_t>(tokens.size());
     for (uint8_t m : mask) set_->targets += m;
     return Status::Ok();
@@ -234,7 +236,7 @@ nlohmann::ordered_json Manifest(const PrepareOptions& options, const Vocabulary&
                                 const ExampleEncoderOptions& encoder,
                                 const PrepareSummary& summary) {
   auto set = [](const PreparedSet& s) {
-    return nlohmann::ordered_json{{"examples", s.examples},
+    return nlohmann::ordered_json{{"documents", s.documents},
                                   {"tokens", s.tokens},
                                   {"targets", s.targets},
                                   {"shards", s.shards}};
@@ -251,6 +253,9 @@ nlohmann::ordered_json Manifest(const PrepareOptions& options, const Vocabulary&
   manifest["loss"] = LossTokensName(options.encoder.loss);
   manifest["eos_token"] = encoder.append_eos ? encoder.eos_token : "";
   manifest["template_variables"] = encoder.render.variables;
+  char rendered_at[32] = {};
+  std::strftime(rendered_at, sizeof(rendered_at), "%Y-%m-%d %H:%M:%S", &*encoder.render.now);
+  manifest["rendered_at"] = rendered_at;
   manifest["max_length"] = options.max_length;
   manifest["overflow"] = OverflowName(options.overflow);
   manifest["val_fraction"] = options.val_fraction;
@@ -290,6 +295,14 @@ StatusOr<PrepareSummary> PrepareDataset(const PrepareOptions& options, FileSyste
   for (const auto& [name, text] : vocabulary.special_tokens) {
     encoder_options.render.special_tokens.emplace(name, text);
   }
+  // One clock for every row: a template that prints the date renders every prefix of a
+  // conversation alike, and the whole dataset with one date.
+  if (!encoder_options.render.now.has_value()) {
+    const std::time_t now = std::time(nullptr);
+    std::tm local{};
+    localtime_r(&now, &local);
+    encoder_options.render.now = local;
+  }
   if (encoder_options.eos_token.empty()) {
     auto eos = vocabulary.special_tokens.find("eos_token");
     if (eos != vocabulary.special_tokens.end()) encoder_options.eos_token = eos->second;
@@ -316,15 +329,21 @@ StatusOr<PrepareSummary> PrepareDataset(const PrepareOptions& options, FileSyste
     summary.input_bytes += input.bytes;
   }
 
+  const bool created = fs.Stat(options.output_dir).status().code() == StatusCode::kNotFound;
   HOIST_RETURN_IF_ERROR(fs.CreateDirs(options.output_dir));
   const std::string staging = UniqueTempPath(Join(options.output_dir, ".staging"));
-  HOIST_RETURN_IF_ERROR(fs.CreateDirs(staging));
-  // The staging directory goes however this ends.
+  // The staging directory goes however this ends, and the output directory too when this run
+  // made it and failed.
   struct Cleanup {
     FileSystem& fs;
-    std::string path;
-    ~Cleanup() { (void)fs.RemoveAll(path); }
-  } cleanup{fs, staging};
+    std::string staging, output;
+    bool remove_output;
+    ~Cleanup() {
+      (void)fs.RemoveAll(staging);
+      if (remove_output) (void)fs.Remove(output);
+    }
+  } cleanup{fs, staging, options.output_dir, created};
+  HOIST_RETURN_IF_ERROR(fs.CreateDirs(staging));
 
   SetWriter train(fs, staging, "train", summary.token_bytes, options.shard_tokens, &summary.train);
   SetWriter val(fs, staging, "val", summary.token_bytes, options.shard_tokens, &summary.val);
@@ -393,10 +412,10 @@ StatusOr<PrepareSummary> PrepareDataset(const PrepareOptions& options, FileSyste
   for (const std::string& path : options.inputs) {
     inputs_named += (inputs_named.empty() ? "" : ", ") + path;
   }
-  if (summary.train.examples == 0) {
+  if (summary.train.documents == 0) {
     return InvalidArgumentError("no training example came of " + inputs_named + " (" +
                                 std::to_string(summary.rows.rows) + " rows read, " +
-                                std::to_string(summary.val.examples) + " held out)");
+                                std::to_string(summary.val.documents) + " held out)");
   }
   if (summary.train.targets == 0) {
     return InvalidArgumentError(
@@ -404,7 +423,12 @@ StatusOr<PrepareSummary> PrepareDataset(const PrepareOptions& options, FileSyste
         LossTokensName(options.encoder.loss) +
         " tokens): there is nothing to train on; check the rows' roles, or --loss");
   }
-  if (options.val_fraction > 0 && summary.val.examples == 0) {
+  if (summary.val.documents > 0 && summary.val.targets == 0) {
+    return InvalidArgumentError("no token of the held-out examples is a target of the loss (" +
+                                std::string(LossTokensName(options.encoder.loss)) +
+                                " tokens): they could not be evaluated; check their rows");
+  }
+  if (options.val_fraction > 0 && summary.val.documents == 0) {
     return InvalidArgumentError("the held-out fraction " + std::to_string(options.val_fraction) +
                                 " chose none of the " + std::to_string(summary.rows.rows) +
                                 " rows; raise it or give held-out files");
@@ -412,6 +436,9 @@ StatusOr<PrepareSummary> PrepareDataset(const PrepareOptions& options, FileSyste
 
   // Into place: the new shards renamed over the old names, then the old dataset's other files
   // removed, the manifest last.
+  if (std::find(existing.begin(), existing.end(), kManifestName) != existing.end()) {
+    HOIST_RETURN_IF_ERROR(fs.Remove(Join(options.output_dir, kManifestName)));
+  }
   std::set<std::string> placed;
   for (const PreparedSet* set : {&summary.train, &summary.val}) {
     for (const std::string& shard : set->shards) {
@@ -427,12 +454,13 @@ StatusOr<PrepareSummary> PrepareDataset(const PrepareOptions& options, FileSyste
   const std::string_view pieces[] = {manifest};
   HOIST_RETURN_IF_ERROR(WriteFileAtomically(fs, Join(options.output_dir, kManifestName), pieces));
   HOIST_RETURN_IF_ERROR(fs.SyncDir(options.output_dir));
+  cleanup.remove_output = false;
   return summary;
 }
 
 std::string DescribePrepareSummary(const PrepareSummary& summary) {
   auto set = [](const char* name, const PreparedSet& s) {
-    return std::string(name) + ": " + std::to_string(s.examples) + " examples, " +
+    return std::string(name) + ": " + std::to_string(s.documents) + " documents, " +
            std::to_string(s.tokens) + " tokens, " + std::to_string(s.targets) +
            " of them targets of the loss, in " + std::to_string(s.shards.size()) + " shard" +
            (s.shards.size() == 1 ? "" : "s") + "\n";
@@ -442,7 +470,7 @@ std::string DescribePrepareSummary(const PrepareSummary& summary) {
                     std::to_string(summary.rows.blank_lines) + " blank lines\n";
   for (const std::string& reason : summary.rows.reasons) out += "  skipped: " + reason + "\n";
   out += set("train", summary.train);
-  if (summary.val.examples > 0) out += set("val", summary.val);
+  if (summary.val.documents > 0) out += set("val", summary.val);
   if (summary.empty > 0) out += std::to_string(summary.empty) + " examples had no token: skipped\n";
   if (summary.no_target > 0) {
     out += std::to_string(summary.no_target) +

@@ -10,14 +10,19 @@
 //   val_000000.bin, ...                        when a held-out set is asked for
 //   prepare.json                               what was read, how, and what came of it
 //
-// all at once at the end: the shards are written under a staging directory inside it, and moved
-// into place only when every row has been prepared, so that a failed or interrupted run (a
-// malformed row, a full disk) leaves the directory as it was. A directory that already holds a
-// prepared dataset is refused unless `overwrite`; then the old files are replaced.
+// at the end: the shards are written under a staging directory inside it, and moved into place
+// only when every row has been prepared, so that a failed run (a malformed row, a full disk)
+// leaves the directory as it was (one it created is removed). A directory that already holds a
+// prepared dataset is refused unless `overwrite`; then the old prepare.json is removed first,
+// the new shards renamed over the old names, the old shards left over removed, and the new
+// prepare.json written last: a directory without prepare.json holds no complete dataset.
 //
 // The held-out set: the rows of val_inputs, or a fraction of the rows chosen by a hash of the
 // seed, the file's position among the inputs and the row's line: the same rows whatever the
 // shard size, and a row's choice does not depend on any other row.
+//
+// Chat templates that print the date (Llama 3.1's) see the time the run started, the same for
+// every row (recorded in prepare.json), unless the options give one.
 //
 // Examples longer than max_length tokens are truncated to it or split into pieces of it (each a
 // document of its own), and counted. An example with no token is skipped and counted; one with
@@ -67,7 +72,7 @@ struct PrepareOptions {
 
 // One set's (training or held-out) share of the outcome.
 struct PreparedSet {
-  int64_t examples = 0;
+  int64_t documents = 0;  // examples, each piece of a split one apart
   int64_t tokens = 0;
   int64_t targets = 0;  // tokens the loss counts
   std::vector<std::string> shards;

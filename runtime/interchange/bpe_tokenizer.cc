@@ -316,9 +316,14 @@ StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Parse(std::string_view tex
     }
   }
   if (!IsNullOrAbsent(root, "post_processor")) {
-    HOIST_RETURN_IF_ERROR(ReadPostProcessor(name, root["post_processor"], "post_processor",
-                                            &tokenizer->special_prefix_,
-                                            &tokenizer->special_suffix_));
+    // A post-processor this reader does not know matters only to those who ask for its tokens.
+    Status read = ReadPostProcessor(name, root["post_processor"], "post_processor",
+                                    &tokenizer->special_prefix_, &tokenizer->special_suffix_);
+    if (!read.ok()) {
+      tokenizer->special_prefix_.clear();
+      tokenizer->special_suffix_.clear();
+      tokenizer->post_processor_error_ = read;
+    }
     for (int32_t id : tokenizer->special_prefix_) {
       tokenizer->id_limit_ = std::max(tokenizer->id_limit_, id + 1);
     }
@@ -482,25 +487,34 @@ std::string BpeTokenizer::Decode(std::span<const int32_t> ids) const {
   return bytes;
 }
 
-std::vector<int64_t> BpeTokenizer::ByteOffsets(std::span<const int32_t> ids) const {
-  std::vector<int64_t> offsets;
-  offsets.reserve(ids.size() + 1);
+std::vector<int32_t> BpeTokenizer::Encode(std::string_view text,
+                                          std::vector<int64_t>* offsets) const {
+  std::vector<int32_t> ids;
+  offsets->clear();
+  std::vector<Segment> segments;
+  SplitAddedTokens(text, &segments);
+  WordCache cache;
   std::vector<CodePoint> cps;
-  int64_t at = 0;
-  for (int32_t id : ids) {
-    offsets.push_back(at);
-    auto added = added_by_id_.find(id);
-    const std::string* token = added != added_by_id_.end() ? &added->second : model_->Token(id);
-    if (token == nullptr) continue;
-    // As Decode: one byte per character of the byte alphabet, else the token's own text.
-    DecodeUtf8(*token, &cps);
-    const bool all_bytes = std::all_of(cps.begin(), cps.end(), [](const CodePoint& cp) {
-      return CharToByte(cp.value).has_value();
-    });
-    at += all_bytes ? static_cast<int64_t>(cps.size()) : static_cast<int64_t>(token->size());
+  for (const Segment& segment : segments) {
+    if (segment.id >= 0) {
+      ids.push_back(segment.id);
+      offsets->push_back(static_cast<int64_t>(segment.begin));
+      continue;
+    }
+    const size_t first = ids.size();
+    EncodeText(text.substr(segment.begin, segment.end - segment.begin), &cache, &ids);
+    // The model's tokens of plain text are in the byte alphabet: a character a byte.
+    auto at = static_cast<int64_t>(segment.begin);
+    for (size_t i = first; i < ids.size(); ++i) {
+      offsets->push_back(at);
+      const std::string* token = model_->Token(ids[i]);
+      if (token == nullptr) continue;
+      DecodeUtf8(*token, &cps);
+      at += static_cast<int64_t>(cps.size());
+    }
   }
-  offsets.push_back(at);
-  return offsets;
+  offsets->push_back(static_cast<int64_t>(text.size()));
+  return ids;
 }
 
 void BpeStreamEncoder::Add(std::string_view chunk, std::vector<int32_t>* out) {

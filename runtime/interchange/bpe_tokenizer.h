@@ -19,7 +19,8 @@
 //
 // The post-processor (TemplateProcessing, alone or in a Sequence with ByteLevel) is read for the
 // ids it puts around a single text, special_prefix() and special_suffix(), which
-// `tokenizer(text)` adds and Encode does not; other post-processors are refused by name.
+// `tokenizer(text)` adds and Encode does not; another post-processor, or a malformed one, leaves
+// them empty and CheckPostProcessor says why (Encode and Decode do not need it).
 #pragma once
 
 #include <cstdint>
@@ -59,15 +60,17 @@ class BpeTokenizer {
   // UTF-8 are kept as they are rather than replaced by U+FFFD.
   std::string Decode(std::span<const int32_t> ids) const;
 
-  // Where each token of `ids` starts in the bytes Decode(ids) gives, and after the last one its
-  // end (ids.size() + 1 offsets). For the ids Encode(text) gave, these are offsets into `text`:
-  // every token stands for a contiguous run of it.
-  std::vector<int64_t> ByteOffsets(std::span<const int32_t> ids) const;
+  // Encode, and where each token starts in `text`, then the text's end (ids.size() + 1 offsets
+  // into *offsets): every token stands for a contiguous run of the text's bytes.
+  std::vector<int32_t> Encode(std::string_view text, std::vector<int64_t>* offsets) const;
 
   // The ids the post-processor adds before and after a single text (Llama 3: <|begin_of_text|>
   // before, nothing after); empty without one.
   const std::vector<int32_t>& special_prefix() const { return special_prefix_; }
   const std::vector<int32_t>& special_suffix() const { return special_suffix_; }
+  // Whether those are what the post-processor adds: an error naming the file and the field for a
+  // post-processor that was not read.
+  const Status& CheckPostProcessor() const { return post_processor_error_; }
 
   // The id of the added token whose text is `content` (a special token such as <|im_start|>,
   // which Encode gives as that one id wherever the text holds it), or nothing.
@@ -113,6 +116,7 @@ class BpeTokenizer {
   bool added_first_byte_[256] = {};  // whether some added token starts with the byte
   int32_t id_limit_ = 0;
   std::vector<int32_t> special_prefix_, special_suffix_;
+  Status post_processor_error_;
 };
 
 // Encodes a text that arrives in chunks, giving the same ids as BpeTokenizer::Encode of the whole

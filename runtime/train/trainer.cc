@@ -224,6 +224,25 @@ Status Trainer::Initialize() {
                            MetricsExporter::Start(config_.metrics, rank, options_.local_rank));
     HOIST_LOG(INFO) << "metrics: serving " << metrics_->url();
   }
+  // The data before the controller: with train.epochs it decides how many steps the job runs.
+  HOIST_ASSIGN_OR_RETURN(train_loader_,
+                         DataLoader::Open(config_.data.train, Split::kTrain, B, T, rank, world_size,
+                                          config_.model.vocab_size, options_.tracker,
+                                          static_cast<int>(config_.gradient_accumulation_steps),
+                                          DataOrder{config_.data.shuffle, config_.train.seed}));
+  if (config_.train.epochs > 0) {
+    config_.train.steps = config_.train.epochs * train_loader_->steps_per_epoch();
+  }
+  if (rank == 0 && (train_loader_->shuffled() || config_.train.epochs > 0)) {
+    HOIST_LOG(INFO) << "data: " << config_.data.train << ", " << train_loader_->steps_per_epoch()
+                    << " optimizer steps an epoch"
+                    << (train_loader_->shuffled() ? ", the documents in a new order each epoch"
+                                                  : "")
+                    << (config_.train.epochs > 0
+                            ? "; train.epochs " + std::to_string(config_.train.epochs) + ": " +
+                                  std::to_string(config_.train.steps) + " steps"
+                            : std::string());
+  }
   if (rank == 0) {
     control_ = options_.controller;
     if (control_ == nullptr) {
@@ -251,16 +270,6 @@ Status Trainer::Initialize() {
   }
   HOIST_ASSIGN_OR_RETURN(LrSchedule schedule, LrSchedule::Create(LrScheduleParamsOf(config_)));
   schedule_ = std::make_unique<LrSchedule>(std::move(schedule));
-  HOIST_ASSIGN_OR_RETURN(train_loader_,
-                         DataLoader::Open(config_.data.train, Split::kTrain, B, T, rank, world_size,
-                                          config_.model.vocab_size, options_.tracker,
-                                          static_cast<int>(config_.gradient_accumulation_steps),
-                                          DataOrder{config_.data.shuffle, config_.train.seed}));
-  if (rank == 0 && train_loader_->shuffled()) {
-    HOIST_LOG(INFO) << "data: the documents of " << config_.data.train
-                    << " in a new order each epoch (seed " << config_.train.seed << "), "
-                    << train_loader_->steps_per_epoch() << " optimizer steps an epoch";
-  }
   if (config_.train.eval_interval > 0 && !config_.data.val.empty()) {
     HOIST_ASSIGN_OR_RETURN(val_loader_, DataLoader::Open(config_.data.val, Split::kVal, B, T, rank,
                                                          world_size, config_.model.vocab_size,

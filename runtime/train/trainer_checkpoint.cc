@@ -46,7 +46,8 @@ Status Trainer::SaveCheckpoint() {
   const std::string& dir = config_.checkpoint.dir;
   const int rank = comm_->rank(), world_size = comm_->world_size();
   const LoaderState loader = train_loader_->state();
-  const int64_t loader_words[3] = {loader.shard_index, loader.position, loader.epoch};
+  const int64_t loader_words[4] = {loader.shard_index, loader.position, loader.epoch,
+                                   train_loader_->shuffled() ? 1 : 0};
   // Each rank's own JSONL log length: with `{rank}` in the path the ranks' logs differ.
   const int64_t log_bytes = log_->bytes();
   std::vector<CheckpointBlob> blobs = {
@@ -224,16 +225,25 @@ Status Trainer::PrepareResume(ResumeSource* source) {
                          "were trained on";
     }
   }
-  // Shard, position and epoch; checkpoints written before the epoch was kept have the first two.
-  int64_t loader_words[3] = {0, 0, 0};
+  // Shard, position, epoch and whether the documents were shuffled; checkpoints written before
+  // the epoch was kept have the first two (and read their data in order).
+  int64_t loader_words[4] = {0, 0, 0, 0};
   if (prepared.ok()) {
-    int64_t bytes = 3 * int64_t{sizeof(int64_t)};
+    int64_t bytes = 4 * int64_t{sizeof(int64_t)};
     for (const ShardBlobEntry& blob : source->first.blobs()) {
       if (blob.name == "train_loader" && blob.bytes == 2 * int64_t{sizeof(int64_t)}) {
         bytes = blob.bytes;
       }
     }
     prepared = source->first.Read("train_loader", loader_words, bytes);
+  }
+  if (prepared.ok() && (loader_words[3] != 0) != train_loader_->shuffled()) {
+    // A position in one order is no position in the other.
+    prepared = FailedPreconditionError(
+        "checkpoint " + step_dir + " was written by a job that read its data " +
+        (loader_words[3] != 0 ? "with the documents shuffled" : "in order") +
+        ", and this job reads it " + (train_loader_->shuffled() ? "shuffled" : "in order") +
+        "; resume with data.shuffle " + (loader_words[3] != 0 ? "true" : "false"));
   }
   if (prepared.ok()) {
     // The data position is global: the same sequence of global batches continues on any split.

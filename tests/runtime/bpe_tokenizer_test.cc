@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -100,12 +101,13 @@ TEST_P(FixtureTest, RoundTripsBytesThatAreNotUtf8) {
   EXPECT_EQ(StreamEncode(*tokenizer, bytes, 1), tokenizer->Encode(bytes));
 }
 
-TEST_P(FixtureTest, ByteOffsetsPlaceEachTokenInTheText) {
+TEST_P(FixtureTest, OffsetsPlaceEachTokenInTheText) {
   std::unique_ptr<BpeTokenizer> tokenizer = LoadFixture(GetParam());
   ASSERT_NE(tokenizer, nullptr);
   std::string text = ReadFixture("text.txt") + "<|endoftext|>\xE4\xB8 cut\xF0\x9F";
-  const std::vector<int32_t> ids = tokenizer->Encode(text);
-  const std::vector<int64_t> offsets = tokenizer->ByteOffsets(ids);
+  std::vector<int64_t> offsets;
+  const std::vector<int32_t> ids = tokenizer->Encode(text, &offsets);
+  EXPECT_EQ(ids, tokenizer->Encode(text));
   ASSERT_EQ(offsets.size(), ids.size() + 1);
   EXPECT_EQ(offsets.front(), 0);
   EXPECT_EQ(offsets.back(), static_cast<int64_t>(text.size()));
@@ -278,16 +280,62 @@ TEST(BpeTokenizer, PostProcessorGivesTheSpecialTokensAroundAText) {
   EXPECT_TRUE((*tokenizer)->special_prefix().empty());
 }
 
-TEST(BpeTokenizerErrors, PostProcessorsNotReadAreNamed) {
+TEST(BpeTokenizer, OffsetsOfAnAddedTokenAreItsOwnText) {
+  // "é" and "Ġx" are characters of the byte alphabet, but an added token is found as its UTF-8
+  // text: 2 and 3 bytes, not the 1 and 2 bytes they would stand for in the alphabet.
+  auto tokenizer = BpeTokenizer::Parse(Edited([](nlohmann::json& c) {
+                                         c["added_tokens"].push_back({{"content", "é"}});
+                                         c["added_tokens"].push_back({{"content", "Ġx"}});
+                                       }),
+                                       "tok.json");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
+  // " x" is the model's token "Ġx" too, whose id the added token takes: the same id stands for
+  // 2 bytes there and 3 where the text holds "Ġx".
+  const std::string text = "aéb Ġx c x";
+  std::vector<int64_t> offsets;
+  const std::vector<int32_t> ids = (*tokenizer)->Encode(text, &offsets);
+  ASSERT_EQ(offsets.size(), ids.size() + 1);
+  EXPECT_EQ(offsets.back(), static_cast<int64_t>(text.size()));
+  for (const char* added : {"é", "Ġx"}) {
+    const std::optional<int32_t> id = (*tokenizer)->AddedTokenId(added);
+    ASSERT_TRUE(id.has_value());
+    const auto at = std::find(ids.begin(), ids.end(), *id) - ids.begin();
+    ASSERT_LT(at, static_cast<std::ptrdiff_t>(ids.size()));
+    const size_t begin = text.find(added);
+    EXPECT_EQ(offsets[at], static_cast<int64_t>(begin)) << added;
+    EXPECT_EQ(offsets[at + 1], static_cast<int64_t>(begin + std::string(added).size())) << added;
+  }
+  // The last token, " x" (or its pieces), spans the text's last 2 bytes.
+  EXPECT_EQ(offsets[ids.size() - 1] <= static_cast<int64_t>(text.size()) - 1, true);
+  EXPECT_EQ(text.substr(static_cast<size_t>(offsets[ids.size() - 1])).back(), 'x');
+}
+
+TEST(BpeTokenizerErrors, PostProcessorsNotReadAreNamedWhenAsked) {
   Status status = ParseError(Edited([](nlohmann::json& c) {
     c["post_processor"] = {{"type", "RobertaProcessing"}};
   }));
+  EXPECT_TRUE(status.ok()) << status.ToString();  // Encode and Decode do without it
+  auto tokenizer = BpeTokenizer::Parse(Edited([](nlohmann::json& c) {
+                                         c["post_processor"] = {{"type", "RobertaProcessing"}};
+                                       }),
+                                       "tok.json");
+  ASSERT_TRUE(tokenizer.ok());
+  status = (*tokenizer)->CheckPostProcessor();
   EXPECT_EQ(status.code(), StatusCode::kUnimplemented);
   EXPECT_THAT(status.message(), HasSubstr("post_processor.type"));
   status = ParseError(Edited([](nlohmann::json& c) {
     c["post_processor"] = {{"type", "TemplateProcessing"},
                            {"single", {{{"SpecialToken", {{"id", "<s>"}}}}}}};
   }));
+  EXPECT_TRUE(status.ok()) << status.ToString();
+  tokenizer = BpeTokenizer::Parse(Edited([](nlohmann::json& c) {
+                                    c["post_processor"] = {
+                                        {"type", "TemplateProcessing"},
+                                        {"single", {{{"SpecialToken", {{"id", "<s>"}}}}}}};
+                                  }),
+                                  "tok.json");
+  ASSERT_TRUE(tokenizer.ok());
+  status = (*tokenizer)->CheckPostProcessor();
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("post_processor.special_tokens"));
   EXPECT_THAT(status.message(), HasSubstr("<s>"));

@@ -232,6 +232,17 @@ TEST(ConfigData, ShuffleIsUnsetUnlessGivenAndMustBeABool) {
   EXPECT_THAT(s.message(), HasSubstr("shuffle"));
 }
 
+TEST(ConfigTrain, EpochsOrStepsNotBoth) {
+  Config c = ParseOk(kMinimal, {"train.steps=0", "train.epochs=2"});
+  EXPECT_EQ(c.train.epochs, 2);
+  EXPECT_EQ(c.train.steps, 0);  // the trainer sets it from the data
+  Status s = ErrorOf(kMinimal, {"train.steps=5", "train.epochs=2"});
+  EXPECT_THAT(s.message(), HasSubstr("train.epochs"));
+  EXPECT_THAT(s.message(), HasSubstr("give one of them"));
+  s = ErrorOf(kMinimal, {"train.epochs=-1"});
+  EXPECT_THAT(s.message(), HasSubstr("train.epochs"));
+}
+
 TEST(ConfigOverride, SetsAnArray) {
   Config c = ParseOk(kMinimal, {"optimizer.params.betas=[0.9,0.95]"});
   EXPECT_FLOAT_EQ(c.optimizer.beta1, 0.9f);

@@ -9,6 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -220,6 +221,50 @@ TEST(ExampleEncoder, TokensOfARenderedChatAreTheTokenizersIds) {
   EXPECT_EQ(shared->Decode(ids).rfind("<|begin_of_text|>", 0), 0u);
 }
 
+// Llama 3's post-processor puts <|begin_of_text|> before a text, as `tokenizer(text)` does; a
+// rendered chat has it from the template and gets no second one.
+TEST(ExampleEncoder, APlainTextGetsThePostProcessorsTokensAndAChatDoesNot) {
+  nlohmann::json config = json::parse(ReadChatFixture("chat_tokenizer.json"));
+  config["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single",
+       {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+        {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+      {"special_tokens", {{"<|begin_of_text|>", {{"id", "<|begin_of_text|>"}, {"ids", {0}}}}}}};
+  StatusOr<std::unique_ptr<BpeTokenizer>> parsed = BpeTokenizer::Parse(config.dump(), "tok.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  std::shared_ptr<const BpeTokenizer> tokenizer = std::move(parsed).value();
+  const Chat llama = LoadChat("llama3_2");
+  const ExampleEncoder encoder = MakeEncoder(tokenizer, llama.tmpl, llama.special_tokens);
+  DatasetRow text;
+  text.shape = RowShape::kText;
+  text.text = "Hello there";
+  EncodedExample example;
+  ASSERT_TRUE(encoder.Encode(text, &example).ok());
+  ASSERT_GE(example.tokens.size(), 3u);
+  EXPECT_EQ(example.tokens[0], 0u);
+  EXPECT_EQ(std::count(example.tokens.begin(), example.tokens.end(), 0u), 1);
+  EXPECT_EQ(example.targets(), static_cast<int64_t>(example.tokens.size()));
+  EXPECT_EQ(example.tokens.back(), 4u);  // <|eot_id|>, the config's eos_token
+  // A prompt/completion: the prefix is off the loss with the prompt.
+  DatasetRow pc;
+  pc.shape = RowShape::kPromptCompletion;
+  pc.prompt = "Q: hi ";
+  pc.completion = "A: yo";
+  ASSERT_TRUE(encoder.Encode(pc, &example).ok());
+  EXPECT_EQ(example.tokens[0], 0u);
+  EXPECT_EQ(example.mask[0], 0);
+  EXPECT_EQ(example.mask.back(), 1);
+  // A conversation: one <|begin_of_text|>, the template's.
+  ASSERT_TRUE(encoder
+                  .Encode(MessagesRow(json::parse(R"([{"role": "user", "content": "Hi"},
+                      {"role": "assistant", "content": "Yo"}])")),
+                          &example)
+                  .ok());
+  EXPECT_EQ(example.tokens[0], 0u);
+  EXPECT_EQ(std::count(example.tokens.begin(), example.tokens.end(), 0u), 1);
+}
+
 TEST(ExampleEncoder, TextRowsEndWithEosAndCountEveryToken) {
   ExampleEncoderOptions options;
   options.eos_token = "</s>";
@@ -302,6 +347,23 @@ TEST(ExampleEncoder, ALossTheRowsCannotHaveIsRefused) {
                .Encode(chat, &example);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("prompt_completion rows"));
+  // Every token of a conversational prompt/completion, even where the template renders the
+  // prompt with a generation prompt otherwise than before its completion.
+  DatasetRow pc;
+  pc.shape = RowShape::kPromptCompletion;
+  pc.conversational = true;
+  pc.messages = json::parse(R"([{"role": "user", "content": "Hi"}])");
+  pc.completion_messages = json::parse(R"([{"role": "assistant", "content": "Yo"}])");
+  StatusOr<ChatTemplate> odd = ChatTemplate::Parse(
+      "{% for m in messages %}[{{ m.content }}]{% endfor %}"
+      "{% if add_generation_prompt %}<gen>{% endif %}");
+  ASSERT_TRUE(odd.ok());
+  status = MakeEncoder(nullptr, *odd).Encode(pc, &example);
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--loss all"));
+  ASSERT_TRUE(MakeEncoder(nullptr, *odd, {}, LossTokens::kAll).Encode(pc, &example).ok());
+  EXPECT_EQ(Bytes(example), "[Hi][Yo]");
+  EXPECT_EQ(example.targets(), 8);
   // A conversation without a template.
   status = MakeEncoder(nullptr, std::nullopt).Encode(chat, &example);
   EXPECT_EQ(status.code(), StatusCode::kFailedPrecondition);

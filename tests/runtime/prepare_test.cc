@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -73,6 +74,20 @@ class Prepare : public ::testing::Test {
     return options;
   }
 
+  // The tokens of the held-out shards, in order.
+  std::vector<uint32_t> ValTokens(const PrepareSummary& summary) {
+    std::vector<uint32_t> tokens;
+    for (const std::string& name : summary.val.shards) {
+      StatusOr<PreparedShard> shard = PreparedShard::Open(out_ + "/" + name);
+      EXPECT_TRUE(shard.ok()) << shard.status().ToString();
+      if (!shard.ok()) return {};
+      const size_t at = tokens.size();
+      tokens.resize(at + static_cast<size_t>(shard->tokens()));
+      EXPECT_TRUE(shard->ReadTokens(0, shard->tokens(), tokens.data() + at).ok());
+    }
+    return tokens;
+  }
+
   // The files in the output directory, sorted.
   std::vector<std::string> OutputFiles() {
     std::vector<std::string> names;
@@ -96,8 +111,8 @@ TEST_F(Prepare, ConversationsBecomeShardsTheLoaderTrainsOn) {
   StatusOr<PrepareSummary> summary = PrepareDataset(options);
   ASSERT_TRUE(summary.ok()) << summary.status().ToString();
   EXPECT_EQ(summary->rows.rows, 20);
-  EXPECT_EQ(summary->train.examples, 20);
-  EXPECT_EQ(summary->val.examples, 0);
+  EXPECT_EQ(summary->train.documents, 20);
+  EXPECT_EQ(summary->val.documents, 0);
   EXPECT_EQ(OutputFiles(), (std::vector<std::string>{"prepare.json", "train_000000.bin"}));
   EXPECT_THAT(progress.str(), HasSubstr("20 rows"));
 
@@ -132,18 +147,20 @@ TEST_F(Prepare, AHeldOutFractionChoosesTheSameRowsWhateverTheShards) {
   options.seed = 7;
   StatusOr<PrepareSummary> one = PrepareDataset(options);
   ASSERT_TRUE(one.ok()) << one.status().ToString();
-  EXPECT_EQ(one->train.examples + one->val.examples, 400);
-  EXPECT_GT(one->val.examples, 60);
-  EXPECT_LT(one->val.examples, 140);
+  EXPECT_EQ(one->train.documents + one->val.documents, 400);
+  EXPECT_GT(one->val.documents, 60);
+  EXPECT_LT(one->val.documents, 140);
   ASSERT_EQ(one->val.shards.size(), 1u);
+  const std::vector<uint32_t> one_val = ValTokens(*one);
 
   // Smaller shards: the same rows held out, in more files; the old files replaced.
   options.shard_tokens = 500;
   options.overwrite = true;
   StatusOr<PrepareSummary> two = PrepareDataset(options);
   ASSERT_TRUE(two.ok()) << two.status().ToString();
-  EXPECT_EQ(two->val.examples, one->val.examples);
+  EXPECT_EQ(two->val.documents, one->val.documents);
   EXPECT_EQ(two->val.tokens, one->val.tokens);
+  EXPECT_EQ(ValTokens(*two), one_val);
   EXPECT_GT(two->train.shards.size(), 2u);
   // Another seed, other rows.
   options.seed = 8;
@@ -164,8 +181,8 @@ TEST_F(Prepare, HeldOutFilesGoToTheValidationShards) {
   options.val_inputs = {Write("b.jsonl", "{\"text\": \"three\"}\n")};
   StatusOr<PrepareSummary> summary = PrepareDataset(options);
   ASSERT_TRUE(summary.ok()) << summary.status().ToString();
-  EXPECT_EQ(summary->train.examples, 2);
-  EXPECT_EQ(summary->val.examples, 1);
+  EXPECT_EQ(summary->train.documents, 2);
+  EXPECT_EQ(summary->val.documents, 1);
   EXPECT_EQ(summary->val.tokens, 9);  // "three</s>", a byte a token
   options.val_fraction = 0.1;
   options.overwrite = true;
@@ -189,7 +206,7 @@ TEST_F(Prepare, LongExamplesAreTruncatedOrSplitAndCounted) {
   ASSERT_TRUE(split.ok()) << split.status().ToString();
   EXPECT_EQ(split->split, 2);
   EXPECT_EQ(split->train.tokens, 20);
-  EXPECT_EQ(split->train.examples, 3 + 2);
+  EXPECT_EQ(split->train.documents, 3 + 2);
   StatusOr<PreparedShard> shard = PreparedShard::Open(out_ + "/train_000000.bin");
   ASSERT_TRUE(shard.ok());
   std::vector<int64_t> starts(5);
@@ -203,7 +220,7 @@ TEST_F(Prepare, AMalformedRowNamesFileAndLineAndLeavesTheDirectoryAsItWas) {
   ASSERT_FALSE(summary.ok());
   EXPECT_THAT(summary.status().message(), HasSubstr("bad.jsonl line 2"));
   EXPECT_THAT(summary.status().message(), HasSubstr("`text`"));
-  EXPECT_TRUE(OutputFiles().empty());  // not even the staging directory
+  EXPECT_FALSE(fs::exists(out_));  // the directory it made, and the staging inside, are gone
 
   PrepareOptions options = Options({input});
   options.rows.skip_malformed = true;
@@ -233,7 +250,7 @@ TEST_F(Prepare, NothingToTrainOnIsRefused) {
   StatusOr<PrepareSummary> summary = PrepareDataset(options);
   ASSERT_EQ(summary.status().code(), StatusCode::kInvalidArgument);
   EXPECT_THAT(summary.status().message(), HasSubstr("nothing to train on"));
-  EXPECT_TRUE(OutputFiles().empty());
+  EXPECT_FALSE(fs::exists(out_));
   // A fraction that holds out nothing.
   options = Options({Write("t.jsonl", "{\"text\": \"a\"}\n")});
   options.val_fraction = 1e-9;
@@ -256,6 +273,17 @@ TEST_F(Prepare, AFullDiskFailsNamingTheShardAndLeavesNothing) {
   ASSERT_FALSE(summary.ok());
   EXPECT_THAT(summary.status().message(), HasSubstr("train_0000"));
   EXPECT_EQ(OutputFiles(), before);  // the old dataset is untouched, no staging left
+  // A rename that fails while the new shards go into place (the second rename to that name; the
+  // first finished the shard in the staging directory): the old manifest is gone first, so
+  // the directory never shows a complete dataset that is not one.
+  faulty.Clear();
+  faulty.Inject(FileFault(FileOp::kRename, EIO).OnPathsContaining("train_000001").Nth(2));
+  summary = PrepareDataset(options, faulty);
+  ASSERT_FALSE(summary.ok());
+  EXPECT_FALSE(fs::exists(out_ + "/prepare.json"));
+  faulty.Clear();
+  ASSERT_TRUE(PrepareDataset(options, faulty).ok());
+  EXPECT_TRUE(fs::exists(out_ + "/prepare.json"));
   StatusOr<PreparedShard> old = PreparedShard::Open(out_ + "/train_000000.bin");
   ASSERT_TRUE(old.ok());
   EXPECT_TRUE(old->Verify().ok());

@@ -256,6 +256,10 @@ TEST_F(PreparedDataTest, AResumeMidEpochContinuesTheExactLosses) {
   const std::vector<std::string> job = {"data.train=\"" + path + "\"", "train_batch_size=2",
                                         "checkpoint.dir=\"" + ck + "\"",
                                         "checkpoint.interval_steps=8"};
+  // The checkpoint's step is past the first epoch's end.
+  auto loader = DataLoader::Open(path, Split::kTrain, 2, 16, 0, 1, 50257);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  ASSERT_LT((*loader)->steps_per_epoch(), 8);
   const auto straight = testing_util::TrainOnRanks(testing_util::TinyJob(1, 16, job), 1);
   ASSERT_TRUE(straight[0].status.ok()) << straight[0].status.ToString();
   ASSERT_EQ(straight[0].losses.size(), 16u);
@@ -268,6 +272,30 @@ TEST_F(PreparedDataTest, AResumeMidEpochContinuesTheExactLosses) {
     EXPECT_EQ(resumed[0].losses[s], straight[0].losses[8 + s]) << "step " << 9 + s;
   }
   EXPECT_EQ(resumed[0].params, straight[0].params);
+  // A position among shuffled documents is none in the documents read in order.
+  std::vector<std::string> in_order = job;
+  in_order.push_back("data.shuffle=false");
+  const auto refused =
+      testing_util::TrainOnRanks(testing_util::TinyJob(1, 16, in_order), 1, resume);
+  EXPECT_EQ(refused[0].status.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused[0].status.message(), HasSubstr("data.shuffle true"));
+}
+
+// train.epochs: the job runs whole passes over the data, as many steps as they hold.
+TEST_F(PreparedDataTest, TrainEpochsRunsWholePassesOverTheData) {
+  const std::string path = PathOf("chat.prepared");
+  WritePrepared(path, Conversations(16));
+  auto loader = DataLoader::Open(path, Split::kTrain, 2, 16, 0, 1, 50257);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  const int64_t per_epoch = (*loader)->steps_per_epoch();
+  ASSERT_GT(per_epoch, 1);
+  const auto run = testing_util::TrainOnRanks(
+      testing_util::TinyJob(
+          1, 40,
+          {"data.train=\"" + path + "\"", "train_batch_size=2", "train.steps=0", "train.epochs=3"}),
+      1);
+  ASSERT_TRUE(run[0].status.ok()) << run[0].status.ToString();
+  EXPECT_EQ(static_cast<int64_t>(run[0].losses.size()), 3 * per_epoch);
 }
 
 // The same global batches split three ways: one micro-batch of 2 sequences, 2 micro-batches of
