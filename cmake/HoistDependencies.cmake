@@ -34,6 +34,14 @@ add_library(hoist_xxhash INTERFACE)
 target_include_directories(hoist_xxhash INTERFACE ${HOIST_XXHASH_INCLUDE})
 target_link_libraries(hoist_xxhash INTERFACE ${HOIST_XXHASH_LIBRARY})
 
+# Compressed datasets (runtime/data/byte_stream.h): gzip through zlib, zstd through libzstd.
+find_package(ZLIB REQUIRED)
+find_path(HOIST_ZSTD_INCLUDE zstd.h REQUIRED)
+find_library(HOIST_ZSTD_LIBRARY NAMES zstd REQUIRED)
+add_library(hoist_compression INTERFACE)
+target_include_directories(hoist_compression INTERFACE ${HOIST_ZSTD_INCLUDE})
+target_link_libraries(hoist_compression INTERFACE ZLIB::ZLIB ${HOIST_ZSTD_LIBRARY})
+
 # --- CUDA: compiles wherever nvcc exists, even without a GPU to run on. ---
 hoist_wants(CUDA want_cuda)
 set(cuda_found FALSE)

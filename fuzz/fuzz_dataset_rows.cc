@@ -1,5 +1,6 @@
-// The JSONL dataset reader on arbitrary file contents, with the shape found and named and with
-// malformed rows skipped: every row or an error naming file and line, never a crash.
+// The JSONL dataset reader on arbitrary file contents (plain, gzip or zstd: the seeds hold each),
+// with the shape found and named and with malformed rows skipped: every row or an error naming
+// file and line, never a crash.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

@@ -98,12 +98,17 @@ StatusOr<std::unique_ptr<JsonlRowReader>> JsonlRowReader::Open(FileSystem& fs,
                                                                const std::string& path,
                                                                const RowReaderOptions& options) {
   HOIST_ASSIGN_OR_RETURN(std::unique_ptr<RandomAccessFile> file, fs.NewRandomAccessFile(path));
-  return std::unique_ptr<JsonlRowReader>(new JsonlRowReader(std::move(file), path, options));
+  HOIST_ASSIGN_OR_RETURN(std::unique_ptr<ByteStream> stream,
+                         ByteStream::Open(std::move(file), path));
+  return std::unique_ptr<JsonlRowReader>(new JsonlRowReader(std::move(stream), path, options));
 }
 
-JsonlRowReader::JsonlRowReader(std::unique_ptr<RandomAccessFile> file, std::string path,
+JsonlRowReader::JsonlRowReader(std::unique_ptr<ByteStream> stream, std::string path,
                                RowReaderOptions options)
-    : file_(std::move(file)), path_(std::move(path)), options_(options), shape_(options.shape) {}
+    : stream_(std::move(stream)),
+      path_(std::move(path)),
+      options_(options),
+      shape_(options.shape) {}
 
 StatusOr<bool> JsonlRowReader::NextLine(std::string* line) {
   while (true) {
@@ -128,19 +133,17 @@ StatusOr<bool> JsonlRowReader::NextLine(std::string* line) {
       return true;
     }
     // Drop what was handed out and read the next chunk after what is left.
-    offset_ += static_cast<int64_t>(chunk_start_);
     chunk_.erase(0, chunk_start_);
     chunk_start_ = 0;
     const size_t kept = chunk_.size();
     chunk_.resize(kept + static_cast<size_t>(kChunkBytes));
-    StatusOr<int64_t> got =
-        file_->Read(offset_ + static_cast<int64_t>(kept), chunk_.data() + kept, kChunkBytes);
+    StatusOr<int64_t> got = stream_->Read(chunk_.data() + kept, kChunkBytes);
     if (!got.ok()) {
       chunk_.resize(kept);
       return got.status();
     }
     chunk_.resize(kept + static_cast<size_t>(*got));
-    if (*got < kChunkBytes) at_end_ = true;
+    if (*got == 0) at_end_ = true;
   }
 }
 

@@ -15,9 +15,11 @@
 // skip_malformed the reader passes over it instead and counts it, keeping the first reasons for
 // the run's summary. Blank lines hold no row and are counted apart. Nothing else is dropped.
 //
-// The file is read in chunks through FileSystem (a non-regular file is refused there), each line
-// parsed with the bounded JSON reader (core/json_reader.h), so memory is bounded by a chunk
-// and the longest line (kMaxDatasetLineBytes). Not thread-safe: one reader, one thread.
+// The file is read in chunks through FileSystem (a non-regular file is refused there), and
+// decompressed on the way when it is gzip or zstd (runtime/data/byte_stream.h; found by its first
+// bytes, so data.jsonl.gz and data.jsonl.zst need no option), each line parsed with the bounded
+// JSON reader (core/json_reader.h), so memory is bounded by a chunk and the longest line
+// (kMaxDatasetLineBytes). Not thread-safe: one reader, one thread.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +32,7 @@
 
 #include "core/file_system.h"
 #include "core/status.h"
+#include "runtime/data/byte_stream.h"
 
 namespace hoist::runtime {
 
@@ -84,24 +87,23 @@ class JsonlRowReader {
   // The shape of the rows: the one named, or found from the first row once Next has read it.
   std::optional<RowShape> shape() const { return shape_; }
   const RowReaderSummary& summary() const { return summary_; }
-  // The bytes of the file handed out so far, as lines (for a progress line).
-  int64_t bytes_read() const { return offset_ + static_cast<int64_t>(chunk_start_); }
+  // The bytes of the file read so far (compressed, for a compressed file; for a progress line).
+  int64_t bytes_read() const { return stream_->file_bytes_read(); }
+  Compression compression() const { return stream_->compression(); }
   const std::string& path() const { return path_; }
 
  private:
-  JsonlRowReader(std::unique_ptr<RandomAccessFile> file, std::string path,
-                 RowReaderOptions options);
+  JsonlRowReader(std::unique_ptr<ByteStream> stream, std::string path, RowReaderOptions options);
   // The next line without its end into *line: false at the end of the file.
   StatusOr<bool> NextLine(std::string* line);
   // Fills *row from the parsed line, or says what is wrong with it.
   Status ReadRow(const nlohmann::json& value, DatasetRow* row);
 
-  std::unique_ptr<RandomAccessFile> file_;
+  std::unique_ptr<ByteStream> stream_;
   std::string path_;
   RowReaderOptions options_;
   std::optional<RowShape> shape_;
   RowReaderSummary summary_;
-  int64_t offset_ = 0;       // file offset of chunk_'s first byte
   std::string chunk_;        // bytes read and not yet handed out
   size_t chunk_start_ = 0;   // first byte of chunk_ not yet handed out
   int64_t line_number_ = 0;  // of the last line handed out
