@@ -12,7 +12,6 @@
 //
 //   OMP_NUM_THREADS=T adamw_bench [--n PARAMS] [--reps N] [--python PATH]
 #include <omp.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,11 +26,10 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/cpu_features.h"
 #include "core/device.h"
 #include "kernels/cpu/adamw_step.h"
-
-extern char** environ;
 
 namespace {
 
@@ -141,33 +139,9 @@ print("mparams_s", n / statistics.median(times) / 1e6)
 // Runs the child and returns its stdout ("" when it could not be started).
 std::string RunPython(const std::string& python, const char* which, size_t n, int threads,
                       int reps) {
-  int fds[2];
-  if (pipe(fds) != 0) return "";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  const std::string n_arg = std::to_string(n), threads_arg = std::to_string(threads),
-                    reps_arg = std::to_string(reps);
-  std::vector<char*> argv = {
-      const_cast<char*>(python.c_str()),   const_cast<char*>("-c"),
-      const_cast<char*>(kPythonScript),    const_cast<char*>(which),
-      const_cast<char*>(n_arg.c_str()),    const_cast<char*>(threads_arg.c_str()),
-      const_cast<char*>(reps_arg.c_str()), nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, python.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  std::string out;
-  if (rc == 0) {
-    char buf[256];
-    ssize_t got;
-    while ((got = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(got));
-    int status = 0;
-    waitpid(pid, &status, 0);
-  }
-  close(fds[0]);
-  return out;
+  return hoist::bench::RunPythonScript(
+      python, kPythonScript,
+      {which, std::to_string(n), std::to_string(threads), std::to_string(reps)});
 }
 
 }  // namespace

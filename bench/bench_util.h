@@ -1,5 +1,10 @@
-// Helpers shared by the CPU benchmarks: a warmed-up median timer and seeded random inputs.
+// Helpers shared by the CPU benchmarks: a warmed-up median timer, seeded random inputs, and the
+// Python child that measures an anchor.
 #pragma once
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +16,8 @@
 #include <vector>
 
 #include "core/random.h"
+
+extern char** environ;
 
 namespace hoist::bench {
 
@@ -82,6 +89,37 @@ inline void ParseFlags(int argc, char** argv, const std::vector<Flag>& flags, co
 inline std::string ScratchParent() {
   const char* tmp = std::getenv("TMPDIR");
   return tmp != nullptr ? tmp : "/var/tmp";
+}
+
+// Runs `python -c script args...` and returns what it wrote to stdout ("" when it could not be
+// started); its stderr is the bench's.
+inline std::string RunPythonScript(const std::string& python, const char* script,
+                                   const std::vector<std::string>& args) {
+  int fds[2];
+  if (pipe(fds) != 0) return "";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  std::vector<std::string> all = {python, "-c", script};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, python.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  std::string out;
+  if (rc == 0) {
+    char buf[256];
+    ssize_t got;
+    while ((got = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(got));
+    int status = 0;
+    waitpid(pid, &status, 0);
+  }
+  close(fds[0]);
+  return out;
 }
 
 }  // namespace hoist::bench

@@ -12,7 +12,6 @@
 //
 //   cpu_bf16_bench [--rounds R] [--steps S] [--only small|124m] [--python PATH]
 #include <omp.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,14 +24,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/cpu_features.h"
 #include "core/device.h"
 #include "core/random.h"
 #include "kernels/cpu/attention_bf16.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "runtime/model/gpt2.h"
-
-extern char** environ;
 
 namespace {
 
@@ -77,40 +75,11 @@ print("tokens_s", B * T / statistics.median(times))
 
 double RunPython(const std::string& python, const ModelConfig& m, int B, int T, int threads,
                  int steps, bool bf16, std::string* why) {
-  int fds[2];
-  if (pipe(fds) != 0) return 0;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  std::vector<std::string> args = {python,
-                                   "-c",
-                                   kPythonScript,
-                                   std::to_string(m.n_layer),
-                                   std::to_string(m.n_embd),
-                                   std::to_string(m.n_head),
-                                   std::to_string(m.vocab_size),
-                                   std::to_string(B),
-                                   std::to_string(T),
-                                   std::to_string(threads),
-                                   std::to_string(steps),
-                                   bf16 ? "1" : "0"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, python.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  std::string out;
-  if (rc == 0) {
-    char buf[256];
-    ssize_t got;
-    while ((got = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(got));
-    int status = 0;
-    waitpid(pid, &status, 0);
-  }
-  close(fds[0]);
+  const std::string out = hoist::bench::RunPythonScript(
+      python, kPythonScript,
+      {std::to_string(m.n_layer), std::to_string(m.n_embd), std::to_string(m.n_head),
+       std::to_string(m.vocab_size), std::to_string(B), std::to_string(T), std::to_string(threads),
+       std::to_string(steps), bf16 ? "1" : "0"});
   const size_t at = out.rfind("tokens_s ");
   double tokens_s = 0;
   if (at == std::string::npos || std::sscanf(out.c_str() + at, "tokens_s %lf", &tokens_s) != 1) {

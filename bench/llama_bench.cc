@@ -20,7 +20,6 @@
 //   llama_bench [--steps N] [--python PATH] [--device cpu|cuda] [--batch B] [--seq T]
 //   (PATH: a python3 with torch and transformers)
 #include <omp.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,13 +36,12 @@
 #include "kernels/cuda_backend.h"
 #endif
 
+#include "bench/bench_util.h"
 #include "core/cpu_features.h"
 #include "core/device.h"
 #include "core/memory_tracker.h"
 #include "core/random.h"
 #include "runtime/model/decoder.h"
-
-extern char** environ;
 
 namespace {
 
@@ -109,37 +107,9 @@ print("tokens_s", B * T / statistics.median(times))
 
 std::string RunPython(const std::string& python, int B, int T, int threads, int steps,
                       const std::string& device) {
-  int fds[2];
-  if (pipe(fds) != 0) return "";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  const std::string b = std::to_string(B), t = std::to_string(T),
-                    threads_arg = std::to_string(threads), steps_arg = std::to_string(steps);
-  std::vector<char*> argv = {const_cast<char*>(python.c_str()),
-                             const_cast<char*>("-c"),
-                             const_cast<char*>(kPythonScript),
-                             const_cast<char*>(b.c_str()),
-                             const_cast<char*>(t.c_str()),
-                             const_cast<char*>(threads_arg.c_str()),
-                             const_cast<char*>(steps_arg.c_str()),
-                             const_cast<char*>(device.c_str()),
-                             nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, python.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  std::string out;
-  if (rc == 0) {
-    char buf[256];
-    ssize_t got;
-    while ((got = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(got));
-    int status = 0;
-    waitpid(pid, &status, 0);
-  }
-  close(fds[0]);
-  return out;
+  return hoist::bench::RunPythonScript(python, kPythonScript,
+                                       {std::to_string(B), std::to_string(T),
+                                        std::to_string(threads), std::to_string(steps), device});
 }
 
 }  // namespace

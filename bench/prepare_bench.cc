@@ -10,8 +10,6 @@
 // ratio, and this process's peak resident memory, which the prepare bounds by a chunk, not by the
 // dataset. The tokenizer is any byte-level BPE tokenizer.json hoist reads (tests/data/tokenizer/
 // llama3.json: Llama 3's pre-tokenizer with a small vocabulary).
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,9 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "runtime/data/prepare.h"
-
-extern char** environ;
 
 namespace {
 
@@ -117,29 +114,8 @@ struct Anchor {
 
 Anchor RunPython(const std::string& python, const std::string& data, const std::string& tokenizer,
                  std::string* why) {
-  int fds[2];
-  if (pipe(fds) != 0) return {};
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  std::vector<std::string> args = {python, "-c", kPythonScript, data, tokenizer, kChatml};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, python.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  close(fds[1]);
-  std::string out;
-  if (rc == 0) {
-    char buf[256];
-    ssize_t got;
-    while ((got = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(got));
-    int status = 0;
-    waitpid(pid, &status, 0);
-  }
-  close(fds[0]);
+  const std::string out =
+      hoist::bench::RunPythonScript(python, kPythonScript, {data, tokenizer, kChatml});
   const size_t at = out.find("mb_s ");
   Anchor anchor;
   if (at == std::string::npos ||
