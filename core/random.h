@@ -32,6 +32,19 @@ class Rng {
   // Uniform in [0, 1) with 53 random bits.
   double Uniform() { return static_cast<double>(NextU64() >> 11) * 0x1.0p-53; }
 
+  // Uniform in [0, bound), bound > 0, without bias: the high word of a 128-bit product, the
+  // draws that would favour the low values rejected.
+  uint64_t Below(uint64_t bound) {
+    unsigned __int128 product = static_cast<unsigned __int128>(NextU64()) * bound;
+    if (static_cast<uint64_t>(product) < bound) {
+      const uint64_t threshold = (0 - bound) % bound;
+      while (static_cast<uint64_t>(product) < threshold) {
+        product = static_cast<unsigned __int128>(NextU64()) * bound;
+      }
+    }
+    return static_cast<uint64_t>(product >> 64);
+  }
+
   // Standard normal by Box-Muller (one value per call; the pair's second half is dropped so the
   // stream position does not depend on call history).
   double Normal() {

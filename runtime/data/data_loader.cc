@@ -7,6 +7,8 @@
 #include <cstring>
 #include <utility>
 
+#include "core/random.h"
+
 extern const unsigned char kDemoCorpus[];
 extern const size_t kDemoCorpus_size;
 
@@ -52,6 +54,21 @@ StatusOr<bool> IsPreparedShard(const std::string& path) {
   HOIST_ASSIGN_OR_RETURN(const int64_t got, file->Read(0, magic, sizeof(magic)));
   return got == static_cast<int64_t>(sizeof(magic)) &&
          std::memcmp(magic, kPreparedShardMagic, sizeof(magic)) == 0;
+}
+
+// DataLoss naming the first of tokens [0, n) (the file's tokens from `first` on) that is not
+// below vocab_size, or Ok: a file validated at Open may have been changed since.
+Status CheckStillBelowVocab(const char* kind, const std::string& name, const uint32_t* tokens,
+                            int64_t n, int64_t first, int vocab_size) {
+  const auto vocab = static_cast<uint32_t>(vocab_size);
+  const uint32_t* past = std::find_if(tokens, tokens + n, [&](uint32_t t) { return t >= vocab; });
+  if (past == tokens + n) return Status::Ok();
+  return DataLossError(std::string(kind) + " shard '" + name + "': token at index " +
+                       std::to_string(first + (past - tokens)) + " is now " +
+                       std::to_string(*past) + ", not below vocab_size " +
+                       std::to_string(vocab_size) +
+                       "; the file was changed while training: put the original back and "
+                       "resume from the last checkpoint");
 }
 
 }  // namespace
@@ -129,6 +146,9 @@ StatusOr<std::unique_ptr<DataLoader>> DataLoader::Open(const std::string& source
       }
       loader->stream_tokens_ += size;
     }
+    // The documents hold what the shards' start offsets said.
+    loader->starts_.clear();
+    loader->starts_.shrink_to_fit();
     if (loader->stream_tokens_ < window) {
       return InvalidArgumentError(
           where + "the prepared shards hold " + std::to_string(loader->stream_tokens_) +
@@ -305,19 +325,9 @@ Status DataLoader::Next(int32_t* inputs, int32_t* targets) {
       }
     }
     const uint32_t* window = buffer_.data() + (first - buffered_first_);
-    const uint32_t vocab = static_cast<uint32_t>(vocab_size_);
-    // Checked again here: the file was validated at Open, but it may have been changed since.
-    uint32_t window_max = 0;
-    for (int64_t i = 0; read.ok() && i <= n; ++i) window_max = std::max(window_max, window[i]);
-    if (read.ok() && window_max >= vocab) {
-      const int64_t at =
-          std::find_if(window, window + n + 1, [&](uint32_t t) { return t >= vocab; }) - window;
-      read = DataLossError(std::string(shard.prepared ? "prepared" : "token") + " shard '" +
-                           shard.name + "': token at index " + std::to_string(first + at) +
-                           " is now " + std::to_string(window[at]) + ", not below vocab_size " +
-                           std::to_string(vocab_size_) +
-                           "; the file was changed while training: put the original back and "
-                           "resume from the last checkpoint");
+    if (read.ok()) {
+      read = CheckStillBelowVocab(shard.prepared ? "prepared" : "token", shard.name, window, n + 1,
+                                  first, vocab_size_);
     }
     if (!read.ok()) {
       buffered_file_ = -1;
@@ -364,41 +374,15 @@ int64_t DataLoader::steps_per_epoch() const {
   return steps;
 }
 
-namespace {
-
-// SplitMix64: the epoch's random numbers, the same on every machine and library.
-uint64_t NextRandom(uint64_t* state) {
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-// A uniform draw from [0, bound), without bias (multiply, and reject the short range).
-uint64_t RandomBelow(uint64_t* state, uint64_t bound) {
-  unsigned __int128 product = static_cast<unsigned __int128>(NextRandom(state)) * bound;
-  auto low = static_cast<uint64_t>(product);
-  if (low < bound) {
-    const uint64_t threshold = (0 - bound) % bound;
-    while (low < threshold) {
-      product = static_cast<unsigned __int128>(NextRandom(state)) * bound;
-      low = static_cast<uint64_t>(product);
-    }
-  }
-  return static_cast<uint64_t>(product >> 64);
-}
-
-}  // namespace
-
 void DataLoader::OrderEpoch() {
   if (ordered_epoch_ == state_.epoch) return;
   const size_t n = documents_.size();
   documents_order_.resize(n);
   for (size_t i = 0; i < n; ++i) documents_order_[i] = static_cast<int64_t>(i);
   // Fisher-Yates from a stream of the seed and the epoch alone.
-  uint64_t random = seed_ ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(state_.epoch + 1));
+  Rng random(seed_ ^ (0xD1B54A32D192ED03ull * static_cast<uint64_t>(state_.epoch + 1)));
   for (size_t i = n; i > 1; --i) {
-    std::swap(documents_order_[i - 1], documents_order_[RandomBelow(&random, i)]);
+    std::swap(documents_order_[i - 1], documents_order_[random.Below(i)]);
   }
   documents_stream_.resize(n + 1);
   documents_stream_[0] = 0;
@@ -423,17 +407,8 @@ Status DataLoader::ReadStream(int64_t first, int64_t count, std::vector<int64_t>
     HOIST_RETURN_IF_ERROR(shard.ReadTokens(doc.first + offset, n, tokens));
     HOIST_RETURN_IF_ERROR(
         shard.ReadMask(doc.first + offset, n, mask_buffer_.data() + (at - first)));
-    // Checked again here: the file was validated at Open, but it may have been changed since.
-    const uint32_t* past = std::find_if(
-        tokens, tokens + n, [&](uint32_t t) { return t >= static_cast<uint32_t>(vocab_size_); });
-    if (past != tokens + n) {
-      return DataLossError("prepared shard '" + shard.path() + "': token at index " +
-                           std::to_string(doc.first + offset + (past - tokens)) + " is now " +
-                           std::to_string(*past) + ", not below vocab_size " +
-                           std::to_string(vocab_size_) +
-                           "; the file was changed while training: put the original back and "
-                           "resume from the last checkpoint");
-    }
+    HOIST_RETURN_IF_ERROR(
+        CheckStillBelowVocab("prepared", shard.path(), tokens, n, doc.first + offset, vocab_size_));
     at += n;
   }
   return Status::Ok();

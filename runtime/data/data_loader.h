@@ -113,8 +113,8 @@ class DataLoader {
   // The tracked host bytes a loader of `source` holds (the built-in data's tokens, as
   // Place::kHost workspace; token shard files are read ahead into a buffer of 512 KiB or one
   // window, untracked, and prepared shards besides into 128 Ki mask bytes, with their documents'
-  // offsets, 8 bytes a document, and when shuffled 40 bytes more a document, untracked too): what
-  // the memory estimate counts for it.
+  // offsets, 8 bytes a document (40 when shuffled), untracked too): what the memory estimate
+  // counts for it.
   static int64_t TrackedHostBytes(const std::string& source, Split split);
 
   int64_t num_shards() const { return static_cast<int64_t>(shards_.size()); }
@@ -175,7 +175,8 @@ class DataLoader {
   Buffer builtin_tokens_;  // (corpus bytes,) uint16; only for builtin:demo
   std::vector<TokenShard> files_;
   std::vector<PreparedShard> prepared_;
-  std::vector<std::vector<int64_t>> starts_;  // per prepared shard, its documents' first tokens
+  // Per prepared shard, its documents' first tokens (read in order; empty when shuffled).
+  std::vector<std::vector<int64_t>> starts_;
   // Shuffled documents: every prepared document (shard, first token, tokens); the order drawn
   // for ordered_epoch_ (indices into documents_), and where each lies in the epoch's stream
   // (documents + 1 offsets).

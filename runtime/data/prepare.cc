@@ -3,7 +3,6 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <memory>
@@ -15,6 +14,7 @@
 #include <utility>
 
 #include "runtime/data/prepared_shard.h"
+#include "runtime/data/progress_line.h"
 #include "runtime/interchange/chat_template.h"
 #include "runtime/interchange/jinja_parser.h"
 
@@ -120,17 +120,25 @@ StatusOr<Vocabulary> LoadVocabulary(const PrepareOptions& options, FileSystem& f
     StatusOr<FileInfo> config_info = fs.Stat(config);
     if (config_info.ok() && config_info->type == FileType::kRegular) {
       out.config_path = config;
-      HOIST_ASSIGN_OR_RETURN(out.special_tokens, ReadTokenizerSpecialTokens(fs, config));
+      // The template and the special tokens in one read, or the special tokens alone (eos_token
+      // for plain texts) where the template is given apart or the config has none.
+      std::optional<TokenizerChatConfig> chat;
       if (options.chat_template.empty()) {
-        StatusOr<TokenizerChatConfig> chat =
+        StatusOr<TokenizerChatConfig> read =
             ReadTokenizerChatConfig(fs, config, options.template_name);
-        if (chat.ok()) {
-          StatusOr<ChatTemplate> parsed = ChatTemplate::Parse(chat->chat_template);
-          if (!parsed.ok()) return parsed.status().WithContext("the chat template of " + config);
-          out.chat_template = std::move(parsed).value();
-        } else if (chat.status().code() != StatusCode::kNotFound) {
-          return chat.status();
+        if (read.ok()) {
+          chat = std::move(read).value();
+        } else if (read.status().code() != StatusCode::kNotFound) {
+          return read.status();
         }
+      }
+      if (chat.has_value()) {
+        out.special_tokens = chat->special_tokens;
+        StatusOr<ChatTemplate> parsed = ChatTemplate::Parse(chat->chat_template);
+        if (!parsed.ok()) return parsed.status().WithContext("the chat template of " + config);
+        out.chat_template = std::move(parsed).value();
+      } else {
+        HOIST_ASSIGN_OR_RETURN(out.special_tokens, ReadTokenizerSpecialTokens(fs, config));
       }
     }
   }
@@ -154,33 +162,6 @@ bool HeldOut(uint64_t seed, size_t file, int64_t line, double fraction) {
   const uint64_t hash = XXH64(key, sizeof(key), seed);
   return static_cast<double>(hash >> 11) * 0x1.0p-53 < fraction;
 }
-
-std::string Mib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f", static_cast<double>(bytes) / (1 << 20));
-  return text;
-}
-
-class Progress {
- public:
-  Progress(std::ostream* out, int64_t total)
-      : out_(out), total_(total), printed_(std::chrono::steady_clock::now()) {}
-  // `rows` and `tokens` so far.
-  void Update(int64_t done, int64_t rows, int64_t tokens, bool last) {
-    if (out_ == nullptr) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (!last && now - printed_ < std::chrono::milliseconds(500)) return;
-    printed_ = now;
-    *out_ << "\rhoist: prepared " << Mib(done) << " / " << Mib(total_) << " MiB ("
-          << (total_ > 0 ? done * 100 / total_ : 100) << "%), " << rows << " rows, " << tokens
-          << " tokens" << (last ? "\n" : "") << std::flush;
-  }
-
- private:
-  std::ostream* out_;
-  int64_t total_;
-  std::chrono::steady_clock::time_point printed_;
-};
 
 Status CheckOptions(const PrepareOptions& options) {
   if (options.inputs.empty()) return InvalidArgumentError("no dataset file to prepare; name one");
@@ -347,7 +328,11 @@ StatusOr<PrepareSummary> PrepareDataset(const PrepareOptions& options, FileSyste
 
   SetWriter train(fs, staging, "train", summary.token_bytes, options.shard_tokens, &summary.train);
   SetWriter val(fs, staging, "val", summary.token_bytes, options.shard_tokens, &summary.val);
-  Progress progress(options.progress, summary.input_bytes);
+  ProgressLine progress(options.progress, "prepared", summary.input_bytes);
+  auto counts = [&summary](int64_t rows) {
+    return std::to_string(rows) + " rows, " +
+           std::to_string(summary.train.tokens + summary.val.tokens) + " tokens";
+  };
   int64_t done_bytes = 0;
   EncodedExample example;
   DatasetRow row;
@@ -389,8 +374,8 @@ StatusOr<PrepareSummary> PrepareDataset(const PrepareOptions& options, FileSyste
         Status appended = set.Append(tokens.subspan(at, count), mask.subspan(at, count));
         if (!appended.ok()) return appended.WithContext("writing the example of " + where);
       }
-      progress.Update(done_bytes + reader->bytes_read(), summary.rows.rows + reader->summary().rows,
-                      summary.train.tokens + summary.val.tokens, /*last=*/false);
+      progress.Update(done_bytes + reader->bytes_read(),
+                      counts(summary.rows.rows + reader->summary().rows), /*last=*/false);
     }
     const RowReaderSummary& rows = reader->summary();
     summary.rows.rows += rows.rows;
@@ -405,8 +390,7 @@ StatusOr<PrepareSummary> PrepareDataset(const PrepareOptions& options, FileSyste
   }
   HOIST_RETURN_IF_ERROR(train.Finish());
   HOIST_RETURN_IF_ERROR(val.Finish());
-  progress.Update(done_bytes, summary.rows.rows, summary.train.tokens + summary.val.tokens,
-                  /*last=*/true);
+  progress.Update(done_bytes, counts(summary.rows.rows), /*last=*/true);
 
   std::string inputs_named;
   for (const std::string& path : options.inputs) {

@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "core/file_system.h"
+#include "runtime/data/progress_line.h"
 #include "runtime/data/token_shard.h"
 #include "runtime/interchange/bpe_tokenizer.h"
 
@@ -35,23 +36,6 @@ std::string DecodeTokens(std::span<const int32_t> tokens) {
   }
   return text;
 }
-
-namespace {
-
-std::string Mib(int64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f", static_cast<double>(bytes) / (1 << 20));
-  return text;
-}
-
-void PrintProgress(std::ostream* progress, int64_t done, int64_t total, int64_t tokens, bool last) {
-  if (progress == nullptr) return;
-  *progress << "\rhoist: tokenized " << Mib(done) << " / " << Mib(total) << " MiB ("
-            << (total > 0 ? done * 100 / total : 100) << "%), " << tokens << " tokens"
-            << (last ? "\n" : "") << std::flush;
-}
-
-}  // namespace
 
 Status TokenizeFile(const std::string& input_path, const std::string& output_path,
                     const TokenizeOptions& options) {
@@ -85,6 +69,7 @@ Status TokenizeFile(const std::string& input_path, const std::string& output_pat
     ids.clear();
     return writer.Append(tokens);
   };
+  ProgressLine progress(options.progress, "tokenized", size);
   int64_t done = 0;
   while (done < size) {
     HOIST_ASSIGN_OR_RETURN(
@@ -104,11 +89,11 @@ Status TokenizeFile(const std::string& input_path, const std::string& output_pat
     }
     HOIST_RETURN_IF_ERROR(write());
     done += n;
-    if (done < size) PrintProgress(options.progress, done, size, writer.count(), /*last=*/false);
+    if (done < size) progress.Update(done, std::to_string(writer.count()) + " tokens", false);
   }
   if (encoder) encoder->Finish(&ids);
   HOIST_RETURN_IF_ERROR(write());
-  PrintProgress(options.progress, done, size, writer.count(), /*last=*/true);
+  progress.Update(done, std::to_string(writer.count()) + " tokens", /*last=*/true);
   return writer.Finish();
 }
 

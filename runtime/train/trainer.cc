@@ -341,7 +341,8 @@ StatusOr<StepRecord> Trainer::Step() {
   // across devices): a micro-batch's mean weighs its share of them, so they are counted first,
   // on every rank, before the first forward pass (the loader then reads the step again).
   const bool masked = train_loader_->masked();
-  std::vector<int64_t> counted(static_cast<size_t>(accumulation), int64_t{B} * T);
+  std::vector<int64_t>& counted = step_counted_;
+  counted.assign(static_cast<size_t>(accumulation), int64_t{B} * T);
   int64_t global_counted = 0;
   if (masked) {
     const auto t0 = Clock::now();

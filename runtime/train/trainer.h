@@ -221,6 +221,8 @@ class Trainer {
   Buffer batch_;  // inputs and targets of one micro-batch, (B,T) each
   int64_t step_ = 0;
   std::vector<float> losses_;
+  // Per micro-batch of the step, its targets that count in the loss (kept: no allocation a step).
+  std::vector<int64_t> step_counted_;
   double train_seconds_ = 0;
   int64_t tokens_seen_ = 0;
   int64_t bf16_skipped_steps_ = 0;

@@ -79,6 +79,14 @@ DatasetRow MessagesRow(const json& messages) {
 std::string Bytes(const EncodedExample& example) {
   return std::string(example.tokens.begin(), example.tokens.end());
 }
+// The bytes of a byte-level example's targets, in order.
+std::string TargetBytes(const EncodedExample& example) {
+  std::string targets;
+  for (size_t i = 0; i < example.tokens.size(); ++i) {
+    if (example.mask[i] == 1) targets += static_cast<char>(example.tokens[i]);
+  }
+  return targets;
+}
 std::vector<uint8_t> MaskOfSpans(size_t size, const json& spans) {
   std::vector<uint8_t> mask(size, 0);
   for (const json& span : spans) {
@@ -154,11 +162,7 @@ TEST(ExampleEncoder, ChatmlTurnsEndWithTheirTurnEnd) {
       {"role": "assistant", "content": "4"}])");
   EncodedExample example;
   ASSERT_TRUE(encoder.Encode(MessagesRow(messages), &example).ok());
-  std::string targets;
-  for (size_t i = 0; i < example.tokens.size(); ++i) {
-    if (example.mask[i] == 1) targets += static_cast<char>(example.tokens[i]);
-  }
-  EXPECT_EQ(targets, "Hello!<|im_end|>\n4<|im_end|>\n");
+  EXPECT_EQ(TargetBytes(example), "Hello!<|im_end|>\n4<|im_end|>\n");
   EXPECT_THAT(Bytes(example), HasSubstr("<|im_start|>system\n"));
 }
 
@@ -325,11 +329,7 @@ TEST(ExampleEncoder, ConversationalPromptCompletionCountsWhatFollowsTheGeneratio
   row.completion_messages = json::parse(R"([{"role": "assistant", "content": "Hello"}])");
   EncodedExample example;
   ASSERT_TRUE(encoder.Encode(row, &example).ok());
-  std::string targets;
-  for (size_t i = 0; i < example.tokens.size(); ++i) {
-    if (example.mask[i] == 1) targets += static_cast<char>(example.tokens[i]);
-  }
-  EXPECT_EQ(targets, "Hello<|eot_id|>");
+  EXPECT_EQ(TargetBytes(example), "Hello<|eot_id|>");
 }
 
 TEST(ExampleEncoder, ALossTheRowsCannotHaveIsRefused) {
